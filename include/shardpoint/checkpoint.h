@@ -1,0 +1,76 @@
+// Save and Load: the collective entry points.
+//
+// Save writes every rank's State into checkpoint directory `dir` and commits
+// it atomically: data files first (fsynced), then the manifest under a
+// temporary name, fsynced and renamed, then the directory fsynced. A
+// directory without a manifest is not a checkpoint. Load fills every rank's
+// State from `dir`, under any layout, reading only the bytes it needs.
+//
+// Both are collective over `comm`: every rank calls them with its own State.
+// A failure on any rank makes every rank return an error (no hang), and a
+// failed save never creates or damages a manifest.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardpoint/comm.h"
+#include "shardpoint/state.h"
+#include "shardpoint/status.h"
+#include "shardpoint/storage.h"
+
+namespace shardpoint {
+
+struct SaveOptions {
+  // Where files go. Default: nullptr = DefaultStorage().
+  Storage* storage = nullptr;
+  // Threads per rank for gathering, checksumming and writing. Default 4.
+  int io_threads = 4;
+  // Size of one staging buffer. Default 8 MiB (a multiple of 4096).
+  size_t staging_bytes = size_t{8} << 20;
+  // Try O_DIRECT for data files (falls back to buffered writes). Default true.
+  bool direct_io = true;
+  // Replace an existing checkpoint at `dir`. Default false: an existing
+  // manifest is a FailedPrecondition error and nothing is touched.
+  bool overwrite = false;
+  // Compare checksums of replicas of the same box and fail on a mismatch
+  // (catches silent data-parallel desync). Default false (costs a read pass).
+  bool verify_replicas = false;
+};
+
+struct SaveStats {
+  uint64_t bytes_written = 0;  // tensor and object payload bytes, all ranks
+  uint64_t rank_bytes = 0;     // payload bytes this rank wrote
+  int num_files = 0;
+  int64_t num_chunks = 0;
+  double seconds = 0;          // wall time of the whole collective call
+};
+
+struct LoadOptions {
+  Storage* storage = nullptr;  // Default: DefaultStorage()
+  int io_threads = 4;
+  // Requested keys absent from the checkpoint are skipped (and reported)
+  // instead of an error. Default false.
+  bool allow_missing_keys = false;
+  // Stored keys no rank requested are reported instead of an error. Default false.
+  bool allow_unexpected_keys = false;
+  // Convert stored dtypes to the requested ones. Default false: mismatch errors.
+  bool allow_dtype_conversion = false;
+  // Check the checksum of every chunk that is read whole. Default true.
+  bool verify_checksums = true;
+};
+
+struct LoadResult {
+  std::vector<std::string> missing_keys;     // requested but not stored (sorted)
+  std::vector<std::string> unexpected_keys;  // stored but requested by no rank (sorted)
+  uint64_t bytes_read = 0;                   // by this rank
+  double seconds = 0;
+};
+
+Result<SaveStats> Save(const State& state, const std::string& dir, Comm& comm,
+                       const SaveOptions& options = {});
+Result<LoadResult> Load(State& state, const std::string& dir, Comm& comm,
+                        const LoadOptions& options = {});
+
+}  // namespace shardpoint

@@ -1,0 +1,47 @@
+// Comm: the collectives shardpoint needs, over any transport.
+//
+// Every method is collective: all ranks of the group call it in the same
+// order. Payloads are bytes. Implementations: a single rank, ranks as threads
+// of one process (MakeThreadComms), MPI, torch.distributed (Python). One Comm
+// object belongs to one rank and is used by one thread at a time.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardpoint/status.h"
+
+namespace shardpoint {
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Every rank receives every rank's bytes, indexed by rank.
+  virtual Status AllGather(std::string_view mine, std::vector<std::string>* all) = 0;
+  // Only `root` receives (all is resized to size() there, untouched elsewhere).
+  virtual Status Gather(std::string_view mine, int root, std::vector<std::string>* all) = 0;
+  // `root`'s *data is copied to every rank's *data.
+  virtual Status Broadcast(std::string* data, int root) = 0;
+  virtual Status Barrier() = 0;
+};
+
+// Collective: every rank passes its local status; every rank returns OK if all
+// were OK, else the error of the lowest failing rank, prefixed "rank R: ".
+// A failure of the exchange itself is returned as is. This is how a failure on
+// one rank aborts a collective operation on all ranks without a hang.
+Status AgreeOnStatus(Comm& comm, const Status& local);
+
+// A group of one.
+std::unique_ptr<Comm> MakeSingleComm();
+// `n` connected Comms for ranks as threads of this process; comms[i] is rank i.
+std::vector<std::unique_ptr<Comm>> MakeThreadComms(int n);
+// Runs fn(comm) on `n` threads, one per rank, and returns each rank's status.
+std::vector<Status> RunThreadRanks(int n, const std::function<Status(Comm&)>& fn);
+
+}  // namespace shardpoint

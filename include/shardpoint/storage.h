@@ -1,0 +1,84 @@
+// Storage: all file access of shardpoint goes through this injected interface.
+//
+// Implementations: POSIX files (DefaultStorage, with O_DIRECT where the
+// filesystem allows it and a buffered fallback), an in-memory store for tests
+// (NewMemStorage), and a fault-injecting wrapper (src/io/fault_storage.h).
+// errno becomes a Status in exactly one place (src/io/posix_storage.cc).
+// A Storage is thread-safe; a file object may be used from several threads at
+// once for WriteAt/ReadAt at disjoint ranges.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardpoint/status.h"
+
+namespace shardpoint {
+
+struct WriteFileOptions {
+  // Ask for O_DIRECT. If the filesystem refuses it, the file is opened
+  // buffered and direct() returns false.
+  bool direct = false;
+};
+
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  // Writes n bytes at offset. If direct(): offset, n and data must be multiples
+  // of / aligned to alignment().
+  virtual Status WriteAt(uint64_t offset, const void* data, size_t n) = 0;
+  virtual Status Truncate(uint64_t size) = 0;
+  virtual Status Sync() = 0;  // data and size durable (fsync)
+  virtual Status Close() = 0;
+  virtual bool direct() const { return false; }
+  virtual size_t alignment() const { return 1; }
+  virtual const std::string& path() const = 0;
+};
+
+class ReadableFile {
+ public:
+  virtual ~ReadableFile() = default;
+  // Reads exactly n bytes at offset into dst; a short read is DataLoss naming
+  // the file and byte range.
+  virtual Status ReadAt(uint64_t offset, size_t n, void* dst) const = 0;
+  virtual Result<uint64_t> Size() const = 0;
+  virtual const std::string& path() const = 0;
+};
+
+class Storage {
+ public:
+  virtual ~Storage() = default;
+  // Creates or truncates `path`.
+  virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                                const WriteFileOptions& options) = 0;
+  virtual Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) = 0;
+  // Creates `path` and missing parents; OK if it exists.
+  virtual Status CreateDirs(const std::string& path) = 0;
+  // Makes renames and creations inside directory `path` durable.
+  virtual Status SyncDir(const std::string& path) = 0;
+  // Atomically replaces `to` with `from`.
+  virtual Status Rename(const std::string& from, const std::string& to) = 0;
+  virtual Status RemoveFile(const std::string& path) = 0;
+  // Removes a directory and everything below it; OK if it does not exist.
+  virtual Status RemoveAll(const std::string& path) = 0;
+  virtual Result<bool> Exists(const std::string& path) = 0;
+  virtual Result<bool> IsDirectory(const std::string& path) = 0;
+  // Names (not paths) of the entries of directory `path`, sorted.
+  virtual Result<std::vector<std::string>> ListDir(const std::string& path) = 0;
+
+  // Convenience: the whole file as bytes.
+  Result<std::string> ReadFileToString(const std::string& path);
+  // Convenience: write, fsync, close (not atomic; see format/commit).
+  Status WriteStringToFile(const std::string& path, const std::string& data);
+};
+
+// The POSIX storage. Stateless; the returned object lives for the process.
+Storage* DefaultStorage();
+// A fresh in-memory storage (paths are plain strings; directories implicit
+// but tracked so ListDir works).
+std::unique_ptr<Storage> NewMemStorage();
+
+}  // namespace shardpoint

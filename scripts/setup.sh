@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs every Debian package shardpoint needs. Idempotent: skips apt when
+# everything is already installed.
+set -euo pipefail
+PKGS=(build-essential cmake g++ libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev
+      nlohmann-json3-dev libcli11-dev libopenmpi-dev openmpi-bin pybind11-dev python3-dev
+      python3-numpy python3-torch python3-mpi4py python3-pytest fio clang-format)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,85 @@
+#include "shardpoint/box.h"
+
+#include <algorithm>
+
+namespace shardpoint {
+
+int64_t Box::num_elements() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+std::string ShapeToString(const Shape& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+std::string Box::ToString() const {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(offset[i]) + ":" + std::to_string(offset[i] + shape[i]);
+  }
+  return s + "]";
+}
+
+Result<int64_t> CheckedNumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) {
+    if (s < 0) return InvalidArgumentError("negative extent in shape " + ShapeToString(shape));
+    if (__builtin_mul_overflow(n, s, &n)) {
+      return InvalidArgumentError("element count of shape " + ShapeToString(shape) +
+                                  " overflows int64");
+    }
+  }
+  return n;
+}
+
+std::optional<Box> Intersect(const Box& a, const Box& b) {
+  Box out;
+  out.offset.resize(a.rank());
+  out.shape.resize(a.rank());
+  for (size_t d = 0; d < a.rank(); ++d) {
+    int64_t lo = std::max(a.offset[d], b.offset[d]);
+    int64_t hi = std::min(a.offset[d] + a.shape[d], b.offset[d] + b.shape[d]);
+    if (hi <= lo) return std::nullopt;
+    out.offset[d] = lo;
+    out.shape[d] = hi - lo;
+  }
+  return out;
+}
+
+bool Contains(const Box& outer, const Box& inner) {
+  for (size_t d = 0; d < outer.rank(); ++d) {
+    if (inner.offset[d] < outer.offset[d] ||
+        inner.offset[d] + inner.shape[d] > outer.offset[d] + outer.shape[d]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Status ValidateBoxInShape(const Box& box, const Shape& shape) {
+  if (box.offset.size() != shape.size() || box.shape.size() != shape.size()) {
+    return InvalidArgumentError("box " + box.ToString() + " has rank " +
+                                std::to_string(box.shape.size()) + ", tensor shape " +
+                                ShapeToString(shape) + " has rank " + std::to_string(shape.size()));
+  }
+  for (size_t d = 0; d < shape.size(); ++d) {
+    int64_t end;
+    if (box.offset[d] < 0 || box.shape[d] < 0 ||
+        __builtin_add_overflow(box.offset[d], box.shape[d], &end) || end > shape[d]) {
+      return InvalidArgumentError("box " + box.ToString() + " lies outside shape " +
+                                  ShapeToString(shape) + " in dim " + std::to_string(d));
+    }
+  }
+  return CheckedNumElements(box.shape).status().ok() ? OkStatus()
+                                                     : CheckedNumElements(box.shape).status();
+}
+
+}  // namespace shardpoint

@@ -1,0 +1,50 @@
+// A fault-injecting Storage wrapper for tests.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "shardpoint/storage.h"
+
+namespace shardpoint::internal {
+
+// Wraps `base` (not owned). Counts calls and fails chosen ones with IOError
+// (message contains "injected"), as a disk would.
+class FaultStorage : public Storage {
+ public:
+  explicit FaultStorage(Storage* base) : base_(base) {}
+
+  // The n-th WriteAt (1-based, counted over all files) and every later one
+  // fails with "No space left on device (injected)". 0 = never.
+  void FailWritesFrom(int64_t n) { fail_write_from_ = n; }
+  // Renames whose target path ends with `suffix` fail. Empty = never.
+  void FailRenameTo(const std::string& suffix);
+  // Sync of files fails. 
+  void FailSyncs(bool on) { fail_sync_ = on; }
+  int64_t writes() const { return writes_.load(); }
+
+  // Storage:
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                        const WriteFileOptions& options) override;
+  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override;
+  Status CreateDirs(const std::string& path) override;
+  Status SyncDir(const std::string& path) override;
+  Status Rename(const std::string& from, const std::string& to) override;
+  Status RemoveFile(const std::string& path) override;
+  Status RemoveAll(const std::string& path) override;
+  Result<bool> Exists(const std::string& path) override;
+  Result<bool> IsDirectory(const std::string& path) override;
+  Result<std::vector<std::string>> ListDir(const std::string& path) override;
+
+ private:
+  friend class FaultWritableFile;
+  Storage* base_;
+  std::atomic<int64_t> fail_write_from_{0};
+  std::atomic<int64_t> writes_{0};
+  std::atomic<bool> fail_sync_{false};
+  std::string fail_rename_suffix_;
+};
+
+}  // namespace shardpoint::internal
