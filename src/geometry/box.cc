@@ -23,7 +23,12 @@ std::string Box::ToString() const {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i) s += ", ";
-    s += std::to_string(offset[i]) + ":" + std::to_string(offset[i] + shape[i]);
+    int64_t end;
+    // Error messages print untrusted boxes, so the end is overflow-checked.
+    s += std::to_string(offset[i]) + ":" +
+         (__builtin_add_overflow(offset[i], shape[i], &end)
+              ? "(" + std::to_string(offset[i]) + "+" + std::to_string(shape[i]) + ")"
+              : std::to_string(end));
   }
   return s + "]";
 }

@@ -4,14 +4,16 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "shardpoint/storage.h"
 
 namespace shardpoint::internal {
 
-// Wraps `base` (not owned). Counts calls and fails chosen ones with IOError
-// (message contains "injected"), as a disk would.
+// Wraps `base` (not owned; must outlive this). Counts calls and fails chosen
+// ones with IOError (message contains "injected"), as a disk would. File
+// objects it returns refer to this FaultStorage, which must outlive them.
 class FaultStorage : public Storage {
  public:
   explicit FaultStorage(Storage* base) : base_(base) {}
@@ -21,9 +23,13 @@ class FaultStorage : public Storage {
   void FailWritesFrom(int64_t n) { fail_write_from_ = n; }
   // Renames whose target path ends with `suffix` fail. Empty = never.
   void FailRenameTo(const std::string& suffix);
-  // Sync of files fails. 
+  // Sync of files fails.
   void FailSyncs(bool on) { fail_sync_ = on; }
+  // The n-th ReadAt (1-based, over all files) and every later one fails with
+  // "Input/output error (injected)". 0 = never.
+  void FailReadsFrom(int64_t n) { fail_read_from_ = n; }
   int64_t writes() const { return writes_.load(); }
+  int64_t reads() const { return reads_.load(); }
 
   // Storage:
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
@@ -40,11 +46,15 @@ class FaultStorage : public Storage {
 
  private:
   friend class FaultWritableFile;
+  friend class FaultReadableFile;
   Storage* base_;
   std::atomic<int64_t> fail_write_from_{0};
   std::atomic<int64_t> writes_{0};
   std::atomic<bool> fail_sync_{false};
-  std::string fail_rename_suffix_;
+  std::atomic<int64_t> fail_read_from_{0};
+  std::atomic<int64_t> reads_{0};
+  std::mutex mu_;
+  std::string fail_rename_suffix_;  // guarded by mu_
 };
 
 }  // namespace shardpoint::internal

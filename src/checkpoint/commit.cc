@@ -1,0 +1,87 @@
+// The commit protocol.
+//
+// A checkpoint exists if and only if `<dir>/manifest` exists. A save:
+//   1. writes every data file `<w>/data/<rank>.safetensors` and fsyncs it
+//      (w = dir, or dir.partial when overwriting), then fsyncs `<w>/data`;
+//   2. writes the manifest to `<w>/manifest.tmp`, fsyncs it;
+//   3. renames it to `<w>/manifest` and fsyncs `<w>` (the commit point);
+//   4. when overwriting: renames `dir` to `dir.old`, `dir.partial` to `dir`,
+//      fsyncs the parent, then removes `dir.old`.
+// A crash before 3 leaves data files without a manifest: no checkpoint, and
+// the previous one (if any, elsewhere or at `dir` when overwriting) intact.
+// A crash inside 4 leaves `dir.old` and/or `dir.partial`, both complete
+// checkpoints; PrepareDirectory of the next overwrite removes them.
+#include "src/checkpoint/commit.h"
+
+namespace shardpoint::internal {
+namespace {
+
+std::string Parent(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string StripSlash(std::string p) {
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
+
+}  // namespace
+
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  return dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+Result<std::string> PrepareDirectory(Storage* storage, const std::string& dir, bool overwrite) {
+  SP_RETURN_IF_ERROR(storage->CreateDirs(dir));
+  SP_ASSIGN_OR_RETURN(bool exists, storage->Exists(JoinPath(dir, kManifestName)));
+  if (exists && !overwrite) {
+    return FailedPreconditionError("a checkpoint already exists at '" + dir +
+                                   "' (it has a manifest); save elsewhere or pass overwrite");
+  }
+  const std::string w = exists ? StripSlash(dir) + ".partial" : dir;
+  if (w != dir) {
+    SP_RETURN_IF_ERROR(storage->RemoveAll(w));
+    SP_RETURN_IF_ERROR(storage->RemoveAll(StripSlash(dir) + ".old"));
+  }
+  SP_RETURN_IF_ERROR(storage->CreateDirs(w));
+  SP_RETURN_IF_ERROR(storage->RemoveAll(JoinPath(w, kDataDir)));
+  SP_ASSIGN_OR_RETURN(bool tmp, storage->Exists(JoinPath(w, "manifest.tmp")));
+  if (tmp) SP_RETURN_IF_ERROR(storage->RemoveFile(JoinPath(w, "manifest.tmp")));
+  SP_RETURN_IF_ERROR(storage->CreateDirs(JoinPath(w, kDataDir)));
+  return w;
+}
+
+Status CommitCheckpoint(Storage* storage, const std::string& dir, const std::string& w,
+                        const Manifest& manifest) {
+  SP_RETURN_IF_ERROR(storage->SyncDir(JoinPath(w, kDataDir)));
+  const std::string tmp = JoinPath(w, "manifest.tmp");
+  SP_RETURN_IF_ERROR(storage->WriteStringToFile(tmp, EncodeManifest(manifest)));
+  SP_RETURN_IF_ERROR(storage->Rename(tmp, JoinPath(w, kManifestName)));
+  SP_RETURN_IF_ERROR(storage->SyncDir(w));
+  if (w == dir) return OkStatus();
+  const std::string old = StripSlash(dir) + ".old";
+  SP_RETURN_IF_ERROR(storage->Rename(StripSlash(dir), old));
+  SP_RETURN_IF_ERROR(storage->Rename(w, StripSlash(dir)));
+  SP_RETURN_IF_ERROR(storage->SyncDir(Parent(StripSlash(dir))));
+  return storage->RemoveAll(old);
+}
+
+Result<std::string> ReadManifestBytes(Storage* storage, const std::string& dir) {
+  const std::string path = JoinPath(dir, kManifestName);
+  SP_ASSIGN_OR_RETURN(bool exists, storage->Exists(path));
+  if (!exists) {
+    return NotFoundError("no checkpoint at '" + dir + "': '" + path +
+                         "' does not exist (a save that did not commit leaves no manifest)");
+  }
+  return storage->ReadFileToString(path);
+}
+
+Result<Manifest> ReadManifest(Storage* storage, const std::string& dir) {
+  SP_ASSIGN_OR_RETURN(std::string bytes, ReadManifestBytes(storage, dir));
+  return DecodeManifest(bytes, JoinPath(dir, kManifestName));
+}
+
+}  // namespace shardpoint::internal

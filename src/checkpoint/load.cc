@@ -1,0 +1,168 @@
+// Load: the collective that fills every rank's state from a checkpoint.
+//
+//   1. rank 0 reads the manifest and broadcasts its bytes; all decode;
+//   2. every rank checks its requests (missing keys, dtype, shape) and the
+//      ranks exchange bitmaps of the stored tensors they requested, so that
+//      keys no rank asked for are reported as unexpected;   (agree)
+//   3. every rank plans and executes its reads;             (agree)
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+
+#include "shardpoint/checkpoint.h"
+#include "src/checkpoint/commit.h"
+#include "src/checkpoint/reader.h"
+#include "src/plan/load_plan.h"
+
+namespace shardpoint {
+namespace internal {
+namespace {
+
+std::string KeyList(const std::vector<std::string>& keys) {
+  std::string s;
+  for (size_t i = 0; i < keys.size() && i < 10; ++i) s += (i ? ", " : "") + ("'" + keys[i] + "'");
+  if (keys.size() > 10) s += ", ... (" + std::to_string(keys.size()) + " in all)";
+  return s;
+}
+
+const ObjectRecord* FindObject(const Manifest& m, const Object& o) {
+  auto it = std::lower_bound(m.objects.begin(), m.objects.end(), o, [](const ObjectRecord& r,
+                                                                       const Object& q) {
+    return std::tie(r.key, r.index) < std::tie(q.key, q.index);
+  });
+  if (it == m.objects.end() || it->key != o.key || it->index != o.index) return nullptr;
+  return &*it;
+}
+
+// Checks this rank's requests against the manifest; marks requested tensors
+// and objects (by key) in `wanted` (tensors first, then objects).
+Status CheckRequests(const Manifest& m, const State& state, const LoadOptions& options,
+                     std::vector<std::string>* missing, std::string* wanted) {
+  wanted->assign(m.tensors.size() + m.objects.size(), '\0');
+  for (const LocalTensor& lt : state.tensors) {
+    for (const Segment& seg : lt.segments) {
+      int64_t t = m.FindTensor(seg.key);
+      if (t < 0) {
+        missing->push_back(seg.key);
+        continue;
+      }
+      (*wanted)[t] = 1;
+      const TensorRecord& rec = m.tensors[t];
+      if (rec.dtype != lt.dtype && !options.allow_dtype_conversion) {
+        return InvalidArgumentError("tensor '" + seg.key + "': requested dtype " +
+                                    std::string(DTypeName(lt.dtype)) + " but the checkpoint holds " +
+                                    std::string(DTypeName(rec.dtype)) +
+                                    " (allow_dtype_conversion converts)");
+      }
+      if (rec.shape != seg.global_shape) {
+        return InvalidArgumentError("tensor '" + seg.key + "': requested global shape " +
+                                    ShapeToString(seg.global_shape) +
+                                    " but the checkpoint holds " + ShapeToString(rec.shape));
+      }
+    }
+  }
+  for (const Object& o : state.objects) {
+    const ObjectRecord* r = FindObject(m, o);
+    if (!r) {
+      missing->push_back(o.index.empty() ? o.key : o.key + ShapeToString(o.index));
+      continue;
+    }
+    for (size_t i = 0; i < m.objects.size(); ++i) {
+      if (m.objects[i].key == o.key) (*wanted)[m.tensors.size() + i] = 1;
+    }
+  }
+  if (state.common && !m.has_common) missing->push_back("<common>");
+  std::sort(missing->begin(), missing->end());
+  missing->erase(std::unique(missing->begin(), missing->end()), missing->end());
+  return OkStatus();
+}
+
+Status LoadObjects(const Manifest& m, State& state, DataFiles* files, uint64_t* bytes) {
+  for (Object& o : state.objects) {
+    const ObjectRecord* r = FindObject(m, o);
+    if (!r) continue;
+    o.bytes.resize(r->nbytes);
+    SP_RETURN_IF_ERROR(ReadVerified(files, m, r->file, r->offset, r->nbytes, r->checksum,
+                                    "object '" + o.key + "'", o.bytes.data()));
+    *bytes += r->nbytes;
+  }
+  if (state.common && m.has_common) state.common = m.common;
+  state.metadata_json = m.metadata_json;
+  return OkStatus();
+}
+
+}  // namespace
+}  // namespace internal
+
+using namespace internal;
+
+Result<LoadResult> Load(State& state, const std::string& dir, Comm& comm,
+                        const LoadOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  Storage* storage = options.storage ? options.storage : DefaultStorage();
+
+  // 1. The manifest, read once.
+  std::string bytes;
+  Status s;
+  if (comm.rank() == 0) {
+    Result<std::string> read = ReadManifestBytes(storage, dir);
+    s = read.status();
+    if (read.ok()) bytes = std::move(*read);
+  }
+  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
+  SP_RETURN_IF_ERROR(comm.Broadcast(&bytes, 0));
+  Result<Manifest> manifest = DecodeManifest(bytes, JoinPath(dir, kManifestName));
+  bytes.clear();
+  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, manifest.status()));
+  const Manifest& m = *manifest;
+
+  // 2. Requests.
+  LoadResult result;
+  std::string wanted;
+  s = CheckRequests(m, state, options, &result.missing_keys, &wanted);
+  if (s.ok() && !result.missing_keys.empty() && !options.allow_missing_keys) {
+    s = NotFoundError("checkpoint '" + dir + "' lacks requested keys " +
+                      KeyList(result.missing_keys) + " (allow_missing_keys skips them)");
+  }
+  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
+  std::vector<std::string> all;
+  SP_RETURN_IF_ERROR(comm.AllGather(wanted, &all));
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    bool any = false;
+    for (const std::string& w : all) any = any || (w.size() == wanted.size() && w[i]);
+    if (any) continue;
+    result.unexpected_keys.push_back(i < m.tensors.size() ? m.tensors[i].key
+                                                          : m.objects[i - m.tensors.size()].key);
+  }
+  std::sort(result.unexpected_keys.begin(), result.unexpected_keys.end());
+  result.unexpected_keys.erase(
+      std::unique(result.unexpected_keys.begin(), result.unexpected_keys.end()),
+      result.unexpected_keys.end());
+  s = OkStatus();
+  if (!result.unexpected_keys.empty() && !options.allow_unexpected_keys) {
+    s = InvalidArgumentError("checkpoint '" + dir + "' holds keys no rank requested: " +
+                             KeyList(result.unexpected_keys) +
+                             " (allow_unexpected_keys ignores them)");
+  }
+  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
+
+  // 3. Reads.
+  s = [&]() -> Status {
+    SP_ASSIGN_OR_RETURN(std::vector<Region> regions, BuildRegions(state.tensors));
+    SP_ASSIGN_OR_RETURN(LoadPlan plan, PlanLoad(m, regions));
+    ThreadPool pool(std::max(1, options.io_threads));
+    DataFiles files(storage, dir, &m);
+    std::atomic<uint64_t> read{0};
+    SP_RETURN_IF_ERROR(ExecuteLoadPlan(m, plan, &files, &pool,
+                                       ReadOptions{options.verify_checksums}, &read));
+    uint64_t object_bytes = 0;
+    SP_RETURN_IF_ERROR(LoadObjects(m, state, &files, &object_bytes));
+    result.bytes_read = read.load() + object_bytes;
+    return OkStatus();
+  }();
+  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace shardpoint

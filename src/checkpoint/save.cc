@@ -1,0 +1,178 @@
+// Save: the collective that writes every rank's state and commits it.
+//
+// Steps, each ending in an agreement so that a failure on any rank stops all
+// ranks at the same point (no hang, no manifest):
+//   1. rank 0 prepares the directory;        (agree, broadcast write dir)
+//   2. every rank reduces its tensors to regions;   (agree)
+//   3. contributions are all-gathered in binary and every rank computes the
+//      same deterministic plan;               (agree)
+//   4. every writer writes and fsyncs its data file;  (agree)
+//   5. checksums are gathered to rank 0, which commits (commit.cc). (agree)
+#include <chrono>
+
+#include "shardpoint/checkpoint.h"
+#include "src/base/bytes.h"
+#include "src/checkpoint/commit.h"
+#include "src/checkpoint/writer.h"
+#include "src/plan/save_plan.h"
+
+namespace shardpoint {
+namespace internal {
+namespace {
+
+std::string EncodeChecksums(const std::vector<uint64_t>& sums) {
+  ByteWriter w;
+  w.U64(sums.size());
+  w.Raw(sums.data(), sums.size() * 8);
+  return std::move(w.str());
+}
+
+Result<std::vector<uint64_t>> DecodeChecksums(std::string_view bytes, size_t expected, int rank) {
+  ByteReader r(bytes, "checksums from rank " + std::to_string(rank));
+  uint64_t n;
+  SP_RETURN_IF_ERROR(r.Count(&n, 8));
+  if (n != expected) {
+    return InternalError("rank " + std::to_string(rank) + " sent " + std::to_string(n) +
+                         " checksums, expected " + std::to_string(expected));
+  }
+  std::vector<uint64_t> sums(n);
+  SP_RETURN_IF_ERROR(r.Raw(sums.data(), n * 8));
+  return sums;
+}
+
+// Fills the checksums of rank r's items into the manifest.
+void ApplyChecksums(const RankFile& rf, const std::vector<uint64_t>& sums, Manifest* m) {
+  for (size_t i = 0; i < rf.items.size(); ++i) {
+    const WriteItem& item = rf.items[i];
+    if (item.is_object) {
+      m->objects[item.record].checksum = sums[i];
+    } else {
+      m->tensors[item.record].chunks[item.chunk].checksum = sums[i];
+    }
+  }
+}
+
+std::vector<View> Sources(const RankFile& rf, const std::vector<Region>& regions,
+                          const State& state) {
+  std::vector<View> out;
+  out.reserve(rf.items.size());
+  for (const WriteItem& item : rf.items) {
+    if (item.is_object) {
+      const std::string& b = state.objects[item.source].bytes;
+      out.push_back(ContiguousView(const_cast<char*>(b.data()), 1,
+                                   {static_cast<int64_t>(b.size())}));
+    } else {
+      out.push_back(regions[item.source].view);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<Contribution> MakeContribution(const State& state, const std::vector<Region>& regions) {
+  Contribution c;
+  c.regions.reserve(regions.size());
+  for (const Region& r : regions) c.regions.push_back(r.desc);
+  for (const Object& o : state.objects) {
+    if (o.key.empty()) return InvalidArgumentError("an object has an empty key");
+    if (o.index.size() != o.grid.size()) {
+      return InvalidArgumentError("object '" + o.key + "': index " + ShapeToString(o.index) +
+                                  " does not match grid " + ShapeToString(o.grid));
+    }
+    for (size_t d = 0; d < o.index.size(); ++d) {
+      if (o.index[d] < 0 || o.index[d] >= o.grid[d]) {
+        return InvalidArgumentError("object '" + o.key + "': index " + ShapeToString(o.index) +
+                                    " lies outside grid " + ShapeToString(o.grid));
+      }
+    }
+    c.objects.push_back(ObjectDesc{o.key, o.index, o.grid, o.bytes.size()});
+  }
+  return c;
+}
+
+}  // namespace internal
+
+using namespace internal;
+
+Result<SaveStats> Save(const State& state, const std::string& dir, Comm& comm,
+                       const SaveOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  const int rank = comm.rank();
+
+  // 1. The directory.
+  std::string write_dir;
+  Status s;
+  if (rank == 0) {
+    Result<std::string> w = PrepareDirectory(storage, dir, options.overwrite);
+    s = w.status();
+    if (w.ok()) write_dir = *w;
+  }
+  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
+  SP_RETURN_IF_ERROR(comm.Broadcast(&write_dir, 0));
+
+  // 2. Regions.
+  Result<std::vector<Region>> regions = BuildRegions(state.tensors);
+  Result<Contribution> mine = regions.ok() ? MakeContribution(state, *regions)
+                                           : Result<Contribution>(regions.status());
+  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, mine.status()));
+
+  // 3. The plan.
+  std::vector<std::string> all;
+  SP_RETURN_IF_ERROR(comm.AllGather(EncodeContribution(*mine), &all));
+  std::vector<Contribution> contributions(all.size());
+  s = OkStatus();
+  for (size_t r = 0; r < all.size() && s.ok(); ++r) {
+    Result<Contribution> c = DecodeContribution(all[r], static_cast<int>(r));
+    if (c.ok()) contributions[r] = std::move(*c);
+    s = c.status();
+  }
+  all.clear();
+  Result<SavePlan> plan = s.ok() ? PlanSave(contributions) : Result<SavePlan>(s);
+  contributions.clear();
+  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, plan.status()));
+
+  // 4. Data files.
+  const RankFile& rf = plan->ranks[rank];
+  std::vector<uint64_t> sums;
+  s = OkStatus();
+  if (rf.file >= 0) {
+    ThreadPool pool(std::max(1, options.io_threads));
+    Result<std::vector<uint64_t>> written =
+        WriteDataFile(storage, JoinPath(write_dir, plan->manifest.files[rf.file]), rf,
+                      Sources(rf, *regions, state), &pool,
+                      WriterOptions{options.staging_bytes, 3, options.direct_io});
+    s = written.status();
+    if (written.ok()) sums = std::move(*written);
+  }
+  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
+
+  // 5. Commit.
+  SP_RETURN_IF_ERROR(comm.Gather(EncodeChecksums(sums), 0, &all));
+  s = OkStatus();
+  if (rank == 0) {
+    Manifest& m = plan->manifest;
+    for (size_t r = 0; r < all.size() && s.ok(); ++r) {
+      Result<std::vector<uint64_t>> got =
+          DecodeChecksums(all[r], plan->ranks[r].items.size(), static_cast<int>(r));
+      s = got.status();
+      if (got.ok()) ApplyChecksums(plan->ranks[r], *got, &m);
+    }
+    m.has_common = state.common.has_value();
+    if (m.has_common) m.common = *state.common;
+    m.metadata_json = state.metadata_json;
+    if (s.ok()) s = CommitCheckpoint(storage, dir, write_dir, m);
+  }
+  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
+
+  SaveStats stats;
+  stats.bytes_written = plan->total_bytes;
+  for (const WriteItem& item : rf.items) stats.rank_bytes += item.nbytes;
+  stats.num_files = static_cast<int>(plan->manifest.files.size());
+  for (const TensorRecord& t : plan->manifest.tensors) stats.num_chunks += t.chunks.size();
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+}  // namespace shardpoint

@@ -1,0 +1,135 @@
+#include "src/checkpoint/verify.h"
+
+#include <map>
+#include <mutex>
+
+#include "src/checkpoint/commit.h"
+#include "src/checkpoint/reader.h"
+#include "src/format/safetensors.h"
+#include "src/io/thread_pool.h"
+#include "src/plan/save_plan.h"
+#include "src/plan/tiling.h"
+
+namespace shardpoint::internal {
+namespace {
+
+std::string ChunkWhere(const Manifest& m, const TensorRecord& t, size_t i) {
+  const ChunkRecord& c = t.chunks[i];
+  return "chunk " + std::to_string(i) + " in '" + m.files[c.file] + "' bytes [" +
+         std::to_string(c.offset) + ", " + std::to_string(c.offset + c.nbytes) + ")";
+}
+
+// The safetensors header of every data file must describe exactly the
+// manifest's chunks and objects in that file.
+void CheckHeaders(Storage* storage, const std::string& dir, const Manifest& m,
+                  std::vector<std::string>* faults) {
+  std::vector<std::map<std::string, SafetensorsEntry>> expected(m.files.size());
+  for (const TensorRecord& t : m.tensors) {
+    for (size_t i = 0; i < t.chunks.size(); ++i) {
+      const ChunkRecord& c = t.chunks[i];
+      expected[c.file][ChunkEntryName(t.key, i)] =
+          SafetensorsEntry{ChunkEntryName(t.key, i), t.dtype, c.box.shape, c.offset,
+                           c.offset + c.nbytes};
+    }
+  }
+  for (const ObjectRecord& o : m.objects) {
+    expected[o.file][ObjectEntryName(o)] = SafetensorsEntry{
+        ObjectEntryName(o), DType::kU8, {static_cast<int64_t>(o.nbytes)}, o.offset,
+        o.offset + o.nbytes};
+  }
+  for (size_t f = 0; f < m.files.size(); ++f) {
+    const std::string path = JoinPath(dir, m.files[f]);
+    Result<SafetensorsHeader> header = [&]() -> Result<SafetensorsHeader> {
+      SP_ASSIGN_OR_RETURN(auto file, storage->NewReadableFile(path));
+      SP_ASSIGN_OR_RETURN(uint64_t size, file->Size());
+      std::string first8(8, '\0');
+      if (size < 8) return DataLossError("'" + path + "' has only " + std::to_string(size) + " bytes");
+      SP_RETURN_IF_ERROR(file->ReadAt(0, 8, first8.data()));
+      SP_ASSIGN_OR_RETURN(uint64_t n, DecodeSafetensorsHeaderLength(first8, size, path));
+      std::string json(n, '\0');
+      SP_RETURN_IF_ERROR(file->ReadAt(8, n, json.data()));
+      return DecodeSafetensorsHeader(json, size, path);
+    }();
+    if (!header.ok()) {
+      faults->push_back(header.status().ToString());
+      continue;
+    }
+    for (const SafetensorsEntry& e : header->entries) {
+      auto it = expected[f].find(e.name);
+      if (it == expected[f].end()) {
+        faults->push_back("'" + m.files[f] + "': entry '" + e.name + "' is not in the manifest");
+        continue;
+      }
+      const SafetensorsEntry& x = it->second;
+      if (x.dtype != e.dtype || x.shape != e.shape || x.begin != header->data_start + e.begin ||
+          x.end != header->data_start + e.end) {
+        faults->push_back("'" + m.files[f] + "': entry '" + e.name + "' (" +
+                          std::string(DTypeName(e.dtype)) + " " + ShapeToString(e.shape) +
+                          " at bytes [" + std::to_string(header->data_start + e.begin) + ", " +
+                          std::to_string(header->data_start + e.end) +
+                          ")) disagrees with the manifest (" + std::string(DTypeName(x.dtype)) +
+                          " " + ShapeToString(x.shape) + " at bytes [" + std::to_string(x.begin) +
+                          ", " + std::to_string(x.end) + "))");
+      }
+      expected[f].erase(it);
+    }
+    for (const auto& [name, e] : expected[f]) {
+      faults->push_back("'" + m.files[f] + "': the header lacks entry '" + name + "'");
+    }
+  }
+}
+
+}  // namespace
+
+Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir, int threads) {
+  VerifyReport report;
+  SP_ASSIGN_OR_RETURN(report.manifest, ReadManifest(storage, dir));
+  const Manifest& m = report.manifest;
+  std::vector<std::string>& faults = report.faults;
+
+  for (const TensorRecord& t : m.tensors) {
+    std::vector<Box> boxes;
+    for (const ChunkRecord& c : t.chunks) boxes.push_back(c.box);
+    Status s = CheckTiling(t.key, t.shape, boxes, [&](size_t i) { return ChunkWhere(m, t, i); });
+    if (!s.ok()) faults.push_back(s.message());
+  }
+  CheckHeaders(storage, dir, m, &faults);
+
+  // Every checksum, in parallel, in bounded memory (one chunk per task).
+  struct Item {
+    uint32_t file;
+    uint64_t offset, nbytes, checksum;
+    std::string what;
+  };
+  std::vector<Item> items;
+  for (const TensorRecord& t : m.tensors) {
+    for (size_t i = 0; i < t.chunks.size(); ++i) {
+      const ChunkRecord& c = t.chunks[i];
+      items.push_back({c.file, c.offset, c.nbytes, c.checksum,
+                       "tensor '" + t.key + "' chunk " + std::to_string(i) + " " + c.box.ToString()});
+    }
+  }
+  for (const ObjectRecord& o : m.objects) {
+    items.push_back({o.file, o.offset, o.nbytes, o.checksum,
+                     "object '" + o.key + "' " + ShapeToString(o.index)});
+  }
+  DataFiles files(storage, dir, &m);
+  ThreadPool pool(std::max(1, threads));
+  std::mutex mu;
+  Status ignored = ParallelFor(&pool, static_cast<int64_t>(items.size()), [&](int64_t i) {
+    const Item& it = items[i];
+    std::vector<char> buf(it.nbytes);
+    Status s = ReadVerified(&files, m, it.file, it.offset, it.nbytes, it.checksum, it.what,
+                            buf.data());
+    std::lock_guard<std::mutex> lock(mu);
+    if (!s.ok()) faults.push_back(s.message());
+    report.bytes_checked += it.nbytes;
+    return OkStatus();
+  });
+  report.chunks_checked = static_cast<int64_t>(items.size() - m.objects.size());
+  report.objects_checked = static_cast<int64_t>(m.objects.size());
+  std::sort(faults.begin(), faults.end());
+  return report;
+}
+
+}  // namespace shardpoint::internal

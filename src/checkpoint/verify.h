@@ -1,0 +1,30 @@
+// Verify: re-reads a whole checkpoint and checks everything that can be
+// checked without a training job.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardpoint/storage.h"
+#include "src/format/manifest.h"
+
+namespace shardpoint::internal {
+
+struct VerifyReport {
+  Manifest manifest;
+  int64_t chunks_checked = 0;
+  int64_t objects_checked = 0;
+  uint64_t bytes_checked = 0;
+  // One line per fault, naming the key, chunk, file and byte range.
+  std::vector<std::string> faults;
+  bool ok() const { return faults.empty(); }
+};
+
+// Checks: the manifest decodes; every tensor is tiled exactly by its chunks;
+// every data file is a valid safetensors file whose entries match the
+// manifest (name, dtype, shape, byte range); every chunk and object checksum.
+// Returns an error only if the manifest cannot be read; faults go in the report.
+Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir, int threads);
+
+}  // namespace shardpoint::internal

@@ -1,0 +1,112 @@
+#include "src/checkpoint/writer.h"
+
+#include <cstring>
+#include <future>
+
+#include "src/format/checksum.h"
+#include "src/geometry/view_range.h"
+#include "src/io/aligned_buffer.h"
+
+namespace shardpoint::internal {
+namespace {
+
+uint64_t RoundUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+// Produces the file's bytes in order into staging buffers.
+class Stream {
+ public:
+  Stream(const RankFile& rf, const std::vector<View>& sources)
+      : rf_(rf), sources_(sources), sums_(rf.items.size()) {}
+
+  // Fills up to `cap` bytes at `out`; returns the number written (0 at end).
+  size_t Fill(char* out, size_t cap) {
+    size_t n = 0;
+    while (n < cap && pos_ < rf_.size) {
+      if (pos_ < rf_.header.size()) {
+        size_t k = std::min(cap - n, rf_.header.size() - pos_);
+        std::memcpy(out + n, rf_.header.data() + pos_, k);
+        n += k, pos_ += k;
+        continue;
+      }
+      const WriteItem& item = rf_.items[item_];
+      const View& src = sources_[item_];
+      uint64_t done = pos_ - item.offset;
+      size_t k = std::min<uint64_t>(cap - n, item.nbytes - done);
+      const size_t es = src.elem_size;
+      GatherFlatRange(out + n, src, done / es, (done + k) / es);
+      sums_[item_].Update(out + n, k);
+      n += k, pos_ += k;
+      if (pos_ == item.offset + item.nbytes) ++item_;
+      while (item_ < rf_.items.size() && rf_.items[item_].nbytes == 0) ++item_;
+    }
+    return n;
+  }
+
+  std::vector<uint64_t> Digests() const {
+    std::vector<uint64_t> out;
+    out.reserve(sums_.size());
+    for (const ChecksumState& s : sums_) out.push_back(s.Digest());
+    return out;
+  }
+
+  void SkipEmptyLeadingItems() {
+    while (item_ < rf_.items.size() && rf_.items[item_].nbytes == 0) ++item_;
+  }
+
+ private:
+  const RankFile& rf_;
+  const std::vector<View>& sources_;
+  std::vector<ChecksumState> sums_;
+  uint64_t pos_ = 0;
+  size_t item_ = 0;
+};
+
+}  // namespace
+
+Result<std::vector<uint64_t>> WriteDataFile(Storage* storage, const std::string& path,
+                                            const RankFile& rf, const std::vector<View>& sources,
+                                            ThreadPool* pool, const WriterOptions& options) {
+  SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                      storage->NewWritableFile(path, WriteFileOptions{options.direct}));
+  const size_t align = std::max<size_t>(file->alignment(), 1);
+  const size_t cap = RoundUp(std::max<size_t>(options.staging_bytes, kDirectIoAlignment),
+                             kDirectIoAlignment);
+  const int nbuf = std::max(1, options.buffers);
+  std::vector<AlignedBuffer> bufs;
+  std::vector<std::future<Status>> inflight(nbuf);
+  for (int i = 0; i < nbuf; ++i) bufs.emplace_back(cap);
+
+  Stream stream(rf, sources);
+  stream.SkipEmptyLeadingItems();
+  Status status;
+  uint64_t offset = 0;
+  for (int b = 0; status.ok(); b = (b + 1) % nbuf) {
+    if (inflight[b].valid()) status = inflight[b].get();  // buffer b is free again
+    if (!status.ok()) break;
+    size_t n = stream.Fill(bufs[b].data(), cap);
+    if (n == 0) break;
+    // O_DIRECT needs whole blocks: the last one is zero-padded and the file
+    // truncated to its real size afterwards.
+    size_t len = RoundUp(n, align);
+    std::memset(bufs[b].data() + n, 0, len - n);
+    WritableFile* f = file.get();
+    char* data = bufs[b].data();
+    uint64_t at = offset;
+    auto task = [f, data, at, len]() { return f->WriteAt(at, data, len); };
+    inflight[b] = pool ? pool->Submit(task) : std::async(std::launch::deferred, task);
+    offset += n;
+  }
+  for (auto& f : inflight) {
+    if (!f.valid()) continue;
+    Status s = f.get();
+    if (status.ok()) status = s;
+  }
+  if (status.ok() && RoundUp(offset, align) != offset) status = file->Truncate(rf.size);
+  if (status.ok()) status = file->Sync();
+  Status closed = file->Close();
+  if (status.ok()) status = closed;
+  if (!status.ok()) return status;
+  return stream.Digests();
+}
+
+}  // namespace shardpoint::internal

@@ -1,0 +1,30 @@
+// Writes one rank's data file: large sequential writes from aligned staging
+// buffers, checksumming every item on the way.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardpoint/storage.h"
+#include "src/geometry/view.h"
+#include "src/io/thread_pool.h"
+#include "src/plan/save_plan.h"
+
+namespace shardpoint::internal {
+
+struct WriterOptions {
+  size_t staging_bytes = size_t{8} << 20;  // per buffer; rounded up to 4096
+  int buffers = 3;                         // in rotation: fill one while others write
+  bool direct = true;
+};
+
+// Writes rf.header followed by every item's bytes (gathered from sources[i],
+// row-major) to `path`, fsyncs and closes it. Returns one checksum per item.
+// REQUIRES: sources.size() == rf.items.size(); each item starts at a multiple
+// of its element size (PlanSave orders them so).
+Result<std::vector<uint64_t>> WriteDataFile(Storage* storage, const std::string& path,
+                                            const RankFile& rf, const std::vector<View>& sources,
+                                            ThreadPool* pool, const WriterOptions& options);
+
+}  // namespace shardpoint::internal

@@ -1,0 +1,217 @@
+#include "src/comm/thread_comm.h"
+
+#include <string>
+#include <thread>
+#include <utility>
+
+namespace shardpoint {
+namespace internal {
+namespace {
+
+const char* OpName(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::kAllGather:
+      return "AllGather";
+    case CollectiveOp::kGather:
+      return "Gather";
+    case CollectiveOp::kBroadcast:
+      return "Broadcast";
+    case CollectiveOp::kBarrier:
+      return "Barrier";
+  }
+  return "?";
+}
+
+bool HasRoot(CollectiveOp op) {
+  return op == CollectiveOp::kGather || op == CollectiveOp::kBroadcast;
+}
+
+class ThreadComm final : public Comm {
+ public:
+  ThreadComm(std::shared_ptr<ThreadGroup> group, int rank)
+      : group_(std::move(group)), rank_(rank) {}
+  // A destroyed Comm can never join another collective; say so, so that the
+  // other ranks fail instead of waiting for it.
+  ~ThreadComm() override { group_->Depart(rank_); }
+
+  int rank() const override { return rank_; }
+  int size() const override { return group_->size(); }
+
+  Status AllGather(std::string_view mine, std::vector<std::string>* all) override {
+    SP_RETURN_IF_ERROR(group_->Arrive(rank_, CollectiveOp::kAllGather, 0, mine));
+    if (all != nullptr) {
+      all->resize(size());
+      for (int i = 0; i < size(); ++i) (*all)[i].assign(group_->slot(i));
+    }
+    group_->Leave();
+    return all != nullptr ? OkStatus() : InvalidArgumentError("AllGather: null output");
+  }
+
+  Status Gather(std::string_view mine, int root, std::vector<std::string>* all) override {
+    SP_RETURN_IF_ERROR(CheckRoot(root));
+    SP_RETURN_IF_ERROR(group_->Arrive(rank_, CollectiveOp::kGather, root, mine));
+    const bool copy = rank_ == root && all != nullptr;
+    if (copy) {
+      all->resize(size());
+      for (int i = 0; i < size(); ++i) (*all)[i].assign(group_->slot(i));
+    }
+    group_->Leave();
+    if (rank_ == root && !copy) return InvalidArgumentError("Gather: null output on root");
+    return OkStatus();
+  }
+
+  Status Broadcast(std::string* data, int root) override {
+    SP_RETURN_IF_ERROR(CheckRoot(root));
+    // Still take part on a null `data`, so that the other ranks do not hang.
+    std::string_view mine = rank_ == root && data != nullptr ? *data : std::string_view();
+    SP_RETURN_IF_ERROR(group_->Arrive(rank_, CollectiveOp::kBroadcast, root, mine));
+    if (rank_ != root && data != nullptr) data->assign(group_->slot(root));
+    group_->Leave();
+    return data != nullptr ? OkStatus() : InvalidArgumentError("Broadcast: null data");
+  }
+
+  Status Barrier() override {
+    SP_RETURN_IF_ERROR(group_->Arrive(rank_, CollectiveOp::kBarrier, 0, {}));
+    group_->Leave();
+    return OkStatus();
+  }
+
+ private:
+  Status CheckRoot(int root) const {
+    if (root < 0 || root >= size()) {
+      return InvalidArgumentError("root " + std::to_string(root) + " out of range for " +
+                                  std::to_string(size()) + " ranks");
+    }
+    return OkStatus();
+  }
+
+  std::shared_ptr<ThreadGroup> group_;
+  int rank_;
+};
+
+}  // namespace
+
+ThreadGroup::ThreadGroup(int n) : n_(n), slots_(n), departed_(n, false) {}
+
+void ThreadGroup::Abort(Status status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  PoisonLocked(std::move(status));
+}
+
+void ThreadGroup::Depart(int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (departed_[rank]) return;
+  departed_[rank] = true;
+  ++num_departed_;
+  cv_.notify_all();
+}
+
+void ThreadGroup::PoisonLocked(Status status) {
+  if (status.ok()) status = InternalError("ThreadGroup aborted with an OK status");
+  if (poison_.ok()) poison_ = std::move(status);
+  cv_.notify_all();
+}
+
+Status ThreadGroup::BrokenLocked() {
+  if (!poison_.ok()) return poison_;
+  // A departed rank is never inside a round (it left after its last one
+  // completed), so a round that is not ready can never complete.
+  if (num_departed_ > 0) {
+    int r = 0;
+    while (!departed_[r]) ++r;
+    PoisonLocked(FailedPreconditionError("rank " + std::to_string(r) +
+                                         " left the group before collective #" +
+                                         std::to_string(round_ + 1)));
+    return poison_;
+  }
+  return OkStatus();
+}
+
+Status ThreadGroup::CheckOpsLocked() const {
+  const Slot& first = slots_[0];
+  for (int r = 1; r < n_; ++r) {
+    const Slot& s = slots_[r];
+    if (s.op == first.op && (!HasRoot(s.op) || s.root == first.root)) continue;
+    auto describe = [](int rank, const Slot& slot) {
+      std::string d = "rank " + std::to_string(rank) + " called " + OpName(slot.op);
+      if (HasRoot(slot.op)) d += "(root " + std::to_string(slot.root) + ")";
+      return d;
+    };
+    return FailedPreconditionError("collective #" + std::to_string(round_ + 1) +
+                                   " mismatch: " + describe(0, first) + ", " + describe(r, s));
+  }
+  return OkStatus();
+}
+
+Status ThreadGroup::Arrive(int rank, CollectiveOp op, int root, std::string_view mine) {
+  std::unique_lock<std::mutex> lock(mu_);
+  SP_RETURN_IF_ERROR(BrokenLocked());
+  slots_[rank] = Slot{mine, op, root};
+  if (++arrived_ == n_) {
+    // Ranks that disagree on the collective would read slots they do not
+    // understand; the sequence is broken for good, so poison instead.
+    Status mismatch = CheckOpsLocked();
+    if (!mismatch.ok()) {
+      PoisonLocked(std::move(mismatch));
+      return poison_;
+    }
+    ready_ = true;
+    cv_.notify_all();
+    return OkStatus();
+  }
+  cv_.wait(lock, [&] { return ready_ || !poison_.ok() || num_departed_ > 0; });
+  // Once ready, others may be reading our slot: we must see the round through.
+  if (ready_) return OkStatus();
+  return BrokenLocked();
+}
+
+void ThreadGroup::Leave() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (++left_ == n_) {
+    arrived_ = 0;
+    left_ = 0;
+    ready_ = false;
+    ++round_;
+    cv_.notify_all();
+    return;
+  }
+  // Every rank in the round is alive and only copying, so this cannot hang;
+  // poison is ignored here because our slot may still be read.
+  const uint64_t my_round = round_;
+  cv_.wait(lock, [&] { return round_ != my_round; });
+}
+
+std::vector<std::unique_ptr<Comm>> MakeThreadGroupComms(const std::shared_ptr<ThreadGroup>& group) {
+  std::vector<std::unique_ptr<Comm>> comms;
+  comms.reserve(group->size());
+  for (int r = 0; r < group->size(); ++r) comms.push_back(std::make_unique<ThreadComm>(group, r));
+  return comms;
+}
+
+}  // namespace internal
+
+std::vector<std::unique_ptr<Comm>> MakeThreadComms(int n) {
+  if (n < 1) return {};
+  return internal::MakeThreadGroupComms(std::make_shared<internal::ThreadGroup>(n));
+}
+
+std::vector<Status> RunThreadRanks(int n, const std::function<Status(Comm&)>& fn) {
+  if (n < 1) return {};
+  auto group = std::make_shared<internal::ThreadGroup>(n);
+  std::vector<std::unique_ptr<Comm>> comms = internal::MakeThreadGroupComms(group);
+  std::vector<Status> statuses(n);
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      statuses[r] = fn(*comms[r]);
+      // A rank that returns while others still expect it in a collective
+      // would hang them; departing makes their collective fail instead.
+      group->Depart(r);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return statuses;
+}
+
+}  // namespace shardpoint

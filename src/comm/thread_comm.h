@@ -1,0 +1,86 @@
+// ThreadGroup: the state shared by the Comms of MakeThreadComms (ranks as
+// threads of one process). Thread-safe.
+//
+// A collective is one "round". Each rank deposits a view of its payload in its
+// slot (Arrive), waits until all ranks have arrived, reads the slots it needs,
+// and then waits until every rank has read (Leave) before returning, so the
+// memory behind every slot stays valid while it is read and a round never
+// overlaps the next. Slots are read outside the lock: they are written under
+// the lock before the round is marked ready and not written again until every
+// rank has left, and both transitions are observed under the lock.
+//
+// A group can be poisoned: Abort(status), a departed rank, or ranks calling
+// different collectives. Then every collective that has not yet become ready
+// returns the poison status, now and forever, instead of hanging.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include "shardpoint/comm.h"
+#include "shardpoint/status.h"
+
+namespace shardpoint::internal {
+
+enum class CollectiveOp : uint8_t { kAllGather, kGather, kBroadcast, kBarrier };
+
+class ThreadGroup {
+ public:
+  explicit ThreadGroup(int n);  // REQUIRES: n >= 1
+  ThreadGroup(const ThreadGroup&) = delete;
+  ThreadGroup& operator=(const ThreadGroup&) = delete;
+
+  int size() const { return n_; }
+
+  // Poisons the group with `status` (an error); the first poison wins. Ranks
+  // waiting in a round that is not yet ready wake up and return it.
+  void Abort(Status status);
+  // `rank` will call no more collectives. A round that needs it fails with
+  // FailedPrecondition("rank R left the group before collective #k") instead
+  // of waiting forever. Idempotent.
+  void Depart(int rank);
+
+  // Enters the next round with `mine` (which must stay valid until Leave).
+  // Returns OK once every rank has arrived with the same op and root; the
+  // caller then reads slot(i) and must call Leave(). On error the caller must
+  // not call Leave().
+  Status Arrive(int rank, CollectiveOp op, int root, std::string_view mine);
+  std::string_view slot(int rank) const { return slots_[rank].data; }
+  // Waits until every rank has finished reading this round.
+  void Leave();
+
+ private:
+  struct Slot {
+    std::string_view data;
+    CollectiveOp op = CollectiveOp::kBarrier;
+    int root = 0;
+  };
+  // Sets poison_ (if not yet set) and wakes everyone. REQUIRES: mu_ held.
+  void PoisonLocked(Status status);
+  // Why the current round can never become ready, or OK. REQUIRES: mu_ held.
+  Status BrokenLocked();
+  // OK, or the error describing ranks that called different collectives.
+  Status CheckOpsLocked() const;
+
+  const int n_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Slot> slots_;
+  std::vector<bool> departed_;
+  int num_departed_ = 0;
+  uint64_t round_ = 0;  // rounds completed so far; the current one is #round_+1
+  int arrived_ = 0;     // ranks that arrived in the current round
+  int left_ = 0;        // ranks that finished reading in the current round
+  bool ready_ = false;  // all ranks arrived; slots are readable
+  Status poison_;
+};
+
+// The Comms of `group`, comms[i] being rank i. Destroying a Comm departs its
+// rank from the group.
+std::vector<std::unique_ptr<Comm>> MakeThreadGroupComms(const std::shared_ptr<ThreadGroup>& group);
+
+}  // namespace shardpoint::internal

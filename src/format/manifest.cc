@@ -1,0 +1,347 @@
+// Manifest encoding, format v1. The byte layout is written down in
+// docs/format.md; keep the two in step.
+#include "src/format/manifest.h"
+
+#include <algorithm>
+#include <cstring>
+#include <tuple>
+
+#include "src/format/byte_io.h"
+#include "src/format/checksum.h"
+
+namespace shardpoint::internal {
+namespace {
+
+constexpr char kMagic[8] = {'S', 'H', 'R', 'D', 'P', 'N', 'T', '\0'};
+constexpr size_t kMaxRank = 32;
+// magic, version, flags, 3 section counts, has_common, common and metadata
+// lengths, trailing checksum.
+constexpr size_t kMinSize = 8 + 4 + 4 + 8 + 8 + 8 + 1 + 8 + 8 + 8;
+// Smallest encodings, used to bound counts before reserving memory.
+constexpr size_t kMinFile = 4;
+constexpr size_t kMinTensor = 4 + 1 + 1 + 8;
+constexpr size_t kMinChunkFixed = 4 + 8 + 8 + 8;  // plus 16 bytes per dim
+constexpr size_t kMinObject = 4 + 1 + 1 + 4 + 8 + 8 + 8;
+
+size_t EncodedSize(const Manifest& m) {
+  size_t n = kMinSize;
+  for (const std::string& f : m.files) n += 4 + f.size();
+  for (const TensorRecord& t : m.tensors) {
+    n += kMinTensor + t.key.size() + 8 * t.shape.size();
+    n += t.chunks.size() * (kMinChunkFixed + 16 * t.shape.size());
+  }
+  for (const ObjectRecord& o : m.objects) {
+    n += kMinObject + o.key.size() + 8 * (o.index.size() + o.grid.size());
+  }
+  return n + m.common.size() + m.metadata_json.size();
+}
+
+}  // namespace
+
+int64_t Manifest::FindTensor(std::string_view key) const {
+  auto it = std::lower_bound(tensors.begin(), tensors.end(), key,
+                             [](const TensorRecord& t, std::string_view k) { return t.key < k; });
+  if (it == tensors.end() || it->key != key) return -1;
+  return it - tensors.begin();
+}
+
+std::string EncodeManifest(const Manifest& m) {
+  std::string out;
+  out.reserve(EncodedSize(m));
+  Writer w(&out);
+  w.Bytes(kMagic, sizeof(kMagic));
+  w.Int<uint32_t>(kFormatVersion);
+  w.Int<uint32_t>(0);  // flags: none defined in v1
+  w.Int<uint64_t>(m.files.size());
+  for (const std::string& f : m.files) w.Str(f);
+  w.Int<uint64_t>(m.tensors.size());
+  for (const TensorRecord& t : m.tensors) {
+    w.Str(t.key);
+    w.Int<uint8_t>(static_cast<uint8_t>(t.dtype));
+    w.Int<uint8_t>(static_cast<uint8_t>(t.shape.size()));
+    w.Dims(t.shape);
+    w.Int<uint64_t>(t.chunks.size());
+    for (const ChunkRecord& c : t.chunks) {
+      w.Dims(c.box.offset);
+      w.Dims(c.box.shape);
+      w.Int<uint32_t>(c.file);
+      w.Int<uint64_t>(c.offset);
+      w.Int<uint64_t>(c.nbytes);
+      w.Int<uint64_t>(c.checksum);
+    }
+  }
+  w.Int<uint64_t>(m.objects.size());
+  for (const ObjectRecord& o : m.objects) {
+    w.Str(o.key);
+    w.Int<uint8_t>(static_cast<uint8_t>(o.index.size()));
+    w.Dims(o.index);
+    w.Int<uint8_t>(static_cast<uint8_t>(o.grid.size()));
+    w.Dims(o.grid);
+    w.Int<uint32_t>(o.file);
+    w.Int<uint64_t>(o.offset);
+    w.Int<uint64_t>(o.nbytes);
+    w.Int<uint64_t>(o.checksum);
+  }
+  w.Int<uint8_t>(m.has_common ? 1 : 0);
+  w.Blob(m.has_common ? std::string_view(m.common) : std::string_view());
+  w.Blob(m.metadata_json);
+  w.Int<uint64_t>(Checksum64(out.data(), out.size()));
+  return out;
+}
+
+namespace {
+
+// Decoding state: the reader and the name for errors.
+class Decoder {
+ public:
+  Decoder(std::string_view body, const std::string& name) : r_(body), name_(name) {}
+
+  Status Error(const std::string& msg) const {
+    return DataLossError("manifest '" + name_ + "': " + msg);
+  }
+  Status Truncated(const std::string& what) const {
+    return Error("truncated or corrupt at byte " + std::to_string(r_.pos()) + " reading " + what);
+  }
+  Status ReadCount(size_t min_size, const std::string& what, uint64_t* n) {
+    size_t at = r_.pos();
+    if (!r_.Int(n)) return Truncated(what + " count");
+    if (*n > r_.left() / min_size) {
+      return Error(what + " count " + std::to_string(*n) + " at byte " + std::to_string(at) +
+                   " does not fit the remaining " + std::to_string(r_.left()) + " bytes");
+    }
+    return OkStatus();
+  }
+  Status ReadRank(const std::string& what, size_t* rank) {
+    uint8_t v;
+    if (!r_.Int(&v)) return Truncated(what + " rank");
+    if (v > kMaxRank) return Error(what + " has rank " + std::to_string(v) + " > 32");
+    *rank = v;
+    return OkStatus();
+  }
+
+  Status Run(Manifest* m);
+
+ private:
+  Status Files(Manifest* m);
+  Status Tensor(size_t num_files, TensorRecord* t);
+  Status Chunk(const TensorRecord& t, size_t i, uint64_t elem_size, size_t num_files,
+               ChunkRecord* c);
+  Status Object(size_t num_files, ObjectRecord* o);
+
+  Reader r_;
+  const std::string& name_;
+};
+
+// "data/<name>": relative, one level, no "..", no NUL.
+bool ValidFileName(std::string_view f) {
+  constexpr std::string_view kPrefix = "data/";
+  if (f.size() <= kPrefix.size() || f.substr(0, kPrefix.size()) != kPrefix) return false;
+  std::string_view rest = f.substr(kPrefix.size());
+  return rest != "." && rest.find('/') == std::string_view::npos &&
+         rest.find('\0') == std::string_view::npos && rest.find("..") == std::string_view::npos;
+}
+
+Status Decoder::Files(Manifest* m) {
+  uint64_t n;
+  SP_RETURN_IF_ERROR(ReadCount(kMinFile, "file", &n));
+  m->files.resize(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!r_.Str(&m->files[i])) return Truncated("file name " + std::to_string(i));
+    if (!ValidFileName(m->files[i])) {
+      return Error("file name " + std::to_string(i) + " '" + m->files[i] +
+                   "' is not of the form data/<name> (relative, no '..', no further '/')");
+    }
+  }
+  std::vector<std::string_view> sorted(m->files.begin(), m->files.end());
+  std::sort(sorted.begin(), sorted.end());
+  auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+  if (dup != sorted.end()) return Error("file name '" + std::string(*dup) + "' listed twice");
+  return OkStatus();
+}
+
+Status Decoder::Tensor(size_t num_files, TensorRecord* t) {
+  if (!r_.Str(&t->key)) return Truncated("a tensor key");
+  const std::string what = "tensor '" + t->key + "'";
+  uint8_t dtype;
+  if (!r_.Int(&dtype)) return Truncated(what + " dtype");
+  if (!IsValidDType(dtype)) return Error(what + " has invalid dtype " + std::to_string(dtype));
+  t->dtype = static_cast<DType>(dtype);
+  size_t rank;
+  SP_RETURN_IF_ERROR(ReadRank(what, &rank));
+  if (!r_.Dims(rank, &t->shape)) return Truncated(what + " shape");
+  Result<int64_t> numel = CheckedNumElements(t->shape);
+  uint64_t nbytes;
+  if (!numel.ok() ||
+      __builtin_mul_overflow(static_cast<uint64_t>(*numel), DTypeSize(t->dtype), &nbytes)) {
+    return Error(what + " has invalid shape " + ShapeToString(t->shape) +
+                 " (negative or overflowing)");
+  }
+  uint64_t n;
+  SP_RETURN_IF_ERROR(ReadCount(kMinChunkFixed + 16 * rank, what + " chunk", &n));
+  t->chunks.resize(n);
+  const uint64_t elem_size = DTypeSize(t->dtype);
+  for (uint64_t i = 0; i < n; ++i) {
+    SP_RETURN_IF_ERROR(Chunk(*t, i, elem_size, num_files, &t->chunks[i]));
+  }
+  return OkStatus();
+}
+
+Status Decoder::Chunk(const TensorRecord& t, size_t i, uint64_t elem_size, size_t num_files,
+                      ChunkRecord* c) {
+  const size_t rank = t.shape.size();
+  const size_t at = r_.pos();
+  if (!r_.Dims(rank, &c->box.offset) || !r_.Dims(rank, &c->box.shape) || !r_.Int(&c->file) ||
+      !r_.Int(&c->offset) || !r_.Int(&c->nbytes) || !r_.Int(&c->checksum)) {
+    return Truncated("tensor '" + t.key + "' chunk " + std::to_string(i));
+  }
+  auto fail = [&](const std::string& msg) {
+    return Error("tensor '" + t.key + "' chunk " + std::to_string(i) + " (at byte " +
+                 std::to_string(at) + "): " + msg);
+  };
+  // Inside the global shape, whose element count is known not to overflow,
+  // so neither does the chunk's.
+  uint64_t numel = 1;
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t off = c->box.offset[d], ext = c->box.shape[d];
+    if (off < 0 || ext < 0 || off > t.shape[d] || ext > t.shape[d] - off) {
+      return fail("box " + c->box.ToString() + " lies outside shape " + ShapeToString(t.shape));
+    }
+    numel *= static_cast<uint64_t>(ext);
+  }
+  if (c->nbytes != numel * elem_size) {
+    return fail("nbytes " + std::to_string(c->nbytes) + " but box " + c->box.ToString() +
+                " holds " + std::to_string(numel * elem_size) + " bytes");
+  }
+  if (c->file >= num_files) {
+    return fail("file index " + std::to_string(c->file) + " but there are " +
+                std::to_string(num_files) + " files");
+  }
+  uint64_t end;
+  if (__builtin_add_overflow(c->offset, c->nbytes, &end)) {
+    return fail("byte range offset " + std::to_string(c->offset) + " + " +
+                std::to_string(c->nbytes) + " overflows");
+  }
+  if (i > 0 && !(t.chunks[i - 1].box < c->box)) {
+    return fail("box " + c->box.ToString() + " is not after the previous chunk's box " +
+                t.chunks[i - 1].box.ToString() + " (chunks must be sorted and unique)");
+  }
+  return OkStatus();
+}
+
+Status Decoder::Object(size_t num_files, ObjectRecord* o) {
+  if (!r_.Str(&o->key)) return Truncated("an object key");
+  const std::string what = "object '" + o->key + "'";
+  size_t rank;
+  SP_RETURN_IF_ERROR(ReadRank(what + " index", &rank));
+  if (!r_.Dims(rank, &o->index)) return Truncated(what + " index");
+  SP_RETURN_IF_ERROR(ReadRank(what + " grid", &rank));
+  if (!r_.Dims(rank, &o->grid)) return Truncated(what + " grid");
+  if (!r_.Int(&o->file) || !r_.Int(&o->offset) || !r_.Int(&o->nbytes) || !r_.Int(&o->checksum)) {
+    return Truncated(what + " location");
+  }
+  const std::string where = what + " index " + ShapeToString(o->index);
+  if (o->index.size() != o->grid.size()) {
+    return Error(where + " has a different rank from its grid " + ShapeToString(o->grid));
+  }
+  for (size_t d = 0; d < o->index.size(); ++d) {
+    if (o->index[d] < 0 || o->index[d] >= o->grid[d]) {
+      return Error(where + " lies outside its grid " + ShapeToString(o->grid));
+    }
+  }
+  if (o->file >= num_files) {
+    return Error(where + " has file index " + std::to_string(o->file) + " but there are " +
+                 std::to_string(num_files) + " files");
+  }
+  uint64_t end;
+  if (__builtin_add_overflow(o->offset, o->nbytes, &end)) {
+    return Error(where + " byte range offset " + std::to_string(o->offset) + " + " +
+                 std::to_string(o->nbytes) + " overflows");
+  }
+  return OkStatus();
+}
+
+Status Decoder::Run(Manifest* m) {
+  uint64_t magic;
+  uint32_t version, flags;
+  if (!r_.Int(&magic) || !r_.Int(&version) || !r_.Int(&flags)) return Truncated("the preamble");
+  if (flags != 0) return Error("unsupported flags 0x" + Hex16(flags));
+  m->version = version;
+  SP_RETURN_IF_ERROR(Files(m));
+
+  uint64_t n;
+  SP_RETURN_IF_ERROR(ReadCount(kMinTensor, "tensor", &n));
+  m->tensors.resize(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    SP_RETURN_IF_ERROR(Tensor(m->files.size(), &m->tensors[i]));
+    if (i > 0 && !(m->tensors[i - 1].key < m->tensors[i].key)) {
+      return Error("tensor '" + m->tensors[i].key + "' is not after '" + m->tensors[i - 1].key +
+                   "' (keys must be sorted and unique)");
+    }
+  }
+
+  SP_RETURN_IF_ERROR(ReadCount(kMinObject, "object", &n));
+  m->objects.resize(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    ObjectRecord& o = m->objects[i];
+    SP_RETURN_IF_ERROR(Object(m->files.size(), &o));
+    if (i > 0) {
+      const ObjectRecord& p = m->objects[i - 1];
+      if (!(std::tie(p.key, p.index) < std::tie(o.key, o.index))) {
+        return Error("object '" + o.key + "' index " + ShapeToString(o.index) +
+                     " is not after the previous object (objects must be sorted by (key, "
+                     "index) and unique)");
+      }
+    }
+  }
+
+  uint8_t has_common;
+  if (!r_.Int(&has_common) || !r_.Blob(&m->common)) return Truncated("the common blob");
+  if (has_common > 1 || (!has_common && !m->common.empty())) {
+    return Error("invalid common blob flag " + std::to_string(has_common));
+  }
+  m->has_common = has_common == 1;
+  if (!r_.Blob(&m->metadata_json)) return Truncated("the metadata");
+  if (r_.left() != 0) {
+    return Error(std::to_string(r_.left()) + " unexpected bytes at byte " +
+                 std::to_string(r_.pos()) + " before the checksum");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<Manifest> DecodeManifest(std::string_view bytes, const std::string& name) {
+  const std::string prefix = "manifest '" + name + "': ";
+  // Stage 1: size, magic, version, checksum; nothing is allocated from the input before.
+  if (bytes.size() < 16) {
+    return DataLossError(prefix + "truncated: " + std::to_string(bytes.size()) +
+                         " bytes, a manifest has at least " + std::to_string(kMinSize));
+  }
+  if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+    return DataLossError(prefix + "bad magic (not a shardpoint manifest)");
+  }
+  uint32_t version;
+  Reader(bytes.substr(8, 4)).Int(&version);
+  if (version != kFormatVersion) {
+    return DataLossError(prefix + "unsupported format version " + std::to_string(version));
+  }
+  if (bytes.size() < kMinSize) {
+    return DataLossError(prefix + "truncated: " + std::to_string(bytes.size()) +
+                         " bytes, a manifest has at least " + std::to_string(kMinSize));
+  }
+  const size_t body = bytes.size() - 8;
+  uint64_t stored;
+  Reader(bytes.substr(body)).Int(&stored);
+  uint64_t computed = Checksum64(bytes.data(), body);
+  if (stored != computed) {
+    return DataLossError(prefix + "manifest checksum mismatch over bytes [0, " +
+                         std::to_string(body) + "): stored " + Hex16(stored) + ", computed " +
+                         Hex16(computed));
+  }
+  // Stage 2: structure and semantics, every count bounded before use.
+  Manifest m;
+  SP_RETURN_IF_ERROR(Decoder(bytes.substr(0, body), name).Run(&m));
+  return m;
+}
+
+}  // namespace shardpoint::internal

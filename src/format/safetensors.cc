@@ -1,0 +1,307 @@
+#include "src/format/safetensors.h"
+
+#include <algorithm>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <unordered_set>
+
+namespace shardpoint::internal {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr char kMetadataKey[] = "__metadata__";
+// A valid header nests 3 deep ({name: {shape: [..]}}); anything far deeper is
+// rejected before the JSON parser sees it.
+constexpr int kMaxJsonDepth = 16;
+
+void AppendJsonString(std::string_view s, std::string* out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->push_back('"');
+  for (char c : s) {
+    unsigned char u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(c);
+    } else if (u < 0x20) {
+      out->append("\\u00");
+      out->push_back(kHex[u >> 4]);
+      out->push_back(kHex[u & 15]);
+    } else {
+      out->push_back(c);
+    }
+  }
+  out->push_back('"');
+}
+
+std::string Prefix(const std::string& file) { return "safetensors file '" + file + "': "; }
+
+std::string Range(uint64_t begin, uint64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+}
+
+// Nesting depth of `json` outside strings (no allocation, one pass).
+int MaxDepth(std::string_view json) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : json) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+bool IsUnsigned(const Json& j, uint64_t max, uint64_t* out) {
+  if (!j.is_number_unsigned()) return false;
+  uint64_t v = j.get<uint64_t>();
+  if (v > max) return false;
+  *out = v;
+  return true;
+}
+
+// Validates one tensor entry (everything but coverage).
+Status DecodeEntry(const std::string& name, const Json& j, uint64_t data_size,
+                   const std::string& file, SafetensorsEntry* e) {
+  std::string where = Prefix(file) + "tensor '" + name + "': ";
+  if (!j.is_object()) return DataLossError(where + "entry is not a JSON object");
+  e->name = name;
+
+  auto dtype_it = j.find("dtype");
+  if (dtype_it == j.end() || !dtype_it->is_string()) {
+    return DataLossError(where + "missing or non-string \"dtype\"");
+  }
+  const std::string& dtype_name = dtype_it->get_ref<const std::string&>();
+  Result<DType> dtype = ParseDType(dtype_name);
+  // ParseDType also takes lower-case aliases; files hold only the canonical names.
+  if (!dtype.ok() || DTypeName(*dtype) != dtype_name) {
+    return DataLossError(where + "unknown dtype '" + dtype_name + "'");
+  }
+  e->dtype = *dtype;
+
+  auto shape_it = j.find("shape");
+  if (shape_it == j.end() || !shape_it->is_array()) {
+    return DataLossError(where + "missing or non-array \"shape\"");
+  }
+  e->shape.clear();
+  e->shape.reserve(shape_it->size());
+  for (const Json& d : *shape_it) {
+    uint64_t v;
+    if (!IsUnsigned(d, std::numeric_limits<int64_t>::max(), &v)) {
+      return DataLossError(where + "shape element " + d.dump() + " is not a non-negative int64");
+    }
+    e->shape.push_back(static_cast<int64_t>(v));
+  }
+  Result<int64_t> numel = CheckedNumElements(e->shape);
+  uint64_t nbytes;
+  if (!numel.ok() ||
+      __builtin_mul_overflow(static_cast<uint64_t>(*numel), DTypeSize(e->dtype), &nbytes)) {
+    return DataLossError(where + "byte size of shape " + ShapeToString(e->shape) + " overflows");
+  }
+
+  auto off_it = j.find("data_offsets");
+  if (off_it == j.end() || !off_it->is_array() || off_it->size() != 2 ||
+      !IsUnsigned((*off_it)[0], std::numeric_limits<uint64_t>::max(), &e->begin) ||
+      !IsUnsigned((*off_it)[1], std::numeric_limits<uint64_t>::max(), &e->end)) {
+    return DataLossError(where + "\"data_offsets\" must be [begin, end] of unsigned integers");
+  }
+  if (e->begin > e->end) {
+    return DataLossError(where + "data_offsets " + Range(e->begin, e->end) + " has begin > end");
+  }
+  if (e->end > data_size) {
+    return DataLossError(where + "data_offsets " + Range(e->begin, e->end) +
+                         " out of bounds of the data region " + Range(0, data_size));
+  }
+  if (e->end - e->begin != nbytes) {
+    return DataLossError(where + "data_offsets " + Range(e->begin, e->end) + " hold " +
+                         std::to_string(e->end - e->begin) + " bytes, but " +
+                         std::string(DTypeName(e->dtype)) + " " + ShapeToString(e->shape) +
+                         " needs " + std::to_string(nbytes));
+  }
+  return OkStatus();
+}
+
+Status DecodeMetadata(const Json& j, const std::string& file,
+                      std::map<std::string, std::string>* out) {
+  if (!j.is_object()) {
+    return DataLossError(Prefix(file) + "\"__metadata__\" is not a JSON object");
+  }
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!it.value().is_string()) {
+      return DataLossError(Prefix(file) + "\"__metadata__\" value of '" + it.key() +
+                           "' is not a string");
+    }
+    (*out)[it.key()] = it.value().get<std::string>();
+  }
+  return OkStatus();
+}
+
+// Entries sorted by (begin, end) must tile [0, data_size) exactly.
+Status CheckCoverage(const std::vector<SafetensorsEntry>& entries, uint64_t data_size,
+                     const std::string& file) {
+  uint64_t pos = 0;
+  const SafetensorsEntry* prev = nullptr;
+  for (const SafetensorsEntry& e : entries) {
+    if (e.begin < pos) {
+      return DataLossError(Prefix(file) + "tensor '" + e.name + "' bytes " + Range(e.begin, e.end) +
+                           " overlap tensor '" + prev->name + "' bytes " +
+                           Range(prev->begin, prev->end));
+    }
+    if (e.begin > pos) {
+      return DataLossError(Prefix(file) + "data region bytes " + Range(pos, e.begin) +
+                           " are not covered by any tensor (hole before tensor '" + e.name + "')");
+    }
+    pos = e.end;
+    prev = &e;
+  }
+  if (pos != data_size) {
+    return DataLossError(Prefix(file) + "data region bytes " + Range(pos, data_size) +
+                         " are not covered by any tensor");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+std::string EncodeSafetensorsHeader(const std::vector<SafetensorsEntry>& entries,
+                                    const std::map<std::string, std::string>& metadata,
+                                    size_t align) {
+  std::string json = "{";
+  bool first = true;
+  auto comma = [&] {
+    if (!first) json.push_back(',');
+    first = false;
+  };
+  if (!metadata.empty()) {
+    comma();
+    AppendJsonString(kMetadataKey, &json);
+    json += ":{";
+    bool first_md = true;
+    for (const auto& [k, v] : metadata) {
+      if (!first_md) json.push_back(',');
+      first_md = false;
+      AppendJsonString(k, &json);
+      json.push_back(':');
+      AppendJsonString(v, &json);
+    }
+    json.push_back('}');
+  }
+  for (const SafetensorsEntry& e : entries) {
+    comma();
+    AppendJsonString(e.name, &json);
+    json += ":{\"dtype\":\"";
+    json += DTypeName(e.dtype);
+    json += "\",\"shape\":[";
+    for (size_t i = 0; i < e.shape.size(); ++i) {
+      if (i) json.push_back(',');
+      json += std::to_string(e.shape[i]);
+    }
+    json += "],\"data_offsets\":[" + std::to_string(e.begin) + "," + std::to_string(e.end) + "]}";
+  }
+  json.push_back('}');
+
+  if (align == 0) align = 1;
+  size_t total = 8 + json.size();
+  json.append((align - total % align) % align, ' ');
+  uint64_t n = json.size();
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return out + json;
+}
+
+Result<uint64_t> DecodeSafetensorsHeaderLength(std::string_view first8, uint64_t file_size,
+                                               const std::string& file) {
+  if (first8.size() < 8 || file_size < 8) {
+    return DataLossError(Prefix(file) +
+                         "truncated: the 8-byte header length is missing (file size " +
+                         std::to_string(file_size) + ")");
+  }
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(first8[i]);
+  if (n > kMaxSafetensorsHeader) {
+    return DataLossError(Prefix(file) + "header length " + std::to_string(n) +
+                         " exceeds the limit " + std::to_string(kMaxSafetensorsHeader));
+  }
+  if (n > file_size - 8) {
+    return DataLossError(Prefix(file) + "header length " + std::to_string(n) +
+                         " exceeds the file size " + std::to_string(file_size) + " (header bytes " +
+                         Range(8, 8 + n) + ")");
+  }
+  return n;
+}
+
+Result<SafetensorsHeader> DecodeSafetensorsHeader(std::string_view json, uint64_t file_size,
+                                                  const std::string& file) {
+  SafetensorsHeader header;
+  // Stage 1: sizes.
+  if (json.size() > kMaxSafetensorsHeader || file_size < 8 || json.size() > file_size - 8) {
+    return DataLossError(Prefix(file) + "header length " + std::to_string(json.size()) +
+                         " does not fit the file size " + std::to_string(file_size));
+  }
+  header.data_start = 8 + json.size();
+  const uint64_t data_size = file_size - header.data_start;
+
+  // Stage 2: parse (no exceptions; duplicate top-level names detected on the way).
+  if (MaxDepth(json) > kMaxJsonDepth) {
+    return DataLossError(Prefix(file) + "header JSON nests deeper than " +
+                         std::to_string(kMaxJsonDepth) + " (bytes " + Range(8, header.data_start) +
+                         ")");
+  }
+  std::unordered_set<std::string> seen;
+  std::string duplicate;
+  Json::parser_callback_t on_event = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (depth == 1 && event == Json::parse_event_t::key && duplicate.empty()) {
+      const std::string& k = parsed.get_ref<const std::string&>();
+      if (!seen.insert(k).second) duplicate = k;
+    }
+    return true;
+  };
+  Json root = Json::parse(json.begin(), json.end(), on_event, /*allow_exceptions=*/false);
+  if (root.is_discarded()) {
+    return DataLossError(Prefix(file) + "header is not valid JSON (bytes " +
+                         Range(8, header.data_start) + ")");
+  }
+  if (!root.is_object()) {
+    return DataLossError(Prefix(file) + "header JSON is not an object (bytes " +
+                         Range(8, header.data_start) + ")");
+  }
+  if (!duplicate.empty()) {
+    return DataLossError(Prefix(file) + "duplicate name '" + duplicate + "' in header");
+  }
+
+  // Stage 3: semantics of each entry.
+  header.entries.reserve(root.size());
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    if (it.key() == kMetadataKey) {
+      SP_RETURN_IF_ERROR(DecodeMetadata(it.value(), file, &header.metadata));
+      continue;
+    }
+    SafetensorsEntry e;
+    SP_RETURN_IF_ERROR(DecodeEntry(it.key(), it.value(), data_size, file, &e));
+    header.entries.push_back(std::move(e));
+  }
+
+  // Stage 4: exact coverage of the data region.
+  std::sort(header.entries.begin(), header.entries.end(),
+            [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+              if (a.begin != b.begin) return a.begin < b.begin;
+              if (a.end != b.end) return a.end < b.end;
+              return a.name < b.name;
+            });
+  SP_RETURN_IF_ERROR(CheckCoverage(header.entries, data_size, file));
+  return header;
+}
+
+}  // namespace shardpoint::internal

@@ -1,0 +1,39 @@
+#include "src/geometry/view_range.h"
+
+#include "src/geometry/flat_range.h"
+
+namespace shardpoint::internal {
+namespace {
+
+// The flat range [begin, end) of `v` as at most 2*ndim-1 sub-views, each
+// paired with its position in the contiguous run.
+template <typename Fn>
+void ForEachPiece(const View& v, int64_t begin, int64_t end, Fn fn) {
+  if (begin == 0 && end == v.num_elements()) {
+    fn(v, 0);
+    return;
+  }
+  int64_t pos = 0;
+  for (const Box& b : FlatRangeToBoxes(v.shape, begin, end)) {
+    fn(v.Sub(b), pos);
+    pos += b.num_elements();
+  }
+}
+
+}  // namespace
+
+void GatherFlatRange(char* dst, const View& src, int64_t begin, int64_t end) {
+  ForEachPiece(src, begin, end, [&](const View& piece, int64_t pos) {
+    StridedCopy(ContiguousView(dst + pos * src.elem_size, src.elem_size, piece.shape), piece);
+  });
+}
+
+void ScatterFlatRange(const View& dst, int64_t begin, int64_t end, const char* src) {
+  ForEachPiece(dst, begin, end, [&](const View& piece, int64_t pos) {
+    StridedCopy(piece,
+                ContiguousView(const_cast<char*>(src) + pos * dst.elem_size, dst.elem_size,
+                               piece.shape));
+  });
+}
+
+}  // namespace shardpoint::internal

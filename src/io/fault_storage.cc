@@ -1,0 +1,110 @@
+#include "src/io/fault_storage.h"
+
+#include <utility>
+
+namespace shardpoint::internal {
+namespace {
+
+std::string Range(uint64_t offset, uint64_t n) {
+  return "[" + std::to_string(offset) + ", " + std::to_string(offset + n) + ")";
+}
+
+// Counts one call and says whether it is at or past the configured failure
+// point (0 = never).
+bool CountAndCheck(std::atomic<int64_t>* count, const std::atomic<int64_t>& fail_from) {
+  int64_t call = count->fetch_add(1) + 1;
+  int64_t from = fail_from.load();
+  return from > 0 && call >= from;
+}
+
+}  // namespace
+
+// Forwards to the base file; a failing WriteAt writes nothing, like a disk
+// that is full.
+class FaultWritableFile : public WritableFile {
+ public:
+  FaultWritableFile(FaultStorage* owner, std::unique_ptr<WritableFile> base)
+      : owner_(owner), base_(std::move(base)) {}
+
+  Status WriteAt(uint64_t offset, const void* data, size_t n) override {
+    if (CountAndCheck(&owner_->writes_, owner_->fail_write_from_)) {
+      return IOError("write " + path() + " at bytes " + Range(offset, n) +
+                     ": No space left on device (injected)");
+    }
+    return base_->WriteAt(offset, data, n);
+  }
+  Status Truncate(uint64_t size) override { return base_->Truncate(size); }
+  Status Sync() override {
+    if (owner_->fail_sync_.load())
+      return IOError("fsync " + path() + ": Input/output error (injected)");
+    return base_->Sync();
+  }
+  Status Close() override { return base_->Close(); }
+  bool direct() const override { return base_->direct(); }
+  size_t alignment() const override { return base_->alignment(); }
+  const std::string& path() const override { return base_->path(); }
+
+ private:
+  FaultStorage* const owner_;
+  const std::unique_ptr<WritableFile> base_;
+};
+
+class FaultReadableFile : public ReadableFile {
+ public:
+  FaultReadableFile(FaultStorage* owner, std::unique_ptr<ReadableFile> base)
+      : owner_(owner), base_(std::move(base)) {}
+
+  Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
+    if (CountAndCheck(&owner_->reads_, owner_->fail_read_from_)) {
+      return IOError("read " + path() + " at bytes " + Range(offset, n) +
+                     ": Input/output error (injected)");
+    }
+    return base_->ReadAt(offset, n, dst);
+  }
+  Result<uint64_t> Size() const override { return base_->Size(); }
+  const std::string& path() const override { return base_->path(); }
+
+ private:
+  FaultStorage* const owner_;
+  const std::unique_ptr<ReadableFile> base_;
+};
+
+void FaultStorage::FailRenameTo(const std::string& suffix) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fail_rename_suffix_ = suffix;
+}
+
+Result<std::unique_ptr<WritableFile>> FaultStorage::NewWritableFile(
+    const std::string& path, const WriteFileOptions& options) {
+  SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, base_->NewWritableFile(path, options));
+  return std::unique_ptr<WritableFile>(new FaultWritableFile(this, std::move(file)));
+}
+
+Result<std::unique_ptr<ReadableFile>> FaultStorage::NewReadableFile(const std::string& path) {
+  SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, base_->NewReadableFile(path));
+  return std::unique_ptr<ReadableFile>(new FaultReadableFile(this, std::move(file)));
+}
+
+Status FaultStorage::Rename(const std::string& from, const std::string& to) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string& suffix = fail_rename_suffix_;
+    if (!suffix.empty() && to.size() >= suffix.size() &&
+        to.compare(to.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      return IOError("rename " + from + " to " + to + ": Input/output error (injected)");
+    }
+  }
+  return base_->Rename(from, to);
+}
+
+Status FaultStorage::CreateDirs(const std::string& path) { return base_->CreateDirs(path); }
+Status FaultStorage::SyncDir(const std::string& path) { return base_->SyncDir(path); }
+Status FaultStorage::RemoveFile(const std::string& path) { return base_->RemoveFile(path); }
+Status FaultStorage::RemoveAll(const std::string& path) { return base_->RemoveAll(path); }
+Result<bool> FaultStorage::Exists(const std::string& path) { return base_->Exists(path); }
+Result<bool> FaultStorage::IsDirectory(const std::string& path) { return base_->IsDirectory(path); }
+Result<std::vector<std::string>> FaultStorage::ListDir(const std::string& path) {
+  return base_->ListDir(path);
+}
+
+}  // namespace shardpoint::internal

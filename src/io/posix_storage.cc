@@ -1,0 +1,260 @@
+// The POSIX Storage: pread/pwrite on file descriptors, O_DIRECT on request.
+//
+// errno becomes a Status only in PosixError(), so every OS failure reads the
+// same way: "<operation> <path>[ at bytes [a, b)]: <strerror>".
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include "shardpoint/storage.h"
+
+namespace shardpoint {
+namespace {
+
+constexpr size_t kDirectAlignment = 4096;
+
+// The one place where errno turns into a Status.
+Status PosixError(const std::string& context, int err) {
+  std::string message = context + ": " + std::generic_category().message(err);
+  if (err == ENOENT) return NotFoundError(std::move(message));
+  return IOError(std::move(message));
+}
+
+std::string Range(uint64_t offset, uint64_t n) {
+  return "[" + std::to_string(offset) + ", " + std::to_string(offset + n) + ")";
+}
+
+class PosixWritableFile : public WritableFile {
+ public:
+  PosixWritableFile(std::string path, int fd, bool direct)
+      : path_(std::move(path)), fd_(fd), direct_(direct) {}
+  ~PosixWritableFile() override { Close().IgnoreError(); }
+
+  Status WriteAt(uint64_t offset, const void* data, size_t n) override {
+    SP_RETURN_IF_ERROR(CheckOpen("write"));
+    if (direct_ && (offset % kDirectAlignment != 0 || n % kDirectAlignment != 0 ||
+                    reinterpret_cast<uintptr_t>(data) % kDirectAlignment != 0)) {
+      return InvalidArgumentError("write " + path_ + " at bytes " + Range(offset, n) +
+                                  ": O_DIRECT needs offset, size and buffer aligned to " +
+                                  std::to_string(kDirectAlignment));
+    }
+    const char* p = static_cast<const char*>(data);
+    size_t done = 0;
+    while (done < n) {
+      ssize_t r = ::pwrite(fd_, p + done, n - done, static_cast<off_t>(offset + done));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return PosixError("write " + path_ + " at bytes " + Range(offset + done, n - done), errno);
+      }
+      // pwrite returning 0 for a non-empty request means the device accepts
+      // no more; report it like the ENOSPC it almost certainly is.
+      if (r == 0) {
+        return PosixError("write " + path_ + " at bytes " + Range(offset + done, n - done), ENOSPC);
+      }
+      done += static_cast<size_t>(r);
+    }
+    return OkStatus();
+  }
+
+  Status Truncate(uint64_t size) override {
+    SP_RETURN_IF_ERROR(CheckOpen("truncate"));
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+      return PosixError("truncate " + path_ + " to " + std::to_string(size) + " bytes", errno);
+    }
+    return OkStatus();
+  }
+
+  // fsync, not fdatasync: after Truncate the new size is metadata that
+  // fdatasync may leave behind.
+  Status Sync() override {
+    SP_RETURN_IF_ERROR(CheckOpen("fsync"));
+    if (::fsync(fd_) != 0) return PosixError("fsync " + path_, errno);
+    return OkStatus();
+  }
+
+  Status Close() override {
+    if (fd_ < 0) return OkStatus();
+    int fd = std::exchange(fd_, -1);
+    // No retry on EINTR: on Linux the descriptor is released regardless.
+    if (::close(fd) != 0) return PosixError("close " + path_, errno);
+    return OkStatus();
+  }
+
+  bool direct() const override { return direct_; }
+  size_t alignment() const override { return direct_ ? kDirectAlignment : 1; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  Status CheckOpen(const char* op) const {
+    if (fd_ >= 0) return OkStatus();
+    return FailedPreconditionError(std::string(op) + " " + path_ + ": file is closed");
+  }
+
+  const std::string path_;
+  int fd_;
+  const bool direct_;
+};
+
+class PosixReadableFile : public ReadableFile {
+ public:
+  PosixReadableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixReadableFile() override { ::close(fd_); }
+
+  Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
+    char* p = static_cast<char*>(dst);
+    size_t done = 0;
+    while (done < n) {
+      ssize_t r = ::pread(fd_, p + done, n - done, static_cast<off_t>(offset + done));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return PosixError("read " + path_ + " at bytes " + Range(offset + done, n - done), errno);
+      }
+      if (r == 0) {
+        Result<uint64_t> size = Size();
+        std::string have = size.ok() ? std::to_string(*size) : "an unknown number of";
+        return DataLossError("file " + path_ + ": short read at bytes " + Range(offset, n) +
+                             ": file has only " + have + " bytes");
+      }
+      done += static_cast<size_t>(r);
+    }
+    return OkStatus();
+  }
+
+  Result<uint64_t> Size() const override {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) return PosixError("stat " + path_, errno);
+    return static_cast<uint64_t>(st.st_size);
+  }
+
+  const std::string& path() const override { return path_; }
+
+ private:
+  const std::string path_;
+  const int fd_;
+};
+
+class PosixStorage : public Storage {
+ public:
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                        const WriteFileOptions& options) override {
+    const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+    bool direct = options.direct;
+    int fd = -1;
+    if (direct) {
+      fd = ::open(path.c_str(), flags | O_DIRECT, 0644);
+      // tmpfs and some network filesystems refuse O_DIRECT with EINVAL; the
+      // caller asked for speed, not for failure, so fall back to buffered.
+      if (fd < 0 && errno == EINVAL) direct = false;
+    }
+    if (!direct) {
+      do {
+        fd = ::open(path.c_str(), flags, 0644);
+      } while (fd < 0 && errno == EINTR);
+    }
+    if (fd < 0) return PosixError("open " + path + " for writing", errno);
+    return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd, direct));
+  }
+
+  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
+    int fd;
+    do {
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return PosixError("open " + path + " for reading", errno);
+    return std::unique_ptr<ReadableFile>(new PosixReadableFile(path, fd));
+  }
+
+  Status CreateDirs(const std::string& path) override {
+    // mkdir -p: create each prefix in turn, accepting those that exist as
+    // directories (possibly created concurrently by another rank).
+    for (size_t end = 0; end != std::string::npos;) {
+      end = path.find('/', end + 1);
+      std::string prefix = path.substr(0, end);
+      if (prefix.empty() || prefix.back() == '/') continue;
+      if (::mkdir(prefix.c_str(), 0755) == 0) continue;
+      int err = errno;
+      struct stat st;
+      if (err == EEXIST && ::stat(prefix.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
+      return PosixError("create directory " + prefix, err == EEXIST ? ENOTDIR : err);
+    }
+    return OkStatus();
+  }
+
+  Status SyncDir(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return PosixError("open directory " + path, errno);
+    Status status;
+    if (::fsync(fd) != 0) status = PosixError("fsync directory " + path, errno);
+    ::close(fd);
+    return status;
+  }
+
+  Status Rename(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0) {
+      return PosixError("rename " + from + " to " + to, errno);
+    }
+    return OkStatus();
+  }
+
+  Status RemoveFile(const std::string& path) override {
+    if (::unlink(path.c_str()) != 0) return PosixError("remove " + path, errno);
+    return OkStatus();
+  }
+
+  Status RemoveAll(const std::string& path) override {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+    if (ec && ec.value() != ENOENT) return PosixError("remove tree " + path, ec.value());
+    return OkStatus();
+  }
+
+  Result<bool> Exists(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0) return true;
+    if (errno == ENOENT || errno == ENOTDIR) return false;
+    return PosixError("stat " + path, errno);
+  }
+
+  Result<bool> IsDirectory(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0) return S_ISDIR(st.st_mode);
+    if (errno == ENOENT || errno == ENOTDIR) return false;
+    return PosixError("stat " + path, errno);
+  }
+
+  Result<std::vector<std::string>> ListDir(const std::string& path) override {
+    DIR* dir = ::opendir(path.c_str());
+    if (dir == nullptr) return PosixError("list directory " + path, errno);
+    std::vector<std::string> names;
+    for (;;) {
+      errno = 0;
+      struct dirent* entry = ::readdir(dir);
+      if (entry == nullptr) break;
+      std::string name = entry->d_name;
+      if (name != "." && name != "..") names.push_back(std::move(name));
+    }
+    int err = errno;
+    ::closedir(dir);
+    if (err != 0) return PosixError("list directory " + path, err);
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+};
+
+}  // namespace
+
+Storage* DefaultStorage() {
+  // Never destroyed: file objects and other static destructors may use it.
+  static Storage* const storage = new PosixStorage;
+  return storage;
+}
+
+}  // namespace shardpoint

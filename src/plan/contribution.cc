@@ -1,0 +1,93 @@
+// The compact binary form of a rank's contribution, exchanged before the
+// global save plan. Keys are interned: regions of one key (flat shards give
+// up to 2*ndim-1 per tensor) refer to one string.
+//
+//   u32 magic 'SPC1' | u64 nkeys | nkeys x (str key, u8 dtype, ints shape)
+//   u64 nregions | nregions x (u32 key index, ints offset, ints shape)
+//   u64 nobjects | nobjects x (str key, ints index, ints grid, u64 nbytes)
+#include <unordered_map>
+
+#include "src/base/bytes.h"
+#include "src/plan/save_plan.h"
+
+namespace shardpoint::internal {
+namespace {
+constexpr uint32_t kMagic = 0x31435053;  // "SPC1"
+}
+
+std::string EncodeContribution(const Contribution& c) {
+  ByteWriter w;
+  w.U32(kMagic);
+  std::unordered_map<std::string_view, uint32_t> ids;
+  std::vector<const RegionDesc*> firsts;
+  for (const RegionDesc& r : c.regions) {
+    if (ids.try_emplace(r.key, static_cast<uint32_t>(firsts.size())).second) firsts.push_back(&r);
+  }
+  w.U64(firsts.size());
+  for (const RegionDesc* r : firsts) {
+    w.Str(r->key);
+    w.U8(static_cast<uint8_t>(r->dtype));
+    w.Ints(r->global_shape);
+  }
+  w.U64(c.regions.size());
+  for (const RegionDesc& r : c.regions) {
+    w.U32(ids[r.key]);
+    w.Ints(r.box.offset);
+    w.Ints(r.box.shape);
+  }
+  w.U64(c.objects.size());
+  for (const ObjectDesc& o : c.objects) {
+    w.Str(o.key);
+    w.Ints(o.index);
+    w.Ints(o.grid);
+    w.U64(o.nbytes);
+  }
+  return std::move(w.str());
+}
+
+Result<Contribution> DecodeContribution(std::string_view bytes, int rank) {
+  ByteReader in(bytes, "plan exchange from rank " + std::to_string(rank));
+  uint32_t magic;
+  SP_RETURN_IF_ERROR(in.U32(&magic));
+  if (magic != kMagic) {
+    return DataLossError("plan exchange from rank " + std::to_string(rank) + ": bad magic");
+  }
+  uint64_t nkeys;
+  SP_RETURN_IF_ERROR(in.Count(&nkeys, 6));
+  std::vector<RegionDesc> keys(nkeys);
+  for (RegionDesc& k : keys) {
+    uint8_t dtype;
+    SP_RETURN_IF_ERROR(in.Str(&k.key));
+    SP_RETURN_IF_ERROR(in.U8(&dtype));
+    if (!IsValidDType(dtype)) return DataLossError("plan exchange: bad dtype for '" + k.key + "'");
+    k.dtype = static_cast<DType>(dtype);
+    SP_RETURN_IF_ERROR(in.Ints(&k.global_shape));
+  }
+  Contribution c;
+  uint64_t nregions;
+  SP_RETURN_IF_ERROR(in.Count(&nregions, 6));
+  c.regions.resize(nregions);
+  for (RegionDesc& r : c.regions) {
+    uint32_t id;
+    SP_RETURN_IF_ERROR(in.U32(&id));
+    if (id >= nkeys) return DataLossError("plan exchange: key index out of range");
+    r.key = keys[id].key;
+    r.dtype = keys[id].dtype;
+    r.global_shape = keys[id].global_shape;
+    SP_RETURN_IF_ERROR(in.Ints(&r.box.offset));
+    SP_RETURN_IF_ERROR(in.Ints(&r.box.shape));
+  }
+  uint64_t nobjects;
+  SP_RETURN_IF_ERROR(in.Count(&nobjects, 14));
+  c.objects.resize(nobjects);
+  for (ObjectDesc& o : c.objects) {
+    SP_RETURN_IF_ERROR(in.Str(&o.key));
+    SP_RETURN_IF_ERROR(in.Ints(&o.index));
+    SP_RETURN_IF_ERROR(in.Ints(&o.grid));
+    SP_RETURN_IF_ERROR(in.U64(&o.nbytes));
+  }
+  if (!in.done()) return DataLossError("plan exchange: trailing bytes");
+  return c;
+}
+
+}  // namespace shardpoint::internal

@@ -1,0 +1,111 @@
+#include "src/plan/load_plan.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "src/geometry/flat_range.h"
+
+namespace shardpoint::internal {
+namespace {
+
+// Chunks of a tensor are sorted by box, hence by their start in dim 0. A
+// chunk overlapping [lo, hi) in dim 0 starts before hi and after
+// lo - max_extent0.
+struct ChunkIndex {
+  int64_t max_extent0 = 0;
+};
+
+ChunkIndex BuildIndex(const TensorRecord& t) {
+  ChunkIndex idx;
+  if (t.shape.empty()) return idx;
+  for (const ChunkRecord& c : t.chunks) idx.max_extent0 = std::max(idx.max_extent0, c.box.shape[0]);
+  return idx;
+}
+
+}  // namespace
+
+RunPattern RunsOf(const Shape& chunk_shape, const Box& in_chunk) {
+  const size_t n = chunk_shape.size();
+  size_t k = 0;
+  for (size_t d = n; d-- > 0;) {
+    if (in_chunk.shape[d] != chunk_shape[d]) {
+      k = d;
+      break;
+    }
+  }
+  RunPattern p{1, 1, k};
+  for (size_t d = 0; d < k; ++d) p.runs *= in_chunk.shape[d];
+  if (n > 0) p.run_elements = in_chunk.shape[k];
+  for (size_t d = k + 1; d < n; ++d) p.run_elements *= chunk_shape[d];
+  return p;
+}
+
+int64_t RunStart(const Shape& chunk_shape, const Box& in_chunk, const RunPattern& p, int64_t i) {
+  // Unravel i over the dims [0, p.outer_dims) of in_chunk, row-major.
+  Shape idx = in_chunk.offset;
+  for (size_t d = p.outer_dims; d-- > 0;) {
+    idx[d] += i % in_chunk.shape[d];
+    i /= in_chunk.shape[d];
+  }
+  return RowMajorIndex(chunk_shape, idx);
+}
+
+Result<LoadPlan> PlanLoad(const Manifest& m, const std::vector<Region>& regions) {
+  LoadPlan plan;
+  std::unordered_map<int64_t, ChunkIndex> indexes;
+  for (const Region& r : regions) {
+    if (r.desc.box.empty()) continue;
+    int64_t t = m.FindTensor(r.desc.key);
+    if (t < 0) continue;
+    const TensorRecord& rec = m.tensors[t];
+    auto [it, fresh] = indexes.try_emplace(t);
+    if (fresh) it->second = BuildIndex(rec);
+    const ChunkIndex& idx = it->second;
+
+    auto begin = rec.chunks.begin();
+    auto end = rec.chunks.end();
+    if (!rec.shape.empty()) {
+      const int64_t lo = r.desc.box.offset[0], hi = lo + r.desc.box.shape[0];
+      end = std::partition_point(begin, end, [&](const ChunkRecord& c) { return c.box.offset[0] < hi; });
+      begin = std::partition_point(begin, end, [&](const ChunkRecord& c) {
+        return c.box.offset[0] + idx.max_extent0 <= lo;
+      });
+    }
+    int64_t covered = 0;
+    for (auto c = begin; c != end; ++c) {
+      std::optional<Box> ib = Intersect(c->box, r.desc.box);
+      if (!ib) continue;
+      ReadPiece p;
+      p.tensor = t;
+      p.chunk = c - rec.chunks.begin();
+      p.in_chunk = *ib;
+      Box in_region = *ib;
+      for (size_t d = 0; d < ib->rank(); ++d) {
+        p.in_chunk.offset[d] -= c->box.offset[d];
+        in_region.offset[d] -= r.desc.box.offset[d];
+      }
+      p.dst = r.view.Sub(in_region);
+      p.src_dtype = rec.dtype;
+      p.dst_dtype = r.desc.dtype;
+      p.whole_chunk = (*ib == c->box);
+      p.nbytes = static_cast<uint64_t>(ib->num_elements()) * DTypeSize(rec.dtype);
+      covered += ib->num_elements();
+      plan.bytes += p.nbytes;
+      plan.pieces.push_back(std::move(p));
+    }
+    if (covered != r.desc.box.num_elements()) {
+      return DataLossError("tensor '" + r.desc.key + "': stored chunks cover " +
+                           std::to_string(covered) + " of the " +
+                           std::to_string(r.desc.box.num_elements()) + " elements of box " +
+                           r.desc.box.ToString());
+    }
+  }
+  std::sort(plan.pieces.begin(), plan.pieces.end(), [&](const ReadPiece& a, const ReadPiece& b) {
+    const ChunkRecord& ca = m.tensors[a.tensor].chunks[a.chunk];
+    const ChunkRecord& cb = m.tensors[b.tensor].chunks[b.chunk];
+    return std::tie(ca.file, ca.offset) < std::tie(cb.file, cb.offset);
+  });
+  return plan;
+}
+
+}  // namespace shardpoint::internal

@@ -1,0 +1,55 @@
+// The shardpoint CLI: parses flags and calls library functions (tools/lib/).
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "src/checkpoint/commit.h"
+#include "src/checkpoint/verify.h"
+#include "tools/lib/inspect.h"
+
+namespace sp = shardpoint;
+
+int main(int argc, char** argv) {
+  CLI::App app{"shardpoint: inspect and verify distributed checkpoints"};
+  app.require_subcommand(1);
+
+  std::string dir;
+  bool json = false;
+  auto* inspect = app.add_subcommand("inspect", "print the tensors of a checkpoint");
+  inspect->add_option("dir", dir, "checkpoint directory")->required();
+  inspect->add_flag("--json", json, "print the whole manifest as JSON");
+
+  int threads = 4;
+  auto* verify = app.add_subcommand(
+      "verify", "re-read everything, check every checksum and tiling; exit 1 on any fault");
+  verify->add_option("dir", dir, "checkpoint directory")->required();
+  verify->add_option("--threads", threads, "reader threads")->default_val(4);
+
+  CLI11_PARSE(app, argc, argv);
+  sp::Storage* storage = sp::DefaultStorage();
+
+  if (*inspect) {
+    sp::Result<sp::internal::Manifest> m = sp::internal::ReadManifest(storage, dir);
+    if (!m.ok()) {
+      std::fprintf(stderr, "shardpoint inspect: %s\n", m.status().ToString().c_str());
+      return 2;
+    }
+    std::cout << (json ? sp::internal::ManifestToJson(*m) + "\n"
+                       : sp::tools::InspectTable(*m, dir));
+    return 0;
+  }
+  if (*verify) {
+    auto start = std::chrono::steady_clock::now();
+    sp::Result<sp::internal::VerifyReport> r =
+        sp::internal::VerifyCheckpoint(storage, dir, threads);
+    if (!r.ok()) {
+      std::fprintf(stderr, "shardpoint verify: %s\n", r.status().ToString().c_str());
+      return 2;
+    }
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cout << sp::tools::VerifyText(*r, dir, secs);
+    return r->ok() ? 0 : 1;
+  }
+  return 0;
+}
