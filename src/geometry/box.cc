@@ -83,8 +83,8 @@ Status ValidateBoxInShape(const Box& box, const Shape& shape) {
                                   ShapeToString(shape) + " in dim " + std::to_string(d));
     }
   }
-  return CheckedNumElements(box.shape).status().ok() ? OkStatus()
-                                                     : CheckedNumElements(box.shape).status();
+  // Each extent fits its dim, but their product may still overflow.
+  return CheckedNumElements(box.shape).status();
 }
 
 }  // namespace shardpoint

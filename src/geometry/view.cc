@@ -11,6 +11,7 @@
 // per element.
 #include "src/geometry/view.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -20,6 +21,8 @@ namespace {
 // Dims after simplification. Stack storage for ordinary ranks; a heap
 // fallback keeps absurd ranks correct.
 constexpr size_t kInlineDims = 16;
+// Elements per strip of a strided inner dim (see StridedCopy).
+constexpr int64_t kStrip = 16;
 
 struct Dims {
   int64_t inline_buf[3 * kInlineDims];
@@ -168,15 +171,23 @@ void StridedCopy(const View& dst, const View& src) {
     counter_heap.assign(outer_dims, 0);
     counter = counter_heap.data();
   }
+  // A strided inner dim (e.g. a transposed view) is strip-mined: a strip of
+  // kStrip inner elements is copied for every mid index before the next strip,
+  // so the cache lines the strided side touches are reused across mid instead
+  // of being evicted after one element each.
+  const int64_t strip = contiguous ? inner : kStrip;
   char* d = dst.data;
   const char* s = src.data;
   while (true) {
-    char* dd = d;
-    const char* ss = s;
-    for (int64_t j = 0; j < mid; ++j) {
-      CopyRun(dd, inner_ds, ss, inner_ss, inner, src.elem_size, contiguous);
-      dd += mid_ds;
-      ss += mid_ss;
+    for (int64_t i0 = 0; i0 < inner; i0 += strip) {
+      const int64_t count = std::min(strip, inner - i0);
+      char* dd = d + i0 * inner_ds;
+      const char* ss = s + i0 * inner_ss;
+      for (int64_t j = 0; j < mid; ++j) {
+        CopyRun(dd, inner_ds, ss, inner_ss, count, src.elem_size, contiguous);
+        dd += mid_ds;
+        ss += mid_ss;
+      }
     }
     // Advance the odometer over dims[2..n); done when it wraps entirely.
     size_t k = 0;

@@ -1,5 +1,7 @@
 // Conformance tests run against every Storage implementation: POSIX in a
 // fresh temporary directory and the in-memory store.
+#include "shardpoint/storage.h"
+
 #include <stdlib.h>
 
 #include <string>
@@ -8,7 +10,6 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "shardpoint/storage.h"
 #include "src/io/mem_storage.h"
 
 namespace shardpoint {

@@ -1,0 +1,91 @@
+// O_DIRECT writes through DefaultStorage, in /tmp (often tmpfs, which refuses
+// O_DIRECT) and in the current directory (usually a disk filesystem). Either
+// way the file must work; direct() only says which path was taken.
+#include <stdlib.h>
+
+#include <cstdint>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "shardpoint/storage.h"
+#include "src/io/aligned_buffer.h"
+
+namespace shardpoint {
+namespace {
+
+using internal::AlignedBuffer;
+using internal::kDirectIoAlignment;
+
+class PosixDirectTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::string tmpl = GetParam() + "/shardpoint_direct_test_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr) << tmpl;
+    dir_ = tmpl;
+  }
+  void TearDown() override { EXPECT_TRUE(DefaultStorage()->RemoveAll(dir_).ok()); }
+
+  std::string dir_;
+};
+
+AlignedBuffer Pattern(size_t size, int seed) {
+  AlignedBuffer buffer(size);
+  for (size_t i = 0; i < buffer.size(); ++i) buffer.data()[i] = static_cast<char>(i * 31 + seed);
+  return buffer;
+}
+
+TEST_P(PosixDirectTest, AlignedWritesReadBackEqual) {
+  Storage* storage = DefaultStorage();
+  const std::string path = dir_ + "/data";
+  Result<std::unique_ptr<WritableFile>> f = storage->NewWritableFile(path, {.direct = true});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  WritableFile& file = **f;
+  RecordProperty("direct", file.direct() ? "true" : "false");
+  EXPECT_EQ(file.alignment(), file.direct() ? kDirectIoAlignment : 1u);
+
+  // Two aligned pieces, written out of order, then the tail trimmed to a size
+  // that is not a multiple of the alignment (how a data file ends).
+  const size_t piece = 3 * kDirectIoAlignment;
+  AlignedBuffer first = Pattern(piece, 1);
+  AlignedBuffer second = Pattern(piece, 2);
+  ASSERT_TRUE(file.WriteAt(piece, second.data(), piece).ok());
+  ASSERT_TRUE(file.WriteAt(0, first.data(), piece).ok());
+  const uint64_t size = 2 * piece - 100;
+  ASSERT_TRUE(file.Truncate(size).ok());
+  ASSERT_TRUE(file.Sync().ok());
+  ASSERT_TRUE(file.Close().ok());
+
+  Result<std::string> data = storage->ReadFileToString(path);
+  ASSERT_TRUE(data.ok()) << data.status().ToString();
+  std::string expected = std::string(first.data(), piece) + std::string(second.data(), piece);
+  expected.resize(size);
+  EXPECT_EQ(*data, expected);
+}
+
+TEST_P(PosixDirectTest, MisalignedDirectWriteIsInvalidArgument) {
+  Result<std::unique_ptr<WritableFile>> f =
+      DefaultStorage()->NewWritableFile(dir_ + "/data", {.direct = true});
+  ASSERT_TRUE(f.ok());
+  if (!(*f)->direct()) GTEST_SKIP() << "filesystem refused O_DIRECT; buffered fallback in use";
+  AlignedBuffer buffer = Pattern(kDirectIoAlignment, 0);
+  Status s = (*f)->WriteAt(100, buffer.data(), buffer.size());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find(dir_ + "/data"), std::string::npos) << s.message();
+  EXPECT_EQ((*f)->WriteAt(0, buffer.data() + 1, 512).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_P(PosixDirectTest, BufferedFallbackAcceptsAnything) {
+  Result<std::unique_ptr<WritableFile>> f =
+      DefaultStorage()->NewWritableFile(dir_ + "/data", {.direct = false});
+  ASSERT_TRUE(f.ok());
+  EXPECT_FALSE((*f)->direct());
+  EXPECT_TRUE((*f)->WriteAt(3, "abc", 3).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Dirs, PosixDirectTest, ::testing::Values("/tmp", "."),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "/tmp" ? "Tmp" : "CurrentDir";
+                         });
+
+}  // namespace
+}  // namespace shardpoint

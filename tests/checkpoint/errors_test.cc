@@ -1,0 +1,300 @@
+// Every way a save or load can go wrong gets a typed error that names what is
+// at fault, and nothing committed is damaged.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/layout.h"
+#include "src/io/fault_storage.h"
+#include "src/io/mem_storage.h"
+
+namespace shardpoint {
+namespace {
+
+using ::testing::HasSubstr;
+
+// N ranks as threads; rank r's state is make(r). Returns every rank's status.
+std::vector<Status> SaveRanks(int n, const std::function<State(int)>& make, Storage* storage,
+                              const std::string& dir, SaveOptions options = {}) {
+  std::vector<State> states;
+  for (int r = 0; r < n; ++r) states.push_back(make(r));
+  options.storage = storage;
+  return RunThreadRanks(
+      n, [&](Comm& comm) { return Save(states[comm.rank()], dir, comm, options).status(); });
+}
+
+Result<LoadResult> LoadOne(State& state, Storage* storage, const std::string& dir,
+                           LoadOptions options = {}) {
+  options.storage = storage;
+  std::unique_ptr<Comm> comm = MakeSingleComm();
+  return Load(state, dir, *comm, options);
+}
+
+// Every rank failed, each with the same error.
+Status Same(const std::vector<Status>& all) {
+  for (const Status& s : all) {
+    EXPECT_EQ(s.ToString(), all[0].ToString());
+  }
+  return all[0];
+}
+
+// Rows [begin, begin+rows) of a [4, 4] F32 tensor "w".
+State Rows(std::vector<float>* mem, int64_t begin, int64_t rows, DType dtype = DType::kF32,
+           Shape shape = {4, 4}) {
+  mem->assign(rows * shape[1], 1.5f);
+  LocalTensor lt;
+  lt.dtype = dtype;
+  lt.data = mem->data();
+  lt.shape = {rows, shape[1]};
+  lt.segments = {Segment{"w", shape, Box({begin, 0}, {rows, shape[1]}), {0, 0}}};
+  State s;
+  s.tensors.push_back(lt);
+  return s;
+}
+
+class ErrorsTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Storage> mem_ = NewMemStorage();
+  std::vector<float> a_, b_;
+};
+
+TEST_F(ErrorsTest, DtypeDisagreementNamesKeyAndRanks) {
+  Status s = Same(SaveRanks(2, [&](int r) {
+    return r == 0 ? Rows(&a_, 0, 2) : Rows(&b_, 2, 2, DType::kI32);
+  }, mem_.get(), "/c"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': rank 0 has F32 [4, 4] but rank 1 has I32 [4, 4]"));
+}
+
+TEST_F(ErrorsTest, ShapeDisagreementNamesKeyAndRanks) {
+  Status s = Same(SaveRanks(2, [&](int r) {
+    return r == 0 ? Rows(&a_, 0, 2) : Rows(&b_, 2, 2, DType::kF32, {5, 4});
+  }, mem_.get(), "/c"));
+  EXPECT_THAT(s.message(), HasSubstr("rank 0 has F32 [4, 4] but rank 1 has F32 [5, 4]"));
+}
+
+TEST_F(ErrorsTest, PartialOverlapNamesBothBoxesAndRanks) {
+  Status s = Same(SaveRanks(2, [&](int r) { return r == 0 ? Rows(&a_, 0, 3) : Rows(&b_, 2, 2); },
+                            mem_.get(), "/c"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': box [0:3, 0:4] (rank 0) partially overlaps "
+                                     "box [2:4, 0:4] (rank 1)"));
+}
+
+TEST_F(ErrorsTest, GapNamesMissingElement) {
+  Status s = Same(SaveRanks(2, [&](int r) { return r == 0 ? Rows(&a_, 0, 1) : Rows(&b_, 2, 2); },
+                            mem_.get(), "/c"));
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w' of shape [4, 4] is not fully covered: its boxes "
+                                     "hold 12 of 16 elements; element [1, 0] is missing"));
+}
+
+TEST_F(ErrorsTest, BoxOutsideTensorIsRejectedBeforeAnyIo) {
+  Status s = Same(SaveRanks(1, [&](int) { return Rows(&a_, 3, 2); }, mem_.get(), "/c"));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("rank 0: tensor #0"));
+  EXPECT_THAT(s.message(), HasSubstr("'w'"));
+  EXPECT_FALSE(*mem_->Exists("/c/manifest"));
+}
+
+TEST_F(ErrorsTest, ReplicasOfOneBoxAreStoredOnce) {
+  ASSERT_TRUE(Same(SaveRanks(3, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c")).ok());
+  State st = Rows(&b_, 0, 4);
+  b_.assign(16, 0);
+  Result<LoadResult> r = LoadOne(st, mem_.get(), "/c");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->bytes_read, 64u);
+  EXPECT_EQ(b_, std::vector<float>(16, 1.5f));
+}
+
+TEST_F(ErrorsTest, ObjectGridDisagreement) {
+  Status s = Same(SaveRanks(2, [&](int r) {
+    State st;
+    st.objects.push_back(Object{"rng", "x", {0}, {r + 1}});
+    return st;
+  }, mem_.get(), "/c"));
+  EXPECT_THAT(s.message(), HasSubstr("object 'rng' index [0]: rank 0 has grid [1]"));
+}
+
+class LoadErrorsTest : public ErrorsTest {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(Same(SaveRanks(2, [&](int r) {
+      State st = r == 0 ? Rows(&a_, 0, 2) : Rows(&b_, 2, 2);
+      st.objects.push_back(Object{"setting", "fast", {}, {}});
+      st.common = "iteration=7";
+      return st;
+    }, mem_.get(), "/c")).ok());
+  }
+  std::vector<float> out_;
+};
+
+TEST_F(LoadErrorsTest, MissingKeyIsNotFoundAndNamed) {
+  State st = Rows(&out_, 0, 4);
+  st.tensors[0].segments[0].key = "v";
+  Result<LoadResult> r = LoadOne(st, mem_.get(), "/c");
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(r.status().message(), HasSubstr("lacks requested keys 'v'"));
+}
+
+TEST_F(LoadErrorsTest, UnexpectedKeyIsNamed) {
+  State st;  // requests nothing of "w"
+  st.objects.push_back(Object{"setting", "", {}, {}});
+  Result<LoadResult> r = LoadOne(st, mem_.get(), "/c");
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("holds keys no rank requested: 'w'"));
+}
+
+TEST_F(LoadErrorsTest, PartialLoadReturnsMissingAndUnexpectedKeys) {
+  State st;
+  st.objects.push_back(Object{"setting", "", {}, {}});
+  st.objects.push_back(Object{"absent", "", {}, {}});
+  st.common = "";
+  LoadOptions o;
+  o.allow_missing_keys = o.allow_unexpected_keys = true;
+  Result<LoadResult> r = LoadOne(st, mem_.get(), "/c", o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->missing_keys, std::vector<std::string>{"absent"});
+  EXPECT_EQ(r->unexpected_keys, std::vector<std::string>{"w"});
+  EXPECT_EQ(st.objects[0].bytes, "fast");  // restored on a rank that did not write it
+  EXPECT_EQ(*st.common, "iteration=7");
+}
+
+TEST_F(LoadErrorsTest, DtypeMismatchRaisesUnlessConverting) {
+  std::vector<uint16_t> bf16(16);
+  LocalTensor lt = WholeTensor("w", DType::kBF16, bf16.data(), {4, 4});
+  State st;
+  st.tensors.push_back(lt);
+  Result<LoadResult> r = LoadOne(st, mem_.get(), "/c");
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("tensor 'w': requested dtype BF16 but the checkpoint holds F32"));
+  LoadOptions o;
+  o.allow_dtype_conversion = true;
+  o.allow_unexpected_keys = true;
+  r = LoadOne(st, mem_.get(), "/c", o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(bf16, std::vector<uint16_t>(16, 0x3fc0));  // 1.5 in bf16
+}
+
+TEST_F(LoadErrorsTest, ShapeMismatchRaises) {
+  State st = Rows(&out_, 0, 4, DType::kF32, {8, 4});
+  Result<LoadResult> r = LoadOne(st, mem_.get(), "/c");
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("tensor 'w': requested global shape [8, 4] but the checkpoint holds [4, 4]"));
+}
+
+TEST_F(LoadErrorsTest, MissingManifestIsNotFound) {
+  State st = Rows(&out_, 0, 4);
+  Result<LoadResult> r = LoadOne(st, mem_.get(), "/nowhere");
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(r.status().message(), HasSubstr("no checkpoint at '/nowhere'"));
+}
+
+TEST_F(LoadErrorsTest, GarbageManifestIsDataLoss) {
+  ASSERT_TRUE(mem_->WriteStringToFile("/c/manifest", "not a manifest at all").ok());
+  State st = Rows(&out_, 0, 4);
+  Result<LoadResult> r = LoadOne(st, mem_.get(), "/c");
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(r.status().message(), HasSubstr("/c/manifest"));
+}
+
+TEST_F(LoadErrorsTest, FlippedByteIsChecksumErrorNamingKeyAndFile) {
+  Result<std::string> f = mem_->ReadFileToString("/c/data/1.safetensors");
+  ASSERT_TRUE(f.ok());
+  std::string bytes = *f;
+  bytes[bytes.size() - 5] ^= 0x01;
+  ASSERT_TRUE(mem_->WriteStringToFile("/c/data/1.safetensors", bytes).ok());
+  State st = Rows(&out_, 0, 4);
+  Result<LoadResult> r = LoadOne(st, mem_.get(), "/c", [] {
+    LoadOptions o;
+    o.allow_unexpected_keys = true;
+    return o;
+  }());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("tensor 'w' chunk 1 [2:4, 0:4] in 'data/1.safetensors': checksum mismatch"));
+}
+
+TEST_F(LoadErrorsTest, TruncatedDataFileIsDataLossNamingRange) {
+  Result<std::string> f = mem_->ReadFileToString("/c/data/1.safetensors");
+  ASSERT_TRUE(f.ok());
+  ASSERT_TRUE(mem_->WriteStringToFile("/c/data/1.safetensors", f->substr(0, f->size() - 10)).ok());
+  State st = Rows(&out_, 0, 4);
+  LoadOptions o;
+  o.allow_unexpected_keys = true;
+  Result<LoadResult> r = LoadOne(st, mem_.get(), "/c", o);
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(r.status().message(), HasSubstr("tensor 'w' chunk 1"));
+  EXPECT_THAT(r.status().message(), HasSubstr("data/1.safetensors"));
+}
+
+TEST_F(ErrorsTest, ExistingCheckpointIsNotOverwrittenByDefault) {
+  ASSERT_TRUE(Same(SaveRanks(1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c")).ok());
+  Status s = Same(SaveRanks(1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c"));
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("a checkpoint already exists at '/c'"));
+}
+
+TEST_F(ErrorsTest, FailedWriteOnOneRankFailsAllAndLeavesNoManifest) {
+  internal::FaultStorage faults(mem_.get());
+  faults.FailWritesFrom(2);
+  std::vector<std::vector<float>> mem(4);
+  std::vector<Status> all = SaveRanks(4, [&](int r) { return Rows(&mem[r], r, 1); }, &faults, "/c");
+  for (const Status& s : all) {
+    EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
+    EXPECT_THAT(s.message(), HasSubstr("injected"));
+  }
+  EXPECT_FALSE(*mem_->Exists("/c/manifest"));
+}
+
+TEST_F(ErrorsTest, FailedOverwriteKeepsThePreviousCheckpoint) {
+  ASSERT_TRUE(Same(SaveRanks(1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c")).ok());
+  internal::FaultStorage faults(mem_.get());
+  faults.FailWritesFrom(1);
+  SaveOptions o;
+  o.overwrite = true;
+  std::vector<float> other;
+  Status s = Same(SaveRanks(1, [&](int) {
+    State st = Rows(&other, 0, 4);
+    other.assign(16, 9.0f);
+    return st;
+  }, &faults, "/c", o));
+  EXPECT_EQ(s.code(), StatusCode::kIOError);
+  State st = Rows(&b_, 0, 4);
+  b_.assign(16, 0);
+  ASSERT_TRUE(LoadOne(st, mem_.get(), "/c").ok());
+  EXPECT_EQ(b_, std::vector<float>(16, 1.5f));
+}
+
+TEST_F(ErrorsTest, OverwriteReplacesTheCheckpoint) {
+  ASSERT_TRUE(Same(SaveRanks(1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c")).ok());
+  SaveOptions o;
+  o.overwrite = true;
+  std::vector<float> other;
+  ASSERT_TRUE(Same(SaveRanks(1, [&](int) {
+    State st = Rows(&other, 0, 4);
+    other.assign(16, 9.0f);
+    return st;
+  }, mem_.get(), "/c", o)).ok());
+  State st = Rows(&b_, 0, 4);
+  ASSERT_TRUE(LoadOne(st, mem_.get(), "/c").ok());
+  EXPECT_EQ(b_, std::vector<float>(16, 9.0f));
+  EXPECT_FALSE(*mem_->Exists("/c.partial"));
+  EXPECT_FALSE(*mem_->Exists("/c.old"));
+}
+
+TEST_F(ErrorsTest, CrashBeforeCommitLeavesNoCheckpoint) {
+  auto* mem = static_cast<internal::MemStorage*>(mem_.get());
+  internal::FaultStorage faults(mem_.get());
+  faults.FailRenameTo("/manifest");
+  Status s = Same(SaveRanks(1, [&](int) { return Rows(&a_, 0, 4); }, &faults, "/c"));
+  EXPECT_EQ(s.code(), StatusCode::kIOError);
+  mem->SimulateCrash();
+  State st = Rows(&b_, 0, 4);
+  EXPECT_EQ(LoadOne(st, mem_.get(), "/c").status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace shardpoint
