@@ -42,8 +42,8 @@ BENCHMARK(BM_StridedCopyContiguous)->UseRealTime();
 // The right half of every row of a [rows, 2*cols] tensor into a [rows, cols] one.
 void BM_StridedCopyHalfRow(benchmark::State& state) {
   std::vector<char> src(kRows * 2 * kCols * kElem, 1), dst(kRows * kCols * kElem);
-  const View s = ContiguousView(src.data(), kElem, {kRows, 2 * kCols}).Sub(
-      Box({0, kCols}, {kRows, kCols}));
+  const View s =
+      ContiguousView(src.data(), kElem, {kRows, 2 * kCols}).Sub(Box({0, kCols}, {kRows, kCols}));
   const View d = ContiguousView(dst.data(), kElem, {kRows, kCols});
   for (auto _ : state) {
     StridedCopy(d, s);

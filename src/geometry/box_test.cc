@@ -35,8 +35,8 @@ TEST(BoxTest, CheckedNumElements) {
 TEST(BoxTest, IntersectAndContains) {
   EXPECT_EQ(Intersect(Box({0, 0}, {4, 4}), Box({2, 3}, {4, 4})), Box({2, 3}, {2, 1}));
   EXPECT_FALSE(Intersect(Box({0, 0}, {4, 4}), Box({4, 0}, {4, 4})));  // touching edge
-  EXPECT_FALSE(Intersect(Box({0}, {0}), Box({0}, {4})));               // empty
-  EXPECT_EQ(Intersect(Box(), Box()), Box());                           // 0-d
+  EXPECT_FALSE(Intersect(Box({0}, {0}), Box({0}, {4})));              // empty
+  EXPECT_EQ(Intersect(Box(), Box()), Box());                          // 0-d
   EXPECT_TRUE(Contains(Box({0, 0}, {4, 4}), Box({1, 1}, {3, 3})));
   EXPECT_FALSE(Contains(Box({0, 0}, {4, 4}), Box({1, 1}, {4, 3})));
   EXPECT_FALSE(Contains(Box({1}, {4}), Box({0}, {2})));

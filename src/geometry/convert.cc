@@ -145,6 +145,7 @@ constexpr bool IsFloat(DType t) {
 // The C++ storage type of an integer dtype.
 template <DType T>
 struct IntType;
+// clang-format off
 template <> struct IntType<DType::kBool> { using type = uint8_t; };
 template <> struct IntType<DType::kU8> { using type = uint8_t; };
 template <> struct IntType<DType::kI8> { using type = int8_t; };
@@ -154,6 +155,7 @@ template <> struct IntType<DType::kI32> { using type = int32_t; };
 template <> struct IntType<DType::kU32> { using type = uint32_t; };
 template <> struct IntType<DType::kI64> { using type = int64_t; };
 template <> struct IntType<DType::kU64> { using type = uint64_t; };
+// clang-format on
 
 // Reads one float element as a double. `table` is the decode table for the
 // 8/16-bit formats that use one.
@@ -232,7 +234,8 @@ template <DType F, DType T>
 void ConvertLoop(const char* src, char* dst, int64_t n) {
   const size_t in = DTypeSize(F), out = DTypeSize(T);
   if constexpr (F == DType::kF32 && T == DType::kBF16) {
-    for (int64_t i = 0; i < n; ++i) Store<uint16_t>(dst + i * 2, F32ToBF16(Load<float>(src + i * 4)));
+    for (int64_t i = 0; i < n; ++i)
+      Store<uint16_t>(dst + i * 2, F32ToBF16(Load<float>(src + i * 4)));
   } else if constexpr (IsFloat(F) && IsFloat(T)) {
     const float* table = TableFor<F>();
     for (int64_t i = 0; i < n; ++i) StoreFloat<T>(dst + i * out, LoadFloat<F>(src + i * in, table));

@@ -64,8 +64,8 @@ TEST(ConvertTest, F16) {
   EXPECT_EQ(ToF16(std::ldexp(1.0, -24)), 0x0001);  // smallest subnormal
   EXPECT_EQ(ToF16(std::ldexp(1.0, -25)), 0x0000);  // tie to even: zero
   EXPECT_EQ(ToF16(std::ldexp(1.0001, -25)), 0x0001);
-  EXPECT_EQ(ToF16(std::ldexp(3.0, -25)), 0x0002);       // tie 1|2 -> 2
-  EXPECT_EQ(ToF16(std::ldexp(1023.5, -24)), 0x0400);    // subnormal rounds up to normal
+  EXPECT_EQ(ToF16(std::ldexp(3.0, -25)), 0x0002);             // tie 1|2 -> 2
+  EXPECT_EQ(ToF16(std::ldexp(1023.5, -24)), 0x0400);          // subnormal rounds up to normal
   EXPECT_EQ(ToF16(std::ldexp(1.0 + 1.0 / 2048, 0)), 0x3c00);  // tie to even
   EXPECT_EQ(ToF16(std::ldexp(1.0 + 3.0 / 2048, 0)), 0x3c02);  // tie to even (up)
   EXPECT_EQ(ToF16(-0.0), 0x8000);
@@ -132,7 +132,8 @@ TEST(ConvertTest, RoundTripsAllBitPatterns) {
         const double v = wide == DType::kF32 ? double{reinterpret_cast<float*>(mid.data())[i]}
                                              : reinterpret_cast<double*>(mid.data())[i];
         if (std::isnan(v)) {
-          EXPECT_TRUE(std::isnan(ToF64(c.type, back[i * size] | (size == 2 ? back[i * size + 1] << 8 : 0))))
+          EXPECT_TRUE(
+              std::isnan(ToF64(c.type, back[i * size] | (size == 2 ? back[i * size + 1] << 8 : 0))))
               << DTypeName(c.type) << " " << i;
           continue;
         }
@@ -200,8 +201,8 @@ TEST(ConvertTest, FloatToInt) {
   EXPECT_EQ(Conv<uint8_t>(DType::kF32, 300.5f, DType::kU8), 255);
   EXPECT_EQ(Conv<int16_t>(DType::kF8E4M3, uint8_t{0xfe}, DType::kI16), -448);
   EXPECT_EQ(Conv<int32_t>(DType::kBF16, uint16_t{0xc2f7}, DType::kI32), -123);  // -123.5
-  EXPECT_EQ(Conv<uint8_t>(DType::kF16, uint16_t{0x3800}, DType::kBool), 1);  // 0.5
-  EXPECT_EQ(Conv<uint8_t>(DType::kF16, uint16_t{0x8000}, DType::kBool), 0);  // -0
+  EXPECT_EQ(Conv<uint8_t>(DType::kF16, uint16_t{0x3800}, DType::kBool), 1);     // 0.5
+  EXPECT_EQ(Conv<uint8_t>(DType::kF16, uint16_t{0x8000}, DType::kBool), 0);     // -0
 }
 
 TEST(ConvertTest, IntToFloat) {

@@ -15,7 +15,8 @@ TEST(RowMajorTest, StridesIndexUnravel) {
   EXPECT_EQ(RowMajorIndex({}, {}), 0);
   EXPECT_EQ(UnravelIndex({2, 3, 4}, 23), (Shape{1, 2, 3}));
   EXPECT_EQ(UnravelIndex({2, 3, 4}, 0), (Shape{0, 0, 0}));
-  for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(RowMajorIndex({2, 3, 4}, UnravelIndex({2, 3, 4}, i)), i);
+  for (int64_t i = 0; i < 24; ++i)
+    EXPECT_EQ(RowMajorIndex({2, 3, 4}, UnravelIndex({2, 3, 4}, i)), i);
 }
 
 TEST(FlatRangeToBoxesTest, ZeroDAndEmpty) {

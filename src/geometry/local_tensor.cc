@@ -38,15 +38,14 @@ Status ValidateSegment(const Segment& s, const Shape& local_shape) {
                          .WithContext("segment '" + s.key + "' global box"));
   if (s.local_offset.size() != local_shape.size() ||
       local_shape.size() < s.global_box.shape.size()) {
-    return InvalidArgumentError(Describe(s) + " has local offset " +
-                                ShapeToString(s.local_offset) + " of rank " +
-                                std::to_string(s.local_offset.size()) +
+    return InvalidArgumentError(Describe(s) + " has local offset " + ShapeToString(s.local_offset) +
+                                " of rank " + std::to_string(s.local_offset.size()) +
                                 ", expected the local rank " + std::to_string(local_shape.size()) +
                                 " (which must be at least the global rank)");
   }
-  SP_RETURN_IF_ERROR(
-      ValidateBoxInShape(LocalBox(s), local_shape)
-          .WithContext(Describe(s) + " does not fit the local shape " + ShapeToString(local_shape)));
+  SP_RETURN_IF_ERROR(ValidateBoxInShape(LocalBox(s), local_shape)
+                         .WithContext(Describe(s) + " does not fit the local shape " +
+                                      ShapeToString(local_shape)));
   return OkStatus();
 }
 
@@ -87,15 +86,14 @@ Status CheckDisjoint(const std::vector<Segment>& segments, size_t rank) {
   std::vector<const Item*> active;
   for (const Item& it : items) {
     const int64_t start = it.box.offset[sweep];
-    std::erase_if(active, [&](const Item* a) {
-      return a->box.offset[sweep] + a->box.shape[sweep] <= start;
-    });
+    std::erase_if(
+        active, [&](const Item* a) { return a->box.offset[sweep] + a->box.shape[sweep] <= start; });
     for (const Item* a : active) {
       if (std::optional<Box> overlap = Intersect(a->box, it.box)) {
-        return InvalidArgumentError(
-            Describe(segments[a->index]) + " at local box " + a->box.ToString() + " and " +
-            Describe(segments[it.index]) + " at local box " + it.box.ToString() +
-            " overlap in the local tensor at " + overlap->ToString());
+        return InvalidArgumentError(Describe(segments[a->index]) + " at local box " +
+                                    a->box.ToString() + " and " + Describe(segments[it.index]) +
+                                    " at local box " + it.box.ToString() +
+                                    " overlap in the local tensor at " + overlap->ToString());
       }
     }
     active.push_back(&it);

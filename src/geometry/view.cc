@@ -65,10 +65,14 @@ inline void CopyRun(char* dst, int64_t dst_stride, const char* src, int64_t src_
     return;
   }
   switch (elem_size) {
-    case 1: return CopyTyped<uint8_t>(dst, dst_stride, src, src_stride, count);
-    case 2: return CopyTyped<uint16_t>(dst, dst_stride, src, src_stride, count);
-    case 4: return CopyTyped<uint32_t>(dst, dst_stride, src, src_stride, count);
-    case 8: return CopyTyped<uint64_t>(dst, dst_stride, src, src_stride, count);
+    case 1:
+      return CopyTyped<uint8_t>(dst, dst_stride, src, src_stride, count);
+    case 2:
+      return CopyTyped<uint16_t>(dst, dst_stride, src, src_stride, count);
+    case 4:
+      return CopyTyped<uint32_t>(dst, dst_stride, src, src_stride, count);
+    case 8:
+      return CopyTyped<uint64_t>(dst, dst_stride, src, src_stride, count);
     default:
       for (int64_t i = 0; i < count; ++i) {
         std::memcpy(dst, src, elem_size);

@@ -64,7 +64,7 @@ TEST(StridedCopyTest, ColumnSplit) {
 TEST(StridedCopyTest, Transpose) {
   std::vector<uint32_t> src(6), dst(6, 0);
   std::iota(src.begin(), src.end(), 0);  // [2, 3]
-  View t;  // src transposed: shape [3, 2]
+  View t;                                // src transposed: shape [3, 2]
   t.data = reinterpret_cast<char*>(src.data());
   t.elem_size = 4;
   t.shape = {3, 2};
@@ -84,6 +84,25 @@ TEST(StridedCopyTest, OddElementSize) {
   s.byte_strides = {6};
   StridedCopy(ContiguousView(dst.data(), 3, {4}), s);
   EXPECT_EQ(dst, (std::vector<uint8_t>{0, 1, 2, 6, 7, 8, 12, 13, 14, 18, 19, 20}));
+}
+
+// Transposed views longer than one strip of the strided-inner path, with a
+// partial last strip and an outer odometer dim.
+TEST(StridedCopyTest, TransposedStrips) {
+  for (size_t es : {2, 4, 8, 3}) {
+    const Shape shape = {3, 37, 50};
+    std::vector<char> src(3 * 37 * 50 * es), dst(src.size(), 0), expected(src.size(), 0);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 7 + 1);
+    View s = ContiguousView(src.data(), es, {3, 50, 37});
+    s.shape = shape;
+    std::swap(s.byte_strides[1], s.byte_strides[2]);
+    View d = ContiguousView(dst.data(), es, shape);
+    StridedCopy(d, s);
+    View e = d;
+    e.data = expected.data();
+    NaiveCopy(e, s);
+    EXPECT_EQ(dst, expected) << es;
+  }
 }
 
 // Random shapes up to 5-d with extent-0/1 dims; the source is a sliced and
@@ -139,8 +158,8 @@ TEST(StridedCopyTest, RandomizedAgainstNaive) {
                          (dst.data - reinterpret_cast<char*>(dst_buf.data()));
     NaiveCopy(expected_view, src);
     StridedCopy(dst, src);
-    ASSERT_EQ(dst_buf, expected) << "iter " << iter << " shape " << ShapeToString(shape)
-                                 << " elem " << es;
+    ASSERT_EQ(dst_buf, expected) << "iter " << iter << " shape " << ShapeToString(shape) << " elem "
+                                 << es;
   }
 }
 

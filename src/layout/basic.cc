@@ -66,8 +66,8 @@ Result<LocalTensor> SplitTensor(std::string key, DType dtype, void* data, Shape 
                                 int dim, int index, int count) {
   SP_RETURN_IF_ERROR(CheckDim(key, global_shape, dim));
   if (count <= 0 || index < 0 || index >= count) {
-    return InvalidArgumentError("'" + key + "': shard index " + std::to_string(index) +
-                                " of " + std::to_string(count) + " is out of range");
+    return InvalidArgumentError("'" + key + "': shard index " + std::to_string(index) + " of " +
+                                std::to_string(count) + " is out of range");
   }
   std::vector<int64_t> sizes = ChunkSizes(global_shape[dim], count);
   return SplitTensorSizes(std::move(key), dtype, data, std::move(global_shape), dim,
@@ -81,8 +81,8 @@ Result<LocalTensor> SplitTensorSizes(std::string key, DType dtype, void* data, S
     return n.status().WithContext("'" + key + "'");
   }
   if (index < 0 || static_cast<size_t>(index) >= sizes.size()) {
-    return InvalidArgumentError("'" + key + "': shard index " + std::to_string(index) +
-                                " of " + std::to_string(sizes.size()) + " is out of range");
+    return InvalidArgumentError("'" + key + "': shard index " + std::to_string(index) + " of " +
+                                std::to_string(sizes.size()) + " is out of range");
   }
   int64_t total = 0, begin = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -125,8 +125,8 @@ Result<LocalTensor> Concat(std::vector<LocalTensor> parts, int dim, void* data) 
   out.shape[dim] = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
     LocalTensor& p = parts[i];
-    const std::string what = "Concat part " + std::to_string(i) + " of shape " +
-                             ShapeToString(p.shape);
+    const std::string what =
+        "Concat part " + std::to_string(i) + " of shape " + ShapeToString(p.shape);
     if (p.flat || !p.strides.empty()) {
       return InvalidArgumentError(what + " is flat or strided");
     }

@@ -67,8 +67,8 @@ TEST(LayoutTest, SplitTensorSizes) {
   EXPECT_FALSE(SplitTensorSizes("emb", DType::kF32, nullptr, {10}, 0, {11, -1}, 0).ok());
   EXPECT_FALSE(SplitTensorSizes("emb", DType::kF32, nullptr, {10}, 0, {10}, 1).ok());
   EXPECT_FALSE(SplitTensorSizes("emb", DType::kF32, nullptr, {10}, 0, {}, 0).ok());
-  EXPECT_FALSE(SplitTensorSizes("emb", DType::kF32, nullptr, {10}, 0,
-                                {INT64_MAX, INT64_MAX, 12}, 0).ok());
+  EXPECT_FALSE(
+      SplitTensorSizes("emb", DType::kF32, nullptr, {10}, 0, {INT64_MAX, INT64_MAX, 12}, 0).ok());
 }
 
 TEST(LayoutTest, FlatShard) {
@@ -102,7 +102,8 @@ TEST(LayoutTest, ConcatFusedWeight) {
   EXPECT_EQ(t->segments[1].local_offset, (Shape{4, 0}));
   EXPECT_EQ(t->segments[1].global_box, Box({4, 0}, {4, 3}));
   // Nested: concatenating a fused tensor again keeps all segments.
-  Result<LocalTensor> twice = Concat({*t, WholeTensor("b", DType::kBF16, nullptr, {2, 3})}, 0, &buf);
+  Result<LocalTensor> twice =
+      Concat({*t, WholeTensor("b", DType::kBF16, nullptr, {2, 3})}, 0, &buf);
   ASSERT_TRUE(twice.ok());
   EXPECT_EQ(twice->shape, (Shape{10, 3}));
   EXPECT_EQ(twice->segments[2].local_offset, (Shape{8, 0}));

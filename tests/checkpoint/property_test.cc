@@ -26,7 +26,7 @@ Status First(const std::vector<Status>& all) {
 
 TEST(PropertyTest, AnyLayoutReloadsBitForBitUnderAnyOtherLayout) {
   const uint64_t seed = EnvOr("SHARDPOINT_SEED", 20261122);
-  const uint64_t cases = EnvOr("SHARDPOINT_CASES", 1500);
+  const uint64_t cases = EnvOr("SHARDPOINT_CASES", 3000);
   std::printf("property test: seed %llu, %llu cases\n", static_cast<unsigned long long>(seed),
               static_cast<unsigned long long>(cases));
   std::unique_ptr<Storage> storage = NewMemStorage();

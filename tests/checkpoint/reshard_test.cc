@@ -84,7 +84,14 @@ INSTANTIATE_TEST_SUITE_P(
         std::make_pair(ParallelConfig{2, 2, 2, true}, ParallelConfig{1, 1, 1, false}),
         std::make_pair(ParallelConfig{4, 1, 2, false}, ParallelConfig{2, 4, 1, true}),
         std::make_pair(ParallelConfig{1, 1, 8, true}, ParallelConfig{8, 1, 1, false}),
-        std::make_pair(ParallelConfig{1, 2, 3, true}, ParallelConfig{3, 1, 2, true})));
+        std::make_pair(ParallelConfig{1, 2, 3, true}, ParallelConfig{3, 1, 2, true})),
+    [](const auto& info) {
+      auto name = [](const ParallelConfig& p) {
+        return "TP" + std::to_string(p.tp) + "PP" + std::to_string(p.pp) + "DP" +
+               std::to_string(p.dp) + (p.distributed_optimizer ? "dist" : "");
+      };
+      return name(info.param.first) + "_to_" + name(info.param.second);
+    });
 
 }  // namespace
 }  // namespace shardpoint

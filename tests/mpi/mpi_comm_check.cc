@@ -4,6 +4,8 @@
 // the unit-test glob must not pick it up.
 #include <gtest/gtest.h>
 
+#include "tests/mpi/mpi_test_main.h"
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -161,39 +163,7 @@ TEST_F(MpiCommTest, IndependentOfWorldTraffic) {
   if (comm_->rank() == 0) MPI_Wait(&request, MPI_STATUS_IGNORE);
 }
 
-// On ranks other than 0: prints failed assertions only, tagged with the rank.
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_,
-                 result.file_name() ? result.file_name() : "?", result.line_number(),
-                 result.summary());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace shardpoint
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {
-    // Only rank 0 prints progress; other ranks report their failures only.
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new shardpoint::FailurePrinter(rank));
-  }
-  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  if (failed) std::fprintf(stderr, "mpi_comm_check: rank %d FAILED\n", rank);
-  int any_failed = 0;
-  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return any_failed;
-}
+int main(int argc, char** argv) { return shardpoint::testing::RunMpiTests(argc, argv, "mpi_comm_check"); }
