@@ -12,10 +12,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "shardpoint/comm.h"
+#include "shardpoint/plan_cache.h"
 #include "shardpoint/state.h"
 #include "shardpoint/status.h"
 #include "shardpoint/storage.h"
@@ -37,6 +39,15 @@ struct SaveOptions {
   // Compare checksums of replicas of the same box and fail on a mismatch
   // (catches silent data-parallel desync). Default false (costs a read pass).
   bool verify_replicas = false;
+  // Reuse the global plan while the state's structure is unchanged (see
+  // plan_cache.h). Pass the same cache to every save of this rank. Default:
+  // nullptr = plan every save.
+  SavePlanCache* plan_cache = nullptr;
+  // Progress lines, called on rank 0 only, from the thread running the save:
+  // one line when the save is committed (with its duration and size) or when
+  // it failed; never "saved" before the manifest is durable. Default: empty =
+  // silent.
+  std::function<void(const std::string&)> log;
 };
 
 struct SaveStats {
@@ -45,6 +56,8 @@ struct SaveStats {
   int num_files = 0;
   int64_t num_chunks = 0;
   double seconds = 0;          // wall time of the whole collective call
+  double plan_seconds = 0;     // exchange + global plan
+  bool plan_cached = false;    // the plan came from SaveOptions::plan_cache
 };
 
 struct LoadOptions {
@@ -57,6 +70,11 @@ struct LoadOptions {
   bool allow_unexpected_keys = false;
   // Convert stored dtypes to the requested ones. Default false: mismatch errors.
   bool allow_dtype_conversion = false;
+  // Load a tensor whose requested global shape differs from the stored one in
+  // some dims (not in rank), e.g. a vocabulary padded for another TP size: the
+  // overlap of the requested box with the stored extent is loaded and the rest
+  // of the requested box is set to zero. Default false: a mismatch errors.
+  bool allow_shape_mismatch = false;
   // Check the checksum of every chunk that is read whole. Default true.
   bool verify_checksums = true;
 };

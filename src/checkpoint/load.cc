@@ -12,6 +12,7 @@
 #include "shardpoint/checkpoint.h"
 #include "src/checkpoint/commit.h"
 #include "src/checkpoint/reader.h"
+#include "src/geometry/view.h"
 #include "src/plan/load_plan.h"
 
 namespace shardpoint {
@@ -54,10 +55,16 @@ Status CheckRequests(const Manifest& m, const State& state, const LoadOptions& o
                                     std::string(DTypeName(rec.dtype)) +
                                     " (allow_dtype_conversion converts)");
       }
-      if (rec.shape != seg.global_shape) {
+      const bool shape_ok =
+          rec.shape == seg.global_shape ||
+          (options.allow_shape_mismatch && rec.shape.size() == seg.global_shape.size());
+      if (!shape_ok) {
         return InvalidArgumentError("tensor '" + seg.key + "': requested global shape " +
                                     ShapeToString(seg.global_shape) +
-                                    " but the checkpoint holds " + ShapeToString(rec.shape));
+                                    " but the checkpoint holds " + ShapeToString(rec.shape) +
+                                    (rec.shape.size() == seg.global_shape.size()
+                                         ? " (allow_shape_mismatch loads the overlap)"
+                                         : ""));
       }
     }
   }
@@ -89,6 +96,14 @@ Status LoadObjects(const Manifest& m, State& state, DataFiles* files, uint64_t* 
   if (state.common && m.has_common) state.common = m.common;
   state.metadata_json = m.metadata_json;
   return OkStatus();
+}
+
+// Sets every element of `v` to zero bytes (the part of a padded tensor that
+// the checkpoint does not hold).
+void ZeroFill(const View& v) {
+  const std::vector<char> zero(v.elem_size, 0);
+  StridedCopy(v, View{const_cast<char*>(zero.data()), v.elem_size, v.shape,
+                      Shape(v.shape.size(), 0)});
 }
 
 }  // namespace
@@ -149,7 +164,8 @@ Result<LoadResult> Load(State& state, const std::string& dir, Comm& comm,
   // 3. Reads.
   s = [&]() -> Status {
     SP_ASSIGN_OR_RETURN(std::vector<Region> regions, BuildRegions(state.tensors));
-    SP_ASSIGN_OR_RETURN(LoadPlan plan, PlanLoad(m, regions));
+    SP_ASSIGN_OR_RETURN(LoadPlan plan, PlanLoad(m, regions, options.allow_shape_mismatch));
+    for (const View& v : plan.zero_fill) ZeroFill(v);
     ThreadPool pool(std::max(1, options.io_threads));
     DataFiles files(storage, dir, &m);
     std::atomic<uint64_t> read{0};

@@ -8,12 +8,19 @@
 //      same deterministic plan;               (agree)
 //   4. every writer writes and fsyncs its data file;  (agree)
 //   5. checksums are gathered to rank 0, which commits (commit.cc). (agree)
+// With a SavePlanCache, step 3 still all-gathers but skips decoding and
+// planning when the gathered bytes hash to the cached plan's key; all ranks
+// see the same bytes, so they hit or miss together. Rank 0 reports the
+// outcome through SaveOptions::log only after step 5 (the commit).
 #include <chrono>
+#include <cstdio>
+#include <memory>
 
 #include "shardpoint/checkpoint.h"
 #include "src/base/bytes.h"
 #include "src/checkpoint/commit.h"
 #include "src/checkpoint/writer.h"
+#include "src/plan/plan_cache.h"
 #include "src/plan/save_plan.h"
 
 namespace shardpoint {
@@ -95,9 +102,49 @@ Result<Contribution> MakeContribution(const State& state, const std::vector<Regi
 
 using namespace internal;
 
-Result<SaveStats> Save(const State& state, const std::string& dir, Comm& comm,
-                       const SaveOptions& options) {
+namespace {
+
+// Decodes the gathered contributions and plans, or reuses the cached plan
+// when the gathered bytes are unchanged. The plan is deterministic, so a rank
+// whose cache is cold computes the same plan as ranks that hit.
+Result<std::shared_ptr<SavePlan>> PlanFromGathered(const std::vector<std::string>& all,
+                                                   SavePlanCache* cache) {
+  PlanKey key;
+  if (cache) {
+    key = HashContributions(all);
+    if (std::shared_ptr<SavePlan> hit = LookupPlan(*cache, key)) return hit;
+  }
+  std::vector<Contribution> contributions(all.size());
+  for (size_t r = 0; r < all.size(); ++r) {
+    SP_ASSIGN_OR_RETURN(contributions[r], DecodeContribution(all[r], static_cast<int>(r)));
+  }
+  SP_ASSIGN_OR_RETURN(SavePlan plan, PlanSave(contributions));
+  auto shared = std::make_shared<SavePlan>(std::move(plan));
+  if (cache) StorePlan(*cache, key, shared);
+  return shared;
+}
+
+std::string FormatSeconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f s", s);
+  return buf;
+}
+
+std::string SaveSummary(const std::string& dir, const SaveStats& st) {
+  char buf[256];
+  const double gb = static_cast<double>(st.bytes_written) / 1e9;
+  std::snprintf(buf, sizeof buf,
+                "%.3f GB in %d files, %lld chunks, in %.3f s (%.2f GB/s; plan %.3f s%s)", gb,
+                st.num_files, static_cast<long long>(st.num_chunks), st.seconds,
+                st.seconds > 0 ? gb / st.seconds : 0.0, st.plan_seconds,
+                st.plan_cached ? ", cached" : "");
+  return "shardpoint: saved checkpoint '" + dir + "' (committed): " + buf;
+}
+
+Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Comm& comm,
+                                 const SaveOptions& options) {
   const auto start = std::chrono::steady_clock::now();
+  const int64_t hits_before = options.plan_cache ? options.plan_cache->hits() : 0;
   Storage* storage = options.storage ? options.storage : DefaultStorage();
   const int rank = comm.rank();
 
@@ -119,28 +166,24 @@ Result<SaveStats> Save(const State& state, const std::string& dir, Comm& comm,
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, mine.status()));
 
   // 3. The plan.
+  const auto plan_start = std::chrono::steady_clock::now();
   std::vector<std::string> all;
   SP_RETURN_IF_ERROR(comm.AllGather(EncodeContribution(*mine), &all));
-  std::vector<Contribution> contributions(all.size());
-  s = OkStatus();
-  for (size_t r = 0; r < all.size() && s.ok(); ++r) {
-    Result<Contribution> c = DecodeContribution(all[r], static_cast<int>(r));
-    if (c.ok()) contributions[r] = std::move(*c);
-    s = c.status();
-  }
+  Result<std::shared_ptr<SavePlan>> plan = PlanFromGathered(all, options.plan_cache);
   all.clear();
-  Result<SavePlan> plan = s.ok() ? PlanSave(contributions) : Result<SavePlan>(s);
-  contributions.clear();
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, plan.status()));
+  const bool plan_cached = options.plan_cache && options.plan_cache->hits() > hits_before;
+  const double plan_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
 
   // 4. Data files.
-  const RankFile& rf = plan->ranks[rank];
+  const RankFile& rf = (*plan)->ranks[rank];
   std::vector<uint64_t> sums;
   s = OkStatus();
   if (rf.file >= 0) {
     ThreadPool pool(std::max(1, options.io_threads));
     Result<std::vector<uint64_t>> written =
-        WriteDataFile(storage, JoinPath(write_dir, plan->manifest.files[rf.file]), rf,
+        WriteDataFile(storage, JoinPath(write_dir, (*plan)->manifest.files[rf.file]), rf,
                       Sources(rf, *regions, state), &pool,
                       WriterOptions{options.staging_bytes, 3, options.direct_io});
     s = written.status();
@@ -152,12 +195,12 @@ Result<SaveStats> Save(const State& state, const std::string& dir, Comm& comm,
   SP_RETURN_IF_ERROR(comm.Gather(EncodeChecksums(sums), 0, &all));
   s = OkStatus();
   if (rank == 0) {
-    Manifest& m = plan->manifest;
+    Manifest& m = (*plan)->manifest;
     for (size_t r = 0; r < all.size() && s.ok(); ++r) {
       Result<std::vector<uint64_t>> got =
-          DecodeChecksums(all[r], plan->ranks[r].items.size(), static_cast<int>(r));
+          DecodeChecksums(all[r], (*plan)->ranks[r].items.size(), static_cast<int>(r));
       s = got.status();
-      if (got.ok()) ApplyChecksums(plan->ranks[r], *got, &m);
+      if (got.ok()) ApplyChecksums((*plan)->ranks[r], *got, &m);
     }
     m.has_common = state.common.has_value();
     if (m.has_common) m.common = *state.common;
@@ -167,11 +210,32 @@ Result<SaveStats> Save(const State& state, const std::string& dir, Comm& comm,
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
 
   SaveStats stats;
-  stats.bytes_written = plan->total_bytes;
+  stats.bytes_written = (*plan)->total_bytes;
   for (const WriteItem& item : rf.items) stats.rank_bytes += item.nbytes;
-  stats.num_files = static_cast<int>(plan->manifest.files.size());
-  for (const TensorRecord& t : plan->manifest.tensors) stats.num_chunks += t.chunks.size();
+  stats.num_files = static_cast<int>((*plan)->manifest.files.size());
+  for (const TensorRecord& t : (*plan)->manifest.tensors) stats.num_chunks += t.chunks.size();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats.plan_seconds = plan_seconds;
+  stats.plan_cached = plan_cached;
+  return stats;
+}
+
+}  // namespace
+
+Result<SaveStats> Save(const State& state, const std::string& dir, Comm& comm,
+                       const SaveOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  Result<SaveStats> stats = SaveCollective(state, dir, comm, options);
+  // Every rank returns the same agreed outcome; rank 0 reports it, after the
+  // commit (SaveCollective returns OK only once the manifest is durable).
+  if (options.log && comm.rank() == 0) {
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    options.log(stats.ok() ? SaveSummary(dir, *stats)
+                           : "shardpoint: save of '" + dir + "' FAILED after " +
+                                 FormatSeconds(secs) + " (not committed; the previous checkpoint "
+                                 "is untouched): " + stats.status().ToString());
+  }
   return stats;
 }
 

@@ -31,7 +31,7 @@ struct SafetensorsEntry {
 };
 
 struct SafetensorsHeader {
-  std::vector<SafetensorsEntry> entries;  // sorted by begin (then name)
+  std::vector<SafetensorsEntry> entries;  // sorted by (begin, end, name)
   std::map<std::string, std::string> metadata;
   uint64_t data_start = 0;  // 8 + N: file offset of the data region
 };

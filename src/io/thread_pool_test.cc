@@ -1,6 +1,7 @@
 #include "src/io/thread_pool.h"
 
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <vector>
 

@@ -50,7 +50,8 @@ int64_t RunStart(const Shape& chunk_shape, const Box& in_chunk, const RunPattern
   return RowMajorIndex(chunk_shape, idx);
 }
 
-Result<LoadPlan> PlanLoad(const Manifest& m, const std::vector<Region>& regions) {
+Result<LoadPlan> PlanLoad(const Manifest& m, const std::vector<Region>& regions,
+                          bool allow_shape_mismatch) {
   LoadPlan plan;
   std::unordered_map<int64_t, ChunkIndex> indexes;
   for (const Region& r : regions) {
@@ -62,10 +63,25 @@ Result<LoadPlan> PlanLoad(const Manifest& m, const std::vector<Region>& regions)
     if (fresh) it->second = BuildIndex(rec);
     const ChunkIndex& idx = it->second;
 
+    // The part of the region the checkpoint can supply: all of it, unless the
+    // stored global shape differs (a padded vocabulary) and that is allowed.
+    Box want = r.desc.box;
+    if (rec.shape != r.desc.global_shape) {
+      if (!allow_shape_mismatch || rec.shape.size() != r.desc.global_shape.size()) {
+        return InvalidArgumentError("tensor '" + r.desc.key + "': requested global shape " +
+                                    ShapeToString(r.desc.global_shape) +
+                                    " but the checkpoint holds " + ShapeToString(rec.shape));
+      }
+      std::optional<Box> overlap = Intersect(want, Box::Whole(rec.shape));
+      if (overlap != want) plan.zero_fill.push_back(r.view);
+      if (!overlap) continue;
+      want = *overlap;
+    }
+
     auto begin = rec.chunks.begin();
     auto end = rec.chunks.end();
     if (!rec.shape.empty()) {
-      const int64_t lo = r.desc.box.offset[0], hi = lo + r.desc.box.shape[0];
+      const int64_t lo = want.offset[0], hi = lo + want.shape[0];
       end = std::partition_point(begin, end, [&](const ChunkRecord& c) { return c.box.offset[0] < hi; });
       begin = std::partition_point(begin, end, [&](const ChunkRecord& c) {
         return c.box.offset[0] + idx.max_extent0 <= lo;
@@ -73,7 +89,7 @@ Result<LoadPlan> PlanLoad(const Manifest& m, const std::vector<Region>& regions)
     }
     int64_t covered = 0;
     for (auto c = begin; c != end; ++c) {
-      std::optional<Box> ib = Intersect(c->box, r.desc.box);
+      std::optional<Box> ib = Intersect(c->box, want);
       if (!ib) continue;
       ReadPiece p;
       p.tensor = t;
@@ -93,11 +109,11 @@ Result<LoadPlan> PlanLoad(const Manifest& m, const std::vector<Region>& regions)
       plan.bytes += p.nbytes;
       plan.pieces.push_back(std::move(p));
     }
-    if (covered != r.desc.box.num_elements()) {
+    if (covered != want.num_elements()) {
       return DataLossError("tensor '" + r.desc.key + "': stored chunks cover " +
                            std::to_string(covered) + " of the " +
-                           std::to_string(r.desc.box.num_elements()) + " elements of box " +
-                           r.desc.box.ToString());
+                           std::to_string(want.num_elements()) + " elements of box " +
+                           want.ToString());
     }
   }
   std::sort(plan.pieces.begin(), plan.pieces.end(), [&](const ReadPiece& a, const ReadPiece& b) {

@@ -26,6 +26,9 @@ struct ReadPiece {
 
 struct LoadPlan {
   std::vector<ReadPiece> pieces;  // sorted by (file, offset) for sequential access
+  // Destinations to set to zero before the reads: requested regions that reach
+  // past the stored tensor's extent (allow_shape_mismatch only).
+  std::vector<View> zero_fill;
   uint64_t bytes = 0;
 };
 
@@ -34,7 +37,11 @@ struct LoadPlan {
 // first dim bounded by the largest chunk extent there) and emits pieces.
 // Regions of keys not in `m` are skipped (the caller reports them). A region
 // not fully covered by chunks is DataLoss naming the key and box.
-Result<LoadPlan> PlanLoad(const Manifest& m, const std::vector<Region>& regions);
+// With `allow_shape_mismatch`, a region whose global shape differs from the
+// stored one (same rank) is read where it overlaps the stored extent and the
+// rest is listed in zero_fill; without it, such a region is InvalidArgument.
+Result<LoadPlan> PlanLoad(const Manifest& m, const std::vector<Region>& regions,
+                          bool allow_shape_mismatch = false);
 
 // The contiguous runs of `in_chunk` inside a chunk of shape `chunk_shape`:
 // run i covers elements [first + i*stride, first + i*stride + run) of the

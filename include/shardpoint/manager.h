@@ -1,0 +1,96 @@
+// CheckpointManager: a directory of checkpoints, one per training iteration.
+//
+//   <root>/iter_0000100/     a checkpoint (complete iff it has a manifest)
+//   <root>/iter_0000200/
+//   <root>/latest            the iteration last committed, as decimal text
+//   <root>/.lock             the lock of the job writing here (see below)
+//
+// After a save commits, rank 0 replaces `latest` atomically (write
+// latest.tmp, fsync, rename, fsync <root>) and applies retention. A crash
+// before that leaves `latest` one save behind, never pointing at an
+// incomplete checkpoint. Resume does not trust `latest` alone: it picks the
+// newest iteration directory that holds a manifest, so a killed save (data
+// files, no manifest) is ignored even when it is the newest directory.
+//
+// Retention (keep_last = N > 0): after each commit, complete checkpoints
+// beyond the newest N are removed, and so are incomplete directories older
+// than the newest complete one (leftovers of killed saves). The newest
+// complete checkpoint and the one just committed are never removed.
+//
+// The lock: Open takes <root>/.lock with O_CREAT|O_EXCL (POSIX, rank 0) and
+// writes "pid <pid> host <hostname>" into it; a second job's Open fails with
+// FailedPrecondition naming the holder. A lock left by a dead process on the
+// same host (kill(pid, 0) says it does not exist) is stale and taken over;
+// one left by another host cannot be checked from here: remove the file by
+// hand once that job is known dead. The destructor releases the lock. Set
+// ManagerOptions::lock = false for non-POSIX storage (tests with
+// NewMemStorage) or when the scheduler guarantees exclusivity.
+//
+// Collective methods (Open, Save, SaveAsync, MarkCommitted, Resume) are called
+// by every rank with the same arguments; the others are local. Not
+// thread-safe; one manager per rank.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shardpoint/async_save.h"
+#include "shardpoint/checkpoint.h"
+
+namespace shardpoint {
+
+struct ManagerOptions {
+  // Default: nullptr = DefaultStorage(). Must outlive the manager.
+  Storage* storage = nullptr;
+  // Keep the newest N complete checkpoints. Default 0: keep all.
+  int keep_last = 0;
+  // Take the POSIX lock file (requires `root` to be a POSIX path). Default true.
+  bool lock = true;
+};
+
+class CheckpointManager {
+ public:
+  // Collective. Creates `root` if needed and, on rank 0, takes the lock.
+  static Result<std::unique_ptr<CheckpointManager>> Open(const std::string& root, Comm& comm,
+                                                         const ManagerOptions& options = {});
+  ~CheckpointManager();  // releases the lock
+  CheckpointManager(const CheckpointManager&) = delete;
+  CheckpointManager& operator=(const CheckpointManager&) = delete;
+
+  const std::string& root() const { return root_; }
+  // "<root>/iter_0000100". REQUIRES: iteration >= 0.
+  std::string PathFor(int64_t iteration) const;
+  // Iterations with a complete checkpoint, ascending. Local.
+  Result<std::vector<int64_t>> CompleteIterations() const;
+  // The newest complete checkpoint's iteration, or nullopt. Local.
+  Result<std::optional<int64_t>> LatestComplete() const;
+  // What `latest` says, or nullopt if there is no tracker. Local.
+  Result<std::optional<int64_t>> Tracker() const;
+
+  // Collective: Save into PathFor(iteration), then MarkCommitted.
+  Result<SaveStats> Save(const State& state, int64_t iteration, Comm& comm,
+                         const SaveOptions& options = {});
+  // Collective: SaveAsync into PathFor(iteration); MarkCommitted runs in the
+  // background after the commit (see async_save.h for the Comm rules).
+  SaveHandle SaveAsync(AsyncSaver& saver, const State& state, int64_t iteration, Comm& comm,
+                       const SaveOptions& options = {});
+  // Collective, after the checkpoint of `iteration` committed: rank 0 updates
+  // `latest` and applies retention.
+  Status MarkCommitted(int64_t iteration, Comm& comm);
+  // Collective: loads the newest complete checkpoint (chosen by rank 0) and
+  // returns its iteration; NotFound if there is none.
+  Result<int64_t> Resume(State& state, Comm& comm, const LoadOptions& options = {});
+
+ private:
+  CheckpointManager(std::string root, const ManagerOptions& options);
+  std::string root_;
+  ManagerOptions options_;
+  Storage* storage_;
+  std::string lock_path_;  // set while this object holds the lock
+  std::string lock_token_;
+};
+
+}  // namespace shardpoint

@@ -1,0 +1,34 @@
+// The library side of SavePlanCache (include/shardpoint/plan_cache.h).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardpoint/plan_cache.h"
+#include "src/plan/save_plan.h"
+
+namespace shardpoint::internal {
+
+// 128-bit hash of every rank's encoded contribution, with the rank count and
+// each length mixed in (so contributions cannot shift between ranks).
+struct PlanKey {
+  uint64_t lo = 0, hi = 0;
+  friend bool operator==(const PlanKey& a, const PlanKey& b) { return a.lo == b.lo && a.hi == b.hi; }
+};
+PlanKey HashContributions(const std::vector<std::string>& encoded);
+
+struct SavePlanCacheImpl {
+  bool valid = false;
+  PlanKey key;
+  // Save fills the manifest's checksums, common blob and metadata in place
+  // on every use (all of them, so nothing stale survives a save).
+  std::shared_ptr<SavePlan> plan;
+  int64_t hits = 0, misses = 0;
+};
+
+// The cached plan if `key` matches (counts a hit), else nullptr (counts a miss).
+std::shared_ptr<SavePlan> LookupPlan(SavePlanCache& cache, const PlanKey& key);
+void StorePlan(SavePlanCache& cache, const PlanKey& key, std::shared_ptr<SavePlan> plan);
+
+}  // namespace shardpoint::internal
