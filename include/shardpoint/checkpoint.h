@@ -37,7 +37,9 @@ struct SaveOptions {
   // manifest is a FailedPrecondition error and nothing is touched.
   bool overwrite = false;
   // Compare checksums of replicas of the same box and fail on a mismatch
-  // (catches silent data-parallel desync). Default false (costs a read pass).
+  // (catches silent data-parallel desync, and ranks that declare the same box
+  // of a key with different data). Default false (costs one checksum pass over
+  // the replicas a rank holds but does not write).
   bool verify_replicas = false;
   // Reuse the global plan while the state's structure is unchanged (see
   // plan_cache.h). Pass the same cache to every save of this rank. Default:

@@ -61,6 +61,10 @@ class Storage {
   virtual Status SyncDir(const std::string& path) = 0;
   // Atomically replaces `to` with `from`.
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
+  // Atomically swaps the entries `a` and `b` (both must exist), as Linux
+  // renameat2(RENAME_EXCHANGE). Returns false, changing nothing, where the
+  // storage or the filesystem cannot (the caller falls back to two renames).
+  virtual Result<bool> Exchange(const std::string& a, const std::string& b);
   virtual Status RemoveFile(const std::string& path) = 0;
   // Removes a directory and everything below it; OK if it does not exist.
   virtual Status RemoveAll(const std::string& path) = 0;

@@ -4,13 +4,19 @@
 //   1. writes every data file `<w>/data/<rank>.safetensors` and fsyncs it
 //      (w = dir, or dir.partial when overwriting), then fsyncs `<w>/data`;
 //   2. writes the manifest to `<w>/manifest.tmp`, fsyncs it;
-//   3. renames it to `<w>/manifest` and fsyncs `<w>` (the commit point);
-//   4. when overwriting: renames `dir` to `dir.old`, `dir.partial` to `dir`,
-//      fsyncs the parent, then removes `dir.old`.
+//   3. renames it to `<w>/manifest` and fsyncs `<w>` and its parent (the
+//      commit point; the parent makes a new `dir` itself durable);
+//   4. when overwriting: swaps `dir` and `dir.partial` in one atomic
+//      renameat2(RENAME_EXCHANGE), fsyncs the parent, then removes
+//      `dir.partial` (now the old checkpoint). Where the filesystem cannot
+//      exchange: renames `dir` to `dir.old`, `dir.partial` to `dir`, fsyncs
+//      the parent, removes `dir.old`.
 // A crash before 3 leaves data files without a manifest: no checkpoint, and
 // the previous one (if any, elsewhere or at `dir` when overwriting) intact.
-// A crash inside 4 leaves `dir.old` and/or `dir.partial`, both complete
-// checkpoints; PrepareDirectory of the next overwrite removes them.
+// A crash inside 4 leaves `dir` holding the old or the new checkpoint, both
+// complete (with the fallback, a crash between its two renames leaves
+// `dir.old` and `dir.partial`, both complete, and no `dir`);
+// PrepareDirectory of the next overwrite removes the leftovers.
 #include "src/checkpoint/commit.h"
 
 namespace shardpoint::internal {
@@ -61,7 +67,12 @@ Status CommitCheckpoint(Storage* storage, const std::string& dir, const std::str
   SP_RETURN_IF_ERROR(storage->WriteStringToFile(tmp, EncodeManifest(manifest)));
   SP_RETURN_IF_ERROR(storage->Rename(tmp, JoinPath(w, kManifestName)));
   SP_RETURN_IF_ERROR(storage->SyncDir(w));
-  if (w == dir) return OkStatus();
+  if (w == dir) return storage->SyncDir(Parent(StripSlash(dir)));
+  SP_ASSIGN_OR_RETURN(bool swapped, storage->Exchange(StripSlash(dir), w));
+  if (swapped) {
+    SP_RETURN_IF_ERROR(storage->SyncDir(Parent(StripSlash(dir))));
+    return storage->RemoveAll(w);
+  }
   const std::string old = StripSlash(dir) + ".old";
   SP_RETURN_IF_ERROR(storage->Rename(StripSlash(dir), old));
   SP_RETURN_IF_ERROR(storage->Rename(w, StripSlash(dir)));

@@ -19,6 +19,7 @@
 #include "shardpoint/checkpoint.h"
 #include "src/base/bytes.h"
 #include "src/checkpoint/commit.h"
+#include "src/checkpoint/replica_check.h"
 #include "src/checkpoint/writer.h"
 #include "src/plan/plan_cache.h"
 #include "src/plan/save_plan.h"
@@ -66,8 +67,8 @@ std::vector<View> Sources(const RankFile& rf, const std::vector<Region>& regions
   for (const WriteItem& item : rf.items) {
     if (item.is_object) {
       const std::string& b = state.objects[item.source].bytes;
-      out.push_back(ContiguousView(const_cast<char*>(b.data()), 1,
-                                   {static_cast<int64_t>(b.size())}));
+      out.push_back(
+          ContiguousView(const_cast<char*>(b.data()), 1, {static_cast<int64_t>(b.size())}));
     } else {
       out.push_back(regions[item.source].view);
     }
@@ -108,17 +109,18 @@ namespace {
 // when the gathered bytes are unchanged. The plan is deterministic, so a rank
 // whose cache is cold computes the same plan as ranks that hit.
 Result<std::shared_ptr<SavePlan>> PlanFromGathered(const std::vector<std::string>& all,
-                                                   SavePlanCache* cache) {
+                                                   SavePlanCache* cache, bool list_replicas) {
   PlanKey key;
   if (cache) {
     key = HashContributions(all);
+    key.lo ^= list_replicas;  // a plan without replica lists cannot verify them
     if (std::shared_ptr<SavePlan> hit = LookupPlan(*cache, key)) return hit;
   }
   std::vector<Contribution> contributions(all.size());
   for (size_t r = 0; r < all.size(); ++r) {
     SP_ASSIGN_OR_RETURN(contributions[r], DecodeContribution(all[r], static_cast<int>(r)));
   }
-  SP_ASSIGN_OR_RETURN(SavePlan plan, PlanSave(contributions));
+  SP_ASSIGN_OR_RETURN(SavePlan plan, PlanSave(contributions, list_replicas));
   auto shared = std::make_shared<SavePlan>(std::move(plan));
   if (cache) StorePlan(*cache, key, shared);
   return shared;
@@ -133,11 +135,10 @@ std::string FormatSeconds(double s) {
 std::string SaveSummary(const std::string& dir, const SaveStats& st) {
   char buf[256];
   const double gb = static_cast<double>(st.bytes_written) / 1e9;
-  std::snprintf(buf, sizeof buf,
-                "%.3f GB in %d files, %lld chunks, in %.3f s (%.2f GB/s; plan %.3f s%s)", gb,
-                st.num_files, static_cast<long long>(st.num_chunks), st.seconds,
-                st.seconds > 0 ? gb / st.seconds : 0.0, st.plan_seconds,
-                st.plan_cached ? ", cached" : "");
+  std::snprintf(
+      buf, sizeof buf, "%.3f GB in %d files, %lld chunks, in %.3f s (%.2f GB/s; plan %.3f s%s)", gb,
+      st.num_files, static_cast<long long>(st.num_chunks), st.seconds,
+      st.seconds > 0 ? gb / st.seconds : 0.0, st.plan_seconds, st.plan_cached ? ", cached" : "");
   return "shardpoint: saved checkpoint '" + dir + "' (committed): " + buf;
 }
 
@@ -161,15 +162,16 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
 
   // 2. Regions.
   Result<std::vector<Region>> regions = BuildRegions(state.tensors);
-  Result<Contribution> mine = regions.ok() ? MakeContribution(state, *regions)
-                                           : Result<Contribution>(regions.status());
+  Result<Contribution> mine =
+      regions.ok() ? MakeContribution(state, *regions) : Result<Contribution>(regions.status());
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, mine.status()));
 
   // 3. The plan.
   const auto plan_start = std::chrono::steady_clock::now();
   std::vector<std::string> all;
   SP_RETURN_IF_ERROR(comm.AllGather(EncodeContribution(*mine), &all));
-  Result<std::shared_ptr<SavePlan>> plan = PlanFromGathered(all, options.plan_cache);
+  Result<std::shared_ptr<SavePlan>> plan =
+      PlanFromGathered(all, options.plan_cache, options.verify_replicas);
   all.clear();
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, plan.status()));
   const bool plan_cached = options.plan_cache && options.plan_cache->hits() > hits_before;
@@ -180,8 +182,8 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   const RankFile& rf = (*plan)->ranks[rank];
   std::vector<uint64_t> sums;
   s = OkStatus();
+  ThreadPool pool(std::max(1, options.io_threads));
   if (rf.file >= 0) {
-    ThreadPool pool(std::max(1, options.io_threads));
     Result<std::vector<uint64_t>> written =
         WriteDataFile(storage, JoinPath(write_dir, (*plan)->manifest.files[rf.file]), rf,
                       Sources(rf, *regions, state), &pool,
@@ -189,19 +191,28 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
     s = written.status();
     if (written.ok()) sums = std::move(*written);
   }
+  if (s.ok() && !rf.replicas.empty()) {
+    std::vector<uint64_t> replica_sums = ReplicaChecksums(rf, *regions, state, &pool);
+    sums.insert(sums.end(), replica_sums.begin(), replica_sums.end());
+  }
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
 
-  // 5. Commit.
+  // 5. Commit (rank 0 first compares replicas, with verify_replicas).
   SP_RETURN_IF_ERROR(comm.Gather(EncodeChecksums(sums), 0, &all));
   s = OkStatus();
   if (rank == 0) {
     Manifest& m = (*plan)->manifest;
+    std::vector<std::vector<uint64_t>> replica_sums(all.size());
     for (size_t r = 0; r < all.size() && s.ok(); ++r) {
+      const RankFile& file = (*plan)->ranks[r];
       Result<std::vector<uint64_t>> got =
-          DecodeChecksums(all[r], (*plan)->ranks[r].items.size(), static_cast<int>(r));
+          DecodeChecksums(all[r], file.items.size() + file.replicas.size(), static_cast<int>(r));
       s = got.status();
-      if (got.ok()) ApplyChecksums((*plan)->ranks[r], *got, &m);
+      if (!got.ok()) break;
+      ApplyChecksums(file, *got, &m);
+      replica_sums[r].assign(got->begin() + file.items.size(), got->end());
     }
+    if (s.ok()) s = CompareReplicas(m, (*plan)->ranks, replica_sums);
     m.has_common = state.common.has_value();
     if (m.has_common) m.common = *state.common;
     m.metadata_json = state.metadata_json;
@@ -231,10 +242,12 @@ Result<SaveStats> Save(const State& state, const std::string& dir, Comm& comm,
   if (options.log && comm.rank() == 0) {
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    options.log(stats.ok() ? SaveSummary(dir, *stats)
-                           : "shardpoint: save of '" + dir + "' FAILED after " +
-                                 FormatSeconds(secs) + " (not committed; the previous checkpoint "
-                                 "is untouched): " + stats.status().ToString());
+    options.log(stats.ok()
+                    ? SaveSummary(dir, *stats)
+                    : "shardpoint: save of '" + dir + "' FAILED after " + FormatSeconds(secs) +
+                          " (not committed; the previous checkpoint "
+                          "is untouched): " +
+                          stats.status().ToString());
   }
   return stats;
 }

@@ -97,6 +97,20 @@ Status FaultStorage::Rename(const std::string& from, const std::string& to) {
   return base_->Rename(from, to);
 }
 
+Result<bool> FaultStorage::Exchange(const std::string& a, const std::string& b) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string& suffix = fail_rename_suffix_;
+    for (const std::string* p : {&a, &b}) {
+      if (!suffix.empty() && p->size() >= suffix.size() &&
+          p->compare(p->size() - suffix.size(), suffix.size(), suffix) == 0) {
+        return IOError("exchange " + a + " and " + b + ": Input/output error (injected)");
+      }
+    }
+  }
+  return base_->Exchange(a, b);
+}
+
 Status FaultStorage::CreateDirs(const std::string& path) { return base_->CreateDirs(path); }
 Status FaultStorage::SyncDir(const std::string& path) { return base_->SyncDir(path); }
 Status FaultStorage::RemoveFile(const std::string& path) { return base_->RemoveFile(path); }

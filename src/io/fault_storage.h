@@ -38,6 +38,7 @@ class FaultStorage : public Storage {
   Status CreateDirs(const std::string& path) override;
   Status SyncDir(const std::string& path) override;
   Status Rename(const std::string& from, const std::string& to) override;
+  Result<bool> Exchange(const std::string& a, const std::string& b) override;
   Status RemoveFile(const std::string& path) override;
   Status RemoveAll(const std::string& path) override;
   Result<bool> Exists(const std::string& path) override;

@@ -272,6 +272,25 @@ Status MemStorage::Rename(const std::string& from, const std::string& to) {
   return OkStatus();
 }
 
+Result<bool> MemStorage::Exchange(const std::string& a, const std::string& b) {
+  SP_ASSIGN_OR_RETURN(MemPath pa, ParsePath(a));
+  SP_ASSIGN_OR_RETURN(MemPath pb, ParsePath(b));
+  const std::string context = "exchange " + pa.text + " and " + pb.text;
+  if (pa.parts.empty() || pb.parts.empty()) {
+    return MemError(StatusCode::kIOError, context, "Device or resource busy");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  SP_ASSIGN_OR_RETURN(std::shared_ptr<MemNode> dir_a, WalkToParent(root_, pa, context));
+  SP_ASSIGN_OR_RETURN(std::shared_ptr<MemNode> dir_b, WalkToParent(root_, pb, context));
+  auto ia = dir_a->entries.find(pa.parts.back());
+  auto ib = dir_b->entries.find(pb.parts.back());
+  if (ia == dir_a->entries.end() || ib == dir_b->entries.end()) {
+    return MemError(StatusCode::kNotFound, context, "No such file or directory");
+  }
+  std::swap(ia->second, ib->second);
+  return true;
+}
+
 Status MemStorage::RemoveFile(const std::string& path) {
   SP_ASSIGN_OR_RETURN(MemPath p, ParsePath(path));
   const std::string context = "remove " + p.text;

@@ -4,6 +4,7 @@
 // same way: "<operation> <path>[ at bytes [a, b)]: <strerror>".
 #include <dirent.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -202,6 +203,13 @@ class PosixStorage : public Storage {
       return PosixError("rename " + from + " to " + to, errno);
     }
     return OkStatus();
+  }
+
+  Result<bool> Exchange(const std::string& a, const std::string& b) override {
+    if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+    const int err = errno;
+    if (err == EINVAL || err == ENOSYS || err == ENOTSUP) return false;  // fs cannot
+    return PosixError("exchange " + a + " and " + b, err);
   }
 
   Status RemoveFile(const std::string& path) override {

@@ -26,4 +26,6 @@ Status Storage::WriteStringToFile(const std::string& path, const std::string& da
   return file->Close();
 }
 
+Result<bool> Storage::Exchange(const std::string&, const std::string&) { return false; }
+
 }  // namespace shardpoint

@@ -185,6 +185,22 @@ TEST_P(StorageConformanceTest, RenameMovesDirectories) {
   EXPECT_FALSE(*storage_->Exists(Path("tmp")));
 }
 
+TEST_P(StorageConformanceTest, ExchangeSwapsTwoDirectoriesOrChangesNothing) {
+  ASSERT_TRUE(storage_->CreateDirs(Path("ckpt")).ok());
+  ASSERT_TRUE(storage_->CreateDirs(Path("ckpt.partial")).ok());
+  Write(Path("ckpt/manifest"), "old");
+  Write(Path("ckpt.partial/manifest"), "new");
+  Result<bool> swapped = storage_->Exchange(Path("ckpt"), Path("ckpt.partial"));
+  ASSERT_TRUE(swapped.ok()) << swapped.status().ToString();
+  if (*swapped) {
+    EXPECT_EQ(Read(Path("ckpt/manifest")), "new");
+    EXPECT_EQ(Read(Path("ckpt.partial/manifest")), "old");
+  } else {  // the filesystem cannot: nothing moved
+    EXPECT_EQ(Read(Path("ckpt/manifest")), "old");
+    EXPECT_EQ(Read(Path("ckpt.partial/manifest")), "new");
+  }
+}
+
 TEST_P(StorageConformanceTest, RenameOfMissingFileIsNotFound) {
   Status s = storage_->Rename(Path("nope"), Path("x"));
   EXPECT_EQ(s.code(), StatusCode::kNotFound);

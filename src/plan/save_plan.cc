@@ -83,7 +83,8 @@ Status PlanTensor(const std::string& key, KeyGroup& g, Manifest* m, std::vector<
     }
     held.push_back(*e.box);
     uint64_t nbytes = static_cast<uint64_t>(e.box->num_elements()) * DTypeSize(rec.dtype);
-    mine.push_back(Piece{false, record, static_cast<int64_t>(rec.chunks.size()), nbytes, {e.holder}});
+    mine.push_back(
+        Piece{false, record, static_cast<int64_t>(rec.chunks.size()), nbytes, {e.holder}});
     rec.chunks.push_back(ChunkRecord{*e.box, 0, 0, nbytes, 0});
   }
   SP_RETURN_IF_ERROR(CheckTiling(key, rec.shape, held, [&](size_t i) {
@@ -96,7 +97,8 @@ Status PlanTensor(const std::string& key, KeyGroup& g, Manifest* m, std::vector<
   return OkStatus();
 }
 
-Status PlanObjects(const std::vector<Contribution>& ranks, Manifest* m, std::vector<Piece>* pieces) {
+Status PlanObjects(const std::vector<Contribution>& ranks, Manifest* m,
+                   std::vector<Piece>* pieces) {
   std::map<std::pair<std::string, Shape>, Piece> by_id;
   std::map<std::pair<std::string, Shape>, const ObjectDesc*> first;
   for (size_t r = 0; r < ranks.size(); ++r) {
@@ -129,8 +131,10 @@ Status PlanObjects(const std::vector<Contribution>& ranks, Manifest* m, std::vec
   return OkStatus();
 }
 
-// Largest first, to the least-loaded holder (lowest rank on ties).
-std::vector<std::vector<const Piece*>> AssignWriters(const std::vector<Piece>& pieces, size_t n) {
+// Largest first, to the least-loaded holder (lowest rank on ties). With
+// `others`, the pieces' other holders are appended there, per rank.
+std::vector<std::vector<const Piece*>> AssignWriters(const std::vector<Piece>& pieces, size_t n,
+                                                     std::vector<RankFile>* others) {
   std::vector<const Piece*> order;
   order.reserve(pieces.size());
   for (const Piece& p : pieces) order.push_back(&p);
@@ -145,6 +149,12 @@ std::vector<std::vector<const Piece*>> AssignWriters(const std::vector<Piece>& p
     }
     load[best->rank] += p->nbytes;
     per_rank[best->rank].push_back(p);
+    if (!others) continue;
+    for (const Holder& h : p->holders) {
+      if (&h == best) continue;
+      (*others)[h.rank].replicas.push_back(
+          WriteItem{p->is_object, h.source, p->record, p->chunk, 0, p->nbytes});
+    }
   }
   return per_rank;
 }
@@ -161,8 +171,9 @@ std::string ObjectEntryName(const ObjectRecord& o) {
   return name;
 }
 
-Result<SavePlan> PlanSave(const std::vector<Contribution>& ranks) {
+Result<SavePlan> PlanSave(const std::vector<Contribution>& ranks, bool list_replicas) {
   SavePlan plan;
+  plan.lists_replicas = list_replicas;
   std::unordered_map<std::string, KeyGroup> groups;
   SP_RETURN_IF_ERROR(GroupRegions(ranks, &groups));
   std::vector<const std::string*> keys;
@@ -176,8 +187,9 @@ Result<SavePlan> PlanSave(const std::vector<Contribution>& ranks) {
   }
   SP_RETURN_IF_ERROR(PlanObjects(ranks, &plan.manifest, &pieces));
 
-  std::vector<std::vector<const Piece*>> per_rank = AssignWriters(pieces, ranks.size());
   plan.ranks.resize(ranks.size());
+  std::vector<std::vector<const Piece*>> per_rank =
+      AssignWriters(pieces, ranks.size(), list_replicas ? &plan.ranks : nullptr);
   for (size_t r = 0; r < ranks.size(); ++r) {
     auto& mine = per_rank[r];
     if (mine.empty()) continue;
@@ -204,7 +216,10 @@ Result<SavePlan> PlanSave(const std::vector<Contribution>& ranks) {
       }
       if (p->is_object) {
         const ObjectRecord& o = plan.manifest.objects[p->record];
-        entries.push_back({ObjectEntryName(o), DType::kU8, {static_cast<int64_t>(p->nbytes)}, pos,
+        entries.push_back({ObjectEntryName(o),
+                           DType::kU8,
+                           {static_cast<int64_t>(p->nbytes)},
+                           pos,
                            pos + p->nbytes});
       } else {
         const TensorRecord& t = plan.manifest.tensors[p->record];
@@ -214,7 +229,8 @@ Result<SavePlan> PlanSave(const std::vector<Contribution>& ranks) {
       rf.items.push_back(WriteItem{p->is_object, source, p->record, p->chunk, pos, p->nbytes});
       pos += p->nbytes;
     }
-    rf.header = EncodeSafetensorsHeader(entries, {{"format", "shardpoint"}, {"version", "1"}}, 4096);
+    rf.header =
+        EncodeSafetensorsHeader(entries, {{"format", "shardpoint"}, {"version", "1"}}, 4096);
     for (WriteItem& item : rf.items) {
       item.offset += rf.header.size();
       if (item.is_object) {

@@ -42,6 +42,9 @@ struct RankFile {
   int32_t file = -1;            // index into manifest.files; -1: this rank writes nothing
   std::string header;           // safetensors header, padded to a 4096 multiple
   std::vector<WriteItem> items; // in file order
+  // Replicas this rank holds but another rank writes (offset, nbytes unused);
+  // listed only when planned with list_replicas.
+  std::vector<WriteItem> replicas;
   uint64_t size = 0;            // header + payload
 };
 
@@ -49,6 +52,7 @@ struct SavePlan {
   Manifest manifest;            // checksums still 0; common/metadata not set
   std::vector<RankFile> ranks;  // indexed by rank
   uint64_t total_bytes = 0;
+  bool lists_replicas = false;
 };
 
 // Groups regions by key, checks dtype and global shape agree, deduplicates
@@ -56,7 +60,9 @@ struct SavePlan {
 // exactly (sort/sweep, not all pairs), and chooses one writer per box,
 // balancing bytes (largest first, least-loaded holder, lowest rank on ties).
 // Errors are InvalidArgument and name the key, the ranks and the boxes.
-Result<SavePlan> PlanSave(const std::vector<Contribution>& ranks);
+// With list_replicas, every rank's RankFile also lists the replicas it holds
+// but does not write (for SaveOptions::verify_replicas).
+Result<SavePlan> PlanSave(const std::vector<Contribution>& ranks, bool list_replicas = false);
 
 // The name of a chunk's entry in its data file: "<key>@<chunk>".
 std::string ChunkEntryName(const std::string& key, int64_t chunk);

@@ -30,6 +30,27 @@ TEST(PlanSaveTest, ReplicasAreBalancedLargestFirstLeastLoaded) {
   EXPECT_EQ(plan->total_bytes, 8u * 4 * 4);
 }
 
+TEST(PlanSaveTest, ListsEveryReplicaANonWriterHoldsOnlyWhenAsked) {
+  std::vector<Contribution> ranks(3);
+  for (auto& c : ranks) {
+    for (int i = 0; i < 4; ++i) c.regions.push_back(R("w", Rows(2 * i, 2)));
+  }
+  Result<SavePlan> plan = PlanSave(ranks, /*list_replicas=*/true);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  size_t written = 0, replicas = 0;
+  for (const RankFile& rf : plan->ranks) {
+    written += rf.items.size();
+    replicas += rf.replicas.size();
+    for (const WriteItem& rep : rf.replicas) {
+      for (const WriteItem& own : rf.items) EXPECT_NE(rep.chunk, own.chunk);
+    }
+  }
+  EXPECT_EQ(written, 4u);
+  EXPECT_EQ(replicas, 8u);  // each of 4 chunks has 2 holders that do not write it
+  Result<SavePlan> lean = PlanSave(ranks);
+  for (const RankFile& rf : lean->ranks) EXPECT_TRUE(rf.replicas.empty());
+}
+
 TEST(PlanSaveTest, BalancesBytesAcrossKeys) {
   // A big tensor held by ranks 0,1 and a small one held by ranks 0,1: the
   // big one goes to rank 0, the small one to rank 1.

@@ -285,6 +285,74 @@ TEST_F(ErrorsTest, OverwriteReplacesTheCheckpoint) {
   EXPECT_FALSE(*mem_->Exists("/c.old"));
 }
 
+// Two ranks declare the same whole box of "w" but hold different data (two TP
+// ranks that both claim to be the primary replica of their own shard).
+TEST_F(ErrorsTest, VerifyReplicasRejectsReplicasThatDiffer) {
+  std::vector<std::vector<float>> mem(3);
+  auto make = [&](int r) {
+    State st = Rows(&mem[r], 0, 4);
+    if (r == 2) mem[r][5] = -7.0f;  // one element differs on rank 2
+    return st;
+  };
+  SaveOptions o;
+  o.verify_replicas = true;
+  Status s = Same(SaveRanks(3, make, mem_.get(), "/c", o));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w' box [0:4, 0:4]: rank 2 holds different data than "
+                                     "the rank that wrote it to 'data/0.safetensors'"));
+  EXPECT_FALSE(*mem_->Exists("/c/manifest"));
+  // Identical replicas pass, and without the check the first holder's bytes win.
+  EXPECT_TRUE(Same(SaveRanks(3, [&](int r) { return Rows(&mem[r], 0, 4); }, mem_.get(), "/c", o))
+                  .ok());
+}
+
+TEST_F(ErrorsTest, VerifyReplicasRejectsObjectReplicasThatDiffer) {
+  SaveOptions o;
+  o.verify_replicas = true;
+  Status s = Same(SaveRanks(2, [&](int r) {
+    State st;
+    st.objects.push_back(Object{"setting", r == 0 ? "adam" : "sgd!", {}, {}});
+    return st;
+  }, mem_.get(), "/c", o));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("object 'setting' index []: rank 1 holds different bytes"));
+}
+
+TEST_F(ErrorsTest, FailedSwapOfAnOverwriteKeepsThePreviousCheckpoint) {
+  ASSERT_TRUE(Same(SaveRanks(1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c")).ok());
+  internal::FaultStorage faults(mem_.get());
+  faults.FailRenameTo("/c");  // the exchange of /c and /c.partial
+  SaveOptions o;
+  o.overwrite = true;
+  std::vector<float> other;
+  Status s = Same(SaveRanks(1, [&](int) {
+    State st = Rows(&other, 0, 4);
+    other.assign(16, 9.0f);
+    return st;
+  }, &faults, "/c", o));
+  EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
+  static_cast<internal::MemStorage*>(mem_.get())->SimulateCrash();
+  State st = Rows(&b_, 0, 4);
+  ASSERT_TRUE(LoadOne(st, mem_.get(), "/c").ok());
+  EXPECT_EQ(b_, std::vector<float>(16, 1.5f));
+}
+
+TEST_F(ErrorsTest, CommittedOverwriteSurvivesACrash) {
+  ASSERT_TRUE(Same(SaveRanks(1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c")).ok());
+  SaveOptions o;
+  o.overwrite = true;
+  std::vector<float> other;
+  ASSERT_TRUE(Same(SaveRanks(1, [&](int) {
+    State st = Rows(&other, 0, 4);
+    other.assign(16, 9.0f);
+    return st;
+  }, mem_.get(), "/c", o)).ok());
+  static_cast<internal::MemStorage*>(mem_.get())->SimulateCrash();
+  State st = Rows(&b_, 0, 4);
+  ASSERT_TRUE(LoadOne(st, mem_.get(), "/c").ok());
+  EXPECT_EQ(b_, std::vector<float>(16, 9.0f));
+}
+
 TEST_F(ErrorsTest, CrashBeforeCommitLeavesNoCheckpoint) {
   auto* mem = static_cast<internal::MemStorage*>(mem_.get());
   internal::FaultStorage faults(mem_.get());

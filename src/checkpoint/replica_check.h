@@ -1,0 +1,30 @@
+// SaveOptions::verify_replicas: every rank that holds a replica it does not
+// write checksums its copy; rank 0 compares each with the writer's checksum.
+// Catches data-parallel desync and ranks that wrongly claim the same box of
+// a key (e.g. two TP ranks declaring different data as one replicated box).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "shardpoint/state.h"
+#include "src/format/manifest.h"
+#include "src/io/thread_pool.h"
+#include "src/plan/save_plan.h"
+
+namespace shardpoint::internal {
+
+// XXH3-64 of the elements of `v` in row-major order (equal to Checksum64 of
+// the same bytes laid out contiguously).
+uint64_t ChecksumView(const View& v);
+
+// The checksums of rf.replicas, in order, computed on `pool`.
+std::vector<uint64_t> ReplicaChecksums(const RankFile& rf, const std::vector<Region>& regions,
+                                       const State& state, ThreadPool* pool);
+
+// Rank 0, after the writers' checksums are in `m`: InvalidArgument naming the
+// key, box, both ranks and both checksums at the first replica that differs.
+Status CompareReplicas(const Manifest& m, const std::vector<RankFile>& ranks,
+                       const std::vector<std::vector<uint64_t>>& replica_sums);
+
+}  // namespace shardpoint::internal
