@@ -79,12 +79,22 @@ struct LoadOptions {
   bool allow_shape_mismatch = false;
   // Check the checksum of every chunk that is read whole. Default true.
   bool verify_checksums = true;
+  // When several ranks need the same stored bytes (replicas, e.g. the DP
+  // copies of a TP shard), one rank reads them and sends them to the others
+  // over the Comm (bytes move in bounded rounds). Costs one all-gather of
+  // every rank's read list. Must be the same on every rank. Default true;
+  // false: every rank reads everything it needs from storage.
+  bool cooperative = true;
+  // Upper bound of the bytes moved between ranks per cooperative round (all
+  // ranks together, plus at most one piece). Default 256 MiB.
+  uint64_t cooperative_round_bytes = uint64_t{256} << 20;
 };
 
 struct LoadResult {
   std::vector<std::string> missing_keys;     // requested but not stored (sorted)
   std::vector<std::string> unexpected_keys;  // stored but requested by no rank (sorted)
-  uint64_t bytes_read = 0;                   // by this rank
+  uint64_t bytes_read = 0;                   // from storage, by this rank
+  uint64_t bytes_received = 0;               // from other ranks (cooperative load)
   double seconds = 0;
 };
 

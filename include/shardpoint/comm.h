@@ -29,6 +29,11 @@ class Comm {
   // `root`'s *data is copied to every rank's *data.
   virtual Status Broadcast(std::string* data, int root) = 0;
   virtual Status Barrier() = 0;
+  // Personalized exchange: send[r] goes to rank r (send.size() == size());
+  // recv[r] is what rank r sent to this rank. The default is built on
+  // AllGather (every rank sees every payload); thread and MPI comms send each
+  // payload only to its destination.
+  virtual Status AllToAll(const std::vector<std::string>& send, std::vector<std::string>* recv);
 };
 
 // Collective: every rank passes its local status; every rank returns OK if all

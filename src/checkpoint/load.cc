@@ -11,6 +11,7 @@
 
 #include "shardpoint/checkpoint.h"
 #include "src/checkpoint/commit.h"
+#include "src/checkpoint/cooperative.h"
 #include "src/checkpoint/reader.h"
 #include "src/geometry/view.h"
 #include "src/plan/load_plan.h"
@@ -27,10 +28,10 @@ std::string KeyList(const std::vector<std::string>& keys) {
 }
 
 const ObjectRecord* FindObject(const Manifest& m, const Object& o) {
-  auto it = std::lower_bound(m.objects.begin(), m.objects.end(), o, [](const ObjectRecord& r,
-                                                                       const Object& q) {
-    return std::tie(r.key, r.index) < std::tie(q.key, q.index);
-  });
+  auto it = std::lower_bound(m.objects.begin(), m.objects.end(), o,
+                             [](const ObjectRecord& r, const Object& q) {
+                               return std::tie(r.key, r.index) < std::tie(q.key, q.index);
+                             });
   if (it == m.objects.end() || it->key != o.key || it->index != o.index) return nullptr;
   return &*it;
 }
@@ -50,18 +51,18 @@ Status CheckRequests(const Manifest& m, const State& state, const LoadOptions& o
       (*wanted)[t] = 1;
       const TensorRecord& rec = m.tensors[t];
       if (rec.dtype != lt.dtype && !options.allow_dtype_conversion) {
-        return InvalidArgumentError("tensor '" + seg.key + "': requested dtype " +
-                                    std::string(DTypeName(lt.dtype)) + " but the checkpoint holds " +
-                                    std::string(DTypeName(rec.dtype)) +
-                                    " (allow_dtype_conversion converts)");
+        return InvalidArgumentError(
+            "tensor '" + seg.key + "': requested dtype " + std::string(DTypeName(lt.dtype)) +
+            " but the checkpoint holds " + std::string(DTypeName(rec.dtype)) +
+            " (allow_dtype_conversion converts)");
       }
       const bool shape_ok =
           rec.shape == seg.global_shape ||
           (options.allow_shape_mismatch && rec.shape.size() == seg.global_shape.size());
       if (!shape_ok) {
         return InvalidArgumentError("tensor '" + seg.key + "': requested global shape " +
-                                    ShapeToString(seg.global_shape) +
-                                    " but the checkpoint holds " + ShapeToString(rec.shape) +
+                                    ShapeToString(seg.global_shape) + " but the checkpoint holds " +
+                                    ShapeToString(rec.shape) +
                                     (rec.shape.size() == seg.global_shape.size()
                                          ? " (allow_shape_mismatch loads the overlap)"
                                          : ""));
@@ -102,8 +103,8 @@ Status LoadObjects(const Manifest& m, State& state, DataFiles* files, uint64_t* 
 // the checkpoint does not hold).
 void ZeroFill(const View& v) {
   const std::vector<char> zero(v.elem_size, 0);
-  StridedCopy(v, View{const_cast<char*>(zero.data()), v.elem_size, v.shape,
-                      Shape(v.shape.size(), 0)});
+  StridedCopy(v,
+              View{const_cast<char*>(zero.data()), v.elem_size, v.shape, Shape(v.shape.size(), 0)});
 }
 
 }  // namespace
@@ -155,27 +156,38 @@ Result<LoadResult> Load(State& state, const std::string& dir, Comm& comm,
       result.unexpected_keys.end());
   s = OkStatus();
   if (!result.unexpected_keys.empty() && !options.allow_unexpected_keys) {
-    s = InvalidArgumentError("checkpoint '" + dir + "' holds keys no rank requested: " +
-                             KeyList(result.unexpected_keys) +
+    s = InvalidArgumentError("checkpoint '" + dir +
+                             "' holds keys no rank requested: " + KeyList(result.unexpected_keys) +
                              " (allow_unexpected_keys ignores them)");
   }
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
 
-  // 3. Reads.
-  s = [&]() -> Status {
-    SP_ASSIGN_OR_RETURN(std::vector<Region> regions, BuildRegions(state.tensors));
-    SP_ASSIGN_OR_RETURN(LoadPlan plan, PlanLoad(m, regions, options.allow_shape_mismatch));
-    for (const View& v : plan.zero_fill) ZeroFill(v);
-    ThreadPool pool(std::max(1, options.io_threads));
-    DataFiles files(storage, dir, &m);
+  // 3. Reads: planned on every rank, then executed alone or cooperatively.
+  Result<std::vector<Region>> regions = BuildRegions(state.tensors);
+  Result<LoadPlan> plan =
+      regions.ok() ? PlanLoad(m, *regions, options.allow_shape_mismatch) : regions.status();
+  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, plan.status()));
+  for (const View& v : plan->zero_fill) ZeroFill(v);
+  ThreadPool pool(std::max(1, options.io_threads));
+  DataFiles files(storage, dir, &m);
+  const ReadOptions read_options{options.verify_checksums};
+  if (options.cooperative && comm.size() > 1) {
+    CooperativeStats coop;
+    SP_RETURN_IF_ERROR(CooperativeLoad(m, *plan, comm, &files, &pool, read_options,
+                                       options.cooperative_round_bytes, &coop));
+    result.bytes_read = coop.bytes_read;
+    result.bytes_received = coop.bytes_received;
+    s = OkStatus();
+  } else {
     std::atomic<uint64_t> read{0};
-    SP_RETURN_IF_ERROR(ExecuteLoadPlan(m, plan, &files, &pool,
-                                       ReadOptions{options.verify_checksums}, &read));
+    s = ExecuteLoadPlan(m, *plan, &files, &pool, read_options, &read);
+    result.bytes_read = read.load();
+  }
+  if (s.ok()) {
     uint64_t object_bytes = 0;
-    SP_RETURN_IF_ERROR(LoadObjects(m, state, &files, &object_bytes));
-    result.bytes_read = read.load() + object_bytes;
-    return OkStatus();
-  }();
+    s = LoadObjects(m, state, &files, &object_bytes);
+    result.bytes_read += object_bytes;
+  }
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

@@ -97,6 +97,50 @@ class MpiComm final : public Comm {
 
   Status Barrier() override { return MpiStatus(MPI_Barrier(comm_), "MPI_Barrier"); }
 
+  Status AllToAll(const std::vector<std::string>& send, std::vector<std::string>* recv) override {
+    // Sizes first (every rank learns its incoming sizes), then one Alltoallv.
+    // A rank with bad arguments still takes part, sending UINT64_MAX sizes so
+    // that every rank fails the same way instead of hanging.
+    const bool bad = static_cast<int>(send.size()) != size_ || recv == nullptr;
+    std::vector<uint64_t> out_sizes(size_, bad ? UINT64_MAX : 0), in_sizes(size_);
+    for (int r = 0; !bad && r < size_; ++r) out_sizes[r] = send[r].size();
+    SP_RETURN_IF_ERROR(MpiStatus(
+        MPI_Alltoall(out_sizes.data(), 1, MPI_UINT64_T, in_sizes.data(), 1, MPI_UINT64_T, comm_),
+        "MPI_Alltoall (sizes)"));
+    uint64_t out_total = 0, in_total = 0;
+    bool any_bad = bad;
+    for (int r = 0; r < size_; ++r) {
+      any_bad = any_bad || in_sizes[r] == UINT64_MAX;
+      if (!any_bad) out_total += out_sizes[r], in_total += in_sizes[r];
+    }
+    int local_err = any_bad ? 1 : (out_total > kMaxCount || in_total > kMaxCount) ? 2 : 0, err = 0;
+    SP_RETURN_IF_ERROR(
+        MpiStatus(MPI_Allreduce(&local_err, &err, 1, MPI_INT, MPI_MAX, comm_), "MPI_Allreduce"));
+    if (err == 1) {
+      return InvalidArgumentError(
+          "AllToAll: a rank passed bad arguments (one payload per rank "
+          "and an output)");
+    }
+    if (err == 2) {
+      return InvalidArgumentError("AllToAll over MPI: a rank sends or receives over " +
+                                  std::to_string(kMaxCount) + " bytes; MPI counts are 32-bit");
+    }
+    std::vector<int> scounts(size_), sdispls(size_), rcounts(size_), rdispls(size_);
+    std::string out, in(in_total, '\0');
+    out.reserve(out_total);
+    for (int r = 0, sd = 0, rd = 0; r < size_; ++r) {
+      scounts[r] = static_cast<int>(out_sizes[r]), sdispls[r] = sd, sd += scounts[r];
+      rcounts[r] = static_cast<int>(in_sizes[r]), rdispls[r] = rd, rd += rcounts[r];
+      out += send[r];
+    }
+    SP_RETURN_IF_ERROR(
+        MpiStatus(MPI_Alltoallv(out.data(), scounts.data(), sdispls.data(), MPI_BYTE, in.data(),
+                                rcounts.data(), rdispls.data(), MPI_BYTE, comm_),
+                  "MPI_Alltoallv"));
+    Split(in, rcounts, rdispls, recv);
+    return OkStatus();
+  }
+
  private:
   Status CheckRoot(int root) const {
     if (root < 0 || root >= size_) {

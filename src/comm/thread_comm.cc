@@ -18,6 +18,8 @@ const char* OpName(CollectiveOp op) {
       return "Broadcast";
     case CollectiveOp::kBarrier:
       return "Barrier";
+    case CollectiveOp::kAllToAll:
+      return "AllToAll";
   }
   return "?";
 }
@@ -74,6 +76,24 @@ class ThreadComm final : public Comm {
     SP_RETURN_IF_ERROR(group_->Arrive(rank_, CollectiveOp::kBarrier, 0, {}));
     group_->Leave();
     return OkStatus();
+  }
+
+  Status AllToAll(const std::vector<std::string>& send, std::vector<std::string>* recv) override {
+    const bool ok = static_cast<int>(send.size()) == size() && recv != nullptr;
+    SP_RETURN_IF_ERROR(group_->Arrive(rank_, CollectiveOp::kAllToAll, 0, {}, ok ? &send : nullptr));
+    Status s;
+    for (int r = 0; r < size() && s.ok(); ++r) {
+      if (group_->parts(r) == nullptr) {
+        s = InvalidArgumentError("AllToAll: rank " + std::to_string(r) + " passed " +
+                                 "bad arguments (one payload per rank and an output)");
+      }
+    }
+    if (s.ok()) {
+      recv->resize(size());
+      for (int r = 0; r < size(); ++r) (*recv)[r] = (*group_->parts(r))[rank_];
+    }
+    group_->Leave();
+    return s;
   }
 
  private:
@@ -143,10 +163,11 @@ Status ThreadGroup::CheckOpsLocked() const {
   return OkStatus();
 }
 
-Status ThreadGroup::Arrive(int rank, CollectiveOp op, int root, std::string_view mine) {
+Status ThreadGroup::Arrive(int rank, CollectiveOp op, int root, std::string_view mine,
+                           const std::vector<std::string>* parts) {
   std::unique_lock<std::mutex> lock(mu_);
   SP_RETURN_IF_ERROR(BrokenLocked());
-  slots_[rank] = Slot{mine, op, root};
+  slots_[rank] = Slot{mine, parts, op, root};
   if (++arrived_ == n_) {
     // Ranks that disagree on the collective would read slots they do not
     // understand; the sequence is broken for good, so poison instead.

@@ -26,7 +26,7 @@
 
 namespace shardpoint::internal {
 
-enum class CollectiveOp : uint8_t { kAllGather, kGather, kBroadcast, kBarrier };
+enum class CollectiveOp : uint8_t { kAllGather, kGather, kBroadcast, kBarrier, kAllToAll };
 
 class ThreadGroup {
  public:
@@ -48,14 +48,19 @@ class ThreadGroup {
   // Returns OK once every rank has arrived with the same op and root; the
   // caller then reads slot(i) and must call Leave(). On error the caller must
   // not call Leave().
-  Status Arrive(int rank, CollectiveOp op, int root, std::string_view mine);
+  // `parts` (AllToAll only): one payload per rank, or null when the caller's
+  // arguments were bad (readers then fail).
+  Status Arrive(int rank, CollectiveOp op, int root, std::string_view mine,
+                const std::vector<std::string>* parts = nullptr);
   std::string_view slot(int rank) const { return slots_[rank].data; }
+  const std::vector<std::string>* parts(int rank) const { return slots_[rank].parts; }
   // Waits until every rank has finished reading this round.
   void Leave();
 
  private:
   struct Slot {
     std::string_view data;
+    const std::vector<std::string>* parts = nullptr;
     CollectiveOp op = CollectiveOp::kBarrier;
     int root = 0;
   };

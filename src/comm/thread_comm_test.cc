@@ -73,6 +73,68 @@ TEST(ThreadComm, AllGatherVariedSizesPerRank) {
   });
 }
 
+// Payload from `from` to `to`: distinct per pair, sizes varying (some empty).
+std::string PairPayload(int from, int to) {
+  return Payload(from * 16 + to, 0, (from + 2 * to) % 5 * 3);
+}
+
+// Forwards everything but AllToAll, so that Comm's AllGather-based default runs.
+class DefaultAllToAll : public Comm {
+ public:
+  explicit DefaultAllToAll(Comm& base) : base_(base) {}
+  int rank() const override { return base_.rank(); }
+  int size() const override { return base_.size(); }
+  Status AllGather(std::string_view mine, std::vector<std::string>* all) override {
+    return base_.AllGather(mine, all);
+  }
+  Status Gather(std::string_view mine, int root, std::vector<std::string>* all) override {
+    return base_.Gather(mine, root, all);
+  }
+  Status Broadcast(std::string* data, int root) override { return base_.Broadcast(data, root); }
+  Status Barrier() override { return base_.Barrier(); }
+
+ private:
+  Comm& base_;
+};
+
+Status CheckAllToAll(Comm& comm) {
+  std::vector<std::string> send(comm.size()), recv;
+  for (int to = 0; to < comm.size(); ++to) send[to] = PairPayload(comm.rank(), to);
+  SP_RETURN_IF_ERROR(comm.AllToAll(send, &recv));
+  if (static_cast<int>(recv.size()) != comm.size()) return InternalError("recv size");
+  for (int from = 0; from < comm.size(); ++from) {
+    if (recv[from] != PairPayload(from, comm.rank())) {
+      return InternalError("rank " + std::to_string(comm.rank()) + ": wrong payload from " +
+                           std::to_string(from));
+    }
+  }
+  return OkStatus();
+}
+
+TEST(ThreadComm, AllToAllDeliversEachPayloadToItsDestination) {
+  for (int n : {1, 2, 5}) RunOk(n, [](Comm& comm) { return CheckAllToAll(comm); });
+}
+
+TEST(ThreadComm, DefaultAllToAllOverAllGatherAgrees) {
+  for (int n : {1, 3, 4}) {
+    RunOk(n, [](Comm& comm) {
+      DefaultAllToAll wrapped(comm);
+      return CheckAllToAll(wrapped);
+    });
+  }
+}
+
+TEST(ThreadComm, AllToAllWithTheWrongPayloadCountFailsOnEveryRank) {
+  std::vector<Status> all = RunThreadRanks(3, [](Comm& comm) {
+    std::vector<std::string> send(comm.rank() == 1 ? 2 : 3), recv;
+    return comm.AllToAll(send, &recv);
+  });
+  for (const Status& s : all) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.ToString();
+  }
+}
+
 TEST(ThreadComm, Gather) {
   for (int n = 1; n <= 8; ++n) {
     RunOk(n, [&](Comm& comm) -> Status {

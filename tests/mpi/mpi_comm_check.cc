@@ -4,8 +4,6 @@
 // the unit-test glob must not pick it up.
 #include <gtest/gtest.h>
 
-#include "tests/mpi/mpi_test_main.h"
-
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -13,6 +11,7 @@
 
 #include "shardpoint/comm.h"
 #include "shardpoint/mpi_comm.h"  // also <mpi.h>, without its C++ bindings
+#include "tests/mpi/mpi_test_main.h"
 
 namespace shardpoint {
 namespace {
@@ -55,6 +54,21 @@ TEST_F(MpiCommTest, AllGather) {
   std::vector<std::string> all;
   ASSERT_TRUE(comm_->AllGather(Payload(comm_->rank(), 1, comm_->rank() * 1000), &all).ok());
   for (int r = 0; r < n; ++r) EXPECT_EQ(all[r], Payload(r, 1, r * 1000));
+}
+
+TEST_F(MpiCommTest, AllToAll) {
+  const int n = comm_->size(), me = comm_->rank();
+  std::vector<std::string> send(n), recv = {"stale"};
+  for (int to = 0; to < n; ++to) send[to] = Payload(me * 16 + to, 2, (me + 2 * to) % 5 * 1000);
+  ASSERT_TRUE(comm_->AllToAll(send, &recv).ok());
+  ASSERT_EQ(recv.size(), static_cast<size_t>(n));
+  for (int from = 0; from < n; ++from) {
+    EXPECT_EQ(recv[from], Payload(from * 16 + me, 2, (from + 2 * me) % 5 * 1000));
+  }
+  // A rank with the wrong payload count fails every rank, without a hang.
+  std::vector<std::string> wrong(me == 0 ? n + 1 : n);
+  Status s = comm_->AllToAll(wrong, &recv);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
 }
 
 TEST_F(MpiCommTest, Gather) {
@@ -166,4 +180,6 @@ TEST_F(MpiCommTest, IndependentOfWorldTraffic) {
 }  // namespace
 }  // namespace shardpoint
 
-int main(int argc, char** argv) { return shardpoint::testing::RunMpiTests(argc, argv, "mpi_comm_check"); }
+int main(int argc, char** argv) {
+  return shardpoint::testing::RunMpiTests(argc, argv, "mpi_comm_check");
+}
