@@ -15,6 +15,10 @@
 //                             rank keeps piece coord[i] of each, concatenated.
 // The local tensor may then hold several runs of dim d (one segment each);
 // with the usual (StridedShard(0, tp), Shard(0)) of FSDP2 x TP it is one box.
+// An empty shard is reported at offset global_shape[d], as PyTorch does.
+// For a few uneven sizes those placements describe other rows than FSDP2
+// actually holds (docs/layouts.md); ShardLocal of the TP layout always
+// describes FSDP2's data.
 //
 // Pure functions, thread-safe; the memory passed as `data` is not touched.
 #pragma once
@@ -57,8 +61,7 @@ Result<std::vector<Box>> DTensorLocalBoxes(const Shape& global_shape, const Devi
 // The local tensor of a DTensor of `global_shape` on this rank: shape as
 // PyTorch computes it, one segment per box of DTensorLocalBoxes.
 Result<LocalTensor> DTensorShard(std::string key, DType dtype, void* data, Shape global_shape,
-                                 const DeviceMesh& mesh,
-                                 const std::vector<Placement>& placements);
+                                 const DeviceMesh& mesh, const std::vector<Placement>& placements);
 
 // Applies Shard(dim) over `count` ranks to an already built local layout:
 // keeps chunk `index` (torch.chunk) of local dim `dim`, clipping every

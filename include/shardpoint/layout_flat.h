@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "shardpoint/tensor.h"
@@ -37,11 +38,16 @@ Result<FlatBufferLayout> PlanFlatBuffer(const std::vector<LocalTensor>& params, 
 
 // Rank `dp_rank`'s pieces: one LocalTensor per parameter, in order, each the
 // parameter's layout held as the flat range that falls in this rank's shard,
-// with data inside `shard_data` (shard_size elements of the params' dtype).
-// A parameter outside the shard gets an empty range (it declares its keys and
-// holds nothing). REQUIRES: `layout` came from PlanFlatBuffer(params, ...).
+// with data inside `shard_data` (shard_size elements of `dtype`). A parameter
+// outside the shard gets an empty range (it declares its keys and holds
+// nothing). `dtype` defaults to the params' own (they must agree); pass
+// DType::kF32 to lay out fp32 main params or Adam moments of bf16 params, as
+// plain local tensors in the same item coordinates. Keys are the params'
+// keys: prefix them (AddKeyPrefix, layout_state.h) for optimizer states.
+// REQUIRES: `layout` came from PlanFlatBuffer(params, ...).
 Result<std::vector<LocalTensor>> FlatBufferShard(const std::vector<LocalTensor>& params,
                                                  const FlatBufferLayout& layout, int dp_rank,
-                                                 void* shard_data);
+                                                 void* shard_data,
+                                                 std::optional<DType> dtype = std::nullopt);
 
 }  // namespace shardpoint

@@ -25,15 +25,6 @@ int64_t Length(const std::vector<Run>& runs) {
   return n;
 }
 
-// The global position of local index `i` of the concatenated runs.
-int64_t PositionOf(const std::vector<Run>& runs, int64_t i) {
-  for (const Run& r : runs) {
-    if (i < r.end - r.begin) return r.begin + i;
-    i -= r.end - r.begin;
-  }
-  return runs.empty() ? 0 : runs.back().end;
-}
-
 // Appends local indices [a, b) of the concatenated runs to `out`.
 void Slice(const std::vector<Run>& runs, int64_t a, int64_t b, std::vector<Run>* out) {
   int64_t pos = 0;
@@ -51,7 +42,9 @@ int64_t Before(const std::vector<int64_t>& sizes, int64_t index) {
   return s;
 }
 
-// Merges touching runs; an empty result keeps one empty run at `anchor`.
+// Merges touching runs; an empty result keeps one empty run at `anchor`
+// (PyTorch reports an empty shard at global offset global_shape[d], past any
+// real data, whatever placement emptied it).
 std::vector<Run> Normalize(std::vector<Run> runs, int64_t anchor) {
   std::vector<Run> out;
   for (const Run& r : runs) {
@@ -71,13 +64,13 @@ Status CheckMesh(const Shape& global_shape, const DeviceMesh& mesh,
   if (mesh.shape.size() != mesh.coordinate.size() || mesh.shape.size() != placements.size()) {
     return InvalidArgumentError("device mesh " + ShapeToString(mesh.shape) + " with coordinate " +
                                 ShapeToString(mesh.coordinate) + " and " +
-                                std::to_string(placements.size()) +
-                                " placements: lengths differ");
+                                std::to_string(placements.size()) + " placements: lengths differ");
   }
   for (size_t i = 0; i < mesh.shape.size(); ++i) {
     const Placement& p = placements[i];
     const std::string where = "mesh dim " + std::to_string(i) + " (" + p.ToString() + ")";
-    if (mesh.shape[i] <= 0 || mesh.coordinate[i] < 0 || mesh.coordinate[i] >= mesh.shape[i]) {
+    if (mesh.shape[i] <= 0 || mesh.shape[i] > (int64_t{1} << 30) || mesh.coordinate[i] < 0 ||
+        mesh.coordinate[i] >= mesh.shape[i]) {
       return InvalidArgumentError(where + ": coordinate " + std::to_string(mesh.coordinate[i]) +
                                   " is outside a mesh dim of size " +
                                   std::to_string(mesh.shape[i]));
@@ -119,23 +112,23 @@ Result<std::vector<Box>> DTensorLocalBoxes(const Shape& global_shape, const Devi
     std::vector<Run>& cur = runs[p.dim];
     const int64_t len = Length(cur);
     std::vector<Run> next;
-    int64_t anchor_local = 0;
     if (p.kind == Placement::Kind::kShard) {
       const std::vector<int64_t> sizes = ChunkSizes(len, m);
-      anchor_local = Before(sizes, c);
-      Slice(cur, anchor_local, anchor_local + sizes[c], &next);
+      const int64_t a = Before(sizes, c);
+      Slice(cur, a, a + sizes[c], &next);
     } else {
+      // torch.chunk into split_factor pieces, each into m pieces; keep piece
+      // c of each, concatenated (_StridedShard._split_tensor).
       const std::vector<int64_t> outer = ChunkSizes(len, p.split_factor);
       int64_t base = 0;
       for (int64_t piece : outer) {
         const std::vector<int64_t> inner = ChunkSizes(piece, m);
         const int64_t a = base + Before(inner, c);
-        if (next.empty()) anchor_local = a;
         Slice(cur, a, a + inner[c], &next);
         base += piece;
       }
     }
-    cur = Normalize(std::move(next), PositionOf(cur, anchor_local));
+    cur = Normalize(std::move(next), global_shape[p.dim]);
   }
   // The product of the runs, row-major in local order.
   std::vector<Box> boxes{Box(Shape{}, Shape{})};
@@ -155,8 +148,7 @@ Result<std::vector<Box>> DTensorLocalBoxes(const Shape& global_shape, const Devi
 }
 
 Result<LocalTensor> DTensorShard(std::string key, DType dtype, void* data, Shape global_shape,
-                                 const DeviceMesh& mesh,
-                                 const std::vector<Placement>& placements) {
+                                 const DeviceMesh& mesh, const std::vector<Placement>& placements) {
   Result<std::vector<Box>> boxes = DTensorLocalBoxes(global_shape, mesh, placements);
   if (!boxes.ok()) return boxes.status().WithContext("'" + key + "'");
   LocalTensor t;
@@ -214,11 +206,12 @@ Result<LocalTensor> ShardLocal(LocalTensor local, int dim, int index, int count,
     const size_t g = dim - lead;
     const int64_t hi = lo + seg.global_box.shape[g];
     int64_t new_lo = std::max(lo, b), new_hi = std::min(hi, b + s);
-    if (new_hi <= new_lo) {  // an empty declaration at the nearest edge
+    if (new_hi <= new_lo) {
+      // An empty declaration, in the local tensor at the edge of the kept
+      // range nearest the segment, and in the global tensor at the start
+      // (cut before it) or end (cut after it) of the segment's box.
       new_lo = new_hi = std::clamp(lo, b, b + s);
-      const int64_t at = std::clamp<int64_t>(seg.global_box.offset[g] + new_lo - lo, 0,
-                                             seg.global_shape[g]);
-      seg.global_box.offset[g] = at;
+      seg.global_box.offset[g] += std::clamp<int64_t>(new_lo - lo, 0, seg.global_box.shape[g]);
     } else {
       seg.global_box.offset[g] += new_lo - lo;
     }

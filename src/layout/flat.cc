@@ -16,8 +16,8 @@ int64_t RoundUp(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 Result<FlatBufferLayout> PlanFlatBuffer(const std::vector<LocalTensor>& params, int64_t align,
                                         int dp_size) {
   if (align < 1 || dp_size < 1) {
-    return InvalidArgumentError("flat buffer: alignment " + std::to_string(align) + " and DP size " +
-                                std::to_string(dp_size) + " must be at least 1");
+    return InvalidArgumentError("flat buffer: alignment " + std::to_string(align) +
+                                " and DP size " + std::to_string(dp_size) + " must be at least 1");
   }
   FlatBufferLayout l;
   l.dp_size = dp_size;
@@ -42,7 +42,7 @@ Result<FlatBufferLayout> PlanFlatBuffer(const std::vector<LocalTensor>& params, 
 
 Result<std::vector<LocalTensor>> FlatBufferShard(const std::vector<LocalTensor>& params,
                                                  const FlatBufferLayout& layout, int dp_rank,
-                                                 void* shard_data) {
+                                                 void* shard_data, std::optional<DType> dtype) {
   if (layout.offsets.size() != params.size() || dp_rank < 0 || dp_rank >= layout.dp_size) {
     return InvalidArgumentError("flat buffer: DP rank " + std::to_string(dp_rank) + " of " +
                                 std::to_string(layout.dp_size) + " or " +
@@ -52,16 +52,18 @@ Result<std::vector<LocalTensor>> FlatBufferShard(const std::vector<LocalTensor>&
   const int64_t lo = dp_rank * layout.shard_size, hi = lo + layout.shard_size;
   std::vector<LocalTensor> out;
   for (size_t i = 0; i < params.size(); ++i) {
-    if (params[i].dtype != params[0].dtype) {
+    if (!dtype && params[i].dtype != params[0].dtype) {
       return InvalidArgumentError("flat buffer parameter " + std::to_string(i) +
                                   " differs in dtype from parameter 0");
     }
+    LocalTensor param = params[i];
+    if (dtype) param.dtype = *dtype;
     const int64_t p0 = layout.offsets[i], p1 = p0 + layout.sizes[i];
     const int64_t b = std::clamp(lo, p0, p1), e = std::clamp(hi, p0, p1);
     const int64_t begin = b - p0, end = std::max(b, e) - p0;
     char* at = static_cast<char*>(shard_data) +
-               (std::clamp(b, lo, hi) - lo) * static_cast<int64_t>(DTypeSize(params[i].dtype));
-    Result<LocalTensor> piece = FlatShard(params[i], FlatRange{begin, end}, at);
+               (std::clamp(b, lo, hi) - lo) * static_cast<int64_t>(DTypeSize(param.dtype));
+    Result<LocalTensor> piece = FlatShard(std::move(param), FlatRange{begin, end}, at);
     if (!piece.ok()) {
       return piece.status().WithContext("flat buffer parameter " + std::to_string(i) +
                                         " on DP rank " + std::to_string(dp_rank));

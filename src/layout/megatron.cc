@@ -1,5 +1,6 @@
 // Megatron-style layouts: TP column/row, vocab padding, PP layer numbering
 // with virtual stages, EP experts (per-expert keys and stacked).
+#include <algorithm>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -70,9 +71,8 @@ Result<LocalTensor> VocabParallel(std::string key, DType dtype, void* data, int6
                                   int64_t hidden, int tp_rank, int tp_size) {
   SP_RETURN_IF_ERROR(CheckTp(key, tp_rank, tp_size));
   if (padded_vocab % tp_size != 0) {
-    return InvalidArgumentError("'" + key + "': padded vocabulary " +
-                                std::to_string(padded_vocab) + " is not divisible by TP size " +
-                                std::to_string(tp_size));
+    return InvalidArgumentError("'" + key + "': padded vocabulary " + std::to_string(padded_vocab) +
+                                " is not divisible by TP size " + std::to_string(tp_size));
   }
   return SplitTensor(std::move(key), dtype, data, {padded_vocab, hidden}, 0, tp_rank, tp_size);
 }
@@ -89,12 +89,14 @@ Result<std::vector<int>> StageLayers(const PipelineLayout& p, int pp_rank, int v
   std::vector<int> per_chunk = p.chunk_layers;
   if (per_chunk.empty()) {
     if (p.num_layers % chunks != 0) {
-      return InvalidArgumentError(std::to_string(p.num_layers) + " layers do not split evenly into " +
-                                  std::to_string(chunks) + " pipeline chunks");
+      return InvalidArgumentError(std::to_string(p.num_layers) +
+                                  " layers do not split evenly into " + std::to_string(chunks) +
+                                  " pipeline chunks");
     }
     per_chunk.assign(chunks, p.num_layers / chunks);
   }
   if (static_cast<int>(per_chunk.size()) != chunks ||
+      std::any_of(per_chunk.begin(), per_chunk.end(), [](int n) { return n < 0; }) ||
       std::accumulate(per_chunk.begin(), per_chunk.end(), 0) != p.num_layers) {
     return InvalidArgumentError("pipeline chunk sizes do not give " + std::to_string(chunks) +
                                 " chunks of " + std::to_string(p.num_layers) + " layers in all");

@@ -60,8 +60,7 @@ Result<State> MergeStates(std::vector<std::pair<std::string, State>> owners, boo
       auto [it, fresh] = owner_of.try_emplace(key, &owner);
       if (!fresh) {
         return InvalidArgumentError("key '" + key + "' is held by both '" + *it->second +
-                                    "' and '" + owner +
-                                    "' (prefix the owners to keep both)");
+                                    "' and '" + owner + "' (prefix the owners to keep both)");
       }
     }
     for (LocalTensor& t : st.tensors) out.tensors.push_back(std::move(t));
