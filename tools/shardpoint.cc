@@ -6,12 +6,15 @@
 
 #include "src/checkpoint/commit.h"
 #include "src/checkpoint/verify.h"
+#include "tools/lib/convert.h"
+#include "tools/lib/diff.h"
+#include "tools/lib/export_hf.h"
 #include "tools/lib/inspect.h"
 
 namespace sp = shardpoint;
 
 int main(int argc, char** argv) {
-  CLI::App app{"shardpoint: inspect and verify distributed checkpoints"};
+  CLI::App app{"shardpoint: inspect, verify, diff and convert distributed checkpoints"};
   app.require_subcommand(1);
 
   std::string dir;
@@ -26,7 +29,14 @@ int main(int argc, char** argv) {
   verify->add_option("dir", dir, "checkpoint directory")->required();
   verify->add_option("--threads", threads, "reader threads")->default_val(4);
 
+  // Hugging Face interop (tools/lib/{export_hf,convert,diff}.cc).
+  const std::function<int()> hf_commands[] = {sp::tools::AddExportHf(app),
+                                              sp::tools::AddConvert(app), sp::tools::AddDiff(app)};
+
   CLI11_PARSE(app, argc, argv);
+  for (const auto& run : hf_commands) {
+    if (int rc = run(); rc >= 0) return rc;
+  }
   sp::Storage* storage = sp::DefaultStorage();
 
   if (*inspect) {

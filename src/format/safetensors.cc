@@ -301,7 +301,31 @@ Result<SafetensorsHeader> DecodeSafetensorsHeader(std::string_view json, uint64_
               return a.name < b.name;
             });
   SP_RETURN_IF_ERROR(CheckCoverage(header.entries, data_size, file));
+  header.file_size = file_size;
   return header;
+}
+
+Result<SafetensorsHeader> ReadSafetensorsHeader(const ReadableFile& file, const std::string& name) {
+  SP_ASSIGN_OR_RETURN(uint64_t size, file.Size());
+  char first8[8] = {};
+  if (size >= 8) SP_RETURN_IF_ERROR(file.ReadAt(0, 8, first8));
+  SP_ASSIGN_OR_RETURN(uint64_t n, DecodeSafetensorsHeaderLength(
+                                      std::string_view(first8, size >= 8 ? 8 : 0), size, name));
+  std::string json(n, '\0');
+  SP_RETURN_IF_ERROR(file.ReadAt(8, n, json.data()));
+  return DecodeSafetensorsHeader(json, size, name);
+}
+
+uint64_t AssignSafetensorsOffsets(std::vector<SafetensorsEntry>* entries) {
+  uint64_t pos = 0;
+  for (SafetensorsEntry& e : *entries) {
+    uint64_t n = 1;
+    for (int64_t d : e.shape) n *= static_cast<uint64_t>(d);
+    e.begin = pos;
+    e.end = pos + n * DTypeSize(e.dtype);
+    pos = e.end;
+  }
+  return pos;
 }
 
 }  // namespace shardpoint::internal

@@ -17,6 +17,7 @@
 #include "shardpoint/box.h"
 #include "shardpoint/dtype.h"
 #include "shardpoint/status.h"
+#include "shardpoint/storage.h"
 
 namespace shardpoint::internal {
 
@@ -34,6 +35,7 @@ struct SafetensorsHeader {
   std::vector<SafetensorsEntry> entries;  // sorted by (begin, end, name)
   std::map<std::string, std::string> metadata;
   uint64_t data_start = 0;  // 8 + N: file offset of the data region
+  uint64_t file_size = 0;
 };
 
 // The 8-byte length plus JSON, padded with spaces so that the total length is
@@ -54,5 +56,15 @@ Result<uint64_t> DecodeSafetensorsHeaderLength(std::string_view first8, uint64_t
 // `file` and the tensor.
 Result<SafetensorsHeader> DecodeSafetensorsHeader(std::string_view json, uint64_t file_size,
                                                   const std::string& file);
+
+// Reads and validates the header of an open file (two reads: the 8-byte
+// length, then the JSON). Errors are DataLoss naming `name` (and the tensor
+// and byte range where one is at fault); a short file is never a crash.
+Result<SafetensorsHeader> ReadSafetensorsHeader(const ReadableFile& file, const std::string& name);
+
+// Assigns contiguous data offsets to `entries` in their order (as the
+// safetensors writer does) and returns the size of the data region.
+// REQUIRES: shapes whose byte sizes do not overflow.
+uint64_t AssignSafetensorsOffsets(std::vector<SafetensorsEntry>* entries);
 
 }  // namespace shardpoint::internal

@@ -1,0 +1,120 @@
+// DiffCheckpoints: two sources compared key by key, block by block.
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "shardpoint/hf.h"
+#include "src/geometry/convert.h"
+#include "src/hf/source.h"
+#include "src/io/thread_pool.h"
+
+namespace shardpoint {
+
+using namespace internal;
+
+bool DiffReport::equal() const {
+  for (const DiffEntry& e : entries) {
+    if (e.kind != DiffEntry::kEqual) return false;
+  }
+  return true;
+}
+
+namespace {
+
+struct Job {
+  size_t entry;
+  const TensorRecord* a;
+  const TensorRecord* b;
+  int64_t begin, end;
+};
+
+}  // namespace
+
+Result<DiffReport> DiffCheckpoints(const std::string& a_dir, const std::string& b_dir,
+                                   const HfMapping& mapping, const DiffOptions& options) {
+  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  SP_ASSIGN_OR_RETURN(Source a, OpenSource(storage, a_dir, mapping, options.variables));
+  SP_ASSIGN_OR_RETURN(Source b, OpenSource(storage, b_dir, mapping, options.variables));
+  DiffReport report;
+  std::vector<Job> jobs;
+  size_t i = 0, j = 0;
+  while (i < a.m.tensors.size() || j < b.m.tensors.size()) {
+    const TensorRecord* ta = i < a.m.tensors.size() ? &a.m.tensors[i] : nullptr;
+    const TensorRecord* tb = j < b.m.tensors.size() ? &b.m.tensors[j] : nullptr;
+    DiffEntry e;
+    if (ta && (!tb || ta->key < tb->key)) {
+      e.key = ta->key, e.kind = DiffEntry::kOnlyA, ++i;
+    } else if (tb && (!ta || tb->key < ta->key)) {
+      e.key = tb->key, e.kind = DiffEntry::kOnlyB, ++j;
+    } else {
+      e.key = ta->key, ++i, ++j;
+      if (ta->shape != tb->shape) {
+        e.kind = DiffEntry::kMismatch;
+        e.note = "shape " + ShapeToString(ta->shape) + " vs " + ShapeToString(tb->shape);
+      } else {
+        if (ta->dtype != tb->dtype) {
+          e.note = "dtype " + std::string(DTypeName(ta->dtype)) + " vs " +
+                   std::string(DTypeName(tb->dtype)) + " (compared as F64)";
+        }
+        const int64_t n = Box::Whole(ta->shape).num_elements();
+        const int64_t block = std::max<int64_t>(1, options.block_bytes / 8);
+        for (int64_t s = 0; s < n; s += block) {
+          jobs.push_back({report.entries.size(), ta, tb, s, std::min(n, s + block)});
+        }
+      }
+    }
+    report.entries.push_back(std::move(e));
+  }
+
+  DataFiles fa(storage, a.dir, &a.m), fb(storage, b.dir, &b.m);
+  std::mutex mu;
+  ThreadPool pool(std::max(1, options.threads - 1));
+  SP_RETURN_IF_ERROR(
+      ParallelFor(&pool, static_cast<int64_t>(jobs.size()), [&](int64_t k) -> Status {
+        const Job& job = jobs[k];
+        const int64_t n = job.end - job.begin;
+        const Box whole = Box::Whole(job.a->shape);
+        const bool same = job.a->dtype == job.b->dtype && options.atol == 0;
+        const DType da = same ? job.a->dtype : DType::kF64, db = same ? job.b->dtype : DType::kF64;
+        const size_t es = DTypeSize(da);
+        std::unique_ptr<char[]> x(new char[n * es]), y(new char[n * es]);
+        SP_RETURN_IF_ERROR(
+            ReadBoxRange(a, &fa, job.a->key, whole, job.begin, job.end, da, x.get()));
+        SP_RETURN_IF_ERROR(
+            ReadBoxRange(b, &fb, job.b->key, whole, job.begin, job.end, db, y.get()));
+        if (same && std::memcmp(x.get(), y.get(), n * es) == 0) return OkStatus();
+        // Element by element, in f64.
+        std::unique_ptr<double[]> fx, fy;
+        const double* vx = reinterpret_cast<const double*>(x.get());
+        const double* vy = reinterpret_cast<const double*>(y.get());
+        if (same) {
+          fx.reset(new double[n]);
+          fy.reset(new double[n]);
+          ConvertElements(da, x.get(), DType::kF64, fx.get(), n);
+          ConvertElements(db, y.get(), DType::kF64, fy.get(), n);
+          vx = fx.get(), vy = fy.get();
+        }
+        int64_t count = 0;
+        double max_abs = 0;
+        for (int64_t e = 0; e < n; ++e) {
+          const bool nx = std::isnan(vx[e]), ny = std::isnan(vy[e]);
+          double d = nx && ny ? 0 : (nx || ny ? INFINITY : std::fabs(vx[e] - vy[e]));
+          bool differs =
+              same ? std::memcmp(x.get() + e * es, y.get() + e * es, es) != 0 : d > options.atol;
+          if (!differs) continue;
+          ++count;
+          if (d > max_abs) max_abs = d;
+        }
+        if (count == 0) return OkStatus();
+        std::lock_guard<std::mutex> lock(mu);
+        DiffEntry& entry = report.entries[job.entry];
+        entry.kind = DiffEntry::kDifferent;
+        entry.num_different += count;
+        entry.max_abs_diff = std::max(entry.max_abs_diff, max_abs);
+        return OkStatus();
+      }));
+  return report;
+}
+
+}  // namespace shardpoint

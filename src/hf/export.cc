@@ -1,0 +1,94 @@
+// ExportHf: a checkpoint (or HF model) -> an HF safetensors model.
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "shardpoint/hf.h"
+#include "src/checkpoint/commit.h"
+#include "src/hf/hf_files.h"
+#include "src/hf/stream.h"
+
+namespace shardpoint {
+
+using namespace internal;
+
+Result<ExportHfStats> ExportHf(const std::string& ckpt_dir, const std::string& out_dir,
+                               const HfMapping& mapping, const ExportHfOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  SP_ASSIGN_OR_RETURN(Source src, OpenSource(storage, ckpt_dir, mapping, options.variables));
+  SP_ASSIGN_OR_RETURN(Vars vars, ResolveVars(mapping, src.config_json, options.variables));
+
+  // Keys -> HF tensors and their pieces.
+  std::vector<HfMeta> keys;
+  for (const TensorRecord& t : src.m.tensors) {
+    DType d = options.dtype && IsFloatDType(t.dtype) ? *options.dtype : t.dtype;
+    keys.push_back({t.key, d, t.shape});
+  }
+  SP_ASSIGN_OR_RETURN(std::vector<MappedKey> mapped, MapKeysToHf(mapping, keys, vars));
+  struct Out {
+    HfMeta meta;
+    std::vector<OutPiece> pieces;
+  };
+  std::map<std::string, Out> outs;
+  for (const MappedKey& mk : mapped) {
+    for (const HfMeta& h : mk.hf_tensors) outs[h.name].meta = h;
+    for (const HfPiece& p : mk.pieces)
+      outs[p.hf].pieces.push_back({mk.info.key, p.box, p.hf_offset});
+  }
+  std::vector<Out*> order;
+  for (auto& [name, o] : outs) order.push_back(&o);
+  std::sort(order.begin(), order.end(),
+            [](const Out* a, const Out* b) { return NaturalLess(a->meta.name, b->meta.name); });
+  std::vector<HfMeta> metas;
+  for (const Out* o : order) metas.push_back(o->meta);
+  HfModelPlan plan = PlanHfModel(metas, options.max_shard_size, {{"format", "pt"}});
+
+  // Files, headers, then the data.
+  SP_RETURN_IF_ERROR(storage->CreateDirs(out_dir));
+  std::vector<std::unique_ptr<WritableFile>> files;
+  std::vector<WritableFile*> raw;
+  for (const HfFilePlan& f : plan.files) {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> w,
+                        storage->NewWritableFile(JoinPath(out_dir, f.name), {}));
+    SP_RETURN_IF_ERROR(w->WriteAt(0, f.header.data(), f.header.size()));
+    SP_RETURN_IF_ERROR(w->Truncate(f.header.size() + f.data_bytes));
+    raw.push_back(w.get());
+    files.push_back(std::move(w));
+  }
+  std::vector<OutTensor> tensors;
+  ExportHfStats stats;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const auto [file, entry] = plan.where[i];
+    const SafetensorsEntry& e = plan.files[file].entries[entry];
+    OutTensor t;
+    t.name = order[i]->meta.name;
+    t.dtype = e.dtype;
+    t.numel = static_cast<int64_t>((e.end - e.begin) / DTypeSize(e.dtype));
+    t.file = file;
+    t.offset = plan.files[file].header.size() + e.begin;
+    t.pieces = std::move(order[i]->pieces);
+    stats.bytes += e.end - e.begin;
+    tensors.push_back(std::move(t));
+  }
+  SP_RETURN_IF_ERROR(StreamTensors(
+      src, storage, raw, tensors,
+      StreamOptions{options.threads, options.block_bytes, false, options.progress}, nullptr));
+  for (auto& f : files) {
+    SP_RETURN_IF_ERROR(f->Sync());
+    SP_RETURN_IF_ERROR(f->Close());
+  }
+  if (!plan.index_json.empty()) {
+    SP_RETURN_IF_ERROR(
+        storage->WriteStringToFile(JoinPath(out_dir, kHfIndexName), plan.index_json));
+  }
+  if (!src.config_json.empty()) {
+    SP_RETURN_IF_ERROR(
+        storage->WriteStringToFile(JoinPath(out_dir, "config.json"), src.config_json));
+  }
+  stats.files = static_cast<int>(plan.files.size());
+  stats.tensors = static_cast<int64_t>(tensors.size());
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+}  // namespace shardpoint

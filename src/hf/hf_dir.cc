@@ -1,0 +1,154 @@
+#include "src/hf/hf_dir.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "src/checkpoint/commit.h"
+#include "src/format/byte_io.h"
+#include "src/format/safetensors.h"
+
+namespace shardpoint::internal {
+namespace {
+
+using Json = nlohmann::json;
+
+bool EndsWith(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool SafeName(const std::string& f) {
+  return !f.empty() && f.find('/') == std::string::npos && f != "." && f != "..";
+}
+
+// The data files, and the weight_map of the index (empty without an index).
+Status ListFiles(Storage* storage, const std::string& dir, std::vector<std::string>* files,
+                 std::string* index_json) {
+  const std::string index_path = JoinPath(dir, kHfIndexName);
+  SP_ASSIGN_OR_RETURN(bool has_index, storage->Exists(index_path));
+  if (has_index) {
+    SP_ASSIGN_OR_RETURN(*index_json, storage->ReadFileToString(index_path));
+    Json j = Json::parse(*index_json, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
+        !j["weight_map"].is_object()) {
+      return DataLossError("'" + index_path + "': not JSON with a \"weight_map\" object");
+    }
+    std::set<std::string> names;
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      if (!it.value().is_string() || !SafeName(it.value().get<std::string>())) {
+        return DataLossError("'" + index_path + "': tensor '" + it.key() +
+                             "' maps to an invalid file name " + it.value().dump());
+      }
+      names.insert(it.value().get<std::string>());
+    }
+    files->assign(names.begin(), names.end());
+    return OkStatus();
+  }
+  SP_ASSIGN_OR_RETURN(std::vector<std::string> all, storage->ListDir(dir));
+  for (const std::string& f : all) {
+    if (EndsWith(f, ".safetensors")) files->push_back(f);
+  }
+  if (files->empty()) return NotFoundError("'" + dir + "' holds no .safetensors file");
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<std::string> ReadHfHeaders(Storage* storage, const std::string& dir) {
+  std::vector<std::string> files;
+  std::string index_json;
+  SP_RETURN_IF_ERROR(ListFiles(storage, dir, &files, &index_json));
+  std::string blob;
+  Writer w(&blob);
+  w.Int<uint32_t>(static_cast<uint32_t>(files.size()));
+  for (const std::string& f : files) {
+    const std::string path = JoinPath(dir, f);
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, storage->NewReadableFile(path));
+    SP_ASSIGN_OR_RETURN(uint64_t size, file->Size());
+    char first8[8] = {};
+    if (size >= 8) SP_RETURN_IF_ERROR(file->ReadAt(0, 8, first8));
+    SP_ASSIGN_OR_RETURN(uint64_t n, DecodeSafetensorsHeaderLength(
+                                        std::string_view(first8, size >= 8 ? 8 : 0), size, path));
+    std::string json(n, '\0');
+    SP_RETURN_IF_ERROR(file->ReadAt(8, n, json.data()));
+    w.Str(f);
+    w.Int<uint64_t>(size);
+    w.Blob(json);
+  }
+  w.Blob(index_json);
+  std::string config;
+  SP_ASSIGN_OR_RETURN(bool has_config, storage->Exists(JoinPath(dir, "config.json")));
+  if (has_config) {
+    SP_ASSIGN_OR_RETURN(config, storage->ReadFileToString(JoinPath(dir, "config.json")));
+  }
+  w.Blob(config);
+  return blob;
+}
+
+Result<HfDirIndex> DecodeHfHeaders(std::string_view blob, const std::string& dir) {
+  Reader r(blob);
+  HfDirIndex idx;
+  uint32_t n = 0;
+  auto truncated = [&] { return DataLossError("HF headers of '" + dir + "': truncated blob"); };
+  if (!r.Int(&n)) return truncated();
+  std::set<std::string> seen;
+  for (uint32_t i = 0; i < n; ++i) {
+    std::string name, json;
+    uint64_t size = 0;
+    if (!r.Str(&name) || !r.Int(&size) || !r.Blob(&json)) return truncated();
+    const std::string path = JoinPath(dir, name);
+    SP_ASSIGN_OR_RETURN(SafetensorsHeader h, DecodeSafetensorsHeader(json, size, path));
+    for (const SafetensorsEntry& e : h.entries) {
+      if (!seen.insert(e.name).second) {
+        return DataLossError("HF model '" + dir + "': tensor '" + e.name + "' is in two files");
+      }
+      idx.tensors.push_back(
+          {{e.name, e.dtype, e.shape}, i, h.data_start + e.begin, e.end - e.begin});
+    }
+    idx.files.push_back(name);
+  }
+  std::string index_json;
+  if (!r.Blob(&index_json) || !r.Blob(&idx.config_json)) return truncated();
+  std::sort(idx.tensors.begin(), idx.tensors.end(),
+            [](const auto& a, const auto& b) { return a.meta.name < b.meta.name; });
+  if (!index_json.empty()) {
+    Json j = Json::parse(index_json, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
+        !j["weight_map"].is_object()) {
+      return DataLossError("HF model '" + dir + "': bad " + kHfIndexName);
+    }
+    const Json& wm = j["weight_map"];
+    if (wm.size() != idx.tensors.size()) {
+      return DataLossError("HF model '" + dir + "': the index lists " + std::to_string(wm.size()) +
+                           " tensors, the files hold " + std::to_string(idx.tensors.size()));
+    }
+    for (const auto& t : idx.tensors) {
+      auto it = wm.find(t.meta.name);
+      if (it == wm.end() || !it->is_string() || it->get<std::string>() != idx.files[t.file]) {
+        return DataLossError("HF model '" + dir + "': tensor '" + t.meta.name + "' is in '" +
+                             idx.files[t.file] + "', which the index does not say");
+      }
+    }
+  }
+  return idx;
+}
+
+Result<HfDirIndex> ScanHfDir(Storage* storage, const std::string& dir) {
+  SP_ASSIGN_OR_RETURN(std::string blob, ReadHfHeaders(storage, dir));
+  return DecodeHfHeaders(blob, dir);
+}
+
+Result<bool> IsHfDir(Storage* storage, const std::string& dir) {
+  SP_ASSIGN_OR_RETURN(bool manifest, storage->Exists(JoinPath(dir, "manifest")));
+  if (manifest) return false;
+  SP_ASSIGN_OR_RETURN(bool is_dir, storage->IsDirectory(dir));
+  if (!is_dir) return NotFoundError("'" + dir + "' is not a directory");
+  SP_ASSIGN_OR_RETURN(std::vector<std::string> all, storage->ListDir(dir));
+  for (const std::string& f : all) {
+    if (EndsWith(f, ".safetensors")) return true;
+  }
+  return false;
+}
+
+}  // namespace shardpoint::internal

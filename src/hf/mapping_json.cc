@@ -1,0 +1,186 @@
+// Parsing mapping files (JSON) and compiling their patterns.
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "src/hf/mapping.h"
+
+namespace shardpoint {
+namespace {
+
+using Json = nlohmann::json;
+
+const std::set<std::string> kSplits = {"replicated",     "column",      "row",
+                                       "vocab",          "swiglu",      "gqa",
+                                       "experts_swiglu", "experts_row", "experts_column"};
+
+Status IntOrName(const Json& j, std::string* out) {
+  if (j.is_number_integer()) {
+    *out = std::to_string(j.get<int64_t>());
+  } else if (j.is_string() && !j.get_ref<const std::string&>().empty()) {
+    *out = j.get<std::string>();
+  } else {
+    return InvalidArgumentError("expected an integer or a variable name, got " + j.dump());
+  }
+  return OkStatus();
+}
+
+Status ParseRule(const Json& j, HfRule* r) {
+  if (!j.is_object()) return InvalidArgumentError("a rule must be a JSON object");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& k = it.key();
+    const Json& v = it.value();
+    if (k == "sp" && v.is_string()) {
+      r->sp = v.get<std::string>();
+    } else if (k == "hf" && v.is_string()) {
+      r->hf = {v.get<std::string>()};
+    } else if (k == "hf" && v.is_array()) {
+      for (const Json& p : v) {
+        if (!p.is_string()) return InvalidArgumentError("\"hf\" must hold strings");
+        r->hf.push_back(p.get<std::string>());
+      }
+    } else if (k == "fuse" && v.is_string()) {
+      r->fuse = v.get<std::string>();
+    } else if (k == "dim" && v.is_number_integer()) {
+      r->dim = v.get<int>();
+    } else if (k == "sizes" && v.is_array()) {
+      for (const Json& s : v) {
+        r->sizes.emplace_back();
+        SP_RETURN_IF_ERROR(IntOrName(s, &r->sizes.back()).WithContext("\"sizes\""));
+      }
+    } else if (k == "heads") {
+      SP_RETURN_IF_ERROR(IntOrName(v, &r->heads).WithContext("\"heads\""));
+    } else if (k == "groups") {
+      SP_RETURN_IF_ERROR(IntOrName(v, &r->groups).WithContext("\"groups\""));
+    } else if (k == "stack" && v.is_string()) {
+      r->stack = v.get<std::string>();
+    } else if (k == "split" && v.is_string()) {
+      r->split = v.get<std::string>();
+    } else if (k == "doc" || k == "comment") {
+      continue;
+    } else {
+      return InvalidArgumentError("unknown field or wrong type: \"" + k + "\": " + v.dump());
+    }
+  }
+  if (r->sp.empty() || r->hf.empty()) return InvalidArgumentError("\"sp\" and \"hf\" are required");
+  return OkStatus();
+}
+
+std::string RuleName(size_t i, const HfRule& r) {
+  return "rule " + std::to_string(i) + (r.sp.empty() ? "" : " ('" + r.sp + "')");
+}
+
+}  // namespace
+
+Result<HfMapping> ParseHfMapping(std::string_view text, const std::string& source) {
+  const std::string where = "mapping '" + source + "': ";
+  Json root = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false,
+                          /*ignore_comments=*/true);
+  if (root.is_discarded() || !root.is_object()) {
+    return InvalidArgumentError(where + "not a JSON object");
+  }
+  HfMapping m;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string& k = it.key();
+    const Json& v = it.value();
+    if (k == "name" && v.is_string()) {
+      m.name = v.get<std::string>();
+    } else if (k == "keep_unmatched" && v.is_boolean()) {
+      m.keep_unmatched = v.get<bool>();
+    } else if (k == "variables" && v.is_object()) {
+      for (auto vi = v.begin(); vi != v.end(); ++vi) {
+        if (!vi.value().is_number_integer()) {
+          return InvalidArgumentError(where + "variable '" + vi.key() + "' is not an integer");
+        }
+        m.variables[vi.key()] = vi.value().get<int64_t>();
+      }
+    } else if (k == "rules" && v.is_array()) {
+      for (size_t i = 0; i < v.size(); ++i) {
+        HfRule r;
+        Status s = ParseRule(v[i], &r);
+        if (!s.ok()) return InvalidArgumentError(where + RuleName(i, r) + ": " + s.message());
+        m.rules.push_back(std::move(r));
+      }
+    } else if (k == "doc" || k == "description" || k == "comment") {
+      continue;
+    } else {
+      return InvalidArgumentError(where + "unknown field or wrong type: \"" + k + "\"");
+    }
+  }
+  Result<std::vector<internal::CompiledRule>> compiled = internal::CompileMapping(m);
+  if (!compiled.ok()) return InvalidArgumentError(where + compiled.status().message());
+  return m;
+}
+
+Result<HfMapping> ReadHfMapping(const std::string& path, Storage* storage) {
+  if (!storage) storage = DefaultStorage();
+  SP_ASSIGN_OR_RETURN(std::string text, storage->ReadFileToString(path));
+  return ParseHfMapping(text, path);
+}
+
+namespace internal {
+
+Result<std::vector<CompiledRule>> CompileMapping(const HfMapping& mapping) {
+  std::vector<CompiledRule> out;
+  for (size_t i = 0; i < mapping.rules.size(); ++i) {
+    const HfRule& r = mapping.rules[i];
+    auto fail = [&](const std::string& msg) {
+      return InvalidArgumentError(RuleName(i, r) + ": " + msg);
+    };
+    if (r.fuse != "concat" && r.fuse != "gqa") return fail("\"fuse\" must be concat or gqa");
+    if (r.fuse == "gqa" && (r.hf.size() != 3 || r.heads.empty() || r.groups.empty())) {
+      return fail("gqa needs hf [q, k, v], \"heads\" and \"groups\"");
+    }
+    if (!kSplits.count(r.split)) return fail("unknown split hint '" + r.split + "'");
+    if (r.dim < 0) return fail("\"dim\" must be >= 0");
+    if (!r.sizes.empty() && r.sizes.size() != r.hf.size()) {
+      return fail("\"sizes\" needs one entry per hf part");
+    }
+    CompiledRule c{r, {}, {}};
+    Result<NamePattern> sp = NamePattern::Parse(r.sp);
+    if (!sp.ok()) return fail(sp.status().message());
+    c.sp = *sp;
+    std::vector<std::string> sp_vars = c.sp.Vars();
+    if (std::count(sp_vars.begin(), sp_vars.end(), r.stack)) {
+      return fail("the stack placeholder {" + r.stack + "} must not appear in \"sp\"");
+    }
+    for (const std::string& h : r.hf) {
+      Result<NamePattern> p = NamePattern::Parse(h);
+      if (!p.ok()) return fail(p.status().message());
+      std::vector<std::string> vars = p->Vars();
+      std::vector<std::string> want = sp_vars;
+      if (!r.stack.empty()) want.push_back(r.stack);
+      std::sort(vars.begin(), vars.end());
+      std::sort(want.begin(), want.end());
+      if (vars != want) {
+        return fail("hf pattern '" + h + "' must use exactly the placeholders of \"sp\"" +
+                    (r.stack.empty() ? "" : " plus {" + r.stack + "}"));
+      }
+      c.hf.push_back(*p);
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+Result<Vars> ResolveVars(const HfMapping& mapping, const std::string& config_json,
+                         const Vars& explicit_vars) {
+  Vars v = mapping.variables;
+  if (!config_json.empty()) {
+    Json c = Json::parse(config_json, nullptr, /*allow_exceptions=*/false);
+    if (c.is_discarded() || !c.is_object()) {
+      return InvalidArgumentError("config.json is not a JSON object");
+    }
+    for (auto it = c.begin(); it != c.end(); ++it) {
+      if (it.value().is_number_integer()) v[it.key()] = it.value().get<int64_t>();
+    }
+    if (v.count("num_attention_heads") && !c.contains("num_key_value_heads")) {
+      v["num_key_value_heads"] = v["num_attention_heads"];
+    }
+  }
+  for (const auto& [k, x] : explicit_vars) v[k] = x;
+  return v;
+}
+
+}  // namespace internal
+}  // namespace shardpoint

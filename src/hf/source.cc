@@ -1,0 +1,97 @@
+#include "src/hf/source.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "src/checkpoint/commit.h"
+#include "src/plan/load_plan.h"
+#include "src/plan/regions.h"
+
+namespace shardpoint::internal {
+
+Manifest BuildHfManifest(const HfDirIndex& idx, const std::vector<MappedKey>& mapped) {
+  Manifest m;
+  m.files = idx.files;
+  for (const MappedKey& mk : mapped) {
+    TensorRecord t;
+    t.key = mk.info.key;
+    t.dtype = mk.info.dtype;
+    t.shape = mk.info.shape;
+    const uint64_t es = DTypeSize(t.dtype);
+    for (const HfPiece& p : mk.pieces) {
+      auto it = std::lower_bound(
+          idx.tensors.begin(), idx.tensors.end(), p.hf,
+          [](const HfDirIndex::Tensor& x, const std::string& n) { return x.meta.name < n; });
+      ChunkRecord c;
+      c.box = p.box;
+      c.file = it->file;
+      c.offset = it->offset + static_cast<uint64_t>(p.hf_offset) * es;
+      c.nbytes = static_cast<uint64_t>(p.box.num_elements()) * es;
+      t.chunks.push_back(std::move(c));
+    }
+    std::sort(t.chunks.begin(), t.chunks.end(),
+              [](const ChunkRecord& a, const ChunkRecord& b) { return a.box < b.box; });
+    m.tensors.push_back(std::move(t));
+  }
+  return m;
+}
+
+Result<Source> SourceFromHfIndex(HfDirIndex idx, const std::string& dir, const HfMapping& mapping,
+                                 const Vars& explicit_vars) {
+  Source s;
+  s.dir = dir;
+  s.hf = true;
+  s.config_json = idx.config_json;
+  SP_ASSIGN_OR_RETURN(Vars vars, ResolveVars(mapping, idx.config_json, explicit_vars));
+  std::vector<HfMeta> metas;
+  metas.reserve(idx.tensors.size());
+  for (const auto& t : idx.tensors) metas.push_back(t.meta);
+  Result<std::vector<MappedKey>> mapped = MapHfToKeys(mapping, metas, vars);
+  if (!mapped.ok()) return mapped.status().WithContext("HF model '" + dir + "'");
+  s.mapped = std::move(*mapped);
+  s.m = BuildHfManifest(idx, s.mapped);
+  return s;
+}
+
+std::string ConfigFromMetadata(const std::string& metadata_json) {
+  if (metadata_json.empty()) return "";
+  nlohmann::json j = nlohmann::json::parse(metadata_json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("hf") || !j["hf"].is_object() ||
+      !j["hf"].contains("config") || !j["hf"]["config"].is_object()) {
+    return "";
+  }
+  return j["hf"]["config"].dump(2);
+}
+
+Result<Source> OpenSource(Storage* storage, const std::string& dir, const HfMapping& mapping,
+                          const Vars& explicit_vars) {
+  SP_ASSIGN_OR_RETURN(bool hf, IsHfDir(storage, dir));
+  if (hf) {
+    SP_ASSIGN_OR_RETURN(HfDirIndex idx, ScanHfDir(storage, dir));
+    return SourceFromHfIndex(std::move(idx), dir, mapping, explicit_vars);
+  }
+  Source s;
+  s.dir = dir;
+  SP_ASSIGN_OR_RETURN(s.m, ReadManifest(storage, dir));
+  s.config_json = ConfigFromMetadata(s.m.metadata_json);
+  return s;
+}
+
+Status ReadBoxRange(const Source& src, DataFiles* files, const std::string& key, const Box& box,
+                    int64_t begin, int64_t end, DType dtype, char* dst) {
+  if (end <= begin) return OkStatus();
+  const int64_t t = src.m.FindTensor(key);
+  if (t < 0) return NotFoundError("'" + src.dir + "' has no tensor '" + key + "'");
+  LocalTensor lt;
+  lt.dtype = dtype;
+  lt.data = dst;
+  lt.shape = box.shape;
+  lt.segments.push_back({key, src.m.tensors[t].shape, box, Shape(box.rank(), 0)});
+  lt.flat = FlatRange{begin, end};
+  SP_ASSIGN_OR_RETURN(std::vector<Region> regions, BuildRegions({lt}));
+  SP_ASSIGN_OR_RETURN(LoadPlan plan, PlanLoad(src.m, regions));
+  std::atomic<uint64_t> bytes{0};
+  return ExecuteLoadPlan(src.m, plan, files, /*pool=*/nullptr, ReadOptions{!src.hf}, &bytes);
+}
+
+}  // namespace shardpoint::internal

@@ -1,0 +1,44 @@
+// A checkpoint to read from, in shardpoint keys: a shardpoint checkpoint (its
+// manifest) or an HF model mapped by a mapping (a synthesized manifest whose
+// chunks are the pieces, pointing at byte ranges of the HF files; they carry
+// no checksums). Reads go through the ordinary load planner and reader.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "shardpoint/storage.h"
+#include "src/checkpoint/reader.h"
+#include "src/format/manifest.h"
+#include "src/hf/hf_dir.h"
+#include "src/hf/mapping.h"
+
+namespace shardpoint::internal {
+
+struct Source {
+  std::string dir;
+  bool hf = false;
+  Manifest m;                     // sorted by key; chunks sorted by box
+  std::vector<MappedKey> mapped;  // hf only, parallel to m.tensors
+  std::string config_json;        // HF config.json, or the one kept in a checkpoint's metadata
+};
+
+// The manifest of an HF model under `mapped` (pure).
+Manifest BuildHfManifest(const HfDirIndex& idx, const std::vector<MappedKey>& mapped);
+
+// Opens `dir` as either kind. Variables: see ResolveVars.
+Result<Source> OpenSource(Storage* storage, const std::string& dir, const HfMapping& mapping,
+                          const Vars& explicit_vars);
+Result<Source> SourceFromHfIndex(HfDirIndex idx, const std::string& dir, const HfMapping& mapping,
+                                 const Vars& explicit_vars);
+
+// Reads the row-major elements [begin, end) of box `box` of tensor `key` into
+// contiguous `dst` as `dtype` (converting). Checksums are verified for stored
+// chunks read whole (shardpoint sources only).
+Status ReadBoxRange(const Source& src, DataFiles* files, const std::string& key, const Box& box,
+                    int64_t begin, int64_t end, DType dtype, char* dst);
+
+// The "hf": {"config": ...} object of a checkpoint's metadata, as JSON text.
+std::string ConfigFromMetadata(const std::string& metadata_json);
+
+}  // namespace shardpoint::internal

@@ -1,0 +1,86 @@
+#include "src/hf/stream.h"
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+
+#include "src/format/checksum.h"
+#include "src/io/thread_pool.h"
+
+namespace shardpoint::internal {
+namespace {
+
+struct Unit {
+  size_t tensor;
+  int64_t begin, end;  // elements of the output tensor
+};
+
+}  // namespace
+
+bool IsFloatDType(DType d) {
+  switch (d) {
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kF32:
+    case DType::kF64:
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Status StreamTensors(const Source& src, Storage* storage, const std::vector<WritableFile*>& files,
+                     const std::vector<OutTensor>& tensors, const StreamOptions& options,
+                     std::vector<uint64_t>* checksums) {
+  std::vector<Unit> units;
+  uint64_t total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const OutTensor& t = tensors[i];
+    const int64_t es = static_cast<int64_t>(DTypeSize(t.dtype));
+    const int64_t block =
+        options.checksums ? std::max<int64_t>(t.numel, 1)
+                          : std::max<int64_t>(1, static_cast<int64_t>(options.block_bytes) / es);
+    for (int64_t b = 0; b < t.numel; b += block)
+      units.push_back({i, b, std::min(t.numel, b + block)});
+    total += static_cast<uint64_t>(t.numel * es);
+  }
+  // Largest units first: the tail of the run is then short ones.
+  std::stable_sort(units.begin(), units.end(), [&](const Unit& a, const Unit& b) {
+    return (a.end - a.begin) * DTypeSize(tensors[a.tensor].dtype) >
+           (b.end - b.begin) * DTypeSize(tensors[b.tensor].dtype);
+  });
+  if (checksums) checksums->assign(tensors.size(), Checksum64(nullptr, 0));
+
+  DataFiles data(storage, src.dir, &src.m);
+  std::mutex mu;
+  uint64_t done = 0;
+  ThreadPool pool(std::max(1, options.threads - 1));
+  return ParallelFor(&pool, static_cast<int64_t>(units.size()), [&](int64_t u) -> Status {
+    const Unit& unit = units[u];
+    const OutTensor& t = tensors[unit.tensor];
+    const size_t es = DTypeSize(t.dtype);
+    const size_t nbytes = static_cast<size_t>(unit.end - unit.begin) * es;
+    std::unique_ptr<char[]> buf(new char[nbytes]);
+    for (const OutPiece& p : t.pieces) {
+      const int64_t lo = std::max(unit.begin, p.out_offset);
+      const int64_t hi = std::min(unit.end, p.out_offset + p.box.num_elements());
+      if (lo >= hi) continue;
+      Status s = ReadBoxRange(src, &data, p.key, p.box, lo - p.out_offset, hi - p.out_offset,
+                              t.dtype, buf.get() + (lo - unit.begin) * es);
+      if (!s.ok()) return s.WithContext("writing '" + t.name + "'");
+    }
+    if (checksums) (*checksums)[unit.tensor] = Checksum64(buf.get(), nbytes);
+    SP_RETURN_IF_ERROR(files[t.file]->WriteAt(t.offset + unit.begin * es, buf.get(), nbytes));
+    buf.reset();
+    if (options.progress) {
+      std::lock_guard<std::mutex> lock(mu);
+      done += nbytes;
+      options.progress(done, total);
+    }
+    return OkStatus();
+  });
+}
+
+}  // namespace shardpoint::internal

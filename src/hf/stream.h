@@ -1,0 +1,48 @@
+// Streaming copy from a Source into output files, block by block, in
+// parallel: how export and offline conversion keep memory bounded (about
+// threads * block_bytes, whatever the size of the largest tensor).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardpoint/hf.h"
+#include "src/hf/source.h"
+
+namespace shardpoint::internal {
+
+// F16, BF16, F32, F64 and the F8 types (what --dtype converts).
+bool IsFloatDType(DType d);
+
+// Elements [out_offset, out_offset + box.num_elements()) of an output tensor
+// are the row-major elements of `box` of source tensor `key`.
+struct OutPiece {
+  std::string key;
+  Box box;
+  int64_t out_offset = 0;
+};
+
+struct OutTensor {
+  std::string name;  // for errors
+  DType dtype = DType::kF32;
+  int64_t numel = 0;
+  int file = 0;
+  uint64_t offset = 0;           // absolute, in the file
+  std::vector<OutPiece> pieces;  // tile [0, numel)
+};
+
+struct StreamOptions {
+  int threads = 4;
+  size_t block_bytes = size_t{64} << 20;
+  // Compute Checksum64 of every output tensor (each is then one block).
+  bool checksums = false;
+  HfProgress progress;
+};
+
+// Writes every tensor; `checksums` (if requested) gets one per tensor.
+Status StreamTensors(const Source& src, Storage* storage, const std::vector<WritableFile*>& files,
+                     const std::vector<OutTensor>& tensors, const StreamOptions& options,
+                     std::vector<uint64_t>* checksums);
+
+}  // namespace shardpoint::internal

@@ -1,0 +1,116 @@
+// ConvertHfToShardpoint: an HF model -> a shardpoint checkpoint, offline and
+// streaming. One data file; every mapped tensor in chunks of whole rows of at
+// most block_bytes (one row at least), each with its checksum; then the usual
+// atomic commit.
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "shardpoint/hf.h"
+#include "src/checkpoint/commit.h"
+#include "src/format/safetensors.h"
+#include "src/hf/stream.h"
+#include "src/plan/save_plan.h"
+
+namespace shardpoint {
+
+using namespace internal;
+
+namespace {
+
+std::vector<Box> RowBlocks(const Shape& shape, DType dtype, size_t block_bytes) {
+  if (shape.empty() || shape[0] == 0) return {Box::Whole(shape)};
+  int64_t row = static_cast<int64_t>(DTypeSize(dtype));
+  for (size_t d = 1; d < shape.size(); ++d) row *= shape[d];
+  const int64_t rows =
+      row == 0 ? shape[0] : std::max<int64_t>(1, static_cast<int64_t>(block_bytes) / row);
+  std::vector<Box> out;
+  for (int64_t r = 0; r < shape[0]; r += rows) {
+    Box b = Box::Whole(shape);
+    b.offset[0] = r;
+    b.shape[0] = std::min(rows, shape[0] - r);
+    out.push_back(b);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<ExportHfStats> ConvertHfToShardpoint(const std::string& hf_dir, const std::string& ckpt_dir,
+                                            const HfMapping& mapping,
+                                            const ExportHfOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  SP_ASSIGN_OR_RETURN(HfDirIndex idx, ScanHfDir(storage, hf_dir));
+  SP_ASSIGN_OR_RETURN(Source src,
+                      SourceFromHfIndex(std::move(idx), hf_dir, mapping, options.variables));
+  Manifest m;
+  m.files = {std::string(kDataDir) + "/0.safetensors"};
+  nlohmann::json md;
+  md["hf"]["mapping"] = mapping.name;
+  if (!src.config_json.empty()) {
+    nlohmann::json c = nlohmann::json::parse(src.config_json, nullptr, false);
+    if (!c.is_discarded()) md["hf"]["config"] = c;
+  }
+  m.metadata_json = md.dump();
+
+  // Chunks, ordered in the file by element size (largest first), then key.
+  struct Ref {
+    size_t tensor, chunk;
+  };
+  std::vector<Ref> refs;
+  for (const TensorRecord& t : src.m.tensors) {
+    TensorRecord r;
+    r.key = t.key;
+    r.dtype = options.dtype && IsFloatDType(t.dtype) ? *options.dtype : t.dtype;
+    r.shape = t.shape;
+    for (const Box& b : RowBlocks(t.shape, r.dtype, options.block_bytes)) {
+      r.chunks.push_back(
+          {b, 0, 0, static_cast<uint64_t>(b.num_elements()) * DTypeSize(r.dtype), 0});
+      refs.push_back({m.tensors.size(), r.chunks.size() - 1});
+    }
+    m.tensors.push_back(std::move(r));
+  }
+  std::stable_sort(refs.begin(), refs.end(), [&](const Ref& a, const Ref& b) {
+    return DTypeSize(m.tensors[a.tensor].dtype) > DTypeSize(m.tensors[b.tensor].dtype);
+  });
+  std::vector<SafetensorsEntry> entries;
+  for (const Ref& r : refs) {
+    const TensorRecord& t = m.tensors[r.tensor];
+    entries.push_back({ChunkEntryName(t.key, static_cast<int64_t>(r.chunk)), t.dtype,
+                       t.chunks[r.chunk].box.shape, 0, 0});
+  }
+  const uint64_t data_bytes = AssignSafetensorsOffsets(&entries);
+  const std::string header =
+      EncodeSafetensorsHeader(entries, {{"format", "shardpoint"}, {"version", "1"}}, 4096);
+  std::vector<OutTensor> outs;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    TensorRecord& t = m.tensors[refs[i].tensor];
+    ChunkRecord& c = t.chunks[refs[i].chunk];
+    c.offset = header.size() + entries[i].begin;
+    outs.push_back({t.key, t.dtype, c.box.num_elements(), 0, c.offset, {{t.key, c.box, 0}}});
+  }
+
+  SP_ASSIGN_OR_RETURN(std::string w, PrepareDirectory(storage, ckpt_dir, /*overwrite=*/false));
+  SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                      storage->NewWritableFile(JoinPath(w, m.files[0]), {}));
+  SP_RETURN_IF_ERROR(file->WriteAt(0, header.data(), header.size()));
+  SP_RETURN_IF_ERROR(file->Truncate(header.size() + data_bytes));
+  std::vector<uint64_t> sums;
+  SP_RETURN_IF_ERROR(StreamTensors(
+      src, storage, {file.get()}, outs,
+      StreamOptions{options.threads, options.block_bytes, true, options.progress}, &sums));
+  SP_RETURN_IF_ERROR(file->Sync());
+  SP_RETURN_IF_ERROR(file->Close());
+  for (size_t i = 0; i < refs.size(); ++i) {
+    m.tensors[refs[i].tensor].chunks[refs[i].chunk].checksum = sums[i];
+  }
+  SP_RETURN_IF_ERROR(CommitCheckpoint(storage, ckpt_dir, w, m));
+  ExportHfStats stats;
+  stats.files = 1;
+  stats.tensors = static_cast<int64_t>(m.tensors.size());
+  stats.bytes = data_bytes;
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+}  // namespace shardpoint

@@ -1,0 +1,164 @@
+// Mapping rules: parsing, patterns, both directions, errors.
+#include "src/hf/mapping.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/hf/hf_model.h"
+
+namespace shardpoint {
+namespace {
+
+using namespace internal;
+using namespace hftest;
+
+TEST(HfPattern, MatchAndFormat) {
+  Result<NamePattern> p = NamePattern::Parse("a.{layer}.e.{expert}.w");
+  ASSERT_TRUE(p.ok());
+  auto b = p->Match("a.12.e.0.w");
+  ASSERT_TRUE(b);
+  EXPECT_EQ((*b)["layer"], 12);
+  EXPECT_EQ((*b)["expert"], 0);
+  EXPECT_FALSE(p->Match("a.01.e.0.w"));
+  EXPECT_FALSE(p->Match("a.x.e.0.w"));
+  EXPECT_FALSE(p->Match("a.1.e.0.wx"));
+  EXPECT_EQ(*p->Format({{"layer", 3}, {"expert", 5}}), "a.3.e.5.w");
+  EXPECT_FALSE(p->Format({{"layer", 3}}).ok());
+  EXPECT_FALSE(NamePattern::Parse("a.{x}{y}").ok());
+  EXPECT_FALSE(NamePattern::Parse("a.{x").ok());
+  EXPECT_FALSE(NamePattern::Parse("a.{}").ok());
+  EXPECT_FALSE(NamePattern::Parse("a.{x}1").ok());
+  EXPECT_TRUE(NaturalLess("l.2.w", "l.10.w"));
+  EXPECT_FALSE(NaturalLess("l.10.w", "l.2.w"));
+}
+
+TEST(HfMappingParse, Errors) {
+  auto err = [](const std::string& json, const std::string& substr) {
+    Result<HfMapping> m = ParseHfMapping(json, "test.json");
+    ASSERT_FALSE(m.ok()) << json;
+    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(m.status().message().find(substr), std::string::npos) << m.status().ToString();
+    EXPECT_NE(m.status().message().find("test.json"), std::string::npos);
+  };
+  err("[", "not a JSON object");
+  err(R"({"rulez": []})", "unknown field");
+  err(R"({"rules": [{"sp": "a"}]})", "required");
+  err(R"({"rules": [{"sp": "a", "hf": "b", "splitt": "row"}]})", "unknown field");
+  err(R"({"rules": [{"sp": "a", "hf": "b", "split": "diagonal"}]})", "split hint");
+  err(R"({"rules": [{"sp": "a", "hf": ["q", "k"], "fuse": "gqa"}]})", "gqa needs");
+  err(R"({"rules": [{"sp": "a.{layer}", "hf": "b"}]})", "placeholders");
+  err(R"({"rules": [{"sp": "a.{layer}", "hf": "b.{layer}.{expert}"}]})", "placeholders");
+  err(R"({"rules": [{"sp": "a", "hf": ["b", "c"], "sizes": [1]}]})", "sizes");
+  err(R"({"variables": {"x": "y"}})", "not an integer");
+  EXPECT_TRUE(ParseHfMapping(R"({"name": "x", // comments are allowed
+      "rules": []})")
+                  .ok());
+}
+
+TEST(HfMapping, ShippedRulesParse) {
+  for (const char* f : {"rules/llama.json", "rules/qwen_moe.json"}) {
+    Result<HfMapping> m = ReadHfMapping(RepoPath(f));
+    ASSERT_TRUE(m.ok()) << f << ": " << m.status().ToString();
+    EXPECT_FALSE(m->rules.empty());
+  }
+}
+
+std::vector<HfMeta> Metas(const std::vector<HfTensor>& ts) {
+  std::vector<HfMeta> out;
+  for (const HfTensor& t : ts) out.push_back({t.name, t.dtype, t.shape});
+  return out;
+}
+
+TEST(HfMapping, BothDirectionsAreInverse) {
+  LlamaDims d;
+  d.experts = 3;
+  d.qkv_bias = true;
+  Result<HfMapping> m = ReadHfMapping(RepoPath("rules/qwen_moe.json"));
+  ASSERT_TRUE(m.ok());
+  Vars vars = {{"num_attention_heads", d.heads}, {"num_key_value_heads", d.groups}};
+  std::vector<HfMeta> hf = Metas(LlamaTensors(d));
+  Result<std::vector<MappedKey>> keys = MapHfToKeys(*m, hf, vars);
+  ASSERT_TRUE(keys.ok()) << keys.status().ToString();
+  std::vector<HfMeta> metas;
+  for (const MappedKey& k : *keys) {
+    metas.push_back({k.info.key, k.info.dtype, k.info.shape});
+    if (k.info.key == "decoder.layers.1.mlp.experts.linear_fc1.weight") {
+      EXPECT_EQ(k.info.shape, (Shape{3, 2 * d.moe_ffn, d.hidden}));
+      EXPECT_EQ(k.info.split, "experts_swiglu");
+    }
+    if (k.info.key == "decoder.layers.0.self_attention.linear_qkv.weight") {
+      EXPECT_EQ(k.info.shape, (Shape{(d.heads + 2 * d.groups) * d.head_dim, d.hidden}));
+      EXPECT_EQ(k.pieces.size(), 3u * d.groups);
+    }
+  }
+  Result<std::vector<MappedKey>> back = MapKeysToHf(*m, metas, vars);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  std::vector<HfMeta> hf2;
+  for (const MappedKey& k : *back) {
+    for (const HfMeta& t : k.hf_tensors) hf2.push_back(t);
+  }
+  auto by_name = [](const HfMeta& a, const HfMeta& b) { return a.name < b.name; };
+  std::sort(hf.begin(), hf.end(), by_name);
+  std::sort(hf2.begin(), hf2.end(), by_name);
+  ASSERT_EQ(hf.size(), hf2.size());
+  for (size_t i = 0; i < hf.size(); ++i) {
+    EXPECT_EQ(hf[i].name, hf2[i].name);
+    EXPECT_EQ(hf[i].shape, hf2[i].shape) << hf[i].name;
+  }
+  for (size_t i = 0; i < keys->size(); ++i) {
+    ASSERT_EQ((*keys)[i].pieces.size(), (*back)[i].pieces.size());
+    for (size_t p = 0; p < (*keys)[i].pieces.size(); ++p) {
+      EXPECT_EQ((*keys)[i].pieces[p].box, (*back)[i].pieces[p].box);
+      EXPECT_EQ((*keys)[i].pieces[p].hf_offset, (*back)[i].pieces[p].hf_offset);
+    }
+  }
+}
+
+TEST(HfMapping, MissingPartsAndStrictness) {
+  Result<HfMapping> m = ReadHfMapping(RepoPath("rules/qwen_moe.json"));
+  ASSERT_TRUE(m.ok());
+  LlamaDims d;
+  d.experts = 3;
+  d.layers = 1;
+  Vars vars = {{"num_attention_heads", d.heads}, {"num_key_value_heads", d.groups}};
+  std::vector<HfMeta> hf = Metas(LlamaTensors(d));
+  // Expert 1 missing its up_proj.
+  std::vector<HfMeta> no_up;
+  for (const HfMeta& t : hf) {
+    if (t.name != "model.layers.0.mlp.experts.1.up_proj.weight") no_up.push_back(t);
+  }
+  Result<std::vector<MappedKey>> r = MapHfToKeys(*m, no_up, vars);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("experts.1.up_proj.weight' is missing"), std::string::npos)
+      << r.status().ToString();
+  // Expert 1 missing entirely: a gap in the stack.
+  std::vector<HfMeta> gap;
+  for (const HfMeta& t : hf) {
+    if (t.name.find("experts.1.") == std::string::npos) gap.push_back(t);
+  }
+  r = MapHfToKeys(*m, gap, vars);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("{expert} = 1"), std::string::npos) << r.status().ToString();
+  // An unmatched tensor with keep_unmatched false; a missing variable.
+  hf.push_back({"model.rotary_emb.inv_freq", DType::kF32, {8}});
+  r = MapHfToKeys(*m, hf, vars);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("inv_freq"), std::string::npos);
+  hf.pop_back();
+  r = MapHfToKeys(*m, hf, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("num_attention_heads"), std::string::npos);
+}
+
+TEST(HfMapping, ConfigVariables) {
+  HfMapping m;
+  m.variables = {{"x", 1}, {"num_attention_heads", 2}};
+  Result<Vars> v = ResolveVars(m, R"({"num_attention_heads": 16, "name": "llama"})", {{"x", 5}});
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->at("num_attention_heads"), 16);
+  EXPECT_EQ(v->at("num_key_value_heads"), 16);
+  EXPECT_EQ(v->at("x"), 5);
+  EXPECT_FALSE(ResolveVars(m, "[1", {}).ok());
+}
+
+}  // namespace
+}  // namespace shardpoint

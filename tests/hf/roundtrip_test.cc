@@ -1,0 +1,234 @@
+// HF -> sharded load (TP2 x PP2, Megatron names, fused QKV and SwiGLU fc1)
+// -> shardpoint save -> HF export: bit-identical files.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <mutex>
+
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/layout_megatron.h"
+#include "tests/hf/hf_model.h"
+
+namespace shardpoint {
+namespace {
+
+using namespace hftest;
+
+// The layer number of a Megatron key, or -1 (embedding, final norm, output).
+int LayerOf(const std::string& key) {
+  const std::string p = "decoder.layers.";
+  if (key.rfind(p, 0) != 0) return -1;
+  return std::stoi(key.substr(p.size()));
+}
+
+struct RankModel {
+  std::vector<std::unique_ptr<char[]>> buffers;
+  State state;
+  std::vector<HfKeyInfo> infos;  // parallel to state.tensors
+};
+
+// The keys a rank of TP x PP holds, laid out by the rules' hints.
+Result<RankModel> BuildRank(const std::vector<HfKeyInfo>& all, int layers, int tp_rank, int tp,
+                            int pp_rank, int pp, const HfParallel& ep = {}) {
+  RankModel rm;
+  SP_ASSIGN_OR_RETURN(std::vector<int> mine, StageLayers({layers, pp, 1, {}}, pp_rank, 0));
+  for (const HfKeyInfo& info : all) {
+    const int layer = LayerOf(info.key);
+    bool held = layer >= 0
+                    ? std::count(mine.begin(), mine.end(), layer) > 0
+                    : (info.key.rfind("embedding.", 0) == 0 ? pp_rank == 0 : pp_rank == pp - 1);
+    if (!held) continue;
+    HfParallel p = ep;
+    p.tp_rank = tp_rank, p.tp_size = tp;
+    SP_ASSIGN_OR_RETURN(LocalTensor lt, HfShard(info, info.dtype, nullptr, p));
+    int64_t n = 1;
+    for (int64_t d : lt.shape) n *= d;
+    rm.buffers.emplace_back(new char[std::max<int64_t>(1, n) * DTypeSize(info.dtype)]());
+    lt.data = rm.buffers.back().get();
+    rm.state.tensors.push_back(std::move(lt));
+    rm.infos.push_back(info);
+  }
+  return rm;
+}
+
+std::string Bytes(const LocalTensor& t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  return std::string(static_cast<const char*>(t.data), n * DTypeSize(t.dtype));
+}
+
+std::string FileBytes(const std::string& path) {
+  Result<std::string> s = DefaultStorage()->ReadFileToString(path);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? *s : "";
+}
+
+TEST(HfRoundTrip, LlamaTp2Pp2BitIdentical) {
+  LlamaDims d;
+  d.qkv_bias = true;
+  const std::vector<HfTensor> hf = LlamaTensors(d);
+  const std::string src = TempDir("rt_src"), ckpt = TempDir("rt_ckpt"), out = TempDir("rt_out");
+  HfWriteOptions wo;
+  wo.max_shard_size = 40000;  // several files
+  wo.config_json = LlamaConfig(d);
+  ASSERT_TRUE(WriteHfModel(src, hf, wo).ok());
+  Result<HfMapping> mapping = ReadHfMapping(RepoPath("rules/llama.json"));
+  ASSERT_TRUE(mapping.ok()) << mapping.status().ToString();
+  Result<std::vector<HfKeyInfo>> infos = DescribeHf(src, *mapping);
+  ASSERT_TRUE(infos.ok()) << infos.status().ToString();
+  EXPECT_EQ(infos->size(), 3u + 7u * d.layers);
+
+  const int tp = 2, pp = 2;
+  std::mutex mu;
+  std::vector<uint64_t> read(tp * pp), held(tp * pp);
+  std::vector<Status> st = RunThreadRanks(tp * pp, [&](Comm& comm) -> Status {
+    const int tp_rank = comm.rank() % tp, pp_rank = comm.rank() / tp;
+    SP_ASSIGN_OR_RETURN(RankModel rm, BuildRank(*infos, d.layers, tp_rank, tp, pp_rank, pp));
+    SP_ASSIGN_OR_RETURN(LoadResult lr, LoadFromHf(rm.state, src, *mapping, comm));
+    read[comm.rank()] = lr.bytes_read;
+    for (const LocalTensor& t : rm.state.tensors) held[comm.rank()] += Bytes(t).size();
+    // Fused targets hold the right HF rows.
+    for (size_t i = 0; i < rm.infos.size(); ++i) {
+      const std::string& key = rm.infos[i].key;
+      const std::string got = Bytes(rm.state.tensors[i]);
+      const int layer = LayerOf(key);
+      const std::string p = "model.layers." + std::to_string(layer) + ".";
+      std::lock_guard<std::mutex> lock(mu);
+      if (key.find("linear_fc1.weight") != std::string::npos) {
+        const int64_t f = d.ffn / tp;
+        EXPECT_EQ(got, Rows(Find(hf, p + "mlp.gate_proj.weight"), tp_rank * f, f) +
+                           Rows(Find(hf, p + "mlp.up_proj.weight"), tp_rank * f, f))
+            << key;
+      }
+      if (key.find("linear_qkv.weight") != std::string::npos ||
+          key.find("linear_qkv.bias") != std::string::npos) {
+        const std::string w = key.find("bias") != std::string::npos ? "bias" : "weight";
+        std::string want;
+        const int64_t hpg = d.heads / d.groups, dim = d.head_dim;
+        for (int64_t g = tp_rank * d.groups / tp; g < (tp_rank + 1) * d.groups / tp; ++g) {
+          want += Rows(Find(hf, p + "self_attn.q_proj." + w), g * hpg * dim, hpg * dim);
+          want += Rows(Find(hf, p + "self_attn.k_proj." + w), g * dim, dim);
+          want += Rows(Find(hf, p + "self_attn.v_proj." + w), g * dim, dim);
+        }
+        EXPECT_EQ(got, want) << key;
+      }
+    }
+    SP_ASSIGN_OR_RETURN(SaveStats ss, Save(rm.state, ckpt, comm));
+    (void)ss;
+    return OkStatus();
+  });
+  for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+  for (int r = 0; r < tp * pp; ++r) EXPECT_EQ(read[r], held[r]) << "rank " << r << " read extra";
+
+  ExportHfOptions eo;
+  eo.max_shard_size = wo.max_shard_size;
+  eo.variables = {{"num_attention_heads", d.heads}, {"num_key_value_heads", d.groups}};
+  eo.block_bytes = 1000;  // many blocks per tensor
+  Result<ExportHfStats> es = ExportHf(ckpt, out, *mapping, eo);
+  ASSERT_TRUE(es.ok()) << es.status().ToString();
+  std::vector<std::string> src_files = *DefaultStorage()->ListDir(src);
+  int compared = 0;
+  for (const std::string& f : src_files) {
+    if (f == "config.json") continue;
+    EXPECT_EQ(FileBytes(src + "/" + f), FileBytes(out + "/" + f)) << f;
+    ++compared;
+  }
+  EXPECT_GT(compared, 2);
+  EXPECT_EQ(es->files, compared - 1);  // files plus the index
+
+  Result<DiffReport> diff = DiffCheckpoints(src, out, IdentityHfMapping());
+  ASSERT_TRUE(diff.ok()) << diff.status().ToString();
+  EXPECT_TRUE(diff->equal());
+  DiffOptions dopt;
+  dopt.variables = eo.variables;
+  diff = DiffCheckpoints(src, ckpt, *mapping, dopt);
+  ASSERT_TRUE(diff.ok()) << diff.status().ToString();
+  EXPECT_TRUE(diff->equal());
+  EXPECT_EQ(diff->entries.size(), infos->size());
+}
+
+TEST(HfRoundTrip, OfflineConvertBothWays) {
+  LlamaDims d;
+  const std::vector<HfTensor> hf = LlamaTensors(d, DType::kBF16);
+  const std::string src = TempDir("cv_src"), ckpt = TempDir("cv_ckpt"), out = TempDir("cv_out");
+  HfWriteOptions wo;
+  wo.config_json = LlamaConfig(d);
+  ASSERT_TRUE(WriteHfModel(src, hf, wo).ok());
+  Result<HfMapping> mapping = ReadHfMapping(RepoPath("rules/llama.json"));
+  ASSERT_TRUE(mapping.ok());
+  ExportHfOptions o;
+  o.block_bytes = 700;  // several chunks per tensor
+  Result<ExportHfStats> c = ConvertHfToShardpoint(src, ckpt, *mapping, o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  // The config travels in the metadata: no variables needed on export.
+  Result<ExportHfStats> e = ExportHf(ckpt, out, *mapping, o);
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(FileBytes(src + "/model.safetensors"), FileBytes(out + "/model.safetensors"));
+  EXPECT_FALSE(FileBytes(out + "/config.json").empty());
+  // The converted checkpoint loads into another layout with the core Load.
+  Result<std::vector<HfKeyInfo>> infos = DescribeHf(src, *mapping);
+  ASSERT_TRUE(infos.ok());
+  std::vector<Status> st = RunThreadRanks(2, [&](Comm& comm) -> Status {
+    SP_ASSIGN_OR_RETURN(RankModel rm, BuildRank(*infos, d.layers, comm.rank(), 2, 0, 1));
+    SP_ASSIGN_OR_RETURN(LoadResult lr, Load(rm.state, ckpt, comm));
+    (void)lr;
+    return OkStatus();
+  });
+  for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST(HfRoundTrip, QwenMoeExpertsTp2Ep2) {
+  LlamaDims d;
+  d.experts = 4;
+  d.layers = 2;
+  const std::vector<HfTensor> hf = LlamaTensors(d);
+  const std::string src = TempDir("moe_src"), ckpt = TempDir("moe_ckpt"), out = TempDir("moe_out");
+  HfWriteOptions wo;
+  wo.config_json = LlamaConfig(d);
+  wo.max_shard_size = 30000;
+  ASSERT_TRUE(WriteHfModel(src, hf, wo).ok());
+  Result<HfMapping> mapping = ReadHfMapping(RepoPath("rules/qwen_moe.json"));
+  ASSERT_TRUE(mapping.ok()) << mapping.status().ToString();
+  Result<std::vector<HfKeyInfo>> infos = DescribeHf(src, *mapping);
+  ASSERT_TRUE(infos.ok()) << infos.status().ToString();
+  std::mutex mu;
+  // 4 ranks: TP2 for everything, experts EP2 x expert-TP2.
+  std::vector<Status> st = RunThreadRanks(4, [&](Comm& comm) -> Status {
+    const int tp_rank = comm.rank() % 2, ep_rank = comm.rank() / 2;
+    HfParallel ep;
+    ep.ep_rank = ep_rank, ep.ep_size = 2;
+    SP_ASSIGN_OR_RETURN(RankModel rm, BuildRank(*infos, d.layers, tp_rank, 2, 0, 1, ep));
+    SP_ASSIGN_OR_RETURN(LoadResult lr, LoadFromHf(rm.state, src, *mapping, comm));
+    (void)lr;
+    for (size_t i = 0; i < rm.infos.size(); ++i) {
+      const std::string& key = rm.infos[i].key;
+      if (key.find("experts.linear_fc1.weight") == std::string::npos) continue;
+      const std::string p = "model.layers." + std::to_string(LayerOf(key)) + ".mlp.experts.";
+      const int64_t f = d.moe_ffn / 2;
+      std::string want;
+      for (int e = ep_rank * 2; e < ep_rank * 2 + 2; ++e) {
+        want += Rows(Find(hf, p + std::to_string(e) + ".gate_proj.weight"), tp_rank * f, f);
+        want += Rows(Find(hf, p + std::to_string(e) + ".up_proj.weight"), tp_rank * f, f);
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      EXPECT_EQ(Bytes(rm.state.tensors[i]), want) << key;
+    }
+    SP_ASSIGN_OR_RETURN(SaveStats ss, Save(rm.state, ckpt, comm));
+    (void)ss;
+    return OkStatus();
+  });
+  for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+  ExportHfOptions eo;
+  eo.max_shard_size = wo.max_shard_size;
+  eo.variables = {{"num_attention_heads", d.heads}, {"num_key_value_heads", d.groups}};
+  ASSERT_TRUE(ExportHf(ckpt, out, *mapping, eo).ok());
+  const std::vector<std::string> files = *DefaultStorage()->ListDir(src);
+  for (const std::string& f : files) {
+    if (f != "config.json") {
+      EXPECT_EQ(FileBytes(src + "/" + f), FileBytes(out + "/" + f)) << f;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shardpoint

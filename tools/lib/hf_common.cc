@@ -1,0 +1,103 @@
+#include "tools/lib/hf_common.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+namespace shardpoint::tools {
+
+HfProgress TerminalProgress(const std::string& label) {
+  if (!isatty(STDERR_FILENO)) return nullptr;
+  struct State {
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now(), last;
+  };
+  auto st = std::make_shared<State>();
+  return [st, label](uint64_t done, uint64_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (done < total && now - st->last < std::chrono::milliseconds(100)) return;
+    st->last = now;
+    const double frac = total ? static_cast<double>(done) / total : 1.0;
+    const double secs = std::chrono::duration<double>(now - st->start).count();
+    const int width = 30, fill = static_cast<int>(frac * width);
+    std::fprintf(stderr, "\r%s [%.*s%*s] %5.1f%%  %.2f GB/s", label.c_str(), fill,
+                 "##############################", width - fill, "", 100 * frac,
+                 secs > 0 ? done / secs / 1e9 : 0.0);
+    if (done >= total) std::fputc('\n', stderr);
+    std::fflush(stderr);
+  };
+}
+
+uint64_t PeakRssBytes() {
+  struct rusage ru {};
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+  return static_cast<uint64_t>(ru.ru_maxrss) * 1024;  // Linux: KiB
+}
+
+Result<uint64_t> ParseByteSize(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+    ++i;
+  if (i == 0) return InvalidArgumentError("size '" + text + "': expected a number and a unit");
+  double v = std::stod(text.substr(0, i));
+  std::string unit;
+  for (char c : text.substr(i))
+    unit += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double mult = 0;
+  if (unit.empty() || unit == "B") mult = 1;
+  if (unit == "KB") mult = 1e3;
+  if (unit == "MB") mult = 1e6;
+  if (unit == "GB") mult = 1e9;
+  if (unit == "TB") mult = 1e12;
+  if (unit == "KIB") mult = 1024.0;
+  if (unit == "MIB") mult = 1024.0 * 1024;
+  if (unit == "GIB") mult = 1024.0 * 1024 * 1024;
+  if (mult == 0 || v * mult < 1) {
+    return InvalidArgumentError("size '" + text +
+                                "': unknown unit (B, KB, MB, GB, TB, KiB, MiB, GiB)");
+  }
+  return static_cast<uint64_t>(v * mult);
+}
+
+Result<std::map<std::string, int64_t>> ParseVariables(const std::vector<std::string>& sets) {
+  std::map<std::string, int64_t> out;
+  for (const std::string& s : sets) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == s.size()) {
+      return InvalidArgumentError("--set '" + s + "': expected name=integer");
+    }
+    try {
+      size_t used = 0;
+      out[s.substr(0, eq)] = std::stoll(s.substr(eq + 1), &used);
+      if (used != s.size() - eq - 1) throw std::invalid_argument(s);
+    } catch (const std::exception&) {
+      return InvalidArgumentError("--set '" + s + "': expected name=integer");
+    }
+  }
+  return out;
+}
+
+Result<HfMapping> LoadMapping(const std::string& path) {
+  if (path.empty()) return IdentityHfMapping();
+  Result<bool> exists = DefaultStorage()->Exists(path);
+  if (exists.ok() && !*exists && path.find('/') == std::string::npos) {
+    const std::string src = __FILE__;  // <repo>/tools/lib/hf_common.cc
+    const std::string rules = src.substr(0, src.rfind("/tools/lib/")) + "/rules/" + path + ".json";
+    Result<bool> known = DefaultStorage()->Exists(rules);
+    if (known.ok() && *known) return ReadHfMapping(rules);
+  }
+  return ReadHfMapping(path);
+}
+
+void HfFlags::Add(CLI::App* cmd) {
+  cmd->add_option("--mapping", mapping,
+                  "name-mapping rules (a JSON file, or llama / qwen_moe from rules/); "
+                  "default: HF names are keys");
+  cmd->add_option("--set", sets, "a rule variable, name=integer (e.g. num_key_value_heads=8)");
+  cmd->add_option("--threads", threads, "worker threads")->default_val(4);
+}
+
+}  // namespace shardpoint::tools

@@ -1,0 +1,36 @@
+// Shared pieces of the HF subcommands (export-hf, convert, diff): progress
+// bar on a terminal, peak RSS, byte sizes, --set variables, --mapping.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "shardpoint/hf.h"
+
+namespace shardpoint::tools {
+
+// A progress callback that redraws one line on stderr at most 10 times a
+// second when stderr is a terminal, and does nothing otherwise.
+HfProgress TerminalProgress(const std::string& label);
+// Peak resident set size of this process in bytes (getrusage), 0 if unknown.
+uint64_t PeakRssBytes();
+// Parses "5GB", "500MB", "2GiB", "123" (bytes) into bytes.
+Result<uint64_t> ParseByteSize(const std::string& text);
+// Parses "name=value" pairs (integers) for --set.
+Result<std::map<std::string, int64_t>> ParseVariables(const std::vector<std::string>& sets);
+
+// The mapping at `path` (a file, or a name in the rules/ directory next to
+// the executable's source such as "llama"), or the identity for "".
+Result<HfMapping> LoadMapping(const std::string& path);
+// Flags every HF subcommand takes.
+struct HfFlags {
+  std::string mapping;
+  std::vector<std::string> sets;
+  int threads = 4;
+  void Add(CLI::App* cmd);
+};
+
+}  // namespace shardpoint::tools
