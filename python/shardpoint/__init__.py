@@ -1,0 +1,36 @@
+"""shardpoint: distributed checkpoints of sharded training state.
+
+    import shardpoint as sp
+    sp.save({"model": model.state_dict()}, "ckpt/iter_100")          # one process
+    sp.load(sd, "ckpt/iter_100")                                        # in place
+    h = sp.save_async(sd, "ckpt/iter_200", sp.TorchDistributedComm())  # collective
+    h.wait()
+
+Sharded tensors (``ShardedTensor``, ``column_parallel``, ``row_parallel``,
+``dtensor``, ``fused``, ``flat_buffer``...) say which piece of which global
+tensor a rank holds, so a checkpoint saved under one parallel layout loads
+under any other. See docs/python.md.
+"""
+
+from shardpoint._shardpoint import (  # noqa: F401 - re-exported
+    DataLossError, DType, Error, FailedPreconditionError, InternalError, InvalidArgumentError,
+    IOError, NotFoundError, SavePlanCache, SaveStats)
+from shardpoint._objects import PickleNotAllowedError  # noqa: F401
+from shardpoint._tensors import to_dtype  # noqa: F401
+from shardpoint._checkpoint import (  # noqa: F401
+    AsyncSaver, LoadResult, SaveHandle, ShardedObject, flatten_keys, load, save, save_async)
+from shardpoint import comm  # noqa: F401
+from shardpoint.comm import (  # noqa: F401
+    Comm, MPI4PyComm, TorchDistributedComm, default_comm, single, thread_comms)
+from shardpoint.sharded import *  # noqa: F401,F403
+from shardpoint.sharded import __all__ as _sharded_all
+
+__all__ = [
+    "save", "save_async", "load", "AsyncSaver", "SaveHandle", "LoadResult", "ShardedObject",
+    "flatten_keys", "Comm", "comm", "single", "thread_comms", "MPI4PyComm",
+    "TorchDistributedComm", "default_comm", "Error", "InvalidArgumentError", "NotFoundError",
+    "IOError", "DataLossError", "FailedPreconditionError", "InternalError",
+    "PickleNotAllowedError", "DType", "to_dtype", "SavePlanCache", "SaveStats",
+] + list(_sharded_all)
+
+__version__ = "0.1.0"

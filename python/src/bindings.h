@@ -1,0 +1,18 @@
+// Registration functions of the _shardpoint module, one per binding file.
+//
+// The bindings convert types and errors and nothing more (STYLE rule 10):
+// every behaviour lives in the C++ library or in the pure-Python package.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace shardpoint::python {
+
+void RegisterErrors(pybind11::module_& m);      // errors.cc
+void RegisterTypes(pybind11::module_& m);       // types.cc
+void RegisterComm(pybind11::module_& m);        // comm.cc
+void RegisterCheckpoint(pybind11::module_& m);  // checkpoint.cc
+void RegisterAsyncSave(pybind11::module_& m);   // async_save.cc
+void RegisterLayouts(pybind11::module_& m);     // layouts.cc
+
+}  // namespace shardpoint::python

@@ -1,0 +1,12 @@
+// _shardpoint: the pybind11 module under the `shardpoint` Python package.
+#include "python/src/bindings.h"
+
+PYBIND11_MODULE(_shardpoint, m) {
+  m.doc() = "C++ core of shardpoint; use the `shardpoint` package instead.";
+  shardpoint::python::RegisterErrors(m);
+  shardpoint::python::RegisterTypes(m);
+  shardpoint::python::RegisterComm(m);
+  shardpoint::python::RegisterCheckpoint(m);
+  shardpoint::python::RegisterAsyncSave(m);
+  shardpoint::python::RegisterLayouts(m);
+}

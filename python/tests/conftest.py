@@ -1,0 +1,71 @@
+"""Shared helpers of the shardpoint Python tests.
+
+Run with the build's package on the path:
+    PYTHONPATH=<build>/python /usr/bin/python3 -m pytest -q python/tests
+"""
+
+import os
+import sys
+import threading
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PYTHON = "/usr/bin/python3"  # Debian's interpreter: numpy, torch, mpi4py
+
+try:
+    import shardpoint  # noqa: F401
+except ImportError as e:  # pragma: no cover
+    raise ImportError(f"{e}: build the module (cmake --build <build> --target _shardpoint) and "
+                      "set PYTHONPATH=<build>/python") from e
+
+
+def package_dir():
+    """The directory holding the built `shardpoint` package (for subprocesses)."""
+    import shardpoint
+    return os.path.dirname(os.path.dirname(os.path.abspath(shardpoint.__file__)))
+
+
+def subprocess_env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([package_dir(), env.get("PYTHONPATH", "")]).rstrip(
+        os.pathsep)
+    env["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def run_ranks(n, fn, comms=None, timeout=60):
+    """Runs fn(rank, comm) on n threads, one per rank (shardpoint.thread_comms
+    unless `comms` is given); returns the results; re-raises the first error."""
+    import shardpoint as sp
+    comms = comms if comms is not None else sp.thread_comms(n)
+    results, errors = [None] * n, [None] * n
+
+    def body(r):
+        try:
+            results[r] = fn(r, comms[r])
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors[r] = e
+
+    threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+        if t.is_alive():
+            pytest.fail(f"rank threads still running after {timeout} s (a hang)")
+    for e in errors:
+        if e is not None:
+            raise e
+    return results
+
+
+@pytest.fixture
+def ckpt(tmp_path):
+    """A fresh checkpoint path (not created)."""
+    return str(tmp_path / "ckpt")
+
+
+sys.dont_write_bytecode = True

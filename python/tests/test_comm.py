@@ -1,0 +1,131 @@
+"""Comms: a Comm written in Python, torch.distributed (gloo) and mpi4py adapters."""
+
+import os
+import shutil
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import shardpoint as sp
+from conftest import PYTHON, run_ranks, subprocess_env
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "dist_worker.py")
+
+
+class PyThreadGroup:
+    """Collectives between Python threads, for a Comm implemented in Python."""
+
+    def __init__(self, n):
+        self.n = n
+        self.slots = [None] * n
+        self.barrier_ = threading.Barrier(n)
+        self.calls = []
+
+
+class PyThreadComm(sp.Comm):
+    def __init__(self, group, rank):
+        sp.Comm.__init__(self)
+        self.g, self.r = group, rank
+
+    def rank(self):
+        return self.r
+
+    def size(self):
+        return self.g.n
+
+    def _exchange(self, data):
+        self.g.slots[self.r] = data
+        self.g.barrier_.wait()
+        out = list(self.g.slots)
+        self.g.barrier_.wait()
+        return out
+
+    def all_gather(self, data):
+        self.g.calls.append("all_gather")
+        return self._exchange(data)
+
+    def gather(self, data, root):
+        self.g.calls.append("gather")
+        out = self._exchange(data)
+        return out if self.r == root else None
+
+    def broadcast(self, data, root):
+        self.g.calls.append("broadcast")
+        return self._exchange(data)[root]
+
+    def barrier(self):
+        self.g.calls.append("barrier")
+        self.g.barrier_.wait()
+
+
+def test_comm_implemented_in_python(ckpt):
+    group = PyThreadGroup(3)
+    comms = [PyThreadComm(group, r) for r in range(3)]
+    g = torch.randn(6, 9, dtype=torch.float64)
+
+    def both(r, comm):
+        local = g.chunk(3, 1)[r].clone()
+        sp.save({"w": sp.row_parallel("w", local, [6, 9], r, 3)}, ckpt, comm)
+        h = sp.AsyncSaver().save({"w": sp.row_parallel("w", local, [6, 9], r, 3)},
+                                 ckpt + "async", comm)
+        h.wait()
+        x = torch.zeros(2, 9, dtype=torch.float64)
+        sp.load({"w": sp.column_parallel("w", x, [6, 9], r, 3)}, ckpt + "async", comm)
+        return x
+
+    out = run_ranks(3, both, comms=comms)
+    assert torch.equal(torch.cat(out), g)
+    assert "all_gather" in group.calls
+
+
+def test_thread_comms_collectives():
+    def body(r, comm):
+        assert comm.rank() == r and comm.size() == 3
+        all_ = comm.all_gather(bytes([r]))
+        got = comm.gather(b"g%d" % r, 2)
+        b = comm.broadcast(b"from1" if r == 1 else b"", 1)
+        comm.barrier()
+        return all_, got, b
+
+    res = run_ranks(3, body)
+    for r, (all_, got, b) in enumerate(res):
+        assert all_ == [b"\x00", b"\x01", b"\x02"] and b == b"from1"
+        assert got == ([b"g0", b"g1", b"g2"] if r == 2 else None)
+
+
+def test_torch_distributed_adapter(tmp_path):
+    world = 2
+    init = tmp_path / "init"
+    procs = [subprocess.Popen([PYTHON, WORKER, "torch", str(tmp_path), str(r), str(world),
+                               str(init)], env=subprocess_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(world)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    for r, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0 and f"ok {r}" in out, out
+    x = np.zeros((12, 4), dtype=np.float32)
+    sp.load({"w": x}, tmp_path / "sync", strict=False)
+    assert np.array_equal(x, np.arange(48, dtype=np.float32).reshape(12, 4))
+
+
+def test_torch_adapter_needs_init():
+    import torch.distributed as dist
+    assert not dist.is_initialized()
+    with pytest.raises(sp.FailedPreconditionError, match="not initialized"):
+        sp.TorchDistributedComm()
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="no mpirun")
+def test_mpi4py_adapter(tmp_path):
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", PYTHON, WORKER, "mpi",
+           str(tmp_path)]
+    p = subprocess.run(cmd, env=subprocess_env(), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert p.returncode == 0 and "ok 0" in p.stdout and "ok 1" in p.stdout, p.stdout
+    x = np.zeros((12, 4), dtype=np.float32)
+    r = sp.load({"w": x, "rng": sp.ShardedObject("rng", None, index=(1,), grid=(2,))},
+                tmp_path / "async")
+    assert np.array_equal(x, np.arange(48, dtype=np.float32).reshape(12, 4))
+    assert r.missing_keys == []

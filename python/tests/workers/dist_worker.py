@@ -1,0 +1,87 @@
+"""One rank of a multi-process test: `dist_worker.py torch|mpi <dir> [rank world init_file]`.
+
+Under mpirun (`mpi`) the rank comes from MPI; with `torch` from the arguments
+(torch.distributed, gloo, file:// rendezvous). Each rank checks the adapter's
+collectives, saves a TP-sharded state with save and save_async, and loads it
+back under another layout. Prints "ok <rank>" at the end.
+"""
+
+import os
+import sys
+
+import numpy as np
+
+import shardpoint as sp
+
+G = np.arange(12 * 4, dtype=np.float32).reshape(12, 4)
+
+
+def check_collectives(comm, rank, world):
+    assert comm.rank() == rank and comm.size() == world, (comm.rank(), comm.size())
+    mine = bytes([rank]) * (rank * 3)  # rank 0 sends nothing
+    assert comm.all_gather(mine) == [bytes([r]) * (r * 3) for r in range(world)]
+    got = comm.gather(mine, world - 1)
+    if rank == world - 1:
+        assert got == [bytes([r]) * (r * 3) for r in range(world)], got
+    assert comm.broadcast(b"root data" if rank == 1 else b"", 1) == b"root data"
+    assert comm.broadcast(b"", 0) == b""
+    comm.barrier()
+
+
+def run(comm, rank, world, out):
+    check_collectives(comm, rank, world)
+    # the C++ binding of the same methods goes through the Python callbacks too
+    assert sp.Comm.all_gather(comm, b"x") == [b"x"] * world
+    local = G.reshape(world, -1, 4)[rank].copy()
+    sd = {"w": sp.column_parallel("w", local, [12, 4], rank, world),
+          "rng": sp.ShardedObject("rng", {"rank": rank}, index=(rank,), grid=(world,))}
+    stats = sp.save(sd, os.path.join(out, "sync"), comm, common={"world": world})
+    h = sp.save_async(sd, os.path.join(out, "async"), comm)
+    local[:] = -1
+    stats2 = h.wait()
+    assert stats.bytes_written == stats2.bytes_written
+    for name in ("sync", "async"):
+        x = np.zeros((12, 4 // world), dtype=np.float32)
+        r = sp.load({"w": sp.row_parallel("w", x, [12, 4], rank, world)},
+                    os.path.join(out, name), comm, strict=False)
+        assert np.array_equal(x, G[:, rank * (4 // world):(rank + 1) * (4 // world)]), name
+        assert r.unexpected_keys == ["rng"], r.unexpected_keys
+        assert r.common == ({"world": world} if name == "sync" else None)
+    # an error on one rank is an error on every rank
+    bad = np.zeros(3, dtype=np.float64 if rank == 0 else np.float32)
+    try:
+        sp.save({"bad": bad}, os.path.join(out, "bad"), comm)
+    except sp.InvalidArgumentError as e:
+        assert "'bad'" in str(e), e
+    else:
+        raise AssertionError("mixed dtypes were accepted")
+    print(f"ok {rank}", flush=True)
+
+
+def main():
+    kind, out = sys.argv[1], sys.argv[2]
+    if kind == "mpi":
+        from mpi4py import MPI
+        rank, world = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+        comm = sp.MPI4PyComm()
+        assert isinstance(sp.default_comm(), sp.MPI4PyComm)
+        run(comm, rank, world, out)
+        comm.free()
+    else:
+        import torch.distributed as dist
+        rank, world, init = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+        dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank,
+                                world_size=world)
+        default = sp.default_comm()
+        assert isinstance(default, sp.TorchDistributedComm)
+        run(default, rank, world, out)
+        # over a group given by the caller
+        sub = dist.new_group(list(range(world)))
+        c = sp.TorchDistributedComm(sub)
+        assert c.rank() == rank and c.size() == world
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
