@@ -125,7 +125,8 @@ std::vector<LocalTensor> RankTensors(const Model& m, const Layout& L,
   std::vector<LocalTensor> out;
   std::vector<LocalTensor> mine;
   for (const Param& p : params) {
-    bool here = p.layer >= 0 ? p.layer / per_stage == pp : (p.first_stage ? pp == 0 : pp == L.pp - 1);
+    bool here =
+        p.layer >= 0 ? p.layer / per_stage == pp : (p.first_stage ? pp == 0 : pp == L.pp - 1);
     if (!here) continue;
     LocalTensor lt = TpLocal(p.key, DType::kBF16, p, tp, L.tp);
     lt.data = kFakeData;
@@ -173,29 +174,43 @@ int main(int argc, char** argv) {
   Layout save, load{4, 4, 256, true};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--tp") save.tp = IntFlag(argc, argv, i);
-    else if (a == "--pp") save.pp = IntFlag(argc, argv, i);
-    else if (a == "--dp") save.dp = IntFlag(argc, argv, i);
-    else if (a == "--load-tp") load.tp = IntFlag(argc, argv, i);
-    else if (a == "--load-pp") load.pp = IntFlag(argc, argv, i);
-    else if (a == "--load-dp") load.dp = IntFlag(argc, argv, i);
-    else if (a == "--layers") m.layers = IntFlag(argc, argv, i);
-    else if (a == "--hidden") m.hidden = IntFlag(argc, argv, i);
-    else if (a == "--ffn") m.ffn = IntFlag(argc, argv, i);
-    else if (a == "--vocab") m.vocab = IntFlag(argc, argv, i);
-    else if (a == "--heads") m.heads = IntFlag(argc, argv, i);
-    else if (a == "--kv-heads") m.kv_heads = IntFlag(argc, argv, i);
-    else if (a == "--no-dist-opt") save.dist_opt = load.dist_opt = false;
-    else Die("unknown flag " + a);
+    if (a == "--tp")
+      save.tp = IntFlag(argc, argv, i);
+    else if (a == "--pp")
+      save.pp = IntFlag(argc, argv, i);
+    else if (a == "--dp")
+      save.dp = IntFlag(argc, argv, i);
+    else if (a == "--load-tp")
+      load.tp = IntFlag(argc, argv, i);
+    else if (a == "--load-pp")
+      load.pp = IntFlag(argc, argv, i);
+    else if (a == "--load-dp")
+      load.dp = IntFlag(argc, argv, i);
+    else if (a == "--layers")
+      m.layers = IntFlag(argc, argv, i);
+    else if (a == "--hidden")
+      m.hidden = IntFlag(argc, argv, i);
+    else if (a == "--ffn")
+      m.ffn = IntFlag(argc, argv, i);
+    else if (a == "--vocab")
+      m.vocab = IntFlag(argc, argv, i);
+    else if (a == "--heads")
+      m.heads = IntFlag(argc, argv, i);
+    else if (a == "--kv-heads")
+      m.kv_heads = IntFlag(argc, argv, i);
+    else if (a == "--no-dist-opt")
+      save.dist_opt = load.dist_opt = false;
+    else
+      Die("unknown flag " + a);
   }
   if (m.layers % save.pp || m.layers % load.pp) Die("layers must divide by both PP sizes");
   const std::vector<Param> params = Params(m);
   const int world = save.world();
-  std::printf("model: %d layers, hidden %ld, ffn %ld (fc1 %ld rows), qkv %ld rows, vocab %ld; "
-              "%zu parameters + Adam state\n",
-              m.layers, static_cast<long>(m.hidden), static_cast<long>(m.ffn),
-              static_cast<long>(2 * m.ffn), static_cast<long>(m.qkv_rows()),
-              static_cast<long>(m.vocab), params.size());
+  std::printf(
+      "model: %d layers, hidden %ld, ffn %ld (fc1 %ld rows), qkv %ld rows, vocab %ld; "
+      "%zu parameters + Adam state\n",
+      m.layers, static_cast<long>(m.hidden), static_cast<long>(m.ffn), static_cast<long>(2 * m.ffn),
+      static_cast<long>(m.qkv_rows()), static_cast<long>(m.vocab), params.size());
   std::printf("save layout: TP=%d x PP=%d x DP=%d = %d ranks%s\n", save.tp, save.pp, save.dp, world,
               save.dist_opt ? ", distributed optimizer (flat shards over DP)" : "");
 
@@ -221,10 +236,10 @@ int main(int argc, char** argv) {
               1e6 * t_describe / world);
   std::printf("  BuildRegions, all ranks:         %8.3f s  (%.1f us per rank)\n", t_regions,
               1e6 * t_regions / world);
-  std::printf("  EncodeContribution, all ranks:   %8.3f s  (%.1f us per rank); exchange %.1f MB "
-              "(%.0f B per region)\n",
-              t_encode, 1e6 * t_encode / world, exchange_bytes / 1e6,
-              double(exchange_bytes) / num_regions);
+  std::printf(
+      "  EncodeContribution, all ranks:   %8.3f s  (%.1f us per rank); exchange %.1f MB "
+      "(%.0f B per region)\n",
+      t_encode, 1e6 * t_encode / world, exchange_bytes / 1e6, double(exchange_bytes) / num_regions);
 
   // 2. The global plan, as every rank computes it after the all-gather.
   double t0 = Now();
@@ -278,8 +293,7 @@ int main(int argc, char** argv) {
     double c = Now();
     worst = std::max(worst, c - a);
     std::printf("  rank %5d: %zu regions, %zu reads, %.1f MB; regions %.1f ms, PlanLoad %.1f ms\n",
-                r, regions.size(), lp.pieces.size(), lp.bytes / 1e6, 1e3 * (b - a),
-                1e3 * (c - b));
+                r, regions.size(), lp.pieces.size(), lp.bytes / 1e6, 1e3 * (b - a), 1e3 * (c - b));
   }
   std::printf("  one rank's load plan, worst:     %8.1f ms  target < 50 ms\n", 1e3 * worst);
   return 0;

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_common.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/comm.h"
 #include "src/testing/transformer.h"
@@ -37,17 +38,9 @@ using shardpoint::internal::RankState;
 
 namespace {
 
-struct Flags {
-  std::string dir = (fs::current_path() / "bench_ckpt").string();
-  double gib = 4;
-  int ranks = 8, reps = 3, threads = 2;
-  bool keep = false;
-};
+using bench::Median;
 
-[[noreturn]] void Die(const std::string& msg) {
-  std::fprintf(stderr, "save_load_bench: %s\n", msg.c_str());
-  std::exit(1);
-}
+[[noreturn]] void Die(const std::string& msg) { bench::Die("save_load_bench", msg); }
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -133,45 +126,13 @@ double Fio(const std::string& rw, const std::string& dir, int jobs, uint64_t per
   return j["jobs"][0][rw == "write" ? "write" : "read"]["bw_bytes"].get<double>();
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-Flags ParseFlags(int argc, char** argv) {
-  Flags f;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) Die("missing value for " + a);
-      return argv[++i];
-    };
-    if (a == "--dir")
-      f.dir = next();
-    else if (a == "--gib")
-      f.gib = std::stod(next());
-    else if (a == "--ranks")
-      f.ranks = std::stoi(next());
-    else if (a == "--reps")
-      f.reps = std::stoi(next());
-    else if (a == "--threads")
-      f.threads = std::stoi(next());
-    else if (a == "--keep")
-      f.keep = true;
-    else
-      Die("unknown flag " + a + " (use --dir DIR --gib N --ranks R --reps K --threads T --keep)");
-  }
-  if (f.ranks < 2 || f.ranks % 2 || f.reps < 1 || f.threads < 1 || f.gib <= 0) {
-    Die("need even --ranks >= 2, --reps >= 1, --threads >= 1, --gib > 0");
-  }
-  return f;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Flags flags = ParseFlags(argc, argv);
+  const bench::Flags flags = bench::ParseFlags(
+      "save_load_bench", {(fs::current_path() / "bench_ckpt").string(), 4, 8, 3, 2, false}, argc,
+      argv);
+  if (flags.ranks < 2 || flags.ranks % 2) Die("need an even --ranks >= 2");
   const ModelConfig model = ScaleModel(static_cast<uint64_t>(flags.gib * (1ull << 30)));
   const ParallelConfig save_layout{flags.ranks, 1, 1, false};
   const ParallelConfig reshard_layout{flags.ranks / 2, 2, 1, false};
