@@ -79,6 +79,10 @@ struct LoadOptions {
   bool allow_shape_mismatch = false;
   // Check the checksum of every chunk that is read whole. Default true.
   bool verify_checksums = true;
+  // Bytes read at once per I/O thread: a chunk is read (and hashed) in slices
+  // of this size, so load memory does not grow with the chunk size. Default
+  // 16 MiB.
+  uint64_t read_slice_bytes = uint64_t{16} << 20;
   // When several ranks need the same stored bytes (replicas, e.g. the DP
   // copies of a TP shard), one rank reads them and sends them to the others
   // over the Comm (bytes move in bounded rounds). Costs one all-gather of

@@ -170,7 +170,8 @@ Result<LoadResult> Load(State& state, const std::string& dir, Comm& comm,
   for (const View& v : plan->zero_fill) ZeroFill(v);
   ThreadPool pool(std::max(1, options.io_threads));
   DataFiles files(storage, dir, &m);
-  const ReadOptions read_options{options.verify_checksums};
+  const ReadOptions read_options{options.verify_checksums, static_cast<size_t>(std::max<uint64_t>(
+                                                               1, options.read_slice_bytes))};
   if (options.cooperative && comm.size() > 1) {
     CooperativeStats coop;
     SP_RETURN_IF_ERROR(CooperativeLoad(m, *plan, comm, &files, &pool, read_options,

@@ -76,25 +76,30 @@ Status ReadPieceBytes(const Manifest& m, const ReadPiece& p, DataFiles* files,
   const bool direct = p.src_dtype == p.dst_dtype && p.dst.IsContiguous();
   thread_local std::vector<char> staging, scratch;
 
-  if (p.whole_chunk && direct) {
-    Status s = file->ReadAt(c.offset, c.nbytes, p.dst.data);
-    if (!s.ok()) return s.WithContext(ChunkName(m, p));
-    if (options.verify_checksums) {
-      uint64_t got = Checksum64(p.dst.data, c.nbytes);
-      if (got != c.checksum) {
-        return ChecksumMismatch(ChunkName(m, p), c.offset, c.nbytes, c.checksum, got);
+  if (p.whole_chunk && (direct || options.verify_checksums)) {
+    // The whole chunk, in slices of at most staging_bytes: each slice lands
+    // in place (or in staging, then placed) and is hashed while it is still
+    // in cache. Memory stays bounded whatever the chunk size.
+    ChecksumState sum;
+    const int64_t total = p.in_chunk.num_elements();
+    const int64_t max_elems = std::max<int64_t>(1, options.staging_bytes / es);
+    for (int64_t done = 0; done < total;) {
+      const int64_t n = std::min(max_elems, total - done);
+      const size_t nbytes = static_cast<size_t>(n) * es;
+      char* dst = p.dst.data + done * es;
+      if (!direct) {
+        staging.resize(nbytes);
+        dst = staging.data();
       }
+      Status s = file->ReadAt(c.offset + static_cast<uint64_t>(done) * es, nbytes, dst);
+      if (!s.ok()) return s.WithContext(ChunkName(m, p));
+      if (options.verify_checksums) sum.Update(dst, nbytes);
+      if (!direct) Place(p, dst, done, n, &scratch);
+      done += n;
     }
-    return OkStatus();
-  }
-  if (p.whole_chunk && options.verify_checksums) {
-    // Read whole into staging to verify, then place.
-    staging.resize(c.nbytes);
-    Status s = file->ReadAt(c.offset, c.nbytes, staging.data());
-    if (!s.ok()) return s.WithContext(ChunkName(m, p));
-    uint64_t got = Checksum64(staging.data(), c.nbytes);
-    if (got != c.checksum) return ChecksumMismatch(ChunkName(m, p), c.offset, c.nbytes, c.checksum, got);
-    Place(p, staging.data(), 0, p.in_chunk.num_elements(), &scratch);
+    if (options.verify_checksums && sum.Digest() != c.checksum) {
+      return ChecksumMismatch(ChunkName(m, p), c.offset, c.nbytes, c.checksum, sum.Digest());
+    }
     return OkStatus();
   }
   // Partial (or unverified) read: each run, nothing else, in bounded pieces.
@@ -125,9 +130,8 @@ Status ReadPieceBytes(const Manifest& m, const ReadPiece& p, DataFiles* files,
 
 }  // namespace
 
-Status ExecuteLoadPlan(const Manifest& m, const LoadPlan& plan, DataFiles* files,
-                       ThreadPool* pool, const ReadOptions& options,
-                       std::atomic<uint64_t>* bytes_read) {
+Status ExecuteLoadPlan(const Manifest& m, const LoadPlan& plan, DataFiles* files, ThreadPool* pool,
+                       const ReadOptions& options, std::atomic<uint64_t>* bytes_read) {
   return ParallelFor(pool, static_cast<int64_t>(plan.pieces.size()), [&](int64_t i) {
     const ReadPiece& p = plan.pieces[i];
     SP_RETURN_IF_ERROR(ReadPieceBytes(m, p, files, options));

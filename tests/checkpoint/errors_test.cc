@@ -61,37 +61,42 @@ class ErrorsTest : public ::testing::Test {
 };
 
 TEST_F(ErrorsTest, DtypeDisagreementNamesKeyAndRanks) {
-  Status s = Same(SaveRanks(2, [&](int r) {
-    return r == 0 ? Rows(&a_, 0, 2) : Rows(&b_, 2, 2, DType::kI32);
-  }, mem_.get(), "/c"));
+  Status s = Same(SaveRanks(
+      2, [&](int r) { return r == 0 ? Rows(&a_, 0, 2) : Rows(&b_, 2, 2, DType::kI32); }, mem_.get(),
+      "/c"));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': rank 0 has F32 [4, 4] but rank 1 has I32 [4, 4]"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("tensor 'w': rank 0 has F32 [4, 4] but rank 1 has I32 [4, 4]"));
 }
 
 TEST_F(ErrorsTest, ShapeDisagreementNamesKeyAndRanks) {
-  Status s = Same(SaveRanks(2, [&](int r) {
-    return r == 0 ? Rows(&a_, 0, 2) : Rows(&b_, 2, 2, DType::kF32, {5, 4});
-  }, mem_.get(), "/c"));
+  Status s = Same(SaveRanks(
+      2,
+      [&](int r) {
+        return r == 0 ? Rows(&a_, 0, 2) : Rows(&b_, 2, 2, DType::kF32, {5, 4});
+      },
+      mem_.get(), "/c"));
   EXPECT_THAT(s.message(), HasSubstr("rank 0 has F32 [4, 4] but rank 1 has F32 [5, 4]"));
 }
 
 TEST_F(ErrorsTest, PartialOverlapNamesBothBoxesAndRanks) {
-  Status s = Same(SaveRanks(2, [&](int r) { return r == 0 ? Rows(&a_, 0, 3) : Rows(&b_, 2, 2); },
-                            mem_.get(), "/c"));
+  Status s = Same(SaveRanks(
+      2, [&](int r) { return r == 0 ? Rows(&a_, 0, 3) : Rows(&b_, 2, 2); }, mem_.get(), "/c"));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("tensor 'w': box [0:3, 0:4] (rank 0) partially overlaps "
                                      "box [2:4, 0:4] (rank 1)"));
 }
 
 TEST_F(ErrorsTest, GapNamesMissingElement) {
-  Status s = Same(SaveRanks(2, [&](int r) { return r == 0 ? Rows(&a_, 0, 1) : Rows(&b_, 2, 2); },
-                            mem_.get(), "/c"));
+  Status s = Same(SaveRanks(
+      2, [&](int r) { return r == 0 ? Rows(&a_, 0, 1) : Rows(&b_, 2, 2); }, mem_.get(), "/c"));
   EXPECT_THAT(s.message(), HasSubstr("tensor 'w' of shape [4, 4] is not fully covered: its boxes "
                                      "hold 12 of 16 elements; element [1, 0] is missing"));
 }
 
 TEST_F(ErrorsTest, BoxOutsideTensorIsRejectedBeforeAnyIo) {
-  Status s = Same(SaveRanks(1, [&](int) { return Rows(&a_, 3, 2); }, mem_.get(), "/c"));
+  Status s = Same(SaveRanks(
+      1, [&](int) { return Rows(&a_, 3, 2); }, mem_.get(), "/c"));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("rank 0: tensor #0"));
   EXPECT_THAT(s.message(), HasSubstr("'w'"));
@@ -99,7 +104,9 @@ TEST_F(ErrorsTest, BoxOutsideTensorIsRejectedBeforeAnyIo) {
 }
 
 TEST_F(ErrorsTest, ReplicasOfOneBoxAreStoredOnce) {
-  ASSERT_TRUE(Same(SaveRanks(3, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c")).ok());
+  ASSERT_TRUE(Same(SaveRanks(
+                       3, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c"))
+                  .ok());
   State st = Rows(&b_, 0, 4);
   b_.assign(16, 0);
   Result<LoadResult> r = LoadOne(st, mem_.get(), "/c");
@@ -109,23 +116,30 @@ TEST_F(ErrorsTest, ReplicasOfOneBoxAreStoredOnce) {
 }
 
 TEST_F(ErrorsTest, ObjectGridDisagreement) {
-  Status s = Same(SaveRanks(2, [&](int r) {
-    State st;
-    st.objects.push_back(Object{"rng", "x", {0}, {r + 1}});
-    return st;
-  }, mem_.get(), "/c"));
+  Status s = Same(SaveRanks(
+      2,
+      [&](int r) {
+        State st;
+        st.objects.push_back(Object{"rng", "x", {0}, {r + 1}});
+        return st;
+      },
+      mem_.get(), "/c"));
   EXPECT_THAT(s.message(), HasSubstr("object 'rng' index [0]: rank 0 has grid [1]"));
 }
 
 class LoadErrorsTest : public ErrorsTest {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(Same(SaveRanks(2, [&](int r) {
-      State st = r == 0 ? Rows(&a_, 0, 2) : Rows(&b_, 2, 2);
-      st.objects.push_back(Object{"setting", "fast", {}, {}});
-      st.common = "iteration=7";
-      return st;
-    }, mem_.get(), "/c")).ok());
+    ASSERT_TRUE(Same(SaveRanks(
+                         2,
+                         [&](int r) {
+                           State st = r == 0 ? Rows(&a_, 0, 2) : Rows(&b_, 2, 2);
+                           st.objects.push_back(Object{"setting", "fast", {}, {}});
+                           st.common = "iteration=7";
+                           return st;
+                         },
+                         mem_.get(), "/c"))
+                    .ok());
   }
   std::vector<float> out_;
 };
@@ -181,8 +195,9 @@ TEST_F(LoadErrorsTest, DtypeMismatchRaisesUnlessConverting) {
 TEST_F(LoadErrorsTest, ShapeMismatchRaises) {
   State st = Rows(&out_, 0, 4, DType::kF32, {8, 4});
   Result<LoadResult> r = LoadOne(st, mem_.get(), "/c");
-  EXPECT_THAT(r.status().message(),
-              HasSubstr("tensor 'w': requested global shape [8, 4] but the checkpoint holds [4, 4]"));
+  EXPECT_THAT(
+      r.status().message(),
+      HasSubstr("tensor 'w': requested global shape [8, 4] but the checkpoint holds [4, 4]"));
 }
 
 TEST_F(LoadErrorsTest, MissingManifestIsNotFound) {
@@ -213,8 +228,46 @@ TEST_F(LoadErrorsTest, FlippedByteIsChecksumErrorNamingKeyAndFile) {
     return o;
   }());
   EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
-  EXPECT_THAT(r.status().message(),
-              HasSubstr("tensor 'w' chunk 1 [2:4, 0:4] in 'data/1.safetensors': checksum mismatch"));
+  EXPECT_THAT(
+      r.status().message(),
+      HasSubstr("tensor 'w' chunk 1 [2:4, 0:4] in 'data/1.safetensors': checksum mismatch"));
+}
+
+// A chunk read in many slices (read_slice_bytes far below its size), straight
+// into place and through dtype conversion: bit for bit, and a flipped byte in
+// its last slice is still caught.
+TEST_F(LoadErrorsTest, ChunksReadInSlicesAreExactAndVerified) {
+  std::vector<float> big(64 * 250);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i) * 0.25f - 7.0f;
+  State saved;
+  saved.tensors.push_back(WholeTensor("big", DType::kF32, big.data(), {64, 250}));
+  ASSERT_TRUE(Same(SaveRanks(
+                       1, [&](int) { return saved; }, mem_.get(), "/s"))
+                  .ok());
+  LoadOptions o;
+  o.read_slice_bytes = 1000;  // 250 elements: 64 slices
+  std::vector<float> f32(big.size());
+  State st;
+  st.tensors.push_back(WholeTensor("big", DType::kF32, f32.data(), {64, 250}));
+  ASSERT_TRUE(LoadOne(st, mem_.get(), "/s", o).ok());
+  EXPECT_EQ(f32, big);
+  std::vector<double> f64(big.size());
+  State conv;
+  conv.tensors.push_back(WholeTensor("big", DType::kF64, f64.data(), {64, 250}));
+  o.allow_dtype_conversion = true;
+  ASSERT_TRUE(LoadOne(conv, mem_.get(), "/s", o).ok());
+  for (size_t i = 0; i < big.size(); ++i) ASSERT_EQ(f64[i], static_cast<double>(big[i])) << i;
+
+  Result<std::string> f = mem_->ReadFileToString("/s/data/0.safetensors");
+  ASSERT_TRUE(f.ok());
+  std::string bytes = *f;
+  bytes[bytes.size() - 3] ^= 0x10;
+  ASSERT_TRUE(mem_->WriteStringToFile("/s/data/0.safetensors", bytes).ok());
+  Result<LoadResult> r = LoadOne(st, mem_.get(), "/s", o);
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(
+      r.status().message(),
+      HasSubstr("tensor 'big' chunk 0 [0:64, 0:250] in 'data/0.safetensors': checksum mismatch"));
 }
 
 TEST_F(LoadErrorsTest, TruncatedDataFileIsDataLossNamingRange) {
@@ -231,8 +284,11 @@ TEST_F(LoadErrorsTest, TruncatedDataFileIsDataLossNamingRange) {
 }
 
 TEST_F(ErrorsTest, ExistingCheckpointIsNotOverwrittenByDefault) {
-  ASSERT_TRUE(Same(SaveRanks(1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c")).ok());
-  Status s = Same(SaveRanks(1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c"));
+  ASSERT_TRUE(Same(SaveRanks(
+                       1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c"))
+                  .ok());
+  Status s = Same(SaveRanks(
+      1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c"));
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("a checkpoint already exists at '/c'"));
 }
@@ -241,7 +297,8 @@ TEST_F(ErrorsTest, FailedWriteOnOneRankFailsAllAndLeavesNoManifest) {
   internal::FaultStorage faults(mem_.get());
   faults.FailWritesFrom(2);
   std::vector<std::vector<float>> mem(4);
-  std::vector<Status> all = SaveRanks(4, [&](int r) { return Rows(&mem[r], r, 1); }, &faults, "/c");
+  std::vector<Status> all = SaveRanks(
+      4, [&](int r) { return Rows(&mem[r], r, 1); }, &faults, "/c");
   for (const Status& s : all) {
     EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
     EXPECT_THAT(s.message(), HasSubstr("injected"));
@@ -250,17 +307,22 @@ TEST_F(ErrorsTest, FailedWriteOnOneRankFailsAllAndLeavesNoManifest) {
 }
 
 TEST_F(ErrorsTest, FailedOverwriteKeepsThePreviousCheckpoint) {
-  ASSERT_TRUE(Same(SaveRanks(1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c")).ok());
+  ASSERT_TRUE(Same(SaveRanks(
+                       1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c"))
+                  .ok());
   internal::FaultStorage faults(mem_.get());
   faults.FailWritesFrom(1);
   SaveOptions o;
   o.overwrite = true;
   std::vector<float> other;
-  Status s = Same(SaveRanks(1, [&](int) {
-    State st = Rows(&other, 0, 4);
-    other.assign(16, 9.0f);
-    return st;
-  }, &faults, "/c", o));
+  Status s = Same(SaveRanks(
+      1,
+      [&](int) {
+        State st = Rows(&other, 0, 4);
+        other.assign(16, 9.0f);
+        return st;
+      },
+      &faults, "/c", o));
   EXPECT_EQ(s.code(), StatusCode::kIOError);
   State st = Rows(&b_, 0, 4);
   b_.assign(16, 0);
@@ -269,15 +331,21 @@ TEST_F(ErrorsTest, FailedOverwriteKeepsThePreviousCheckpoint) {
 }
 
 TEST_F(ErrorsTest, OverwriteReplacesTheCheckpoint) {
-  ASSERT_TRUE(Same(SaveRanks(1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c")).ok());
+  ASSERT_TRUE(Same(SaveRanks(
+                       1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c"))
+                  .ok());
   SaveOptions o;
   o.overwrite = true;
   std::vector<float> other;
-  ASSERT_TRUE(Same(SaveRanks(1, [&](int) {
-    State st = Rows(&other, 0, 4);
-    other.assign(16, 9.0f);
-    return st;
-  }, mem_.get(), "/c", o)).ok());
+  ASSERT_TRUE(Same(SaveRanks(
+                       1,
+                       [&](int) {
+                         State st = Rows(&other, 0, 4);
+                         other.assign(16, 9.0f);
+                         return st;
+                       },
+                       mem_.get(), "/c", o))
+                  .ok());
   State st = Rows(&b_, 0, 4);
   ASSERT_TRUE(LoadOne(st, mem_.get(), "/c").ok());
   EXPECT_EQ(b_, std::vector<float>(16, 9.0f));
@@ -302,34 +370,43 @@ TEST_F(ErrorsTest, VerifyReplicasRejectsReplicasThatDiffer) {
                                      "the rank that wrote it to 'data/0.safetensors'"));
   EXPECT_FALSE(*mem_->Exists("/c/manifest"));
   // Identical replicas pass, and without the check the first holder's bytes win.
-  EXPECT_TRUE(Same(SaveRanks(3, [&](int r) { return Rows(&mem[r], 0, 4); }, mem_.get(), "/c", o))
+  EXPECT_TRUE(Same(SaveRanks(
+                       3, [&](int r) { return Rows(&mem[r], 0, 4); }, mem_.get(), "/c", o))
                   .ok());
 }
 
 TEST_F(ErrorsTest, VerifyReplicasRejectsObjectReplicasThatDiffer) {
   SaveOptions o;
   o.verify_replicas = true;
-  Status s = Same(SaveRanks(2, [&](int r) {
-    State st;
-    st.objects.push_back(Object{"setting", r == 0 ? "adam" : "sgd!", {}, {}});
-    return st;
-  }, mem_.get(), "/c", o));
+  Status s = Same(SaveRanks(
+      2,
+      [&](int r) {
+        State st;
+        st.objects.push_back(Object{"setting", r == 0 ? "adam" : "sgd!", {}, {}});
+        return st;
+      },
+      mem_.get(), "/c", o));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("object 'setting' index []: rank 1 holds different bytes"));
 }
 
 TEST_F(ErrorsTest, FailedSwapOfAnOverwriteKeepsThePreviousCheckpoint) {
-  ASSERT_TRUE(Same(SaveRanks(1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c")).ok());
+  ASSERT_TRUE(Same(SaveRanks(
+                       1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c"))
+                  .ok());
   internal::FaultStorage faults(mem_.get());
   faults.FailRenameTo("/c");  // the exchange of /c and /c.partial
   SaveOptions o;
   o.overwrite = true;
   std::vector<float> other;
-  Status s = Same(SaveRanks(1, [&](int) {
-    State st = Rows(&other, 0, 4);
-    other.assign(16, 9.0f);
-    return st;
-  }, &faults, "/c", o));
+  Status s = Same(SaveRanks(
+      1,
+      [&](int) {
+        State st = Rows(&other, 0, 4);
+        other.assign(16, 9.0f);
+        return st;
+      },
+      &faults, "/c", o));
   EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
   static_cast<internal::MemStorage*>(mem_.get())->SimulateCrash();
   State st = Rows(&b_, 0, 4);
@@ -338,15 +415,21 @@ TEST_F(ErrorsTest, FailedSwapOfAnOverwriteKeepsThePreviousCheckpoint) {
 }
 
 TEST_F(ErrorsTest, CommittedOverwriteSurvivesACrash) {
-  ASSERT_TRUE(Same(SaveRanks(1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c")).ok());
+  ASSERT_TRUE(Same(SaveRanks(
+                       1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c"))
+                  .ok());
   SaveOptions o;
   o.overwrite = true;
   std::vector<float> other;
-  ASSERT_TRUE(Same(SaveRanks(1, [&](int) {
-    State st = Rows(&other, 0, 4);
-    other.assign(16, 9.0f);
-    return st;
-  }, mem_.get(), "/c", o)).ok());
+  ASSERT_TRUE(Same(SaveRanks(
+                       1,
+                       [&](int) {
+                         State st = Rows(&other, 0, 4);
+                         other.assign(16, 9.0f);
+                         return st;
+                       },
+                       mem_.get(), "/c", o))
+                  .ok());
   static_cast<internal::MemStorage*>(mem_.get())->SimulateCrash();
   State st = Rows(&b_, 0, 4);
   ASSERT_TRUE(LoadOne(st, mem_.get(), "/c").ok());
@@ -357,7 +440,8 @@ TEST_F(ErrorsTest, CrashBeforeCommitLeavesNoCheckpoint) {
   auto* mem = static_cast<internal::MemStorage*>(mem_.get());
   internal::FaultStorage faults(mem_.get());
   faults.FailRenameTo("/manifest");
-  Status s = Same(SaveRanks(1, [&](int) { return Rows(&a_, 0, 4); }, &faults, "/c"));
+  Status s = Same(SaveRanks(
+      1, [&](int) { return Rows(&a_, 0, 4); }, &faults, "/c"));
   EXPECT_EQ(s.code(), StatusCode::kIOError);
   mem->SimulateCrash();
   State st = Rows(&b_, 0, 4);
