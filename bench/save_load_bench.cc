@@ -162,7 +162,6 @@ int main(int argc, char** argv) {
   bool same_equal = true;
   SaveOptions so;
   so.io_threads = flags.threads;
-  so.overwrite = true;
   LoadOptions lo;
   lo.io_threads = flags.threads;
   const std::string ckpt = (fs::path(dir) / "ckpt").string();
@@ -192,7 +191,10 @@ int main(int argc, char** argv) {
       gbps["fio write (O_DIRECT)"].push_back(w / 1e9);
       gbps["fio read (O_DIRECT)"].push_back(r / 1e9);
     }
-    // Save.
+    // Save, into a fresh directory as a training job does (iter_N/): the
+    // previous rep's checkpoint is removed and synced outside the timing.
+    fs::remove_all(ckpt);
+    ::sync();
     double t0 = Now();
     auto st = RunThreadRanks(flags.ranks, [&](Comm& c) -> Status {
       SP_ASSIGN_OR_RETURN(SaveStats s, Save(src[c.rank()].state, ckpt, c, so));
@@ -230,7 +232,8 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(per_job));
   std::printf(
       "page cache dropped for the checkpoint files with POSIX_FADV_DONTNEED before each "
-      "load; fio uses O_DIRECT; loads verify checksums (default)\n");
+      "load; fio uses O_DIRECT; loads verify checksums (default); every save goes to a fresh "
+      "directory\n");
   std::printf("bytes read: same layout %.3f GiB, resharded %.3f GiB (per rep)\n",
               read_same / double(1ull << 30), read_reshard / double(1ull << 30));
   std::printf("same-layout load equals saved bytes: %s\n\n", same_equal ? "yes" : "NO");
