@@ -77,6 +77,11 @@ struct LoadOptions {
   // overlap of the requested box with the stored extent is loaded and the rest
   // of the requested box is set to zero. Default false: a mismatch errors.
   bool allow_shape_mismatch = false;
+  // A requested common blob (State::common set) that the checkpoint does not
+  // hold is not a missing key: State::common is reset to std::nullopt. For
+  // callers that always ask for the common state and accept checkpoints
+  // written without one. Default false: it is a missing key "<common>".
+  bool common_optional = false;
   // Check the checksum of every chunk that is read whole. Default true.
   bool verify_checksums = true;
   // Bytes read at once per I/O thread: a chunk is read (and hashed) in slices

@@ -329,10 +329,11 @@ class LoadResult:
     """What ``load`` found: ``missing_keys`` (requested, not stored) and
     ``unexpected_keys`` (stored, requested by no rank), both sorted; ``common``
     (the stored common value, None if absent); ``metadata`` (the stored dict or
-    None); ``bytes_read`` (by this rank) and ``seconds``."""
+    None); ``bytes_read`` (from storage by this rank), ``bytes_received`` (from
+    other ranks, cooperative load) and ``seconds``."""
 
     __slots__ = ("missing_keys", "unexpected_keys", "common", "metadata", "bytes_read",
-                 "seconds")
+                 "bytes_received", "seconds")
 
     def __init__(self, **kw):
         for k in self.__slots__:
@@ -374,7 +375,7 @@ def _decode(key, data, like, raw, allow_pickle):
 def load(state_dict, path, comm=None, *, strict=True, allow_pickle=False, common=True,
          allow_missing_keys=None, allow_unexpected_keys=None, allow_dtype_conversion=False,
          allow_shape_mismatch=False, verify_checksums=True, io_threads=None,
-         raw_objects=False):
+         raw_objects=False, cooperative=True, read_slice_bytes=None):
     """Loads checkpoint ``path`` into ``state_dict`` (the template, under any layout).
     Collective.
 
@@ -388,7 +389,10 @@ def load(state_dict, path, comm=None, *, strict=True, allow_pickle=False, common
     ``allow_dtype_conversion``: convert stored dtypes to the requested ones.
     ``allow_shape_mismatch``: load the overlap of a tensor whose
     global shape changed (vocab padding), zero the rest. ``raw_objects``: return
-    object bytes as stored, undecoded. Returns a LoadResult. The GIL is released
+    object bytes as stored, undecoded. ``cooperative`` (default True, the same
+    on every rank): bytes that several ranks need are read by one and sent to
+    the others over the comm. ``read_slice_bytes``: bytes read at once per I/O
+    thread (default 16 MiB). Returns a LoadResult. The GIL is released
     while it runs.
     """
     comm = comm if comm is not None else default_comm()
@@ -403,15 +407,13 @@ def load(state_dict, path, comm=None, *, strict=True, allow_pickle=False, common
     o.verify_checksums = bool(verify_checksums)
     if io_threads is not None:
         o.io_threads = int(io_threads)
-    try:
-        r = _C.load(st, str(path), comm, o)
-    except _C.NotFoundError as e:
-        # A checkpoint without common state (written by the CLI or the C++ API):
-        # the error is the same on every rank, so every rank retries without it.
-        if not common or f"lacks requested keys '{_COMMON}' (" not in str(e):
-            raise
-        st.common = None
-        r = _C.load(st, str(path), comm, o)
+    o.cooperative = bool(cooperative)
+    if read_slice_bytes is not None:
+        o.read_slice_bytes = int(read_slice_bytes)
+    # A checkpoint without common state (written by the CLI or the C++ API)
+    # loads with common None.
+    o.common_optional = bool(common)
+    r = _C.load(st, str(path), comm, o)
     del owners
     values = {(ob.key, tuple(ob.index)): ob.bytes for ob in st.objects if ob.bytes}
     _fill(state_dict, "", values, raw_objects, allow_pickle)
@@ -422,4 +424,4 @@ def load(state_dict, path, comm=None, *, strict=True, allow_pickle=False, common
     meta = json.loads(st.metadata_json) if st.metadata_json else None
     return LoadResult(missing_keys=list(r.missing_keys), unexpected_keys=list(r.unexpected_keys),
                       common=common_value, metadata=meta, bytes_read=r.bytes_read,
-                      seconds=r.seconds)
+                      bytes_received=r.bytes_received, seconds=r.seconds)

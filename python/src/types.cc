@@ -161,7 +161,11 @@ void RegisterTypes(py::module_& m) {
       .def_readwrite("allow_unexpected_keys", &LoadOptions::allow_unexpected_keys)
       .def_readwrite("allow_dtype_conversion", &LoadOptions::allow_dtype_conversion)
       .def_readwrite("allow_shape_mismatch", &LoadOptions::allow_shape_mismatch)
-      .def_readwrite("verify_checksums", &LoadOptions::verify_checksums);
+      .def_readwrite("common_optional", &LoadOptions::common_optional)
+      .def_readwrite("verify_checksums", &LoadOptions::verify_checksums)
+      .def_readwrite("read_slice_bytes", &LoadOptions::read_slice_bytes)
+      .def_readwrite("cooperative", &LoadOptions::cooperative)
+      .def_readwrite("cooperative_round_bytes", &LoadOptions::cooperative_round_bytes);
   py::class_<SaveStats>(m, "SaveStats")
       .def_readonly("bytes_written", &SaveStats::bytes_written)
       .def_readonly("rank_bytes", &SaveStats::rank_bytes)
@@ -174,6 +178,7 @@ void RegisterTypes(py::module_& m) {
       .def_readonly("missing_keys", &LoadResult::missing_keys)
       .def_readonly("unexpected_keys", &LoadResult::unexpected_keys)
       .def_readonly("bytes_read", &LoadResult::bytes_read)
+      .def_readonly("bytes_received", &LoadResult::bytes_received)
       .def_readonly("seconds", &LoadResult::seconds);
 
   // Basic layout builders (include/shardpoint/layout.h). `data` is an address.

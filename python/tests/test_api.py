@@ -194,7 +194,7 @@ def test_checkpoint_without_common_state(ckpt):
     t = {"x": 0}
     r = sp.load(t, ckpt)
     assert t == {"x": 1} and r.common is None and r.missing_keys == []
-    with pytest.raises(sp.NotFoundError, match="'<common>', 'y'|'y'"):
+    with pytest.raises(sp.NotFoundError, match="lacks requested keys 'y' "):
         sp.load({"x": 0, "y": 0}, ckpt)
 
 

@@ -129,3 +129,24 @@ def test_mpi4py_adapter(tmp_path):
                 tmp_path / "async")
     assert np.array_equal(x, np.arange(48, dtype=np.float32).reshape(12, 4))
     assert r.missing_keys == []
+
+
+@pytest.mark.parametrize("cooperative", [True, False])
+def test_cooperative_load_reads_replicas_once(ckpt, cooperative):
+    # Two ranks hold the same replicated tensor; with cooperative load one of
+    # them reads it and sends it to the other, without, both read it.
+    w = torch.arange(4096, dtype=torch.float32).reshape(64, 64)
+    sp.save({"w": w}, ckpt)
+
+    def body(r, comm):
+        t = {"w": torch.zeros(64, 64)}
+        res = sp.load(t, ckpt, comm, cooperative=cooperative, read_slice_bytes=4096)
+        assert torch.equal(t["w"], w)
+        return res.bytes_read, res.bytes_received
+
+    got = run_ranks(2, body)
+    nbytes = w.numel() * 4
+    if cooperative:
+        assert sum(b for b, _ in got) == nbytes and sum(x for _, x in got) == nbytes
+    else:
+        assert got == [(nbytes, 0), (nbytes, 0)]

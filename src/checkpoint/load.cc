@@ -79,7 +79,7 @@ Status CheckRequests(const Manifest& m, const State& state, const LoadOptions& o
       if (m.objects[i].key == o.key) (*wanted)[m.tensors.size() + i] = 1;
     }
   }
-  if (state.common && !m.has_common) missing->push_back("<common>");
+  if (state.common && !m.has_common && !options.common_optional) missing->push_back("<common>");
   std::sort(missing->begin(), missing->end());
   missing->erase(std::unique(missing->begin(), missing->end()), missing->end());
   return OkStatus();
@@ -94,7 +94,10 @@ Status LoadObjects(const Manifest& m, State& state, DataFiles* files, uint64_t* 
                                     "object '" + o.key + "'", o.bytes.data()));
     *bytes += r->nbytes;
   }
-  if (state.common && m.has_common) state.common = m.common;
+  if (state.common) {
+    // Absent and not reported missing only under common_optional.
+    state.common = m.has_common ? std::optional<std::string>(m.common) : std::nullopt;
+  }
   state.metadata_json = m.metadata_json;
   return OkStatus();
 }

@@ -175,6 +175,25 @@ TEST_F(LoadErrorsTest, PartialLoadReturnsMissingAndUnexpectedKeys) {
   EXPECT_EQ(*st.common, "iteration=7");
 }
 
+TEST_F(ErrorsTest, AbsentCommonIsMissingUnlessOptional) {
+  std::vector<float> a(8), b(8), out(16);
+  ASSERT_TRUE(Same(SaveRanks(
+                       2, [&](int r) { return r == 0 ? Rows(&a, 0, 2) : Rows(&b, 2, 2); },
+                       mem_.get(), "/nocommon"))
+                  .ok());
+  State st = Rows(&out, 0, 4);
+  st.common = "placeholder";
+  Result<LoadResult> r = LoadOne(st, mem_.get(), "/nocommon");
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(r.status().message(), HasSubstr("lacks requested keys '<common>'"));
+  LoadOptions o;
+  o.common_optional = true;
+  r = LoadOne(st, mem_.get(), "/nocommon", o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->missing_keys.empty());
+  EXPECT_FALSE(st.common.has_value());
+}
+
 TEST_F(LoadErrorsTest, DtypeMismatchRaisesUnlessConverting) {
   std::vector<uint16_t> bf16(16);
   LocalTensor lt = WholeTensor("w", DType::kBF16, bf16.data(), {4, 4});
