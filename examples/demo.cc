@@ -45,9 +45,10 @@ int main(int argc, char** argv) {
   const ParallelConfig save_layout{2, 2, 2, true};
   const ParallelConfig load_layout{4, 1, 2, true};
 
-  std::printf("shardpoint demo: %d layers, hidden %lld, ffn %lld, vocab %lld; bf16 params, fp32 Adam\n",
-              model.layers, static_cast<long long>(model.hidden), static_cast<long long>(model.ffn),
-              static_cast<long long>(model.vocab));
+  std::printf(
+      "shardpoint demo: %d layers, hidden %lld, ffn %lld, vocab %lld; bf16 params, fp32 Adam\n",
+      model.layers, static_cast<long long>(model.hidden), static_cast<long long>(model.ffn),
+      static_cast<long long>(model.vocab));
   auto t0 = std::chrono::steady_clock::now();
   const sp::internal::RefModel ref = sp::internal::MakeReference(model, /*seed=*/20261122);
   uint64_t model_bytes = 0;
@@ -84,10 +85,11 @@ int main(int argc, char** argv) {
   }));
   if (!s.ok()) return Fail("save", s);
   double save_s = Seconds(t0);
-  std::printf("  wrote %.1f MiB (replicas stored once) in %d files, %lld chunks: %.2f s, %.2f GB/s\n",
-              save_stats.bytes_written / 1048576.0, save_stats.num_files,
-              static_cast<long long>(save_stats.num_chunks), save_s,
-              save_stats.bytes_written / save_s / 1e9);
+  std::printf(
+      "  wrote %.1f MiB (replicas stored once) in %d files, %lld chunks: %.2f s, %.2f GB/s\n",
+      save_stats.bytes_written / 1048576.0, save_stats.num_files,
+      static_cast<long long>(save_stats.num_chunks), save_s,
+      save_stats.bytes_written / save_s / 1e9);
   src.clear();
 
   // Load into another layout.
@@ -129,9 +131,10 @@ int main(int argc, char** argv) {
                   sp::DataLossError("objects, common state or metadata differ"));
     }
   }
-  std::printf("verify: every tensor of every rank equals the original bit for bit "
-              "(model and optimizer state), objects and common state restored (%.2f s)\n",
-              Seconds(t0));
+  std::printf(
+      "verify: every tensor of every rank equals the original bit for bit "
+      "(model and optimizer state), objects and common state restored (%.2f s)\n",
+      Seconds(t0));
   std::string abs = std::filesystem::absolute(dir).string();
   std::printf("checkpoint: %s\n  try: shardpoint inspect %s\n       shardpoint verify %s\n",
               abs.c_str(), abs.c_str(), abs.c_str());

@@ -57,9 +57,9 @@ struct SaveStats {
   uint64_t rank_bytes = 0;     // payload bytes this rank wrote
   int num_files = 0;
   int64_t num_chunks = 0;
-  double seconds = 0;          // wall time of the whole collective call
-  double plan_seconds = 0;     // exchange + global plan
-  bool plan_cached = false;    // the plan came from SaveOptions::plan_cache
+  double seconds = 0;        // wall time of the whole collective call
+  double plan_seconds = 0;   // exchange + global plan
+  bool plan_cached = false;  // the plan came from SaveOptions::plan_cache
 };
 
 struct LoadOptions {

@@ -83,10 +83,10 @@ class [[nodiscard]] Result {
 #define SP_CONCAT_INNER_(a, b) a##b
 #define SP_CONCAT_(a, b) SP_CONCAT_INNER_(a, b)
 
-#define SP_RETURN_IF_ERROR(expr)                       \
-  do {                                                 \
-    ::shardpoint::Status sp_status_ = (expr);          \
-    if (!sp_status_.ok()) return sp_status_;           \
+#define SP_RETURN_IF_ERROR(expr)              \
+  do {                                        \
+    ::shardpoint::Status sp_status_ = (expr); \
+    if (!sp_status_.ok()) return sp_status_;  \
   } while (0)
 
 #define SP_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \

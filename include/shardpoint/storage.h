@@ -52,8 +52,8 @@ class Storage {
  public:
   virtual ~Storage() = default;
   // Creates or truncates `path`.
-  virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
-                                                                const WriteFileOptions& options) = 0;
+  virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(
+      const std::string& path, const WriteFileOptions& options) = 0;
   virtual Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) = 0;
   // Creates `path` and missing parents; OK if it exists.
   virtual Status CreateDirs(const std::string& path) = 0;

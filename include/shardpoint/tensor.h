@@ -44,10 +44,10 @@ struct FlatRange {
 struct LocalTensor {
   DType dtype = DType::kF32;
   void* data = nullptr;
-  Shape shape;                     // the local tensor's logical shape
-  Shape strides;                   // element strides of data; empty = row-major contiguous
-  std::vector<Segment> segments;   // what the local tensor holds
-  std::optional<FlatRange> flat;   // if set: data holds only these row-major elements
+  Shape shape;                    // the local tensor's logical shape
+  Shape strides;                  // element strides of data; empty = row-major contiguous
+  std::vector<Segment> segments;  // what the local tensor holds
+  std::optional<FlatRange> flat;  // if set: data holds only these row-major elements
 };
 
 // InvalidArgument unless `t` is self-consistent: segments inside the local

@@ -10,13 +10,14 @@
 // the pool bound, fails every rank instead of leaving the others in a
 // collective), runs Save on the staged State, then `after_commit`. Its
 // result is published to the handle.
+#include "shardpoint/async_save.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <future>
 
-#include "shardpoint/async_save.h"
 #include "src/geometry/view.h"
 #include "src/io/aligned_buffer.h"
 
@@ -41,7 +42,9 @@ double Since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-size_t AlignUp(size_t n) { return (n + kStagingAlignment - 1) / kStagingAlignment * kStagingAlignment; }
+size_t AlignUp(size_t n) {
+  return (n + kStagingAlignment - 1) / kStagingAlignment * kStagingAlignment;
+}
 
 // Bytes of the elements a LocalTensor holds.
 Result<uint64_t> HeldBytes(const LocalTensor& t) {
@@ -56,8 +59,8 @@ Result<uint64_t> HeldBytes(const LocalTensor& t) {
 }
 
 // Copies `state` into `pool`; `staged` gets the same State over pool memory.
-Status Stage(const State& state, const AsyncSaverOptions& options, StagingPool* pool,
-             State* staged, uint64_t* total) {
+Status Stage(const State& state, const AsyncSaverOptions& options, StagingPool* pool, State* staged,
+             uint64_t* total) {
   std::vector<size_t> offsets(state.tensors.size());
   size_t need = 0;
   for (size_t i = 0; i < state.tensors.size(); ++i) {
@@ -66,8 +69,7 @@ Status Stage(const State& state, const AsyncSaverOptions& options, StagingPool* 
     if (!bytes.ok()) return bytes.status().WithContext("async save: tensor #" + std::to_string(i));
     if (*bytes > 0 && t.data == nullptr) {
       return InvalidArgumentError("async save: tensor #" + std::to_string(i) + " ('" +
-                                  (t.segments.empty() ? "" : t.segments[0].key) +
-                                  "') has no data");
+                                  (t.segments.empty() ? "" : t.segments[0].key) + "') has no data");
     }
     offsets[i] = need;
     need = AlignUp(need + *bytes);
@@ -160,25 +162,25 @@ SaveHandle AsyncSaver::Save(const State& state, const std::string& dir, Comm& co
                   static_cast<double>(total) / 1e9, job->stall_seconds);
     options.log("shardpoint: async save of '" + dir + "' " + buf);
   }
-  thread_ = std::thread([staged, staging, dir, &comm, options,
-                         after_commit = std::move(after_commit),
-                         promise = std::move(promise)]() mutable {
-    Result<SaveStats> result = [&]() -> Result<SaveStats> {
-      Status agreed = AgreeOnStatus(comm, staging);
-      if (!agreed.ok()) {
-        if (options.log && comm.rank() == 0) {
-          options.log("shardpoint: async save of '" + dir +
-                      "' FAILED before writing (not committed): " + agreed.ToString());
-        }
-        return agreed;
-      }
-      SP_ASSIGN_OR_RETURN(SaveStats stats, shardpoint::Save(*staged, dir, comm, options));
-      if (after_commit) SP_RETURN_IF_ERROR(after_commit(stats));
-      return stats;
-    }();
-    staged.reset();
-    promise.set_value(std::move(result));
-  });
+  thread_ =
+      std::thread([staged, staging, dir, &comm, options, after_commit = std::move(after_commit),
+                   promise = std::move(promise)]() mutable {
+        Result<SaveStats> result = [&]() -> Result<SaveStats> {
+          Status agreed = AgreeOnStatus(comm, staging);
+          if (!agreed.ok()) {
+            if (options.log && comm.rank() == 0) {
+              options.log("shardpoint: async save of '" + dir +
+                          "' FAILED before writing (not committed): " + agreed.ToString());
+            }
+            return agreed;
+          }
+          SP_ASSIGN_OR_RETURN(SaveStats stats, shardpoint::Save(*staged, dir, comm, options));
+          if (after_commit) SP_RETURN_IF_ERROR(after_commit(stats));
+          return stats;
+        }();
+        staged.reset();
+        promise.set_value(std::move(result));
+      });
   pending_ = job;
   return SaveHandle(job);
 }

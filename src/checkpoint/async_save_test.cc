@@ -16,8 +16,8 @@
 namespace shardpoint {
 namespace {
 
-using ::testing::HasSubstr;
 using internal::ParallelConfig;
+using ::testing::HasSubstr;
 
 const internal::ModelConfig kModel{4, 64, 192, 500};
 

@@ -109,8 +109,8 @@ Status AcquireLock(const std::string& path, const std::string& token) {
     long pid;
     std::string host;
     ParseLock(*held, &pid, &host);
-    const bool stale = pid > 0 && host == Hostname() && ::kill(static_cast<pid_t>(pid), 0) != 0 &&
-                       errno == ESRCH;
+    const bool stale =
+        pid > 0 && host == Hostname() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
     if (stale && attempt == 0) {
       ::unlink(path.c_str());  // a dead process on this host: take over
       continue;
@@ -149,8 +149,7 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(const std::st
     s = m->storage_->CreateDirs(root);
     if (s.ok() && options.lock) {
       const std::string path = JoinPath(root, kLockName);
-      const std::string token =
-          "pid " + std::to_string(::getpid()) + " host " + Hostname() + "\n";
+      const std::string token = "pid " + std::to_string(::getpid()) + " host " + Hostname() + "\n";
       s = AcquireLock(path, token);
       if (s.ok()) m->lock_path_ = path, m->lock_token_ = token;
     }
@@ -192,7 +191,8 @@ Result<std::optional<int64_t>> CheckpointManager::Tracker() const {
   if (!exists) return std::optional<int64_t>();
   SP_ASSIGN_OR_RETURN(std::string text, storage_->ReadFileToString(path));
   std::optional<int64_t> it = ParseDecimal(text);
-  if (!it) return DataLossError("tracker '" + path + "' does not hold an iteration: '" + text + "'");
+  if (!it)
+    return DataLossError("tracker '" + path + "' does not hold an iteration: '" + text + "'");
   return it;
 }
 
@@ -243,10 +243,9 @@ SaveHandle CheckpointManager::SaveAsync(AsyncSaver& saver, const State& state, i
                                         Comm& comm, const SaveOptions& options) {
   SaveOptions o = options;
   if (!o.storage) o.storage = storage_;
-  return saver.Save(state, PathFor(iteration), comm, o,
-                    [this, iteration, &comm](const SaveStats&) {
-                      return MarkCommitted(iteration, comm);
-                    });
+  return saver.Save(state, PathFor(iteration), comm, o, [this, iteration, &comm](const SaveStats&) {
+    return MarkCommitted(iteration, comm);
+  });
 }
 
 Result<int64_t> CheckpointManager::Resume(State& state, Comm& comm, const LoadOptions& options) {

@@ -16,7 +16,8 @@ using internal::ParallelConfig;
 const internal::ModelConfig kModel{2, 32, 64, 100};
 
 TEST(PlanCache, HashCoversRankBoundaries) {
-  EXPECT_FALSE(internal::HashContributions({"ab", "c"}) == internal::HashContributions({"a", "bc"}));
+  EXPECT_FALSE(internal::HashContributions({"ab", "c"}) ==
+               internal::HashContributions({"a", "bc"}));
   EXPECT_TRUE(internal::HashContributions({"ab", "c"}) == internal::HashContributions({"ab", "c"}));
 }
 

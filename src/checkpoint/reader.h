@@ -36,9 +36,8 @@ struct ReadOptions {
 
 // REQUIRES: plan computed against `m`. Errors name the key, chunk, file and
 // byte range. Adds the bytes read to *bytes_read.
-Status ExecuteLoadPlan(const Manifest& m, const LoadPlan& plan, DataFiles* files,
-                       ThreadPool* pool, const ReadOptions& options,
-                       std::atomic<uint64_t>* bytes_read);
+Status ExecuteLoadPlan(const Manifest& m, const LoadPlan& plan, DataFiles* files, ThreadPool* pool,
+                       const ReadOptions& options, std::atomic<uint64_t>* bytes_read);
 
 // Reads `nbytes` at `offset` of manifest file `file` into dst and checks the
 // checksum: for objects and for `verify`.

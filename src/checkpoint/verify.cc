@@ -27,15 +27,16 @@ void CheckHeaders(Storage* storage, const std::string& dir, const Manifest& m,
   for (const TensorRecord& t : m.tensors) {
     for (size_t i = 0; i < t.chunks.size(); ++i) {
       const ChunkRecord& c = t.chunks[i];
-      expected[c.file][ChunkEntryName(t.key, i)] =
-          SafetensorsEntry{ChunkEntryName(t.key, i), t.dtype, c.box.shape, c.offset,
-                           c.offset + c.nbytes};
+      expected[c.file][ChunkEntryName(t.key, i)] = SafetensorsEntry{
+          ChunkEntryName(t.key, i), t.dtype, c.box.shape, c.offset, c.offset + c.nbytes};
     }
   }
   for (const ObjectRecord& o : m.objects) {
-    expected[o.file][ObjectEntryName(o)] = SafetensorsEntry{
-        ObjectEntryName(o), DType::kU8, {static_cast<int64_t>(o.nbytes)}, o.offset,
-        o.offset + o.nbytes};
+    expected[o.file][ObjectEntryName(o)] = SafetensorsEntry{ObjectEntryName(o),
+                                                            DType::kU8,
+                                                            {static_cast<int64_t>(o.nbytes)},
+                                                            o.offset,
+                                                            o.offset + o.nbytes};
   }
   for (size_t f = 0; f < m.files.size(); ++f) {
     const std::string path = JoinPath(dir, m.files[f]);
@@ -43,7 +44,8 @@ void CheckHeaders(Storage* storage, const std::string& dir, const Manifest& m,
       SP_ASSIGN_OR_RETURN(auto file, storage->NewReadableFile(path));
       SP_ASSIGN_OR_RETURN(uint64_t size, file->Size());
       std::string first8(8, '\0');
-      if (size < 8) return DataLossError("'" + path + "' has only " + std::to_string(size) + " bytes");
+      if (size < 8)
+        return DataLossError("'" + path + "' has only " + std::to_string(size) + " bytes");
       SP_RETURN_IF_ERROR(file->ReadAt(0, 8, first8.data()));
       SP_ASSIGN_OR_RETURN(uint64_t n, DecodeSafetensorsHeaderLength(first8, size, path));
       std::string json(n, '\0');
@@ -105,8 +107,9 @@ Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir, 
   for (const TensorRecord& t : m.tensors) {
     for (size_t i = 0; i < t.chunks.size(); ++i) {
       const ChunkRecord& c = t.chunks[i];
-      items.push_back({c.file, c.offset, c.nbytes, c.checksum,
-                       "tensor '" + t.key + "' chunk " + std::to_string(i) + " " + c.box.ToString()});
+      items.push_back(
+          {c.file, c.offset, c.nbytes, c.checksum,
+           "tensor '" + t.key + "' chunk " + std::to_string(i) + " " + c.box.ToString()});
     }
   }
   for (const ObjectRecord& o : m.objects) {
@@ -119,8 +122,8 @@ Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir, 
   Status ignored = ParallelFor(&pool, static_cast<int64_t>(items.size()), [&](int64_t i) {
     const Item& it = items[i];
     std::vector<char> buf(it.nbytes);
-    Status s = ReadVerified(&files, m, it.file, it.offset, it.nbytes, it.checksum, it.what,
-                            buf.data());
+    Status s =
+        ReadVerified(&files, m, it.file, it.offset, it.nbytes, it.checksum, it.what, buf.data());
     std::lock_guard<std::mutex> lock(mu);
     if (!s.ok()) faults.push_back(s.message());
     report.bytes_checked += it.nbytes;

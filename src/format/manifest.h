@@ -47,12 +47,12 @@ struct ObjectRecord {
 
 struct Manifest {
   uint32_t version = kFormatVersion;
-  std::vector<std::string> files;        // relative to the checkpoint dir, e.g. "data/0.safetensors"
-  std::vector<TensorRecord> tensors;     // sorted by key, keys unique
-  std::vector<ObjectRecord> objects;     // sorted by (key, index)
+  std::vector<std::string> files;     // relative to the checkpoint dir, e.g. "data/0.safetensors"
+  std::vector<TensorRecord> tensors;  // sorted by key, keys unique
+  std::vector<ObjectRecord> objects;  // sorted by (key, index)
   bool has_common = false;
-  std::string common;                    // the common blob
-  std::string metadata_json;             // user metadata
+  std::string common;         // the common blob
+  std::string metadata_json;  // user metadata
 
   // Index of the tensor with `key`, or -1 (binary search).
   int64_t FindTensor(std::string_view key) const;

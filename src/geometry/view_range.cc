@@ -30,9 +30,8 @@ void GatherFlatRange(char* dst, const View& src, int64_t begin, int64_t end) {
 
 void ScatterFlatRange(const View& dst, int64_t begin, int64_t end, const char* src) {
   ForEachPiece(dst, begin, end, [&](const View& piece, int64_t pos) {
-    StridedCopy(piece,
-                ContiguousView(const_cast<char*>(src) + pos * dst.elem_size, dst.elem_size,
-                               piece.shape));
+    StridedCopy(piece, ContiguousView(const_cast<char*>(src) + pos * dst.elem_size, dst.elem_size,
+                                      piece.shape));
   });
 }
 

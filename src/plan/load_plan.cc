@@ -82,7 +82,8 @@ Result<LoadPlan> PlanLoad(const Manifest& m, const std::vector<Region>& regions,
     auto end = rec.chunks.end();
     if (!rec.shape.empty()) {
       const int64_t lo = want.offset[0], hi = lo + want.shape[0];
-      end = std::partition_point(begin, end, [&](const ChunkRecord& c) { return c.box.offset[0] < hi; });
+      end = std::partition_point(begin, end,
+                                 [&](const ChunkRecord& c) { return c.box.offset[0] < hi; });
       begin = std::partition_point(begin, end, [&](const ChunkRecord& c) {
         return c.box.offset[0] + idx.max_extent0 <= lo;
       });
@@ -110,10 +111,9 @@ Result<LoadPlan> PlanLoad(const Manifest& m, const std::vector<Region>& regions,
       plan.pieces.push_back(std::move(p));
     }
     if (covered != want.num_elements()) {
-      return DataLossError("tensor '" + r.desc.key + "': stored chunks cover " +
-                           std::to_string(covered) + " of the " +
-                           std::to_string(want.num_elements()) + " elements of box " +
-                           want.ToString());
+      return DataLossError(
+          "tensor '" + r.desc.key + "': stored chunks cover " + std::to_string(covered) +
+          " of the " + std::to_string(want.num_elements()) + " elements of box " + want.ToString());
     }
   }
   std::sort(plan.pieces.begin(), plan.pieces.end(), [&](const ReadPiece& a, const ReadPiece& b) {

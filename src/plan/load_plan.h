@@ -14,10 +14,10 @@ namespace shardpoint::internal {
 // `run_elements` elements; the executor reads each run (nothing else) and
 // places it at the matching flat range of `dst`.
 struct ReadPiece {
-  int64_t tensor = 0;      // manifest.tensors index
-  int64_t chunk = 0;       // its chunk index
-  Box in_chunk;            // the part read, relative to the chunk's box
-  View dst;                // destination, shape == in_chunk.shape
+  int64_t tensor = 0;  // manifest.tensors index
+  int64_t chunk = 0;   // its chunk index
+  Box in_chunk;        // the part read, relative to the chunk's box
+  View dst;            // destination, shape == in_chunk.shape
   DType src_dtype = DType::kF32;
   DType dst_dtype = DType::kF32;
   bool whole_chunk = false;  // in_chunk is the whole chunk: its checksum can be verified

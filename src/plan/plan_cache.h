@@ -14,7 +14,9 @@ namespace shardpoint::internal {
 // each length mixed in (so contributions cannot shift between ranks).
 struct PlanKey {
   uint64_t lo = 0, hi = 0;
-  friend bool operator==(const PlanKey& a, const PlanKey& b) { return a.lo == b.lo && a.hi == b.hi; }
+  friend bool operator==(const PlanKey& a, const PlanKey& b) {
+    return a.lo == b.lo && a.hi == b.hi;
+  }
 };
 PlanKey HashContributions(const std::vector<std::string>& encoded);
 

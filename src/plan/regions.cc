@@ -77,7 +77,8 @@ Result<std::vector<Region>> BuildRegions(const std::vector<LocalTensor>& tensors
           v = local.Sub(*part);
         }
         desc.box = GlobalPart(seg, *part);
-        out.push_back(Region{desc, DropLeading(v, seg.local_offset.size() - seg.global_box.rank())});
+        out.push_back(
+            Region{desc, DropLeading(v, seg.local_offset.size() - seg.global_box.rank())});
         any = true;
       }
       if (!any && Box::Whole(seg.global_shape).empty()) {

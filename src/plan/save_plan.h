@@ -31,21 +31,21 @@ Result<Contribution> DecodeContribution(std::string_view bytes, int rank);
 // One piece of a rank's data file.
 struct WriteItem {
   bool is_object = false;
-  int64_t source = 0;  // index into the rank's regions (or objects)
-  int64_t record = 0;  // index into manifest.tensors (or manifest.objects)
-  int64_t chunk = 0;   // index into that tensor's chunks (tensors only)
-  uint64_t offset = 0; // absolute offset in the rank's file
+  int64_t source = 0;   // index into the rank's regions (or objects)
+  int64_t record = 0;   // index into manifest.tensors (or manifest.objects)
+  int64_t chunk = 0;    // index into that tensor's chunks (tensors only)
+  uint64_t offset = 0;  // absolute offset in the rank's file
   uint64_t nbytes = 0;
 };
 
 struct RankFile {
-  int32_t file = -1;            // index into manifest.files; -1: this rank writes nothing
-  std::string header;           // safetensors header, padded to a 4096 multiple
-  std::vector<WriteItem> items; // in file order
+  int32_t file = -1;             // index into manifest.files; -1: this rank writes nothing
+  std::string header;            // safetensors header, padded to a 4096 multiple
+  std::vector<WriteItem> items;  // in file order
   // Replicas this rank holds but another rank writes (offset, nbytes unused);
   // listed only when planned with list_replicas.
   std::vector<WriteItem> replicas;
-  uint64_t size = 0;            // header + payload
+  uint64_t size = 0;  // header + payload
 };
 
 struct SavePlan {

@@ -73,7 +73,8 @@ TEST(PlanSaveTest, DeterministicWhateverTheRegionOrder) {
   for (int r = 0; r < 3; ++r) {
     for (int k = 0; k < 3; ++k) {
       for (int i = 0; i < 8; ++i) {
-        if (i % 3 == r || i == 7) ranks[r].regions.push_back(R("k" + std::to_string(k), Rows(i, 1)));
+        if (i % 3 == r || i == 7)
+          ranks[r].regions.push_back(R("k" + std::to_string(k), Rows(i, 1)));
       }
     }
   }

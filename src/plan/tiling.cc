@@ -30,9 +30,8 @@ Status CheckDisjoint(const std::string& key, const std::vector<Box>& boxes,
   }
   std::vector<size_t> order(boxes.size());
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return boxes[a].offset[dim] < boxes[b].offset[dim];
-  });
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return boxes[a].offset[dim] < boxes[b].offset[dim]; });
   std::vector<size_t> open;
   for (size_t i : order) {
     const Box& b = boxes[i];

@@ -7,8 +7,8 @@
 namespace shardpoint::internal {
 
 std::string ParallelConfig::ToString() const {
-  return "TP=" + std::to_string(tp) + " x PP=" + std::to_string(pp) + " x DP=" +
-         std::to_string(dp) + (distributed_optimizer ? " (distributed optimizer)" : "");
+  return "TP=" + std::to_string(tp) + " x PP=" + std::to_string(pp) +
+         " x DP=" + std::to_string(dp) + (distributed_optimizer ? " (distributed optimizer)" : "");
 }
 
 std::vector<TensorSpec> ModelTensors(const ModelConfig& m) {
@@ -18,8 +18,10 @@ std::vector<TensorSpec> ModelTensors(const ModelConfig& m) {
   for (int l = 0; l < m.layers; ++l) {
     const std::string p = "decoder.layers." + std::to_string(l) + ".";
     params.push_back({p + "input_layernorm.weight", DType::kBF16, {h}, -1, l, -1, false});
-    params.push_back({p + "self_attention.linear_qkv.weight", DType::kBF16, {3 * h, h}, 0, l, -1, false});
-    params.push_back({p + "self_attention.linear_proj.weight", DType::kBF16, {h, h}, 1, l, -1, false});
+    params.push_back(
+        {p + "self_attention.linear_qkv.weight", DType::kBF16, {3 * h, h}, 0, l, -1, false});
+    params.push_back(
+        {p + "self_attention.linear_proj.weight", DType::kBF16, {h, h}, 1, l, -1, false});
     params.push_back({p + "pre_mlp_layernorm.weight", DType::kBF16, {h}, -1, l, -1, false});
     params.push_back({p + "mlp.linear_fc1.weight", DType::kBF16, {f, h}, 0, l, -1, false});
     params.push_back({p + "mlp.linear_fc1.bias", DType::kBF16, {f}, 0, l, -1, false});
@@ -77,17 +79,18 @@ Result<RankState> BuildRankState(const ModelConfig& m, const ParallelConfig& p, 
       std::vector<int64_t> sizes = ChunkSizes(n, p.dp);
       int64_t begin = 0;
       for (int i = 0; i < dp; ++i) begin += sizes[i];
-      SP_ASSIGN_OR_RETURN(lt, FlatShard(lt, FlatRange{begin, begin + sizes[dp]},
-                                        alloc(sizes[dp], s.dtype)));
+      SP_ASSIGN_OR_RETURN(
+          lt, FlatShard(lt, FlatRange{begin, begin + sizes[dp]}, alloc(sizes[dp], s.dtype)));
     } else {
       lt.data = alloc(n, s.dtype);
     }
     rs.state.tensors.push_back(std::move(lt));
   }
-  rs.state.objects.push_back(Object{"rng_state", "rng-of-rank-" + std::to_string(rank), {rank},
-                                    {p.world()}});
+  rs.state.objects.push_back(
+      Object{"rng_state", "rng-of-rank-" + std::to_string(rank), {rank}, {p.world()}});
   rs.state.common = std::string("{\"iteration\": 1000}");
-  rs.state.metadata_json = "{\"model\": \"demo-transformer\", \"layout\": \"" + p.ToString() + "\"}";
+  rs.state.metadata_json =
+      "{\"model\": \"demo-transformer\", \"layout\": \"" + p.ToString() + "\"}";
   return rs;
 }
 

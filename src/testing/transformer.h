@@ -33,9 +33,9 @@ struct TensorSpec {
   std::string key;
   DType dtype;
   Shape shape;
-  int split_dim;  // TP split dim, -1 = replicated over TP
-  int layer;      // decoder layer, -1 = none
-  int stage_hint; // -1: every stage; 0: first stage; 1: last stage
+  int split_dim;   // TP split dim, -1 = replicated over TP
+  int layer;       // decoder layer, -1 = none
+  int stage_hint;  // -1: every stage; 0: first stage; 1: last stage
   bool optimizer;
 };
 

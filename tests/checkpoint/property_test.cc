@@ -46,8 +46,9 @@ TEST(PropertyTest, AnyLayoutReloadsBitForBitUnderAnyOtherLayout) {
     so.storage = storage.get();
     so.io_threads = 1;
     so.staging_bytes = 4096;  // many buffer boundaries inside chunks
-    Status saved = First(RunThreadRanks(
-        save_ranks, [&](Comm& comm) { return Save(src[comm.rank()].state, dir, comm, so).status(); }));
+    Status saved = First(RunThreadRanks(save_ranks, [&](Comm& comm) {
+      return Save(src[comm.rank()].state, dir, comm, so).status();
+    }));
     ASSERT_TRUE(saved.ok()) << saved.ToString();
 
     LoadOptions lo;
@@ -55,8 +56,9 @@ TEST(PropertyTest, AnyLayoutReloadsBitForBitUnderAnyOtherLayout) {
     lo.io_threads = 2;
     // A load layout may request only some tensors' shards on some ranks; every
     // key is requested by some rank, so nothing is unexpected.
-    Status loaded = First(RunThreadRanks(
-        load_ranks, [&](Comm& comm) { return Load(dst[comm.rank()].state, dir, comm, lo).status(); }));
+    Status loaded = First(RunThreadRanks(load_ranks, [&](Comm& comm) {
+      return Load(dst[comm.rank()].state, dir, comm, lo).status();
+    }));
     ASSERT_TRUE(loaded.ok()) << loaded.ToString();
     for (int r = 0; r < load_ranks; ++r) {
       Status s = internal::CheckAgainstReference(model, dst[r].state.tensors);

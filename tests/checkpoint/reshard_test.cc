@@ -20,7 +20,9 @@ class ReshardTest : public ::testing::TestWithParam<std::pair<ParallelConfig, Pa
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = std::string(tmpl) + "/ckpt";
   }
-  void TearDown() override { ASSERT_TRUE(DefaultStorage()->RemoveAll(dir_.substr(0, dir_.size() - 5)).ok()); }
+  void TearDown() override {
+    ASSERT_TRUE(DefaultStorage()->RemoveAll(dir_.substr(0, dir_.size() - 5)).ok());
+  }
   std::string dir_;
 };
 
@@ -44,8 +46,8 @@ TEST_P(ReshardTest, LoadsBitForBit) {
     ASSERT_TRUE(internal::FillFromReference(ref, src[r].state.tensors).ok());
   }
   ASSERT_TRUE(First(RunThreadRanks(from.world(), [&](Comm& comm) {
-    return Save(src[comm.rank()].state, dir_, comm).status();
-  })).ok());
+                return Save(src[comm.rank()].state, dir_, comm).status();
+              })).ok());
 
   std::vector<internal::RankState> dst(to.world());
   for (int r = 0; r < to.world(); ++r) {
@@ -79,12 +81,11 @@ TEST_P(ReshardTest, LoadsBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, ReshardTest,
-    ::testing::Values(
-        std::make_pair(ParallelConfig{2, 2, 2, true}, ParallelConfig{4, 1, 2, true}),
-        std::make_pair(ParallelConfig{2, 2, 2, true}, ParallelConfig{1, 1, 1, false}),
-        std::make_pair(ParallelConfig{4, 1, 2, false}, ParallelConfig{2, 4, 1, true}),
-        std::make_pair(ParallelConfig{1, 1, 8, true}, ParallelConfig{8, 1, 1, false}),
-        std::make_pair(ParallelConfig{1, 2, 3, true}, ParallelConfig{3, 1, 2, true})),
+    ::testing::Values(std::make_pair(ParallelConfig{2, 2, 2, true}, ParallelConfig{4, 1, 2, true}),
+                      std::make_pair(ParallelConfig{2, 2, 2, true}, ParallelConfig{1, 1, 1, false}),
+                      std::make_pair(ParallelConfig{4, 1, 2, false}, ParallelConfig{2, 4, 1, true}),
+                      std::make_pair(ParallelConfig{1, 1, 8, true}, ParallelConfig{8, 1, 1, false}),
+                      std::make_pair(ParallelConfig{1, 2, 3, true}, ParallelConfig{3, 1, 2, true})),
     [](const auto& info) {
       auto name = [](const ParallelConfig& p) {
         return "TP" + std::to_string(p.tp) + "PP" + std::to_string(p.pp) + "DP" +

@@ -86,8 +86,12 @@ TEST(MpiCheckpoint, BadLayoutOnOneRankFailsEveryRankWithItsError) {
   State st;
   // Rank n-1 claims a box outside the tensor.
   int64_t row = rank == n - 1 ? n : rank;
-  st.tensors.push_back(LocalTensor{DType::kF32, mem.data(), {1, 4}, {},
-                                   {Segment{"w", {n, 4}, Box({row, 0}, {1, 4}), {0, 0}}}, {}});
+  st.tensors.push_back(LocalTensor{DType::kF32,
+                                   mem.data(),
+                                   {1, 4},
+                                   {},
+                                   {Segment{"w", {n, 4}, Box({row, 0}, {1, 4}), {0, 0}}},
+                                   {}});
   Result<SaveStats> s = Save(st, dir, *world);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
@@ -106,8 +110,12 @@ TEST(MpiCheckpoint, IoFailureOnOneRankKeepsThePreviousCheckpoint) {
   std::vector<float> mem(4, 1.0f);
   auto state = [&] {
     State st;
-    st.tensors.push_back(LocalTensor{DType::kF32, mem.data(), {1, 4}, {},
-                                     {Segment{"w", {n, 4}, Box({rank, 0}, {1, 4}), {0, 0}}}, {}});
+    st.tensors.push_back(LocalTensor{DType::kF32,
+                                     mem.data(),
+                                     {1, 4},
+                                     {},
+                                     {Segment{"w", {n, 4}, Box({rank, 0}, {1, 4}), {0, 0}}},
+                                     {}});
     return st;
   };
   ASSERT_TRUE(Save(state(), dir, *world).ok());

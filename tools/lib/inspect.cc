@@ -26,8 +26,8 @@ std::string InspectTable(const internal::Manifest& m, const std::string& dir) {
   key_w = std::min<size_t>(key_w, 72);
   std::ostringstream os;
   char line[512];
-  std::snprintf(line, sizeof line, "%-*s  %-7s  %-22s  %6s  %12s\n", static_cast<int>(key_w),
-                "key", "dtype", "global shape", "chunks", "bytes");
+  std::snprintf(line, sizeof line, "%-*s  %-7s  %-22s  %6s  %12s\n", static_cast<int>(key_w), "key",
+                "dtype", "global shape", "chunks", "bytes");
   os << line;
   uint64_t total = 0;
   int64_t chunks = 0;
@@ -44,8 +44,8 @@ std::string InspectTable(const internal::Manifest& m, const std::string& dir) {
   uint64_t object_bytes = 0;
   for (const auto& o : m.objects) object_bytes += o.nbytes;
   os << "\ncheckpoint " << dir << " (format v" << m.version << ")\n"
-     << "  tensors: " << m.tensors.size() << ", chunks: " << chunks << ", "
-     << HumanBytes(total) << "\n"
+     << "  tensors: " << m.tensors.size() << ", chunks: " << chunks << ", " << HumanBytes(total)
+     << "\n"
      << "  objects: " << m.objects.size() << ", " << HumanBytes(object_bytes) << "\n"
      << "  common:  " << (m.has_common ? HumanBytes(m.common.size()) : std::string("none")) << "\n"
      << "  files:   " << m.files.size() << "\n";
