@@ -192,19 +192,24 @@ int main(int argc, char** argv) {
       gbps["fio read (O_DIRECT)"].push_back(r / 1e9);
     }
     // Save, into a fresh directory as a training job does (iter_N/): the
-    // previous rep's checkpoint is removed and synced outside the timing.
-    fs::remove_all(ckpt);
-    ::sync();
-    double t0 = Now();
-    auto st = RunThreadRanks(flags.ranks, [&](Comm& c) -> Status {
-      SP_ASSIGN_OR_RETURN(SaveStats s, Save(src[c.rank()].state, ckpt, c, so));
-      if (c.rank() == 0) payload = s.bytes_written;
-      return OkStatus();
-    });
-    double dt = Now() - t0;
-    for (const auto& s : st)
-      if (!s.ok()) Die("Save: " + s.ToString());
-    gbps["shardpoint Save"].push_back(payload / dt / 1e9);
+    // previous checkpoint is removed and synced outside the timing. Twice,
+    // with and without preallocating the data files, in alternating order.
+    for (int v = 0; v < 2; ++v) {
+      const bool preallocate = (v + rep) % 2 == 0;
+      so.preallocate = preallocate;
+      fs::remove_all(ckpt);
+      ::sync();
+      double t0 = Now();
+      auto st = RunThreadRanks(flags.ranks, [&](Comm& c) -> Status {
+        SP_ASSIGN_OR_RETURN(SaveStats s, Save(src[c.rank()].state, ckpt, c, so));
+        if (c.rank() == 0) payload = s.bytes_written;
+        return OkStatus();
+      });
+      double dt = Now() - t0;
+      for (const auto& s : st)
+        if (!s.ok()) Die("Save: " + s.ToString());
+      gbps[preallocate ? "shardpoint Save" : "Save, no preallocate"].push_back(payload / dt / 1e9);
+    }
     {  // Same-layout load, checked against the saved bytes; then memcpy for scale.
       std::vector<RankState> dst = BuildAll(model, save_layout, false);
       gbps["shardpoint Load same layout"].push_back(load(dst, &read_same));
@@ -238,9 +243,10 @@ int main(int argc, char** argv) {
               read_same / double(1ull << 30), read_reshard / double(1ull << 30));
   std::printf("same-layout load equals saved bytes: %s\n\n", same_equal ? "yes" : "NO");
   std::printf("%-30s %10s %10s   %s\n", "operation", "median GB/s", "vs fio", "all reps (GB/s)");
-  const char* order[] = {"fio write (O_DIRECT)",      "fio read (O_DIRECT)",
-                         "shardpoint Save",           "shardpoint Load same layout",
-                         "shardpoint Load resharded", "memcpy (1 thread)"};
+  const char* order[] = {
+      "fio write (O_DIRECT)", "fio read (O_DIRECT)",         "shardpoint Save",
+      "Save, no preallocate", "shardpoint Load same layout", "shardpoint Load resharded",
+      "memcpy (1 thread)"};
   for (const char* name : order) {
     auto it = gbps.find(name);
     if (it == gbps.end()) continue;

@@ -33,6 +33,10 @@ struct SaveOptions {
   size_t staging_bytes = size_t{8} << 20;
   // Try O_DIRECT for data files (falls back to buffered writes). Default true.
   bool direct_io = true;
+  // Allocate each data file's space before writing it (fallocate): a full disk
+  // fails before any data is written, and the file gets large extents.
+  // Default true; ignored where the filesystem lacks fallocate.
+  bool preallocate = true;
   // Replace an existing checkpoint at `dir`. Default false: an existing
   // manifest is a FailedPrecondition error and nothing is touched.
   bool overwrite = false;

@@ -31,6 +31,14 @@ class WritableFile {
   // of / aligned to alignment().
   virtual Status WriteAt(uint64_t offset, const void* data, size_t n) = 0;
   virtual Status Truncate(uint64_t size) = 0;
+  // Allocates the file's space up front for `size` bytes (its size becomes at
+  // least `size`): a full disk fails here, before any data is written, and the
+  // filesystem can lay the file out in large extents. Best effort: where the
+  // filesystem cannot, it succeeds and does nothing. Default: does nothing.
+  virtual Status Reserve(uint64_t size) {
+    (void)size;
+    return OkStatus();
+  }
   virtual Status Sync() = 0;  // data and size durable (fsync)
   virtual Status Close() = 0;
   virtual bool direct() const { return false; }

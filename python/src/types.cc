@@ -149,6 +149,7 @@ void RegisterTypes(py::module_& m) {
       .def_readwrite("io_threads", &SaveOptions::io_threads)
       .def_readwrite("staging_bytes", &SaveOptions::staging_bytes)
       .def_readwrite("direct_io", &SaveOptions::direct_io)
+      .def_readwrite("preallocate", &SaveOptions::preallocate)
       .def_readwrite("overwrite", &SaveOptions::overwrite)
       .def_readwrite("verify_replicas", &SaveOptions::verify_replicas)
       // A Python callable, called on rank 0 from the thread running the save

@@ -184,10 +184,10 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   s = OkStatus();
   ThreadPool pool(std::max(1, options.io_threads));
   if (rf.file >= 0) {
-    Result<std::vector<uint64_t>> written =
-        WriteDataFile(storage, JoinPath(write_dir, (*plan)->manifest.files[rf.file]), rf,
-                      Sources(rf, *regions, state), &pool,
-                      WriterOptions{options.staging_bytes, 3, options.direct_io});
+    Result<std::vector<uint64_t>> written = WriteDataFile(
+        storage, JoinPath(write_dir, (*plan)->manifest.files[rf.file]), rf,
+        Sources(rf, *regions, state), &pool,
+        WriterOptions{options.staging_bytes, 3, options.direct_io, options.preallocate});
     s = written.status();
     if (written.ok()) sums = std::move(*written);
   }

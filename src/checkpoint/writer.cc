@@ -69,6 +69,7 @@ Result<std::vector<uint64_t>> WriteDataFile(Storage* storage, const std::string&
   SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
                       storage->NewWritableFile(path, WriteFileOptions{options.direct}));
   const size_t align = std::max<size_t>(file->alignment(), 1);
+  if (options.reserve) SP_RETURN_IF_ERROR(file->Reserve(RoundUp(rf.size, align)));
   const size_t cap =
       RoundUp(std::max<size_t>(options.staging_bytes, kDirectIoAlignment), kDirectIoAlignment);
   const int nbuf = std::max(1, options.buffers);

@@ -17,6 +17,7 @@ struct WriterOptions {
   size_t staging_bytes = size_t{8} << 20;  // per buffer; rounded up to 4096
   int buffers = 3;                         // in rotation: fill one while others write
   bool direct = true;
+  bool reserve = true;  // WritableFile::Reserve the file's size before writing
 };
 
 // Writes rf.header followed by every item's bytes (gathered from sources[i],

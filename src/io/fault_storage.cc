@@ -34,6 +34,13 @@ class FaultWritableFile : public WritableFile {
     return base_->WriteAt(offset, data, n);
   }
   Status Truncate(uint64_t size) override { return base_->Truncate(size); }
+  Status Reserve(uint64_t size) override {
+    if (owner_->fail_reserve_.load()) {
+      return IOError("reserve " + std::to_string(size) + " bytes for " + path() +
+                     ": No space left on device (injected)");
+    }
+    return base_->Reserve(size);
+  }
   Status Sync() override {
     if (owner_->fail_sync_.load())
       return IOError("fsync " + path() + ": Input/output error (injected)");

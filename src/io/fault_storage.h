@@ -23,6 +23,8 @@ class FaultStorage : public Storage {
   void FailWritesFrom(int64_t n) { fail_write_from_ = n; }
   // Renames whose target path ends with `suffix` fail. Empty = never.
   void FailRenameTo(const std::string& suffix);
+  // Reserve of files fails with "No space left on device (injected)".
+  void FailReserves(bool on) { fail_reserve_ = on; }
   // Sync of files fails.
   void FailSyncs(bool on) { fail_sync_ = on; }
   // The n-th ReadAt (1-based, over all files) and every later one fails with
@@ -52,6 +54,7 @@ class FaultStorage : public Storage {
   std::atomic<int64_t> fail_write_from_{0};
   std::atomic<int64_t> writes_{0};
   std::atomic<bool> fail_sync_{false};
+  std::atomic<bool> fail_reserve_{false};
   std::atomic<int64_t> fail_read_from_{0};
   std::atomic<int64_t> reads_{0};
   std::mutex mu_;

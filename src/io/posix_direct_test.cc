@@ -68,6 +68,37 @@ TEST_P(PosixDirectTest, AlignedWritesReadBackEqual) {
   EXPECT_EQ(*data, expected);
 }
 
+TEST_P(PosixDirectTest, ReserveThenWriteReadsBackEqual) {
+  Storage* storage = DefaultStorage();
+  const std::string path = dir_ + "/data";
+  Result<std::unique_ptr<WritableFile>> f = storage->NewWritableFile(path, {.direct = true});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  const size_t piece = 2 * kDirectIoAlignment;
+  ASSERT_TRUE((*f)->Reserve(2 * piece).ok());
+  AlignedBuffer first = Pattern(piece, 3);
+  AlignedBuffer second = Pattern(piece, 4);
+  ASSERT_TRUE((*f)->WriteAt(0, first.data(), piece).ok());
+  ASSERT_TRUE((*f)->WriteAt(piece, second.data(), piece).ok());
+  ASSERT_TRUE((*f)->Truncate(2 * piece - 7).ok());
+  ASSERT_TRUE((*f)->Sync().ok());
+  ASSERT_TRUE((*f)->Close().ok());
+  Result<std::string> data = storage->ReadFileToString(path);
+  ASSERT_TRUE(data.ok()) << data.status().ToString();
+  std::string expected = std::string(first.data(), piece) + std::string(second.data(), piece);
+  expected.resize(2 * piece - 7);
+  EXPECT_EQ(*data, expected);
+}
+
+TEST_P(PosixDirectTest, ReserveMoreThanTheDiskFailsNamingTheFile) {
+  const std::string path = dir_ + "/data";
+  Result<std::unique_ptr<WritableFile>> f = DefaultStorage()->NewWritableFile(path, {});
+  ASSERT_TRUE(f.ok());
+  Status s = (*f)->Reserve(uint64_t{1} << 60);  // 1 EiB: no disk here has it
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("reserve 1152921504606846976 bytes for " + path), std::string::npos)
+      << s.message();
+}
+
 TEST_P(PosixDirectTest, MisalignedDirectWriteIsInvalidArgument) {
   Result<std::unique_ptr<WritableFile>> f =
       DefaultStorage()->NewWritableFile(dir_ + "/data", {.direct = true});

@@ -325,6 +325,21 @@ TEST_F(ErrorsTest, FailedWriteOnOneRankFailsAllAndLeavesNoManifest) {
   EXPECT_FALSE(*mem_->Exists("/c/manifest"));
 }
 
+TEST_F(ErrorsTest, FullDiskAtReserveFailsEveryRankBeforeWriting) {
+  internal::FaultStorage faults(mem_.get());
+  faults.FailReserves(true);
+  std::vector<std::vector<float>> mem(2);
+  std::vector<Status> all = SaveRanks(
+      2, [&](int r) { return Rows(&mem[r], 2 * r, 2); }, &faults, "/c");
+  for (const Status& s : all) {
+    EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
+    EXPECT_THAT(s.message(), HasSubstr("No space left on device (injected)"));
+    EXPECT_THAT(s.message(), HasSubstr(".safetensors"));
+  }
+  EXPECT_EQ(faults.writes(), 0);
+  EXPECT_FALSE(*mem_->Exists("/c/manifest"));
+}
+
 TEST_F(ErrorsTest, FailedOverwriteKeepsThePreviousCheckpoint) {
   ASSERT_TRUE(Same(SaveRanks(
                        1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c"))
