@@ -42,9 +42,11 @@ struct SaveOptions {
   bool overwrite = false;
   // Compare checksums of replicas of the same box and fail on a mismatch
   // (catches silent data-parallel desync, and ranks that declare the same box
-  // of a key with different data). Default false (costs one checksum pass over
-  // the replicas a rank holds but does not write).
-  bool verify_replicas = false;
+  // of a key with different data). Default true: it costs one checksum pass
+  // over the replicas a rank holds but does not write (measured within the
+  // noise of a 6.3 GB demo save with 0.9 GB of replicas); false stores one
+  // copy of each replica unchecked.
+  bool verify_replicas = true;
   // Reuse the global plan while the state's structure is unchanged (see
   // plan_cache.h). Pass the same cache to every save of this rank. Default:
   // nullptr = plan every save.

@@ -200,13 +200,13 @@ def _wait_until_comm_idle(comm, skip=None):
 
 def save(state_dict, path, comm=None, *, common=None, metadata=None, allow_pickle=False,
          overwrite=False, io_threads=None, staging_bytes=None, direct_io=None,
-         verify_replicas=False, plan_cache=None, log=None):
+         verify_replicas=True, plan_cache=None, log=None):
     """Saves every rank's ``state_dict`` into checkpoint directory ``path``. Collective.
 
     ``common``: one value for the whole job (rank 0's is stored: iteration,
     scheduler, config), JSON unless ``allow_pickle``. ``metadata``: a JSON
     dict stored in the manifest. ``overwrite``: replace an existing
-    checkpoint. ``verify_replicas``: fail if replicas of a tensor differ.
+    checkpoint. ``verify_replicas`` (default True): fail if replicas of a tensor differ.
     ``plan_cache``: a ``SavePlanCache`` reused between saves of this rank.
     ``log``: called on rank 0 with one line when the save committed or failed.
     Returns the C++ ``SaveStats``. The GIL is released while it runs.
@@ -274,7 +274,7 @@ class AsyncSaver:
 
     def save(self, state_dict, path, comm=None, *, common=None, metadata=None,
              allow_pickle=False, overwrite=False, io_threads=None, staging_bytes=None,
-             direct_io=None, verify_replicas=False, log=None):
+             direct_io=None, verify_replicas=True, log=None):
         comm = comm if comm is not None else default_comm()
         st, owners, _ = _build(state_dict, load=False, allow_pickle=allow_pickle, common=common,
                                metadata=metadata)

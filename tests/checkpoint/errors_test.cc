@@ -396,8 +396,7 @@ TEST_F(ErrorsTest, VerifyReplicasRejectsReplicasThatDiffer) {
     if (r == 2) mem[r][5] = -7.0f;  // one element differs on rank 2
     return st;
   };
-  SaveOptions o;
-  o.verify_replicas = true;
+  SaveOptions o;  // verify_replicas is on by default
   Status s = Same(SaveRanks(3, make, mem_.get(), "/c", o));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("tensor 'w' box [0:4, 0:4]: rank 2 holds different data than "

@@ -186,9 +186,9 @@ TEST_F(StateTest, RegressionPartialLoadSkipsExtraState) {
 
 // Regression (c): two TP ranks that both claim to be the primary replica of
 // one key's box while holding different data (e.g. a TP split forgotten on
-// one side). The planner treats identical boxes as replicas and stores one,
-// so only SaveOptions::verify_replicas (a checksum per replica) detects it;
-// two claims that overlap without being identical are always rejected.
+// one side). The planner treats identical boxes as replicas; the default
+// SaveOptions::verify_replicas (a checksum per replica) rejects the save. Two
+// claims that overlap without being identical are always rejected.
 TEST_F(StateTest, RegressionTwoTpRanksClaimOneBoxWithDifferentData) {
   std::vector<testing::TestRank> ranks(2);
   for (int r = 0; r < 2; ++r) {
@@ -196,16 +196,16 @@ TEST_F(StateTest, RegressionTwoTpRanksClaimOneBoxWithDifferentData) {
     static_cast<float*>(t.data)[0] = static_cast<float>(r);  // the data differs
     ranks[r].state.tensors.push_back(t);
   }
-  SaveOptions o = Saving();
-  o.verify_replicas = true;
-  Status s = testing::SaveRanks(testing::StatesOf(ranks), "/verified", o);
+  Status s = testing::SaveRanks(testing::StatesOf(ranks), "/verified", Saving());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("tensor 'fc1.weight' box [0:4, 0:2]: rank "));
   EXPECT_THAT(s.message(), HasSubstr("must hold identical replicas"));
   EXPECT_FALSE(*mem_->Exists("/verified/manifest"));
-  // Without verify_replicas the claims are indistinguishable from replicas
-  // (this is the documented cost trade-off): one copy is stored.
-  EXPECT_TRUE(testing::SaveRanks(testing::StatesOf(ranks), "/unverified", Saving()).ok());
+  // Turned off, the claims are indistinguishable from replicas (the
+  // documented trade-off): one copy is stored.
+  SaveOptions unchecked = Saving();
+  unchecked.verify_replicas = false;
+  EXPECT_TRUE(testing::SaveRanks(testing::StatesOf(ranks), "/unverified", unchecked).ok());
 
   // Overlapping, not identical: rank 0 claims rows 0..2, rank 1 rows 2..3.
   std::vector<testing::TestRank> overlap(2);
