@@ -97,8 +97,11 @@ struct LoadOptions {
   // When several ranks need the same stored bytes (replicas, e.g. the DP
   // copies of a TP shard), one rank reads them and sends them to the others
   // over the Comm (bytes move in bounded rounds). Costs one all-gather of
-  // every rank's read list. Must be the same on every rank. Default true;
-  // false: every rank reads everything it needs from storage.
+  // every rank's read list. Must be the same on every rank. Default true (for
+  // shared filesystems, where reads are the bottleneck); false: every rank
+  // reads everything it needs from storage, which is faster on one machine
+  // with local NVMe or a warm page cache (the demo: 0.40-0.47 s off vs
+  // 0.51-0.68 s on).
   bool cooperative = true;
   // Upper bound of the bytes moved between ranks per cooperative round (all
   // ranks together, plus at most one piece). Default 256 MiB.
