@@ -3,7 +3,8 @@
 # everything is already installed.
 set -euo pipefail
 PKGS=(build-essential cmake g++ libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev
-      nlohmann-json3-dev libcli11-dev libopenmpi-dev openmpi-bin pybind11-dev python3-dev
+      nlohmann-json3-dev libcli11-dev libopenmpi-dev openmpi-bin libmpich-dev mpich
+      pybind11-dev python3-dev
       python3-numpy python3-torch python3-mpi4py python3-pytest fio clang-format)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -2,8 +2,10 @@
 # Set up, build and run every test (README command 2; CI runs this).
 #   0. every C++ file formatted with the repo's .clang-format;
 #   1. a warnings-as-errors build and the whole suite (ctest);
-#   2. the suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
-# SHARDPOINT_SKIP_SANITIZE=1 skips step 2 (for quick local runs).
+#   2. the suite again under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   3. the library and its mpirun tests built against MPICH instead of Open MPI.
+# SHARDPOINT_SKIP_SANITIZE=1 skips step 2, SHARDPOINT_SKIP_MPICH=1 step 3 (for
+# quick local runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -26,4 +28,16 @@ if [ "${SHARDPOINT_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== tests under sanitizers"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j"$jobs"
+fi
+
+if [ "${SHARDPOINT_SKIP_MPICH:-0}" != 1 ]; then
+  echo "== build against MPICH (library + mpirun tests)"
+  cmake -S . -B build-mpich -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDPOINT_WERROR=ON \
+    -DSHARDPOINT_BENCH=OFF -DMPI_CXX_COMPILER=/usr/bin/mpicxx.mpich \
+    -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich >/dev/null
+  mpi_checks=$(cd tests/mpi && ls *_check.cc | sed 's/\.cc$//')
+  # shellcheck disable=SC2086
+  cmake --build build-mpich -j"$jobs" --target $mpi_checks
+  echo "== mpirun tests (MPICH)"
+  ctest --test-dir build-mpich --output-on-failure -j"$jobs" -R '_check_np|^reshard_np_'
 fi
