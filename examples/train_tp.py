@@ -5,8 +5,9 @@ shardpoint, and resume under a different parallel layout.
 Tensor parallelism is written by hand with torch.distributed (gloo, CPU), as
 Megatron does it: the fused QKV projection and fc1 are column-parallel, the
 attention output projection and fc2 row-parallel, the rest replicated. Every
-`--save-every` steps the model and the Adam state are saved with
-`shardpoint.save_async`; training continues while the checkpoint is written.
+`--save-every` steps the model and the Adam state are saved in the background
+(`shardpoint.CheckpointManager.save_async`: --ckpt/iter_0000004, ..., and a
+`latest` tracker); training continues while the checkpoint is written.
 
     # 4 processes, TP 2 x DP 2, 8 steps, checkpoints at steps 4 and 8
     PYTHONPATH=build/python /usr/bin/python3 examples/train_tp.py \
@@ -18,7 +19,8 @@ attention output projection and fc2 row-parallel, the rest replicated. Every
 The losses of steps 5..8 of the second run equal those of the first (to float
 rounding: TP 2 and TP 1 sum the matmuls in a different order; bit for bit when
 resumed under the same layout). --resume latest picks the newest committed
-checkpoint under --ckpt. Rank 0 writes {"losses": {step: loss}, ...} to --log.
+checkpoint under --ckpt; --keep-last N keeps only the newest N. Rank 0 writes
+{"losses": {step: loss}, ...} to --log.
 """
 
 import argparse
@@ -193,14 +195,6 @@ def init_adam_state(opt, step):
                             "exp_avg_sq": torch.zeros_like(p.data)}
 
 
-def latest_checkpoint(root):
-    done = [d for d in os.listdir(root)
-            if d.startswith("iter_") and os.path.exists(os.path.join(root, d, "manifest"))]
-    if not done:
-        raise SystemExit(f"no committed checkpoint under {root}")
-    return os.path.join(root, max(done))
-
-
 def worker(rank, args):
     import shardpoint as sp
 
@@ -227,10 +221,19 @@ def worker(rank, args):
     init_adam_state(opt, 0)
     sd = sharded_state_dict(sp, P, kinds, opt, c, tp_rank, tp)
 
+    # iter_NNNNNNN directories under --ckpt, a `latest` tracker, retention, a lock.
+    ckpt = sp.CheckpointManager(args.ckpt, comm, keep_last=args.keep_last)
     start = 0
     if args.resume:
-        path = latest_checkpoint(args.ckpt) if args.resume == "latest" else args.resume
-        res = sp.load(sd, path, comm)  # strict: every key present, nothing left over
+        # strict: every key present, nothing left over
+        if args.resume == "latest":
+            it, res = ckpt.resume(sd)
+            if it is None:
+                raise SystemExit(f"no committed checkpoint under {args.ckpt}")
+            path = ckpt.path_for(it)
+        else:
+            path = args.resume
+            res = sp.load(sd, path, comm)
         start = res.common["step"]
         for p in P.values():
             opt.state[p]["step"].fill_(float(start))
@@ -258,13 +261,13 @@ def worker(rank, args):
             print(f"step {step} loss {losses[step]:.6f}", flush=True)
         if args.save_every and step % args.save_every == 0:
             # Stalls only for the copy; the previous save (if any) is waited for first.
-            handle = sp.save_async(sd, os.path.join(args.ckpt, f"iter_{step:07d}"), comm,
-                                   common={"step": step, "config": c})
+            handle = ckpt.save_async(sd, step, common={"step": step, "config": c})
     if handle is not None:
         stats = handle.wait()
         if rank == 0:
             print(f"last checkpoint: {handle.path} ({stats.bytes_written} bytes, "
                   f"training stalled {handle.stall_seconds * 1e3:.1f} ms)", flush=True)
+    ckpt.close()  # releases the lock
     if rank == 0 and args.log:
         with open(args.log, "w") as f:
             json.dump({"losses": losses, "tp": tp, "dp": dp, "start": start}, f)
@@ -280,6 +283,7 @@ def main(argv=None):
     ap.add_argument("--save-every", type=int, default=0)
     ap.add_argument("--ckpt", default="ckpt", help="checkpoint root")
     ap.add_argument("--resume", default=None, help="a checkpoint directory, or 'latest'")
+    ap.add_argument("--keep-last", type=int, default=0, help="keep the newest N checkpoints")
     ap.add_argument("--log", default=None, help="rank 0 writes the losses here (JSON)")
     args = ap.parse_args(argv)
     if args.nproc % args.tp or CFG["heads"] % args.tp or CFG["batch"] % (args.nproc // args.tp):

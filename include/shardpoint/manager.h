@@ -80,7 +80,10 @@ class CheckpointManager {
   // Collective, after the checkpoint of `iteration` committed: rank 0 updates
   // `latest` and applies retention.
   Status MarkCommitted(int64_t iteration, Comm& comm);
-  // Collective: loads the newest complete checkpoint (chosen by rank 0) and
+  // Collective: the newest complete checkpoint's iteration as rank 0 sees it
+  // (every rank gets the same answer), or nullopt if there is none.
+  Result<std::optional<int64_t>> AgreeOnLatest(Comm& comm) const;
+  // Collective: loads the newest complete checkpoint (AgreeOnLatest) and
   // returns its iteration; NotFound if there is none.
   Result<int64_t> Resume(State& state, Comm& comm, const LoadOptions& options = {});
 

@@ -19,6 +19,7 @@ from shardpoint._objects import PickleNotAllowedError  # noqa: F401
 from shardpoint._tensors import to_dtype  # noqa: F401
 from shardpoint._checkpoint import (  # noqa: F401
     AsyncSaver, LoadResult, SaveHandle, ShardedObject, flatten_keys, load, save, save_async)
+from shardpoint._manager import CheckpointManager  # noqa: F401
 from shardpoint import comm  # noqa: F401
 from shardpoint.comm import (  # noqa: F401
     Comm, MPI4PyComm, TorchDistributedComm, default_comm, single, thread_comms)
@@ -26,8 +27,8 @@ from shardpoint.sharded import *  # noqa: F401,F403
 from shardpoint.sharded import __all__ as _sharded_all
 
 __all__ = [
-    "save", "save_async", "load", "AsyncSaver", "SaveHandle", "LoadResult", "ShardedObject",
-    "flatten_keys", "Comm", "comm", "single", "thread_comms", "MPI4PyComm",
+    "save", "save_async", "load", "CheckpointManager", "AsyncSaver", "SaveHandle",
+    "LoadResult", "ShardedObject", "flatten_keys", "Comm", "comm", "single", "thread_comms", "MPI4PyComm",
     "TorchDistributedComm", "default_comm", "Error", "InvalidArgumentError", "NotFoundError",
     "IOError", "DataLossError", "FailedPreconditionError", "InternalError",
     "PickleNotAllowedError", "DType", "to_dtype", "SavePlanCache", "SaveStats",

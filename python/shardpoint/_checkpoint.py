@@ -272,16 +272,23 @@ class AsyncSaver:
         self._last = None
         _live_savers.add(self)
 
-    def save(self, state_dict, path, comm=None, *, common=None, metadata=None,
-             allow_pickle=False, overwrite=False, io_threads=None, staging_bytes=None,
-             direct_io=None, verify_replicas=True, log=None):
+    def save(self, state_dict, path, comm=None, **kwargs):
+        return self._submit(state_dict, str(path), comm,
+                            lambda st, c, opts: self._saver.save(st, str(path), c, opts),
+                            **kwargs)
+
+    def _submit(self, state_dict, path, comm, start, *, common=None, metadata=None,
+                allow_pickle=False, overwrite=False, io_threads=None, staging_bytes=None,
+                direct_io=None, verify_replicas=True, log=None):
+        """Stages ``state_dict`` and starts ``start(state, comm, options)`` (a C++
+        save into ``path`` that returns a C++ SaveHandle)."""
         comm = comm if comm is not None else default_comm()
         st, owners, _ = _build(state_dict, load=False, allow_pickle=allow_pickle, common=common,
                                metadata=metadata)
         _wait_until_comm_idle(comm, skip=self)  # the C++ saver waits for its own save
         opts = _save_options(overwrite, io_threads, staging_bytes, direct_io, verify_replicas,
                              self._plan_cache, log)
-        handle = SaveHandle(self._saver.save(st, str(path), comm, opts), comm, str(path))
+        handle = SaveHandle(start(st, comm, opts), comm, path)
         del owners  # staged: the caller's memory is no longer used
         self._last = handle
         return handle
@@ -303,15 +310,20 @@ _default_saver = None
 _default_saver_lock = threading.Lock()
 
 
-def save_async(state_dict, path, comm=None, **kwargs):
-    """``save`` in the background with this process's default AsyncSaver; returns a
-    SaveHandle (``wait()``, ``done()``). Same arguments as ``save`` (no plan_cache:
-    the saver keeps one)."""
+def default_saver():
+    """This process's AsyncSaver (created on first use), used by ``save_async``."""
     global _default_saver
     with _default_saver_lock:
         if _default_saver is None:
             _default_saver = AsyncSaver()
-    return _default_saver.save(state_dict, path, comm, **kwargs)
+    return _default_saver
+
+
+def save_async(state_dict, path, comm=None, **kwargs):
+    """``save`` in the background with this process's default AsyncSaver; returns a
+    SaveHandle (``wait()``, ``done()``). Same arguments as ``save`` (no plan_cache:
+    the saver keeps one)."""
+    return default_saver().save(state_dict, path, comm, **kwargs)
 
 
 @atexit.register

@@ -14,5 +14,6 @@ void RegisterComm(pybind11::module_& m);        // comm.cc
 void RegisterCheckpoint(pybind11::module_& m);  // checkpoint.cc
 void RegisterAsyncSave(pybind11::module_& m);   // async_save.cc
 void RegisterLayouts(pybind11::module_& m);     // layouts.cc
+void RegisterManager(pybind11::module_& m);     // manager.cc
 
 }  // namespace shardpoint::python

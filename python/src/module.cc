@@ -9,4 +9,5 @@ PYBIND11_MODULE(_shardpoint, m) {
   shardpoint::python::RegisterCheckpoint(m);
   shardpoint::python::RegisterAsyncSave(m);
   shardpoint::python::RegisterLayouts(m);
+  shardpoint::python::RegisterManager(m);
 }

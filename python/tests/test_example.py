@@ -3,6 +3,7 @@ save_async, resume on 2 processes under other splits, compare the loss trajector
 
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -60,3 +61,17 @@ def test_resume_on_2_processes_tp2_dp1(uninterrupted):
 def test_resume_same_layout_is_bitwise(uninterrupted):
     full, losses = resumed(uninterrupted, "--nproc", "4", "--tp", "2")
     assert losses == {s: full[s] for s in losses}
+
+
+def test_resume_latest_with_retention(uninterrupted, tmp_path):
+    """--resume latest: the manager picks the newest complete checkpoint (step 8);
+    the run continues to step 10 saving at 10 and keeps only the newest one."""
+    tmp, _ = uninterrupted
+    root = tmp_path / "ckpt"
+    shutil.copytree(tmp / "ckpt", root)  # the other tests still need iter_0000004
+    losses, out = train(tmp_path, "latest", "--nproc", "2", "--tp", "2", "--steps", "10",
+                        "--resume", "latest", "--save-every", "5", "--keep-last", "1")
+    assert f"resumed from {root / f'iter_{STEPS:07d}'} at step {STEPS}" in out
+    assert sorted(losses) == [9, 10]
+    assert sorted(d for d in os.listdir(root) if d.startswith("iter_")) == ["iter_0000010"]
+    assert (root / "latest").read_text().strip() == "10"

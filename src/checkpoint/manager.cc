@@ -248,25 +248,30 @@ SaveHandle CheckpointManager::SaveAsync(AsyncSaver& saver, const State& state, i
   });
 }
 
-Result<int64_t> CheckpointManager::Resume(State& state, Comm& comm, const LoadOptions& options) {
-  std::string chosen;
+Result<std::optional<int64_t>> CheckpointManager::AgreeOnLatest(Comm& comm) const {
+  std::string chosen;  // decimal, or empty: none
   Status s;
   if (comm.rank() == 0) {
     Result<std::optional<int64_t>> latest = LatestComplete();
     s = latest.status();
-    if (s.ok() && !*latest) {
-      s = NotFoundError("no complete checkpoint under '" + root_ +
-                        "' (iter_* directories with a manifest)");
-    }
-    if (s.ok()) chosen = std::to_string(**latest);
+    if (s.ok() && *latest) chosen = std::to_string(**latest);
   }
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
   SP_RETURN_IF_ERROR(comm.Broadcast(&chosen, 0));
-  const int64_t iteration = std::stoll(chosen);
+  if (chosen.empty()) return std::optional<int64_t>();
+  return std::optional<int64_t>(std::stoll(chosen));
+}
+
+Result<int64_t> CheckpointManager::Resume(State& state, Comm& comm, const LoadOptions& options) {
+  SP_ASSIGN_OR_RETURN(std::optional<int64_t> latest, AgreeOnLatest(comm));
+  if (!latest) {
+    return NotFoundError("no complete checkpoint under '" + root_ +
+                         "' (iter_* directories with a manifest)");
+  }
   LoadOptions o = options;
   if (!o.storage) o.storage = storage_;
-  SP_RETURN_IF_ERROR(Load(state, PathFor(iteration), comm, o).status());
-  return iteration;
+  SP_RETURN_IF_ERROR(Load(state, PathFor(*latest), comm, o).status());
+  return *latest;
 }
 
 }  // namespace shardpoint

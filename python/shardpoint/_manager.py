@@ -1,0 +1,115 @@
+"""CheckpointManager: one checkpoint per training iteration under a root directory.
+
+    <root>/iter_0000100/   a checkpoint (complete iff it has a manifest)
+    <root>/latest          the iteration last committed (updated atomically)
+    <root>/.lock           held by the job that writes here
+
+Resume picks the newest *complete* checkpoint, so a save killed half-way is
+ignored; ``keep_last=N`` removes older checkpoints after each commit but never
+the newest complete one. A second job opening the same root fails with
+FailedPreconditionError naming the holder of the lock. The C++
+``shardpoint::CheckpointManager`` does the work; see include/shardpoint/manager.h.
+"""
+
+from shardpoint import _shardpoint as _C
+from shardpoint._checkpoint import _wait_until_comm_idle, default_saver, load, save
+from shardpoint.comm import default_comm
+
+__all__ = ["CheckpointManager"]
+
+
+class CheckpointManager:
+    """``CheckpointManager(root, comm=None, keep_last=0, lock=True)``. Collective:
+    every rank opens it with the same arguments and calls ``save``, ``save_async``
+    and ``resume`` in the same order; ``iterations``, ``latest`` and ``tracker``
+    are local. Use it as a context manager (or call ``close``) to release the lock.
+    ``lock=False`` skips the lock file (when the scheduler guarantees one writer)."""
+
+    def __init__(self, root, comm=None, *, keep_last=0, lock=True):
+        self._comm = comm if comm is not None else default_comm()
+        if int(keep_last) < 0:
+            raise _C.InvalidArgumentError(f"keep_last must be >= 0, got {keep_last}")
+        _wait_until_comm_idle(self._comm)
+        self._m = _C.CheckpointManager.open(str(root), self._comm, int(keep_last), bool(lock))
+        self._last = None
+
+    def _manager(self):
+        if self._m is None:
+            raise _C.FailedPreconditionError("the CheckpointManager is closed")
+        return self._m
+
+    @property
+    def root(self):
+        return self._manager().root
+
+    def path_for(self, iteration):
+        """``<root>/iter_0000100`` for iteration 100."""
+        if int(iteration) < 0:
+            raise _C.InvalidArgumentError(f"iteration must be >= 0, got {iteration}")
+        return self._manager().path_for(int(iteration))
+
+    def iterations(self):
+        """Iterations with a complete checkpoint, ascending (local)."""
+        return list(self._manager().complete_iterations())
+
+    def latest(self):
+        """The newest complete checkpoint's iteration, or None (local)."""
+        return self._manager().latest_complete()
+
+    def tracker(self):
+        """What ``<root>/latest`` says, or None (local)."""
+        return self._manager().tracker()
+
+    def save(self, state_dict, iteration, **kwargs):
+        """``shardpoint.save`` into ``path_for(iteration)``, then updates ``latest`` and
+        applies retention. Same keyword arguments as ``save``. Returns SaveStats."""
+        m = self._manager()
+        stats = save(state_dict, self.path_for(iteration), self._comm, **kwargs)
+        m.mark_committed(int(iteration), self._comm)
+        return stats
+
+    def save_async(self, state_dict, iteration, *, saver=None, **kwargs):
+        """``shardpoint.save_async`` into ``path_for(iteration)``; ``latest`` and
+        retention follow in the background once the save committed. ``saver``:
+        an AsyncSaver (default: the process's own). Returns a SaveHandle."""
+        m = self._manager()
+        saver = saver if saver is not None else default_saver()
+        it = int(iteration)
+        self._last = saver._submit(
+            state_dict, self.path_for(it), self._comm,
+            lambda st, c, opts: m.save_async(saver._saver, st, it, c, opts), **kwargs)
+        return self._last
+
+    def resume(self, state_dict, **kwargs):
+        """Loads the newest complete checkpoint (rank 0 chooses it) into
+        ``state_dict``. Returns ``(iteration, LoadResult)``, or ``(None, None)``
+        when there is none. Same keyword arguments as ``load``."""
+        m = self._manager()
+        _wait_until_comm_idle(self._comm)
+        it = m.agree_on_latest(self._comm)
+        if it is None:
+            return None, None
+        return it, load(state_dict, self.path_for(it), self._comm, **kwargs)
+
+    def close(self):
+        """Waits for this manager's save in flight (raising its error) and
+        releases the lock. Idempotent."""
+        last, self._last = self._last, None
+        self._m = None
+        if last is not None:
+            last.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            if exc_type is None:
+                raise
+        return False
+
+    def __repr__(self):
+        state = "closed" if self._m is None else f"root={self._m.root!r}"
+        return f"CheckpointManager({state})"
