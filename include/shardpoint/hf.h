@@ -50,6 +50,11 @@ struct HfRule {
   // A placeholder of `hf` absent from `sp` (usually "expert"): the sp tensor
   // stacks its values 0..E-1 along a new leading dim.
   std::string stack;
+  // Export only (a rename rule): the HF tensor holds the first `rows` rows of
+  // the key (an int or a variable name, usually "vocab_size"): a Megatron
+  // vocabulary padded for TP is cut back to the model's. Unset variable: all
+  // rows. Empty: all rows.
+  std::string rows;
   // Layout hint: "replicated", "column", "row", "vocab", "swiglu", "gqa",
   // "experts_swiglu", "experts_row", "experts_column" (see HfShard).
   std::string split = "replicated";

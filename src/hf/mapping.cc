@@ -8,12 +8,14 @@
 namespace shardpoint::internal {
 namespace {
 
+bool IsDecimal(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c));
+  });
+}
+
 Result<int64_t> Resolve(const std::string& s, const Vars& vars, const std::string& what) {
-  if (!s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-        return std::isdigit(static_cast<unsigned char>(c));
-      })) {
-    return static_cast<int64_t>(std::stoll(s));
-  }
+  if (IsDecimal(s)) return static_cast<int64_t>(std::stoll(s));
   auto it = vars.find(s);
   if (it == vars.end()) {
     return InvalidArgumentError(what + ": variable '" + s +
@@ -326,7 +328,19 @@ Result<std::vector<MappedKey>> MapKeysToHf(const HfMapping& mapping,
                                       ", not " + std::to_string(s[d]));
         }
       }
+      const std::string& rows_of = rule->rule.rows;
+      const bool trim = !rows_of.empty() && (IsDecimal(rows_of) || vars.count(rows_of) > 0);
+      if (trim) {
+        SP_ASSIGN_OR_RETURN(int64_t rows, Resolve(rows_of, vars, where));
+        if (s.empty() || rows > s[0]) {
+          return InvalidArgumentError(where + ": \"rows\" " + rows_of + " = " +
+                                      std::to_string(rows) + " is more than the key has (" +
+                                      (s.empty() ? "0-d" : std::to_string(s[0])) + ")");
+        }
+        parts[0][0] = rows;  // the padding rows [rows, s[0]) are not exported
+      }
       SP_ASSIGN_OR_RETURN(mk, Expand(*rule, *b, parts, experts, k.dtype, vars));
+      if (trim) mk.info.shape = k.shape;  // the key keeps its padded shape
     }
     for (const HfMeta& t : mk.hf_tensors) {
       auto [it, fresh] = produced.emplace(t.name, k.name);

@@ -52,6 +52,8 @@ Status ParseRule(const Json& j, HfRule* r) {
       SP_RETURN_IF_ERROR(IntOrName(v, &r->heads).WithContext("\"heads\""));
     } else if (k == "groups") {
       SP_RETURN_IF_ERROR(IntOrName(v, &r->groups).WithContext("\"groups\""));
+    } else if (k == "rows") {
+      SP_RETURN_IF_ERROR(IntOrName(v, &r->rows).WithContext("\"rows\""));
     } else if (k == "stack" && v.is_string()) {
       r->stack = v.get<std::string>();
     } else if (k == "split" && v.is_string()) {
@@ -135,6 +137,9 @@ Result<std::vector<CompiledRule>> CompileMapping(const HfMapping& mapping) {
     if (r.dim < 0) return fail("\"dim\" must be >= 0");
     if (!r.sizes.empty() && r.sizes.size() != r.hf.size()) {
       return fail("\"sizes\" needs one entry per hf part");
+    }
+    if (!r.rows.empty() && (r.hf.size() != 1 || !r.stack.empty())) {
+      return fail("\"rows\" needs a rename rule (one hf tensor, no stack)");
     }
     CompiledRule c{r, {}, {}};
     Result<NamePattern> sp = NamePattern::Parse(r.sp);

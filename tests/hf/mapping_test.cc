@@ -49,6 +49,8 @@ TEST(HfMappingParse, Errors) {
   err(R"({"rules": [{"sp": "a.{layer}", "hf": "b.{layer}.{expert}"}]})", "placeholders");
   err(R"({"rules": [{"sp": "a", "hf": ["b", "c"], "sizes": [1]}]})", "sizes");
   err(R"({"variables": {"x": "y"}})", "not an integer");
+  err(R"({"rules": [{"sp": "a", "hf": ["b", "c"], "rows": "vocab_size"}]})", "rename rule");
+  err(R"({"rules": [{"sp": "a", "hf": "b", "rows": []}]})", "rows");
   EXPECT_TRUE(ParseHfMapping(R"({"name": "x", // comments are allowed
       "rules": []})")
                   .ok());
@@ -147,6 +149,36 @@ TEST(HfMapping, MissingPartsAndStrictness) {
   r = MapHfToKeys(*m, hf, {});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("num_attention_heads"), std::string::npos);
+}
+
+// Megatron pads the vocabulary for TP; export cuts it back to vocab_size.
+TEST(HfMapping, RowsCutVocabularyPadding) {
+  Result<HfMapping> m = ParseHfMapping(
+      R"({"rules": [{"sp": "emb", "hf": "embed", "split": "vocab", "rows": "vocab_size"}]})");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const std::vector<HfMeta> keys = {{"emb", DType::kBF16, {12, 4}}};
+  Result<std::vector<MappedKey>> mk = MapKeysToHf(*m, keys, {{"vocab_size", 10}});
+  ASSERT_TRUE(mk.ok()) << mk.status().ToString();
+  ASSERT_EQ(mk->size(), 1u);
+  EXPECT_EQ((*mk)[0].info.shape, (Shape{12, 4}));
+  ASSERT_EQ((*mk)[0].hf_tensors.size(), 1u);
+  EXPECT_EQ((*mk)[0].hf_tensors[0].shape, (Shape{10, 4}));
+  ASSERT_EQ((*mk)[0].pieces.size(), 1u);
+  EXPECT_EQ((*mk)[0].pieces[0].box, (Box{{0, 0}, {10, 4}}));
+  // Without the variable every row is exported.
+  mk = MapKeysToHf(*m, keys, {});
+  ASSERT_TRUE(mk.ok()) << mk.status().ToString();
+  EXPECT_EQ((*mk)[0].hf_tensors[0].shape, (Shape{12, 4}));
+  // Fewer rows than the vocabulary: an error naming the key.
+  mk = MapKeysToHf(*m, keys, {{"vocab_size", 13}});
+  ASSERT_FALSE(mk.ok());
+  EXPECT_EQ(mk.status().message(),
+            "key 'emb' [12, 4]: \"rows\" vocab_size = 13 is more than the key has (12)");
+  // The HF -> shardpoint direction is unchanged: the key takes the HF shape.
+  Result<std::vector<MappedKey>> back =
+      MapHfToKeys(*m, {{"embed", DType::kBF16, {10, 4}}}, {{"vocab_size", 10}});
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ((*back)[0].info.shape, (Shape{10, 4}));
 }
 
 TEST(HfMapping, ConfigVariables) {

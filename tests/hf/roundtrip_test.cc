@@ -147,6 +147,70 @@ TEST(HfRoundTrip, LlamaTp2Pp2BitIdentical) {
   EXPECT_EQ(diff->entries.size(), infos->size());
 }
 
+// A Megatron job pads the vocabulary (50 -> 64 for TP 2): the HF embedding
+// and lm_head load into the first 50 rows (padding zeroed), and export with
+// the rules' "rows": "vocab_size" writes the model's 50 rows back, bit for bit.
+TEST(HfRoundTrip, PaddedVocabularyLoadsAndExportsTheModelsVocabulary) {
+  LlamaDims d;
+  d.vocab = 50;
+  d.layers = 2;
+  const int64_t padded = 64;
+  const std::vector<HfTensor> hf = LlamaTensors(d);
+  const std::string src = TempDir("pv_src"), ckpt = TempDir("pv_ckpt"), out = TempDir("pv_out");
+  HfWriteOptions wo;
+  wo.config_json = LlamaConfig(d);
+  ASSERT_TRUE(WriteHfModel(src, hf, wo).ok());
+  Result<HfMapping> mapping = ReadHfMapping(RepoPath("rules/llama.json"));
+  ASSERT_TRUE(mapping.ok()) << mapping.status().ToString();
+  Result<std::vector<HfKeyInfo>> infos = DescribeHf(src, *mapping);
+  ASSERT_TRUE(infos.ok()) << infos.status().ToString();
+  int vocab_keys = 0;
+  for (HfKeyInfo& info : *infos) {
+    if (info.split == "vocab") info.shape[0] = padded, ++vocab_keys;
+  }
+  ASSERT_EQ(vocab_keys, 2);
+
+  const int tp = 2;
+  std::vector<Status> st = RunThreadRanks(tp, [&](Comm& comm) -> Status {
+    SP_ASSIGN_OR_RETURN(RankModel rm, BuildRank(*infos, d.layers, comm.rank(), tp, 0, 1));
+    HfLoadOptions lo;
+    lo.allow_shape_mismatch = true;
+    SP_ASSIGN_OR_RETURN(LoadResult lr, LoadFromHf(rm.state, src, *mapping, comm, lo));
+    (void)lr;
+    for (size_t i = 0; i < rm.infos.size(); ++i) {
+      if (rm.infos[i].split != "vocab") continue;
+      const std::string hf_name = rm.infos[i].hf[0];
+      const int64_t rows = padded / tp, first = comm.rank() * rows;
+      const int64_t real = std::max<int64_t>(0, std::min(d.vocab - first, rows));
+      const std::string got = Bytes(rm.state.tensors[i]);
+      const size_t row_bytes = d.hidden * sizeof(float);
+      EXPECT_EQ(got.substr(0, real * row_bytes), Rows(Find(hf, hf_name), first, real))
+          << rm.infos[i].key << " rank " << comm.rank();
+      EXPECT_EQ(got.substr(real * row_bytes), std::string((rows - real) * row_bytes, '\0'))
+          << rm.infos[i].key << " padding rank " << comm.rank();
+    }
+    return Save(rm.state, ckpt, comm).status();
+  });
+  for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+
+  ExportHfOptions eo;
+  eo.variables = {
+      {"num_attention_heads", d.heads}, {"num_key_value_heads", d.groups}, {"vocab_size", d.vocab}};
+  Result<ExportHfStats> es = ExportHf(ckpt, out, *mapping, eo);
+  ASSERT_TRUE(es.ok()) << es.status().ToString();
+  EXPECT_EQ(FileBytes(src + "/model.safetensors"), FileBytes(out + "/model.safetensors"));
+
+  // A vocabulary larger than the checkpoint's rows is an error naming the key.
+  eo.variables["vocab_size"] = padded + 1;
+  es = ExportHf(ckpt, TempDir("pv_out2"), *mapping, eo);
+  ASSERT_FALSE(es.ok());
+  EXPECT_EQ(es.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(es.status().message().find("key 'embedding.word_embeddings.weight' [64, 32]: "
+                                       "\"rows\" vocab_size = 65 is more than the key has (64)"),
+            std::string::npos)
+      << es.status().ToString();
+}
+
 TEST(HfRoundTrip, OfflineConvertBothWays) {
   LlamaDims d;
   const std::vector<HfTensor> hf = LlamaTensors(d, DType::kBF16);
