@@ -9,6 +9,7 @@
 #include "tools/lib/convert.h"
 #include "tools/lib/diff.h"
 #include "tools/lib/export_hf.h"
+#include "tools/lib/hf_common.h"
 #include "tools/lib/inspect.h"
 
 namespace sp = shardpoint;
@@ -51,8 +52,10 @@ int main(int argc, char** argv) {
   }
   if (*verify) {
     auto start = std::chrono::steady_clock::now();
-    sp::Result<sp::internal::VerifyReport> r =
-        sp::internal::VerifyCheckpoint(storage, dir, threads);
+    sp::internal::VerifyOptions vo;
+    vo.threads = threads;
+    vo.progress = sp::tools::TerminalProgress("verify");
+    sp::Result<sp::internal::VerifyReport> r = sp::internal::VerifyCheckpoint(storage, dir, vo);
     if (!r.ok()) {
       std::fprintf(stderr, "shardpoint verify: %s\n", r.status().ToString().c_str());
       return 2;

@@ -153,4 +153,26 @@ Status ReadVerified(DataFiles* files, const Manifest& m, uint32_t file, uint64_t
   return OkStatus();
 }
 
+Status CheckStored(DataFiles* files, const Manifest& m, uint32_t file, uint64_t offset,
+                   uint64_t nbytes, uint64_t checksum, const std::string& what, size_t slice_bytes,
+                   const std::function<void(uint64_t)>& on_slice) {
+  SP_ASSIGN_OR_RETURN(const ReadableFile* f, files->Get(file));
+  const uint64_t slice = std::max<uint64_t>(1, std::min<uint64_t>(nbytes, slice_bytes));
+  std::unique_ptr<char[]> buf(new char[slice]);
+  ChecksumState sum;
+  for (uint64_t done = 0; done < nbytes;) {
+    const uint64_t n = std::min(slice, nbytes - done);
+    Status s = f->ReadAt(offset + done, n, buf.get());
+    if (!s.ok()) return s.WithContext(what);
+    sum.Update(buf.get(), n);
+    done += n;
+    if (on_slice) on_slice(n);
+  }
+  if (sum.Digest() != checksum) {
+    return ChecksumMismatch(what + " in '" + m.files[file] + "'", offset, nbytes, checksum,
+                            sum.Digest());
+  }
+  return OkStatus();
+}
+
 }  // namespace shardpoint::internal

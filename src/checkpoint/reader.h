@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,8 +41,16 @@ Status ExecuteLoadPlan(const Manifest& m, const LoadPlan& plan, DataFiles* files
                        const ReadOptions& options, std::atomic<uint64_t>* bytes_read);
 
 // Reads `nbytes` at `offset` of manifest file `file` into dst and checks the
-// checksum: for objects and for `verify`.
+// checksum: for objects.
 Status ReadVerified(DataFiles* files, const Manifest& m, uint32_t file, uint64_t offset,
                     uint64_t nbytes, uint64_t checksum, const std::string& what, char* dst);
+
+// Checks the checksum of `nbytes` at `offset` of manifest file `file`,
+// reading them in slices of at most `slice_bytes` (the memory it uses);
+// `on_slice(n)` is called after each slice of n bytes (may be empty). For
+// `verify`: a chunk of any size in bounded memory.
+Status CheckStored(DataFiles* files, const Manifest& m, uint32_t file, uint64_t offset,
+                   uint64_t nbytes, uint64_t checksum, const std::string& what, size_t slice_bytes,
+                   const std::function<void(uint64_t)>& on_slice);
 
 }  // namespace shardpoint::internal

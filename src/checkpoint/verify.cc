@@ -83,7 +83,8 @@ void CheckHeaders(Storage* storage, const std::string& dir, const Manifest& m,
 
 }  // namespace
 
-Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir, int threads) {
+Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir,
+                                      const VerifyOptions& options) {
   VerifyReport report;
   SP_ASSIGN_OR_RETURN(report.manifest, ReadManifest(storage, dir));
   const Manifest& m = report.manifest;
@@ -97,7 +98,8 @@ Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir, 
   }
   CheckHeaders(storage, dir, m, &faults);
 
-  // Every checksum, in parallel, in bounded memory (one chunk per task).
+  // Every checksum, in parallel, in bounded memory (one chunk per task, read
+  // in slices).
   struct Item {
     uint32_t file;
     uint64_t offset, nbytes, checksum;
@@ -116,14 +118,23 @@ Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir, 
     items.push_back({o.file, o.offset, o.nbytes, o.checksum,
                      "object '" + o.key + "' " + ShapeToString(o.index)});
   }
+  // Largest first, so that the last tasks are short ones.
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Item& a, const Item& b) { return a.nbytes > b.nbytes; });
+  uint64_t total = 0, done = 0;
+  for (const Item& it : items) total += it.nbytes;
   DataFiles files(storage, dir, &m);
-  ThreadPool pool(std::max(1, threads));
+  ThreadPool pool(std::max(1, options.threads));
   std::mutex mu;
+  const auto on_slice = [&](uint64_t n) {
+    std::lock_guard<std::mutex> lock(mu);
+    done += n;
+    if (options.progress) options.progress(done, total);
+  };
   Status ignored = ParallelFor(&pool, static_cast<int64_t>(items.size()), [&](int64_t i) {
     const Item& it = items[i];
-    std::vector<char> buf(it.nbytes);
-    Status s =
-        ReadVerified(&files, m, it.file, it.offset, it.nbytes, it.checksum, it.what, buf.data());
+    Status s = CheckStored(&files, m, it.file, it.offset, it.nbytes, it.checksum, it.what,
+                           options.slice_bytes, on_slice);
     std::lock_guard<std::mutex> lock(mu);
     if (!s.ok()) faults.push_back(s.message());
     report.bytes_checked += it.nbytes;

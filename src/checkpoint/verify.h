@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,15 @@ struct VerifyReport {
 // every data file is a valid safetensors file whose entries match the
 // manifest (name, dtype, shape, byte range); every chunk and object checksum.
 // Returns an error only if the manifest cannot be read; faults go in the report.
-Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir, int threads);
+// Memory: `threads` slices of `slice_bytes`, whatever the chunk sizes.
+// `progress(done, total)`: bytes checksummed so far, called after each slice
+// (serialized; may be empty).
+struct VerifyOptions {
+  int threads = 4;
+  size_t slice_bytes = size_t{16} << 20;
+  std::function<void(uint64_t done, uint64_t total)> progress;
+};
+Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir,
+                                      const VerifyOptions& options = {});
 
 }  // namespace shardpoint::internal
