@@ -28,9 +28,9 @@ from shardpoint.sharded import __all__ as _sharded_all
 
 __all__ = [
     "save", "save_async", "load", "CheckpointManager", "AsyncSaver", "SaveHandle",
-    "LoadResult", "ShardedObject", "flatten_keys", "Comm", "comm", "single", "thread_comms", "MPI4PyComm",
-    "TorchDistributedComm", "default_comm", "Error", "InvalidArgumentError", "NotFoundError",
-    "IOError", "DataLossError", "FailedPreconditionError", "InternalError",
+    "LoadResult", "ShardedObject", "flatten_keys", "Comm", "comm", "single", "thread_comms",
+    "MPI4PyComm", "TorchDistributedComm", "default_comm", "Error", "InvalidArgumentError",
+    "NotFoundError", "IOError", "DataLossError", "FailedPreconditionError", "InternalError",
     "PickleNotAllowedError", "DType", "to_dtype", "SavePlanCache", "SaveStats",
 ] + list(_sharded_all)
 

@@ -63,6 +63,21 @@ std::string FileBytes(const std::string& path) {
   return s.ok() ? *s : "";
 }
 
+// An HF model written at `dir` and described under the rules file `rules`.
+struct DescribedModel {
+  HfMapping mapping;
+  std::vector<HfKeyInfo> infos;
+};
+
+Result<DescribedModel> WriteAndDescribe(const std::string& dir, const std::vector<HfTensor>& hf,
+                                        const HfWriteOptions& wo, const std::string& rules) {
+  SP_RETURN_IF_ERROR(WriteHfModel(dir, hf, wo));
+  DescribedModel m;
+  SP_ASSIGN_OR_RETURN(m.mapping, ReadHfMapping(RepoPath(rules)));
+  SP_ASSIGN_OR_RETURN(m.infos, DescribeHf(dir, m.mapping));
+  return m;
+}
+
 TEST(HfRoundTrip, LlamaTp2Pp2BitIdentical) {
   LlamaDims d;
   d.qkv_bias = true;
@@ -71,20 +86,19 @@ TEST(HfRoundTrip, LlamaTp2Pp2BitIdentical) {
   HfWriteOptions wo;
   wo.max_shard_size = 40000;  // several files
   wo.config_json = LlamaConfig(d);
-  ASSERT_TRUE(WriteHfModel(src, hf, wo).ok());
-  Result<HfMapping> mapping = ReadHfMapping(RepoPath("rules/llama.json"));
-  ASSERT_TRUE(mapping.ok()) << mapping.status().ToString();
-  Result<std::vector<HfKeyInfo>> infos = DescribeHf(src, *mapping);
-  ASSERT_TRUE(infos.ok()) << infos.status().ToString();
-  EXPECT_EQ(infos->size(), 3u + 7u * d.layers);
+  Result<DescribedModel> model = WriteAndDescribe(src, hf, wo, "rules/llama.json");
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const HfMapping& mapping = model->mapping;
+  const std::vector<HfKeyInfo>& infos = model->infos;
+  EXPECT_EQ(infos.size(), 3u + 7u * d.layers);
 
   const int tp = 2, pp = 2;
   std::mutex mu;
   std::vector<uint64_t> read(tp * pp), held(tp * pp);
   std::vector<Status> st = RunThreadRanks(tp * pp, [&](Comm& comm) -> Status {
     const int tp_rank = comm.rank() % tp, pp_rank = comm.rank() / tp;
-    SP_ASSIGN_OR_RETURN(RankModel rm, BuildRank(*infos, d.layers, tp_rank, tp, pp_rank, pp));
-    SP_ASSIGN_OR_RETURN(LoadResult lr, LoadFromHf(rm.state, src, *mapping, comm));
+    SP_ASSIGN_OR_RETURN(RankModel rm, BuildRank(infos, d.layers, tp_rank, tp, pp_rank, pp));
+    SP_ASSIGN_OR_RETURN(LoadResult lr, LoadFromHf(rm.state, src, mapping, comm));
     read[comm.rank()] = lr.bytes_read;
     for (const LocalTensor& t : rm.state.tensors) held[comm.rank()] += Bytes(t).size();
     // Fused targets hold the right HF rows.
@@ -124,7 +138,7 @@ TEST(HfRoundTrip, LlamaTp2Pp2BitIdentical) {
   eo.max_shard_size = wo.max_shard_size;
   eo.variables = {{"num_attention_heads", d.heads}, {"num_key_value_heads", d.groups}};
   eo.block_bytes = 1000;  // many blocks per tensor
-  Result<ExportHfStats> es = ExportHf(ckpt, out, *mapping, eo);
+  Result<ExportHfStats> es = ExportHf(ckpt, out, mapping, eo);
   ASSERT_TRUE(es.ok()) << es.status().ToString();
   std::vector<std::string> src_files = *DefaultStorage()->ListDir(src);
   int compared = 0;
@@ -141,10 +155,10 @@ TEST(HfRoundTrip, LlamaTp2Pp2BitIdentical) {
   EXPECT_TRUE(diff->equal());
   DiffOptions dopt;
   dopt.variables = eo.variables;
-  diff = DiffCheckpoints(src, ckpt, *mapping, dopt);
+  diff = DiffCheckpoints(src, ckpt, mapping, dopt);
   ASSERT_TRUE(diff.ok()) << diff.status().ToString();
   EXPECT_TRUE(diff->equal());
-  EXPECT_EQ(diff->entries.size(), infos->size());
+  EXPECT_EQ(diff->entries.size(), infos.size());
 }
 
 // A Megatron job pads the vocabulary (50 -> 64 for TP 2): the HF embedding
@@ -159,23 +173,22 @@ TEST(HfRoundTrip, PaddedVocabularyLoadsAndExportsTheModelsVocabulary) {
   const std::string src = TempDir("pv_src"), ckpt = TempDir("pv_ckpt"), out = TempDir("pv_out");
   HfWriteOptions wo;
   wo.config_json = LlamaConfig(d);
-  ASSERT_TRUE(WriteHfModel(src, hf, wo).ok());
-  Result<HfMapping> mapping = ReadHfMapping(RepoPath("rules/llama.json"));
-  ASSERT_TRUE(mapping.ok()) << mapping.status().ToString();
-  Result<std::vector<HfKeyInfo>> infos = DescribeHf(src, *mapping);
-  ASSERT_TRUE(infos.ok()) << infos.status().ToString();
+  Result<DescribedModel> model = WriteAndDescribe(src, hf, wo, "rules/llama.json");
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const HfMapping& mapping = model->mapping;
+  std::vector<HfKeyInfo>& infos = model->infos;
   int vocab_keys = 0;
-  for (HfKeyInfo& info : *infos) {
+  for (HfKeyInfo& info : infos) {
     if (info.split == "vocab") info.shape[0] = padded, ++vocab_keys;
   }
   ASSERT_EQ(vocab_keys, 2);
 
   const int tp = 2;
   std::vector<Status> st = RunThreadRanks(tp, [&](Comm& comm) -> Status {
-    SP_ASSIGN_OR_RETURN(RankModel rm, BuildRank(*infos, d.layers, comm.rank(), tp, 0, 1));
+    SP_ASSIGN_OR_RETURN(RankModel rm, BuildRank(infos, d.layers, comm.rank(), tp, 0, 1));
     HfLoadOptions lo;
     lo.allow_shape_mismatch = true;
-    SP_ASSIGN_OR_RETURN(LoadResult lr, LoadFromHf(rm.state, src, *mapping, comm, lo));
+    SP_ASSIGN_OR_RETURN(LoadResult lr, LoadFromHf(rm.state, src, mapping, comm, lo));
     (void)lr;
     for (size_t i = 0; i < rm.infos.size(); ++i) {
       if (rm.infos[i].split != "vocab") continue;
@@ -196,13 +209,13 @@ TEST(HfRoundTrip, PaddedVocabularyLoadsAndExportsTheModelsVocabulary) {
   ExportHfOptions eo;
   eo.variables = {
       {"num_attention_heads", d.heads}, {"num_key_value_heads", d.groups}, {"vocab_size", d.vocab}};
-  Result<ExportHfStats> es = ExportHf(ckpt, out, *mapping, eo);
+  Result<ExportHfStats> es = ExportHf(ckpt, out, mapping, eo);
   ASSERT_TRUE(es.ok()) << es.status().ToString();
   EXPECT_EQ(FileBytes(src + "/model.safetensors"), FileBytes(out + "/model.safetensors"));
 
   // A vocabulary larger than the checkpoint's rows is an error naming the key.
   eo.variables["vocab_size"] = padded + 1;
-  es = ExportHf(ckpt, TempDir("pv_out2"), *mapping, eo);
+  es = ExportHf(ckpt, TempDir("pv_out2"), mapping, eo);
   ASSERT_FALSE(es.ok());
   EXPECT_EQ(es.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(es.status().message().find("key 'embedding.word_embeddings.weight' [64, 32]: "
@@ -217,23 +230,22 @@ TEST(HfRoundTrip, OfflineConvertBothWays) {
   const std::string src = TempDir("cv_src"), ckpt = TempDir("cv_ckpt"), out = TempDir("cv_out");
   HfWriteOptions wo;
   wo.config_json = LlamaConfig(d);
-  ASSERT_TRUE(WriteHfModel(src, hf, wo).ok());
-  Result<HfMapping> mapping = ReadHfMapping(RepoPath("rules/llama.json"));
-  ASSERT_TRUE(mapping.ok());
+  Result<DescribedModel> model = WriteAndDescribe(src, hf, wo, "rules/llama.json");
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const HfMapping& mapping = model->mapping;
+  const std::vector<HfKeyInfo>& infos = model->infos;
   ExportHfOptions o;
   o.block_bytes = 700;  // several chunks per tensor
-  Result<ExportHfStats> c = ConvertHfToShardpoint(src, ckpt, *mapping, o);
+  Result<ExportHfStats> c = ConvertHfToShardpoint(src, ckpt, mapping, o);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   // The config travels in the metadata: no variables needed on export.
-  Result<ExportHfStats> e = ExportHf(ckpt, out, *mapping, o);
+  Result<ExportHfStats> e = ExportHf(ckpt, out, mapping, o);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   EXPECT_EQ(FileBytes(src + "/model.safetensors"), FileBytes(out + "/model.safetensors"));
   EXPECT_FALSE(FileBytes(out + "/config.json").empty());
   // The converted checkpoint loads into another layout with the core Load.
-  Result<std::vector<HfKeyInfo>> infos = DescribeHf(src, *mapping);
-  ASSERT_TRUE(infos.ok());
   std::vector<Status> st = RunThreadRanks(2, [&](Comm& comm) -> Status {
-    SP_ASSIGN_OR_RETURN(RankModel rm, BuildRank(*infos, d.layers, comm.rank(), 2, 0, 1));
+    SP_ASSIGN_OR_RETURN(RankModel rm, BuildRank(infos, d.layers, comm.rank(), 2, 0, 1));
     SP_ASSIGN_OR_RETURN(LoadResult lr, Load(rm.state, ckpt, comm));
     (void)lr;
     return OkStatus();
@@ -250,19 +262,18 @@ TEST(HfRoundTrip, QwenMoeExpertsTp2Ep2) {
   HfWriteOptions wo;
   wo.config_json = LlamaConfig(d);
   wo.max_shard_size = 30000;
-  ASSERT_TRUE(WriteHfModel(src, hf, wo).ok());
-  Result<HfMapping> mapping = ReadHfMapping(RepoPath("rules/qwen_moe.json"));
-  ASSERT_TRUE(mapping.ok()) << mapping.status().ToString();
-  Result<std::vector<HfKeyInfo>> infos = DescribeHf(src, *mapping);
-  ASSERT_TRUE(infos.ok()) << infos.status().ToString();
+  Result<DescribedModel> model = WriteAndDescribe(src, hf, wo, "rules/qwen_moe.json");
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const HfMapping& mapping = model->mapping;
+  const std::vector<HfKeyInfo>& infos = model->infos;
   std::mutex mu;
   // 4 ranks: TP2 for everything, experts EP2 x expert-TP2.
   std::vector<Status> st = RunThreadRanks(4, [&](Comm& comm) -> Status {
     const int tp_rank = comm.rank() % 2, ep_rank = comm.rank() / 2;
     HfParallel ep;
     ep.ep_rank = ep_rank, ep.ep_size = 2;
-    SP_ASSIGN_OR_RETURN(RankModel rm, BuildRank(*infos, d.layers, tp_rank, 2, 0, 1, ep));
-    SP_ASSIGN_OR_RETURN(LoadResult lr, LoadFromHf(rm.state, src, *mapping, comm));
+    SP_ASSIGN_OR_RETURN(RankModel rm, BuildRank(infos, d.layers, tp_rank, 2, 0, 1, ep));
+    SP_ASSIGN_OR_RETURN(LoadResult lr, LoadFromHf(rm.state, src, mapping, comm));
     (void)lr;
     for (size_t i = 0; i < rm.infos.size(); ++i) {
       const std::string& key = rm.infos[i].key;
@@ -285,7 +296,7 @@ TEST(HfRoundTrip, QwenMoeExpertsTp2Ep2) {
   ExportHfOptions eo;
   eo.max_shard_size = wo.max_shard_size;
   eo.variables = {{"num_attention_heads", d.heads}, {"num_key_value_heads", d.groups}};
-  ASSERT_TRUE(ExportHf(ckpt, out, *mapping, eo).ok());
+  ASSERT_TRUE(ExportHf(ckpt, out, mapping, eo).ok());
   const std::vector<std::string> files = *DefaultStorage()->ListDir(src);
   for (const std::string& f : files) {
     if (f != "config.json") {

@@ -1,5 +1,6 @@
 // Shared pieces of the HF subcommands (export-hf, convert, diff): progress
-// bar on a terminal, peak RSS, byte sizes, --set variables, --mapping.
+// bar on a terminal (also used by verify), peak RSS, byte sizes, --set
+// variables, --mapping.
 #pragma once
 
 #include <CLI/CLI.hpp>
