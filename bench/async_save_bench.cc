@@ -39,6 +39,8 @@ using shardpoint::internal::RankState;
 
 namespace {
 
+using bench::Bytes;
+using bench::Fill;
 using bench::Median;
 
 [[noreturn]] void Die(const std::string& msg) { bench::Die("async_save_bench", msg); }
@@ -64,24 +66,6 @@ ModelConfig ScaleModel(uint64_t target, int tp) {
     m.hidden = h, m.ffn = 4 * h, m.vocab = 16 * h;
     if (ModelBytes(m) >= target) return m;
   }
-}
-
-size_t Bytes(const LocalTensor& t) {
-  int64_t n = t.flat ? t.flat->size() : Box::Whole(t.shape).num_elements();
-  return static_cast<size_t>(n) * DTypeSize(t.dtype);
-}
-
-// Cheap deterministic bytes (xorshift64), different per tensor and rank.
-void Fill(const LocalTensor& t, uint64_t seed) {
-  uint64_t x = (std::hash<std::string>{}(t.segments.at(0).key) ^ seed) | 1;
-  const size_t bytes = Bytes(t);
-  char* p = static_cast<char*>(t.data);
-  size_t i = 0;
-  for (; i + 8 <= bytes; i += 8) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    std::memcpy(p + i, &x, 8);
-  }
-  for (; i < bytes; ++i) p[i] = static_cast<char>(i);
 }
 
 double Max(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
@@ -121,7 +105,7 @@ int main(int argc, char** argv) {
                           [&](Comm& c) -> Status {
                             SP_ASSIGN_OR_RETURN(src[c.rank()],
                                                 BuildRankState(model, layout, c.rank()));
-                            for (const auto& t : src[c.rank()].state.tensors) Fill(t, c.rank());
+                            for (const auto& t : src[c.rank()].state.tensors) Fill(t);
                             return OkStatus();
                           }),
            "BuildRankState");

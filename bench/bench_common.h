@@ -1,11 +1,17 @@
-// What the save/load benchmarks share: their flags, Die and Median.
+// What the save/load benchmarks share: their flags, Die, Median, and the
+// bytes they fill their states with.
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "shardpoint/tensor.h"
 
 namespace shardpoint::bench {
 
@@ -60,6 +66,30 @@ inline double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Bytes of the elements a local tensor holds.
+inline size_t Bytes(const LocalTensor& t) {
+  int64_t n = t.flat ? t.flat->size() : Box::Whole(t.shape).num_elements();
+  return static_cast<size_t>(n) * DTypeSize(t.dtype);
+}
+
+// Cheap deterministic bytes: xorshift64 seeded from the key and the global box, so
+// TP replicas (layer norms) hold identical bytes, as a real job's do (a save
+// verifies replicas by default).
+inline void Fill(const LocalTensor& t) {
+  const Segment& seg = t.segments.at(0);
+  uint64_t x = std::hash<std::string>{}(seg.key) | 1;
+  for (int64_t o : seg.global_box.offset) x = x * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(o);
+  if (x == 0) x = 1;
+  const size_t bytes = Bytes(t);
+  char* p = static_cast<char*>(t.data);
+  size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    std::memcpy(p + i, &x, 8);
+  }
+  for (; i < bytes; ++i) p[i] = static_cast<char>(i);
 }
 
 }  // namespace shardpoint::bench

@@ -38,6 +38,8 @@ using shardpoint::internal::RankState;
 
 namespace {
 
+using bench::Bytes;
+using bench::Fill;
 using bench::Median;
 
 [[noreturn]] void Die(const std::string& msg) { bench::Die("save_load_bench", msg); }
@@ -62,28 +64,6 @@ ModelConfig ScaleModel(uint64_t target) {
     m.hidden = h, m.ffn = 4 * h, m.vocab = 16 * h;
     if (ModelBytes(m) >= target) return m;
   }
-}
-
-size_t Bytes(const LocalTensor& t) {
-  int64_t n = t.flat ? t.flat->size() : Box::Whole(t.shape).num_elements();
-  return static_cast<size_t>(n) * DTypeSize(t.dtype);
-}
-
-// Cheap deterministic bytes: xorshift64 seeded from the key and the global box, so
-// TP replicas (layer norms) hold identical bytes.
-void Fill(const LocalTensor& t) {
-  const Segment& seg = t.segments.at(0);
-  uint64_t x = std::hash<std::string>{}(seg.key) | 1;
-  for (int64_t o : seg.global_box.offset) x = x * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(o);
-  if (x == 0) x = 1;
-  const size_t bytes = Bytes(t);
-  char* p = static_cast<char*>(t.data);
-  size_t i = 0;
-  for (; i + 8 <= bytes; i += 8) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    std::memcpy(p + i, &x, 8);
-  }
-  for (; i < bytes; ++i) p[i] = static_cast<char>(i);
 }
 
 std::vector<RankState> BuildAll(const ModelConfig& m, const ParallelConfig& p, bool fill) {
