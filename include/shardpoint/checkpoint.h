@@ -43,9 +43,8 @@ struct SaveOptions {
   // Compare checksums of replicas of the same box and fail on a mismatch
   // (catches silent data-parallel desync, and ranks that declare the same box
   // of a key with different data). Default true: it costs one checksum pass
-  // over the replicas a rank holds but does not write (measured within the
-  // noise of a 6.3 GB demo save with 0.9 GB of replicas); false stores one
-  // copy of each replica unchecked.
+  // over the replicas a rank holds but does not write; false stores one copy
+  // of each replica unchecked.
   bool verify_replicas = true;
   // Reuse the global plan while the state's structure is unchanged (see
   // plan_cache.h). Pass the same cache to every save of this rank. Default:
@@ -100,8 +99,8 @@ struct LoadOptions {
   // every rank's read list. Must be the same on every rank. Default true (for
   // shared filesystems, where reads are the bottleneck); false: every rank
   // reads everything it needs from storage, which is faster on one machine
-  // with local NVMe or a warm page cache (the demo: 0.40-0.47 s off vs
-  // 0.51-0.68 s on).
+  // with local NVMe or a warm page cache, where re-reading costs less than
+  // the exchange.
   bool cooperative = true;
   // Upper bound of the bytes moved between ranks per cooperative round (all
   // ranks together, plus at most one piece). Default 256 MiB.
