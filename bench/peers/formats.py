@@ -1,0 +1,154 @@
+"""The peers: how each one saves this rank's state and loads it into a template.
+
+Every peer gets the same state (`Rank.state`: key -> this rank's local tensor)
+and loads into the same templates (key -> local tensor under the target
+layout, zero-filled and faulted in beforehand). Every save ends with its files
+on disk (fsync of files and directories), as shardpoint's commit does.
+"""
+
+import os
+
+import numpy as np
+import torch
+
+from peers import state as S
+from peers.measure import fsync_path
+
+
+class Rank:
+    """This rank: its place in the job, the model and its state."""
+
+    def __init__(self, rank, world, specs, comm, dcp):
+        self.rank, self.world, self.specs, self.comm, self.dcp = rank, world, specs, comm, dcp
+        self.state, self.sharded_state = make_tensors(self, "same")
+
+    def barrier(self):
+        torch.distributed.barrier()
+
+
+def make_tensors(ctx, layout):
+    """Zeroed local tensors of every key under `layout`: (key -> tensor, key ->
+    DCP value). Sharded keys are torch ShardedTensors with a ChunkShardingSpec
+    (the plain tensors are their local shards); replicated keys plain tensors."""
+    from torch.distributed._shard import sharded_tensor
+    from torch.distributed._shard.sharding_spec import ChunkShardingSpec
+    tensors, dcp_values = {}, {}
+    placements = [f"rank:{r}/cpu" for r in range(ctx.world)]
+    for s in ctx.specs:
+        d = s.dims[layout]
+        if d is None:
+            t = torch.zeros(s.shape, dtype=s.dtype)
+            dcp_values[s.key] = t
+        else:
+            st = sharded_tensor.empty(ChunkShardingSpec(dim=d, placements=placements), *s.shape,
+                                      dtype=s.dtype)
+            t = st.local_shards()[0].tensor
+            assert tuple(t.shape) == s.local_shape(layout, ctx.world), (s.key, t.shape)
+            t.zero_()
+            dcp_values[s.key] = st
+        tensors[s.key] = t
+    return tensors, dcp_values
+
+
+def _as_numpy(t):
+    """A numpy view of a tensor's memory (bf16 as int16: numpy has no bfloat16)."""
+    return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
+
+
+class Shardpoint:
+    name = "shardpoint"
+
+    def _sd(self, ctx, tensors, layout):
+        import shardpoint as sp
+        out = {}
+        for s in ctx.specs:
+            d = s.dims[layout]
+            out[s.key] = (sp.whole(s.key, tensors[s.key]) if d is None else
+                          sp.chunk(s.key, tensors[s.key], list(s.shape), d, ctx.rank, ctx.world))
+        return out
+
+    def save(self, ctx, path):
+        import shardpoint as sp
+        sp.save(self._sd(ctx, ctx.state, "same"), path, ctx.comm)
+
+    def load(self, ctx, path, layout, tensors, dcp_values):
+        import shardpoint as sp
+        sp.load(self._sd(ctx, tensors, layout), path, ctx.comm)
+
+
+class TorchSave:
+    """torch.save of a dict of this rank's tensors into rank<r>.pt."""
+    name = "torch.save"
+
+    def save(self, ctx, path):
+        f_path = os.path.join(path, f"rank{ctx.rank}.pt")
+        with open(f_path, "wb") as f:
+            torch.save(ctx.state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        fsync_path(path)
+
+    def load(self, ctx, path, layout, tensors, dcp_values):
+        for src in range(ctx.world):
+            wanted = _wanted(ctx, layout, src)
+            if not wanted:
+                continue
+            saved = torch.load(os.path.join(path, f"rank{src}.pt"))
+            for spec, part, within in wanted:
+                box = spec.box(layout, ctx.rank, ctx.world)
+                src_part = saved[spec.key][S.slices(part, within)]
+                tensors[spec.key][S.slices(part, box)].copy_(src_part)
+            del saved
+
+
+def _wanted(ctx, layout, src):
+    """[(spec, overlap box, box saved by src)] that this rank reads from rank src's
+    files: the overlap of its piece with src's; replicated tensors from its own."""
+    out = []
+    for s in ctx.specs:
+        if s.dims["same"] is None and src != ctx.rank:
+            continue
+        saved = s.box("same", src, ctx.world)
+        part = S.overlap(saved, s.box(layout, ctx.rank, ctx.world))
+        if part is not None:
+            out.append((s, part, saved))
+    return out
+
+
+class Numpy:
+    """One .npy per tensor per rank (rank<r>/<key>.npy), loaded through mmap."""
+    name = "numpy .npy"
+
+    def save(self, ctx, path):
+        d = os.path.join(path, f"rank{ctx.rank}")
+        os.mkdir(d)
+        for key, t in ctx.state.items():
+            with open(os.path.join(d, key + ".npy"), "wb") as f:
+                np.save(f, _as_numpy(t))
+                f.flush()
+                os.fsync(f.fileno())
+        fsync_path(d)
+        fsync_path(path)
+
+    def load(self, ctx, path, layout, tensors, dcp_values):
+        for src in range(ctx.world):
+            for spec, part, within in _wanted(ctx, layout, src):
+                saved = np.load(os.path.join(path, f"rank{src}", spec.key + ".npy"), mmap_mode="r")
+                box = spec.box(layout, ctx.rank, ctx.world)
+                np.copyto(_as_numpy(tensors[spec.key])[S.slices(part, box)],
+                          saved[S.slices(part, within)])
+                del saved
+
+
+class Dcp:
+    """PyTorch DCP (torch 1.13: torch.distributed._shard.checkpoint), FileSystemWriter/Reader."""
+    name = "PyTorch DCP"
+
+    def save(self, ctx, path):
+        ctx.dcp.save_state_dict(ctx.sharded_state, ctx.dcp.FileSystemWriter(path))
+
+    def load(self, ctx, path, layout, tensors, dcp_values):
+        ctx.dcp.load_state_dict(dcp_values, ctx.dcp.FileSystemReader(path))
+
+
+PEERS = {p.name: p for p in (Shardpoint(), TorchSave(), Numpy(), Dcp())}

@@ -1,0 +1,126 @@
+"""The sharded state every peer saves and loads.
+
+A transformer-like model (Megatron names, as src/testing/transformer.cc): bf16
+parameters and, per parameter, fp32 main parameter, Adam exp_avg and
+exp_avg_sq (14 bytes per parameter), tensor-parallel over W ranks. Layout
+"same" cuts column-parallel tensors (QKV, fc1 and its bias, embedding, output
+layer) on dim 0 and row-parallel ones (attention projection, fc2) on dim 1, as
+Megatron does; norms are replicated. Layout "reshard" cuts every matrix along
+its other dimension, so every rank needs a strip of every saved shard (the
+hardest resharding for a reader: TP=W on another axis).
+
+Values are a hash of the global element index, so any box of any tensor can be
+generated or checked without the rest of the tensor.
+"""
+
+import zlib
+
+import torch
+
+OPTIMIZER_STATES = ("fp32_param", "exp_avg", "exp_avg_sq")
+LAYOUTS = ("same", "reshard")
+
+
+class Spec:
+    """A global tensor: key, dtype, shape, the dim it is cut on per layout (None: replicated)."""
+
+    def __init__(self, key, dtype, shape, dim):
+        self.key, self.dtype, self.shape = key, dtype, tuple(shape)
+        other = dim if dim is None or len(shape) == 1 else 1 - dim
+        self.dims = {"same": dim, "reshard": other}
+        self.seed = zlib.crc32(key.encode())
+
+    def nbytes(self):
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n * torch.empty((), dtype=self.dtype).element_size()
+
+    def box(self, layout, rank, world):
+        """[(lo, hi)] per axis of the piece `rank` holds under `layout`."""
+        d = self.dims[layout]
+        out = [(0, s) for s in self.shape]
+        if d is not None:
+            n = self.shape[d] // world
+            out[d] = (rank * n, (rank + 1) * n)
+        return out
+
+    def local_shape(self, layout, world):
+        return tuple(hi - lo for lo, hi in self.box(layout, 0, world))
+
+
+def model_specs(hidden, layers, world):
+    h, f, v = hidden, 4 * hidden, 16 * hidden
+    params = [("embedding.word_embeddings.weight", (v, h), 0)]
+    for layer in range(layers):
+        p = f"decoder.layers.{layer}."
+        params += [(p + "input_layernorm.weight", (h,), None),
+                   (p + "self_attention.linear_qkv.weight", (3 * h, h), 0),
+                   (p + "self_attention.linear_proj.weight", (h, h), 1),
+                   (p + "pre_mlp_layernorm.weight", (h,), None),
+                   (p + "mlp.linear_fc1.weight", (f, h), 0),
+                   (p + "mlp.linear_fc1.bias", (f,), 0),
+                   (p + "mlp.linear_fc2.weight", (h, f), 1)]
+    params += [("decoder.final_layernorm.weight", (h,), None),
+               ("output_layer.weight", (v, h), 0)]
+    specs = [Spec(k, torch.bfloat16, s, d) for k, s, d in params]
+    for state in OPTIMIZER_STATES:
+        specs += [Spec(f"optimizer.state.{state}.{k}", torch.float32, s, d) for k, s, d in params]
+    for s in specs:
+        for d in range(len(s.shape)):
+            if s.dims["same"] is not None and s.shape[d] % world:
+                raise ValueError(f"{s.key}: dim {d} of {s.shape} is not divisible by {world} ranks")
+    return specs
+
+
+def scale_model(target_bytes, world, layers=8):
+    """Smallest hidden size (a multiple of 64) whose state holds >= target_bytes."""
+    h = 64
+    while True:
+        specs = model_specs(h, layers, world)
+        if sum(s.nbytes() for s in specs) >= target_bytes:
+            return h, specs
+        h += 64
+
+
+def _values(spec, box, out):
+    """Fills `out` (the tensor of `box`) with the hashed values of its global indices."""
+    if len(spec.shape) == 1:
+        idx = torch.arange(box[0][0], box[0][1], dtype=torch.int64)
+        out.copy_(_hash(spec.seed, idx))
+        return
+    (r0, r1), (c0, c1) = box
+    cols = torch.arange(c0, c1, dtype=torch.int64)
+    step = max(1, (1 << 20) // max(1, c1 - c0))
+    for r in range(r0, r1, step):
+        rows = torch.arange(r, min(r + step, r1), dtype=torch.int64)
+        idx = rows[:, None] * spec.shape[1] + cols[None, :]
+        out[r - r0:r - r0 + len(rows)].copy_(_hash(spec.seed, idx))
+
+
+def _hash(seed, idx):
+    v = (idx * 2654435761 + seed) % 65521
+    return (v - 32760).to(torch.float32) / 256
+
+
+def fill(spec, layout, rank, world, out):
+    _values(spec, spec.box(layout, rank, world), out)
+
+
+def check(spec, layout, rank, world, got):
+    """Raises AssertionError naming the key unless `got` holds this rank's piece bit for bit."""
+    want = torch.empty_like(got)
+    _values(spec, spec.box(layout, rank, world), want)
+    if not torch.equal(want, got):
+        raise AssertionError(f"rank {rank}: '{spec.key}' ({layout} layout) loaded wrong values")
+
+
+def overlap(a, b):
+    """Intersection of two boxes ([(lo, hi)] per axis), or None."""
+    out = [(max(x[0], y[0]), min(x[1], y[1])) for x, y in zip(a, b)]
+    return out if all(lo < hi for lo, hi in out) else None
+
+
+def slices(box, within):
+    """Slices selecting `box` from a tensor holding `within`."""
+    return tuple(slice(lo - w[0], hi - w[0]) for (lo, hi), w in zip(box, within))

@@ -1,0 +1,358 @@
+#!/usr/bin/python3
+"""peers_bench: shardpoint beside per-rank torch.save, numpy .npy per rank,
+PyTorch DCP (torch 1.13), fio O_DIRECT and memcpy, on the same sharded state
+held by the same number of processes.
+
+    # quick: 0.25 GiB, 3 reps
+    PYTHONPATH=build-rel/python /usr/bin/python3 bench/peers_bench.py
+    PYTHONPATH=build-rel/python /usr/bin/python3 bench/peers_bench.py --gib 4 --reps 5
+
+W ranks (processes, torch.distributed gloo; shardpoint over TorchDistributedComm)
+hold a transformer-like model's bf16 weights and fp32 main params + Adam moments
+TP=W (bench/peers/state.py). Per repetition, for every peer in an order rotated
+each repetition: save; then load into the same layout; then load resharded
+(every matrix cut along its other dimension). Before each operation the page
+cache is dropped (`--drop all`: sync + /proc/sys/vm/drop_caches, needs root;
+`files`: POSIX_FADV_DONTNEED on the benchmark's files). Every load of the first
+repetition is checked bit for bit (`--verify-all`: every repetition).
+
+Reported per peer and operation: GB/s (global state bytes / seconds from a
+barrier before to a barrier after, on rank 0) as median and min-max over the
+repetitions; bytes read per needed byte (the ranks' /proc/self/io read_bytes,
+i.e. from storage, and rchar, i.e. through read syscalls (gloo's socket reads
+included), over the bytes the ranks' templates hold); the largest peak RSS
+growth of a rank during the operation. fio writes and reads the same byte count
+with O_DIRECT (W jobs, 4 MiB requests, libaio depth 4; its own bandwidth);
+memcpy copies each rank's state into a buffer and back. `--json FILE` keeps
+every measurement. Exits non-zero if any peer fails or loads wrong values.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+ALL_PEERS = ["shardpoint", "torch.save", "numpy .npy", "PyTorch DCP", "fio", "memcpy"]
+OPS = ["save", "same", "reshard"]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--gib", type=float, default=0.25,
+                   help="global state size in GiB (rounded up)")
+    p.add_argument("--reps", type=int, default=3, help="repetitions (interleaved)")
+    p.add_argument("--ranks", type=int, default=4, help="processes = TP size")
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--dir", default=None, help="where checkpoints go (default: a temp dir in /tmp)")
+    p.add_argument("--peers", default=",".join(ALL_PEERS),
+                   help="comma-separated subset of: " + ", ".join(ALL_PEERS))
+    p.add_argument("--drop", choices=["all", "files", "none"], default="all",
+                   help="page cache before each operation: drop all (root), evict files, keep")
+    p.add_argument("--verify-all", action="store_true",
+                   help="check every load, not the first rep's")
+    p.add_argument("--json", help="write every measurement here")
+    p.add_argument("--keep", action="store_true", help="keep the checkpoints")
+    p.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--init", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.peers = [x.strip() for x in args.peers.split(",") if x.strip()]
+    for x in args.peers:
+        if x not in ALL_PEERS:
+            p.error(f"unknown peer {x!r}")
+    return args
+
+
+# --------------------------------------------------------------------------
+# Worker: one rank.
+
+def slug(peer):
+    return peer.replace(" ", "_").replace(".", "_")
+
+
+def worker(args):
+    sys.path.insert(0, HERE)
+    sys.path.insert(0, os.path.join(REPO, "python", "tests"))
+    from dcp_compat import import_dcp
+    dcp = import_dcp()  # before torch.distributed._shard: patches its import on Python 3.11
+    import torch
+    import torch.distributed as dist
+    import shardpoint as sp
+    from peers import measure as M
+    from peers import state as S
+    from peers.formats import PEERS, Rank, make_tensors
+
+    rank, world = args.worker, args.ranks
+    dist.init_process_group("gloo", init_method=f"file://{args.init}", rank=rank,
+                            world_size=world)
+    comm = sp.TorchDistributedComm()
+    hidden, specs = S.scale_model(int(args.gib * 2**30), world, args.layers)
+    ctx = Rank(rank, world, specs, comm, dcp)
+    for s in specs:
+        S.fill(s, "same", rank, world, ctx.state[s.key])
+    total = sum(s.nbytes() for s in specs)
+    local = sum(t.numel() * t.element_size() for t in ctx.state.values())
+    records, drop_kind = [], None
+
+    def timed(peer, op, rep, fn, needed):
+        nonlocal drop_kind
+        dist.barrier()
+        if rank == 0 and args.drop != "none":
+            drop_kind = M.drop_page_cache(args.drop, [args.dir])
+        dist.barrier()
+        io0, rss0 = M.io_counters(), M.rss_bytes()
+        M.reset_peak_rss()
+        dist.barrier()
+        t0 = time.perf_counter()
+        extra = fn()
+        dist.barrier()
+        seconds = time.perf_counter() - t0
+        io1 = M.io_counters()
+        mine = {k: io1[k] - io0[k] for k in ("rchar", "read_bytes", "wchar", "write_bytes")}
+        mine["peak_rss_growth"] = M.peak_rss_bytes() - rss0
+        mine["needed"] = needed
+        per_rank = [None] * world
+        dist.all_gather_object(per_rank, mine)
+        if rank == 0:
+            rec = {"peer": peer, "op": op, "rep": rep, "seconds": seconds, "ranks": per_rank}
+            if extra:
+                rec.update(extra)
+            records.append(rec)
+
+    def fresh_dir(path, create):
+        if rank == 0:
+            shutil.rmtree(path, ignore_errors=True)
+            if create:
+                os.makedirs(path)
+            M.fsync_path(os.path.dirname(path))
+        dist.barrier()
+
+    # fio: each of W jobs writes/reads 1/W of the state (whole MiB, at least one)
+    fio_size = max(1, (total // world) >> 20) << 20
+    fio_bs = "4M" if fio_size % (4 << 20) == 0 else "1M"
+
+    def run_fio(rw):
+        if rank != 0:
+            return None
+        d = os.path.join(args.dir, "fio")
+        os.makedirs(d, exist_ok=True)
+        cmd = ["fio", "--name=peers", f"--directory={d}", f"--rw={rw}", f"--bs={fio_bs}",
+               "--direct=1", "--ioengine=libaio", "--iodepth=4", f"--numjobs={world}",
+               f"--size={fio_size}",
+               "--group_reporting", "--output-format=json"]
+        if rw == "write":
+            cmd.append("--end_fsync=1")
+        t0 = time.perf_counter()
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        wall = time.perf_counter() - t0
+        job = json.loads(out[out.index("{"):])["jobs"][0][rw]
+        return {"fio_bytes": job["io_bytes"], "fio_gbps": job["bw_bytes"] / 1e9, "fio_wall": wall}
+
+    buf = None
+
+    def memcpy(to_buffer):
+        off = 0
+        for t in ctx.state.values():
+            b = t.view(-1).view(torch.uint8)
+            if to_buffer:
+                buf[off:off + b.numel()].copy_(b)
+            else:
+                b.copy_(buf[off:off + b.numel()])
+            off += b.numel()
+
+    peers = [p for p in args.peers if p != "fio" or shutil.which("fio")]
+    for rep in range(args.reps):
+        k = rep % len(peers)
+        order = peers[k:] + peers[:k]
+        for op in OPS:
+            for peer in order:
+                path = os.path.join(args.dir, slug(peer))
+                if peer == "fio":
+                    if op == "save":
+                        fresh_dir(path, True)
+                    if op != "reshard":
+                        timed(peer, op, rep, lambda: run_fio("write" if op == "save" else "read"),
+                              0 if op == "save" else local)
+                    continue
+                if peer == "memcpy":
+                    if op != "reshard":
+                        buf = torch.zeros(local, dtype=torch.uint8)
+                        if op == "same":
+                            memcpy(True)
+                        timed(peer, op, rep, lambda: memcpy(op == "save"), local)
+                        buf = None
+                    continue
+                impl = PEERS[peer]
+                if op == "save":
+                    fresh_dir(path, peer != "shardpoint")
+                    timed(peer, op, rep, lambda: impl.save(ctx, path), 0)
+                    continue
+                layout = op
+                tensors, dcp_values = make_tensors(ctx, layout)
+                needed = sum(t.numel() * t.element_size() for t in tensors.values())
+                timed(peer, op, rep, lambda: impl.load(ctx, path, layout, tensors, dcp_values),
+                      needed)
+                if rep == 0 or args.verify_all:
+                    for s in specs:
+                        S.check(s, layout, rank, world, tensors[s.key])
+                tensors = dcp_values = None
+    if rank == 0:
+        info = {"hidden": hidden, "layers": args.layers, "tensors": len(specs),
+                "state_bytes": total, "ranks": world, "reps": args.reps,
+                "cache": drop_kind or "kept", "fio_bytes_per_job": fio_size}
+        with open(os.path.join(args.dir, "results.json"), "w") as f:
+            json.dump({"info": info, "records": records}, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# --------------------------------------------------------------------------
+# Parent: launch the ranks, report.
+
+def launch(args):
+    own_dir = args.dir is None
+    args.dir = os.path.abspath(args.dir or tempfile.mkdtemp(prefix="shardpoint_peers_"))
+    os.makedirs(args.dir, exist_ok=True)
+    init = os.path.join(args.dir, "init")
+    if os.path.exists(init):
+        os.remove(init)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    base = [sys.executable, os.path.abspath(__file__), "--gib", str(args.gib), "--reps",
+            str(args.reps), "--ranks", str(args.ranks), "--layers", str(args.layers), "--dir",
+            args.dir, "--peers", ",".join(args.peers), "--drop", args.drop, "--init", init]
+    if args.verify_all:
+        base.append("--verify-all")
+    procs = [subprocess.Popen(base + ["--worker", str(r)], env=env) for r in range(args.ranks)]
+    failed = False
+    while procs and not failed:
+        for p in list(procs):
+            rc = p.poll()
+            if rc is not None:
+                procs.remove(p)
+                failed = failed or rc != 0
+        time.sleep(0.2)
+    for p in procs:  # a rank failed: the others would wait for it forever
+        p.kill()
+        p.wait()
+    if failed:
+        sys.exit("peers_bench: a rank failed (see its error above)")
+    with open(os.path.join(args.dir, "results.json")) as f:
+        results = json.load(f)
+    results["info"].update(command=" ".join(sys.argv), commit=_commit(), date=time.ctime())
+    print(report(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    if not args.keep:
+        for name in os.listdir(args.dir):
+            p = os.path.join(args.dir, name)
+            shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
+        if own_dir:
+            os.rmdir(args.dir)
+
+
+def _commit():
+    try:
+        return subprocess.run(["git", "-C", REPO, "log", "-1", "--format=%h %s"],
+                              capture_output=True, text=True, check=True).stdout.strip()[:72]
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _gbps(info, rec):
+    if "fio_gbps" in rec:
+        return rec["fio_gbps"]
+    return info["state_bytes"] / rec["seconds"] / 1e9
+
+
+def _ratio(recs, field):
+    vals = [sum(r[field] for r in rec["ranks"]) / max(1, sum(r["needed"] for r in rec["ranks"]))
+            for rec in recs]
+    return statistics.median(vals)
+
+
+def report(results):
+    info, records = results["info"], results["records"]
+    peers = list(dict.fromkeys(r["peer"] for r in records))
+    by = {}
+    for r in records:
+        by.setdefault((r["peer"], r["op"]), []).append(r)
+    gib = info["state_bytes"] / 2**30
+    lines = [f"{info['ranks']} ranks, TP={info['ranks']}: {gib:.2f} GiB "
+             f"({info['state_bytes']:,} B) of bf16 weights + fp32 main params and Adam "
+             f"moments, hidden {info['hidden']}, {info['layers']} layers, "
+             f"{info['tensors']} tensors; {info['reps']} interleaved reps; "
+             f"page cache before each op: {info['cache']}",
+             f"commit {info.get('commit', '?')}; {info.get('date', '')}", "",
+             "| GB/s, median (min–max) | save | load, same layout | load, resharded |",
+             "|---|---|---|---|"]
+    for p in peers:
+        cells = []
+        for op in OPS:
+            recs = by.get((p, op))
+            if not recs:
+                cells.append("")
+                continue
+            v = [_gbps(info, r) for r in recs]
+            cells.append(f"{statistics.median(v):.2f} ({min(v):.2f}–{max(v):.2f})")
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    med = {k: statistics.median(_gbps(info, r) for r in v) for k, v in by.items()}
+    ratios = []
+    for op, name in (("save", "save"), ("same", "same-layout load"), ("reshard", "resharded load")):
+        if ("shardpoint", op) not in med:
+            continue
+        sp = med[("shardpoint", op)]
+        others = [(med[(p, op)], p) for p in peers
+                  if p not in ("shardpoint", "fio", "memcpy") and (p, op) in med]
+        parts = []
+        if others:
+            best, who = max(others)
+            parts.append(f"{sp / best:.2f}x the best peer ({who})")
+        fio_op = "save" if op == "save" else "same"
+        if ("fio", fio_op) in med:
+            io = "write" if op == "save" else "read"
+            parts.append(f"{sp / med[('fio', fio_op)]:.2f}x fio {io}")
+        if parts:
+            ratios.append(f"shardpoint {name}: " + ", ".join(parts))
+    if ratios:
+        lines += ["", "Ratios of medians: " + "; ".join(ratios) + "."]
+    lines += ["", "| per needed byte: read_bytes / rchar; peak RSS growth per rank | "
+              "load, same layout | load, resharded | save: peak RSS growth |", "|---|---|---|---|"]
+    for p in peers:
+        if p == "fio":
+            continue
+        cells = []
+        for op in ("same", "reshard", "save"):
+            recs = by.get((p, op))
+            if not recs:
+                cells.append("")
+                continue
+            rss = statistics.median(max(x["peak_rss_growth"] for x in r["ranks"]) for r in recs)
+            rss_s = f"{rss / 2**20:.0f} MiB"
+            if op == "save":
+                cells.append(rss_s)
+            elif p == "memcpy":
+                cells.append(f"—; {rss_s}")
+            else:
+                cells.append(f"{_ratio(recs, 'read_bytes'):.2f} / {_ratio(recs, 'rchar'):.2f}; "
+                             f"{rss_s}")
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main():
+    args = parse_args()
+    if args.worker is not None:
+        worker(args)
+    else:
+        launch(args)
+
+
+if __name__ == "__main__":
+    main()
