@@ -10,8 +10,8 @@ held by the same number of processes.
 W ranks (processes, torch.distributed gloo; shardpoint over TorchDistributedComm)
 hold a transformer-like model's bf16 weights and fp32 main params + Adam moments
 TP=W (bench/peers/state.py). Per repetition, for every peer in an order rotated
-each repetition: save; then load into the same layout; then load resharded
-(every matrix cut along its other dimension). Before each operation the page
+each repetition: save; then load into the same layout; then resharded to
+TP=W/2 x DP=2; then with every matrix cut along its other dimension. Before each operation the page
 cache is dropped (`--drop all`: sync + /proc/sys/vm/drop_caches, needs root;
 `files`: POSIX_FADV_DONTNEED on the benchmark's files). Every load of the first
 repetition is checked bit for bit (`--verify-all`: every repetition).
@@ -40,7 +40,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 ALL_PEERS = ["shardpoint", "torch.save", "numpy .npy", "PyTorch DCP", "fio", "memcpy"]
-OPS = ["save", "same", "reshard"]
+OPS = ["save", "same", "tp_dp", "other_dim"]
 
 
 def parse_args(argv=None):
@@ -167,21 +167,22 @@ def worker(args):
             off += b.numel()
 
     peers = [p for p in args.peers if p != "fio" or shutil.which("fio")]
+    ops = [op for op in OPS if op != "tp_dp" or world % 2 == 0]
     for rep in range(args.reps):
         k = rep % len(peers)
         order = peers[k:] + peers[:k]
-        for op in OPS:
+        for op in ops:
             for peer in order:
                 path = os.path.join(args.dir, slug(peer))
                 if peer == "fio":
                     if op == "save":
                         fresh_dir(path, True)
-                    if op != "reshard":
+                    if op in ("save", "same"):
                         timed(peer, op, rep, lambda: run_fio("write" if op == "save" else "read"),
                               0 if op == "save" else local)
                     continue
                 if peer == "memcpy":
-                    if op != "reshard":
+                    if op in ("save", "same"):
                         buf = torch.zeros(local, dtype=torch.uint8)
                         if op == "same":
                             memcpy(True)
@@ -277,9 +278,15 @@ def _ratio(recs, field):
     return statistics.median(vals)
 
 
+OP_NAMES = {"save": "save", "same": "load, same layout", "tp_dp": "load, TP=W/2 x DP=2",
+            "other_dim": "load, other dim"}
+
+
 def report(results):
     info, records = results["info"], results["records"]
     peers = list(dict.fromkeys(r["peer"] for r in records))
+    ops = [op for op in OPS if any(r["op"] == op for r in records)]
+    names = [OP_NAMES[op].replace("W/2", str(info["ranks"] // 2)) for op in ops]
     by = {}
     for r in records:
         by.setdefault((r["peer"], r["op"]), []).append(r)
@@ -290,21 +297,17 @@ def report(results):
              f"{info['tensors']} tensors; {info['reps']} interleaved reps; "
              f"page cache before each op: {info['cache']}",
              f"commit {info.get('commit', '?')}; {info.get('date', '')}", "",
-             "| GB/s, median (min–max) | save | load, same layout | load, resharded |",
-             "|---|---|---|---|"]
+             "| GB/s, median (min–max) | " + " | ".join(names) + " |",
+             "|---" * (len(ops) + 1) + "|"]
     for p in peers:
         cells = []
-        for op in OPS:
-            recs = by.get((p, op))
-            if not recs:
-                cells.append("")
-                continue
-            v = [_gbps(info, r) for r in recs]
-            cells.append(f"{statistics.median(v):.2f} ({min(v):.2f}–{max(v):.2f})")
+        for op in ops:
+            v = [_gbps(info, r) for r in by.get((p, op), [])]
+            cells.append(f"{statistics.median(v):.2f} ({min(v):.2f}–{max(v):.2f})" if v else "")
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
     med = {k: statistics.median(_gbps(info, r) for r in v) for k, v in by.items()}
     ratios = []
-    for op, name in (("save", "save"), ("same", "same-layout load"), ("reshard", "resharded load")):
+    for op, name in zip(ops, names):
         if ("shardpoint", op) not in med:
             continue
         sp = med[("shardpoint", op)]
@@ -319,26 +322,25 @@ def report(results):
             io = "write" if op == "save" else "read"
             parts.append(f"{sp / med[('fio', fio_op)]:.2f}x fio {io}")
         if parts:
-            ratios.append(f"shardpoint {name}: " + ", ".join(parts))
+            ratios.append(f"{name}: " + ", ".join(parts))
     if ratios:
-        lines += ["", "Ratios of medians: " + "; ".join(ratios) + "."]
-    lines += ["", "| per needed byte: read_bytes / rchar; peak RSS growth per rank | "
-              "load, same layout | load, resharded | save: peak RSS growth |", "|---|---|---|---|"]
+        lines += ["", "shardpoint, ratios of medians: " + "; ".join(ratios) + "."]
+    loads = [op for op in ops if op != "save"]
+    lines += ["", "| read_bytes / rchar per needed byte; peak RSS growth of a rank | "
+              + " | ".join(names[1:]) + " | save |", "|---" * (len(ops) + 1) + "|"]
     for p in peers:
         if p == "fio":
             continue
         cells = []
-        for op in ("same", "reshard", "save"):
+        for op in loads + ["save"]:
             recs = by.get((p, op))
             if not recs:
                 cells.append("")
                 continue
             rss = statistics.median(max(x["peak_rss_growth"] for x in r["ranks"]) for r in recs)
             rss_s = f"{rss / 2**20:.0f} MiB"
-            if op == "save":
+            if op == "save" or p == "memcpy":
                 cells.append(rss_s)
-            elif p == "memcpy":
-                cells.append(f"—; {rss_s}")
             else:
                 cells.append(f"{_ratio(recs, 'read_bytes'):.2f} / {_ratio(recs, 'rchar'):.2f}; "
                              f"{rss_s}")

@@ -20,10 +20,11 @@ class Rank:
 
     def __init__(self, rank, world, specs, comm, dcp):
         self.rank, self.world, self.specs, self.comm, self.dcp = rank, world, specs, comm, dcp
+        # TP groups of the tp_dp layout ({0..W/2-1}, {W/2..W-1}): DCP's ShardedTensors need them
+        half = world // 2
+        self.tp_groups = ([torch.distributed.new_group(list(range(d * half, (d + 1) * half)))
+                           for d in range(2)] if world % 2 == 0 else None)
         self.state, self.sharded_state = make_tensors(self, "same")
-
-    def barrier(self):
-        torch.distributed.barrier()
 
 
 def make_tensors(ctx, layout):
@@ -33,7 +34,9 @@ def make_tensors(ctx, layout):
     from torch.distributed._shard import sharded_tensor
     from torch.distributed._shard.sharding_spec import ChunkShardingSpec
     tensors, dcp_values = {}, {}
-    placements = [f"rank:{r}/cpu" for r in range(ctx.world)]
+    tp = S.tp_size(layout, ctx.world)
+    placements = [f"rank:{r}/cpu" for r in range(tp)]
+    group = ctx.tp_groups[ctx.rank // tp] if tp != ctx.world else None
     for s in ctx.specs:
         d = s.dims[layout]
         if d is None:
@@ -41,7 +44,7 @@ def make_tensors(ctx, layout):
             dcp_values[s.key] = t
         else:
             st = sharded_tensor.empty(ChunkShardingSpec(dim=d, placements=placements), *s.shape,
-                                      dtype=s.dtype)
+                                      dtype=s.dtype, process_group=group)
             t = st.local_shards()[0].tensor
             assert tuple(t.shape) == s.local_shape(layout, ctx.world), (s.key, t.shape)
             t.zero_()
@@ -60,11 +63,11 @@ class Shardpoint:
 
     def _sd(self, ctx, tensors, layout):
         import shardpoint as sp
-        out = {}
+        out, tp = {}, S.tp_size(layout, ctx.world)
         for s in ctx.specs:
             d = s.dims[layout]
             out[s.key] = (sp.whole(s.key, tensors[s.key]) if d is None else
-                          sp.chunk(s.key, tensors[s.key], list(s.shape), d, ctx.rank, ctx.world))
+                          sp.chunk(s.key, tensors[s.key], list(s.shape), d, ctx.rank % tp, tp))
         return out
 
     def save(self, ctx, path):

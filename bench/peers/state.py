@@ -2,12 +2,17 @@
 
 A transformer-like model (Megatron names, as src/testing/transformer.cc): bf16
 parameters and, per parameter, fp32 main parameter, Adam exp_avg and
-exp_avg_sq (14 bytes per parameter), tensor-parallel over W ranks. Layout
-"same" cuts column-parallel tensors (QKV, fc1 and its bias, embedding, output
-layer) on dim 0 and row-parallel ones (attention projection, fc2) on dim 1, as
-Megatron does; norms are replicated. Layout "reshard" cuts every matrix along
-its other dimension, so every rank needs a strip of every saved shard (the
-hardest resharding for a reader: TP=W on another axis).
+exp_avg_sq (14 bytes per parameter), tensor-parallel over W ranks. Layouts:
+
+  same       TP=W as saved: column-parallel tensors (QKV, fc1 and its bias,
+             embedding, output layer) cut on dim 0, row-parallel ones
+             (attention projection, fc2) on dim 1, as Megatron does; norms
+             replicated.
+  tp_dp      TP=W/2 x DP=2: the same cuts into half as many pieces; ranks r
+             and r + W/2 hold the same piece (data-parallel replicas).
+  other_dim  TP=W with every matrix cut along its other dimension: every rank
+             needs a strip of every saved shard (the hardest resharding for a
+             reader).
 
 Values are a hash of the global element index, so any box of any tensor can be
 generated or checked without the rest of the tensor.
@@ -18,7 +23,7 @@ import zlib
 import torch
 
 OPTIMIZER_STATES = ("fp32_param", "exp_avg", "exp_avg_sq")
-LAYOUTS = ("same", "reshard")
+LAYOUTS = ("same", "tp_dp", "other_dim")
 
 
 class Spec:
@@ -27,7 +32,7 @@ class Spec:
     def __init__(self, key, dtype, shape, dim):
         self.key, self.dtype, self.shape = key, dtype, tuple(shape)
         other = dim if dim is None or len(shape) == 1 else 1 - dim
-        self.dims = {"same": dim, "reshard": other}
+        self.dims = {"same": dim, "tp_dp": dim, "other_dim": other}
         self.seed = zlib.crc32(key.encode())
 
     def nbytes(self):
@@ -41,12 +46,17 @@ class Spec:
         d = self.dims[layout]
         out = [(0, s) for s in self.shape]
         if d is not None:
-            n = self.shape[d] // world
-            out[d] = (rank * n, (rank + 1) * n)
+            count = tp_size(layout, world)
+            n, index = self.shape[d] // count, rank % count
+            out[d] = (index * n, (index + 1) * n)
         return out
 
     def local_shape(self, layout, world):
         return tuple(hi - lo for lo, hi in self.box(layout, 0, world))
+
+
+def tp_size(layout, world):
+    return world // 2 if layout == "tp_dp" else world
 
 
 def model_specs(hidden, layers, world):
