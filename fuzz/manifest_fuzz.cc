@@ -1,10 +1,5 @@
 // libFuzzer target for DecodeManifest (and ManifestToJson / EncodeManifest on
-// whatever decodes). Not part of the CMake build; build by hand from the repo root:
-//
-//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -I. \
-//     fuzz/manifest_fuzz.cc src/format/manifest.cc src/format/manifest_json.cc \
-//     src/format/checksum.cc src/base/status.cc src/geometry/dtype.cc src/geometry/box.cc \
-//     -lxxhash -o /tmp/manifest_fuzz && /tmp/manifest_fuzz -max_total_time=60
+// whatever decodes). Built by fuzz/CMakeLists.txt; see fuzz/README.md.
 //
 // Most random inputs die at the trailing checksum; the target therefore also
 // re-seals each input (recomputes the checksum) so the structure checks are

@@ -1,10 +1,5 @@
-// libFuzzer target for the safetensors header decoders. Not part of the CMake
-// build; build by hand from the repo root:
-//
-//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -I. \
-//     fuzz/safetensors_fuzz.cc src/format/safetensors.cc src/base/status.cc \
-//     src/geometry/dtype.cc src/geometry/box.cc -o /tmp/safetensors_fuzz && \
-//     /tmp/safetensors_fuzz -max_total_time=60
+// libFuzzer target for the safetensors header decoders. Built by
+// fuzz/CMakeLists.txt; see fuzz/README.md.
 //
 // The input is a whole file image: 8-byte length, JSON header, data region.
 // Whatever decodes is re-encoded and decoded again; the entries must survive.
