@@ -94,10 +94,8 @@ def worker(args):
     comm = sp.TorchDistributedComm()
     hidden, specs = S.scale_model(int(args.gib * 2**30), world, args.layers)
     ctx = Rank(rank, world, specs, comm, dcp)
-    for s in specs:
-        S.fill(s, "same", rank, world, ctx.state[s.key])
     total = sum(s.nbytes() for s in specs)
-    local = sum(t.numel() * t.element_size() for t in ctx.state.values())
+    local = sum(s.nbytes() // (world if s.dims["same"] is not None else 1) for s in specs)
     records, drop_kind = [], None
 
     def timed(peer, op, rep, fn, needed):
@@ -171,7 +169,12 @@ def worker(args):
     for rep in range(args.reps):
         k = rep % len(peers)
         order = peers[k:] + peers[:k]
+        ctx.make_state()  # filled anew each repetition, dropped after the saves (memory)
+        for s in specs:
+            S.fill(s, "same", rank, world, ctx.state[s.key])
         for op in ops:
+            if op != "save":
+                ctx.state = ctx.sharded_state = None
             for peer in order:
                 path = os.path.join(args.dir, slug(peer))
                 if peer == "fio":
@@ -182,11 +185,10 @@ def worker(args):
                               0 if op == "save" else local)
                     continue
                 if peer == "memcpy":
-                    if op in ("save", "same"):
+                    if op == "save":  # both directions now: the state is gone during loads
                         buf = torch.zeros(local, dtype=torch.uint8)
-                        if op == "same":
-                            memcpy(True)
-                        timed(peer, op, rep, lambda: memcpy(op == "save"), local)
+                        timed(peer, "save", rep, lambda: memcpy(True), local)
+                        timed(peer, "same", rep, lambda: memcpy(False), local)
                         buf = None
                     continue
                 impl = PEERS[peer]

@@ -16,7 +16,7 @@ from peers.measure import fsync_path
 
 
 class Rank:
-    """This rank: its place in the job, the model and its state."""
+    """This rank: its place in the job, the model and (during saves) its state."""
 
     def __init__(self, rank, world, specs, comm, dcp):
         self.rank, self.world, self.specs, self.comm, self.dcp = rank, world, specs, comm, dcp
@@ -24,6 +24,11 @@ class Rank:
         half = world // 2
         self.tp_groups = ([torch.distributed.new_group(list(range(d * half, (d + 1) * half)))
                            for d in range(2)] if world % 2 == 0 else None)
+        self.state = self.sharded_state = None
+
+    def make_state(self):
+        """Allocates this rank's state (zeros): key -> tensor, and key -> DCP value."""
+        self.state = self.sharded_state = None
         self.state, self.sharded_state = make_tensors(self, "same")
 
 
