@@ -122,6 +122,8 @@ def worker(args):
             if extra:
                 rec.update(extra)
             records.append(rec)
+            print(f"peers_bench: rep {rep} {peer} {op}: {seconds:.2f} s", file=sys.stderr,
+                  flush=True)
 
     def fresh_dir(path, create):
         if rank == 0:
@@ -205,12 +207,14 @@ def worker(args):
                     for s in specs:
                         S.check(s, layout, rank, world, tensors[s.key])
                 tensors = dcp_values = None
-    if rank == 0:
-        info = {"hidden": hidden, "layers": args.layers, "tensors": len(specs),
-                "state_bytes": total, "ranks": world, "reps": args.reps,
-                "cache": drop_kind or "kept", "fio_bytes_per_job": fio_size}
-        with open(os.path.join(args.dir, "results.json"), "w") as f:
-            json.dump({"info": info, "records": records}, f)
+        if rank == 0:  # after every repetition: a run cut short still has figures
+            info = {"hidden": hidden, "layers": args.layers, "tensors": len(specs),
+                    "state_bytes": total, "ranks": world, "reps": rep + 1,
+                    "cache": drop_kind or "kept", "fio_bytes_per_job": fio_size}
+            with open(os.path.join(args.dir, "results.json.tmp"), "w") as f:
+                json.dump({"info": info, "records": records}, f)
+            os.replace(os.path.join(args.dir, "results.json.tmp"),
+                       os.path.join(args.dir, "results.json"))
     dist.barrier()
     dist.destroy_process_group()
 
