@@ -4,7 +4,8 @@
 set -euo pipefail
 PKGS=(build-essential cmake g++ libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev
       nlohmann-json3-dev libcli11-dev libopenmpi-dev openmpi-bin libmpich-dev mpich
-      pybind11-dev python3-dev
+      pybind11-dev python3-dev python3-setuptools python3-wheel python3-venv python3-pip
+      python3-build pkg-config dpkg-dev
       python3-numpy python3-torch python3-mpi4py python3-pytest fio clang-format)
 missing=()
 for p in "${PKGS[@]}"; do

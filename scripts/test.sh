@@ -2,6 +2,7 @@
 # Set up, build and run every test (README command 2; CI runs this).
 #   0. every C++ file formatted with the repo's .clang-format;
 #   1. a warnings-as-errors build and the whole suite (ctest);
+#      the install paths: cmake --install + find_package/pkg-config/add_subdirectory;
 #   2. the suite again under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   3. the library and its mpirun tests built against MPICH instead of Open MPI.
 # SHARDPOINT_SKIP_SANITIZE=1 skips step 2, SHARDPOINT_SKIP_MPICH=1 step 3 (for
@@ -19,6 +20,9 @@ cmake -S . -B build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDPOINT_WERROR=O
 cmake --build build-test -j"$jobs"
 echo "== tests"
 ctest --test-dir build-test --output-on-failure -j"$jobs"
+
+echo "== install: cmake --install, then find_package / pkg-config / add_subdirectory consumers"
+bash tests/install/run.sh build-test
 
 if [ "${SHARDPOINT_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== build (AddressSanitizer + UndefinedBehaviorSanitizer)"

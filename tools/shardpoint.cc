@@ -17,6 +17,7 @@ namespace sp = shardpoint;
 int main(int argc, char** argv) {
   CLI::App app{"shardpoint: inspect, verify, diff and convert distributed checkpoints"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "shardpoint " SP_VERSION);
 
   std::string dir;
   bool json = false;
