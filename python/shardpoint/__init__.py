@@ -14,11 +14,13 @@ under any other. See docs/python.md.
 
 from shardpoint._shardpoint import (  # noqa: F401 - re-exported
     DataLossError, DType, Error, FailedPreconditionError, InternalError, InvalidArgumentError,
-    IOError, NotFoundError, SavePlanCache, SaveStats)
+    IOFailureError, IsDirectoryError, NotDirectoryError, NotFoundError, PermissionDeniedError,
+    SavePlanCache)
 from shardpoint._objects import PickleNotAllowedError  # noqa: F401
 from shardpoint._tensors import to_dtype  # noqa: F401
 from shardpoint._checkpoint import (  # noqa: F401
-    AsyncSaver, LoadResult, SaveHandle, ShardedObject, flatten_keys, load, save, save_async)
+    AsyncSaver, LoadResult, SaveHandle, SaveStats, ShardedObject, flatten_keys, load, save,
+    save_async)
 from shardpoint._manager import CheckpointManager  # noqa: F401
 from shardpoint import comm  # noqa: F401
 from shardpoint.comm import (  # noqa: F401
@@ -30,8 +32,19 @@ __all__ = [
     "save", "save_async", "load", "CheckpointManager", "AsyncSaver", "SaveHandle",
     "LoadResult", "ShardedObject", "flatten_keys", "Comm", "comm", "single", "thread_comms",
     "MPI4PyComm", "TorchDistributedComm", "default_comm", "Error", "InvalidArgumentError",
-    "NotFoundError", "IOError", "DataLossError", "FailedPreconditionError", "InternalError",
+    "NotFoundError", "IOFailureError", "PermissionDeniedError", "IsDirectoryError",
+    "NotDirectoryError", "DataLossError", "FailedPreconditionError", "InternalError",
     "PickleNotAllowedError", "DType", "to_dtype", "SavePlanCache", "SaveStats",
 ] + list(_sharded_all)
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # Deprecated alias kept outside __all__: `shardpoint.IOError` shadowed the builtin.
+    if name == "IOError":
+        import warnings
+        warnings.warn("shardpoint.IOError is deprecated: use shardpoint.IOFailureError (an "
+                      "OSError)", DeprecationWarning, stacklevel=2)
+        return IOFailureError
+    raise AttributeError(f"module 'shardpoint' has no attribute '{name}'")

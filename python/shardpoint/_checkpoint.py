@@ -17,20 +17,28 @@ A state dict is a dict whose values are
 values and ``ShardedObject.value`` are replaced by the stored ones.
 """
 
+from __future__ import annotations
+
 import atexit
+import dataclasses
 import json
+import os
 import threading
 import time
 import weakref
+from typing import Any, Callable, Iterable, Sequence
 
 from shardpoint import _shardpoint as _C
 from shardpoint import _objects
+from shardpoint._staging import DeviceStaging, is_device_tensor
 from shardpoint._tensors import is_tensor
-from shardpoint.comm import default_comm
+from shardpoint.comm import Comm, default_comm
 from shardpoint.sharded import ShardedTensor, whole
+from shardpoint.torch_layouts import from_torch, is_torch_sharded
 
 __all__ = ["ShardedObject", "save", "save_async", "load", "AsyncSaver", "SaveHandle",
-           "LoadResult", "flatten_keys"]
+           "LoadResult", "SaveStats", "flatten_keys"]
+
 
 
 class ShardedObject:
@@ -43,13 +51,14 @@ class ShardedObject:
 
     __slots__ = ("key", "value", "index", "grid")
 
-    def __init__(self, key, value=None, index=(), grid=()):
+    def __init__(self, key: str, value: Any = None, index: Iterable[int] = (),
+                 grid: Iterable[int] = ()) -> None:
         self.key = key
         self.value = value
         self.index = [int(i) for i in index]
         self.grid = [int(g) for g in grid]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"ShardedObject({self.key!r}, index={self.index}, grid={self.grid})"
 
 
@@ -79,6 +88,10 @@ def _walk(node, path, out):
         out.append(("sharded", path, node))
     elif isinstance(node, ShardedObject):
         out.append(("sobject", node.key, node))
+    elif is_torch_sharded(node):  # torch's ShardedTensor / DTensor: its own layout
+        sts = from_torch(path, node)
+        for st in sts if isinstance(sts, list) else [sts]:
+            out.append(("sharded", path, st))
     elif is_tensor(node):
         out.append(("tensor", path, node))
     elif isinstance(node, dict):
@@ -109,7 +122,7 @@ def _flatten(state_dict):
     return out
 
 
-def flatten_keys(state_dict):
+def flatten_keys(state_dict: dict) -> dict[str, str]:
     """The keys a state dict is stored under: {key: "tensor" | "object"}."""
     keys = {}
     for kind, key, node in _flatten(state_dict):
@@ -121,7 +134,8 @@ def flatten_keys(state_dict):
     return keys
 
 
-def _build(state_dict, *, load, allow_pickle, common=None, metadata=None, raw_objects=False):
+def _build(state_dict, *, load, allow_pickle, common=None, metadata=None, raw_objects=False,
+           staging=None):
     """A C++ State over the state dict's memory, the objects keeping it alive,
     and the flattened entries."""
     entries = _flatten(state_dict)
@@ -130,7 +144,12 @@ def _build(state_dict, *, load, allow_pickle, common=None, metadata=None, raw_ob
     for kind, key, node in entries:
         if kind in ("sharded", "tensor"):
             sharded = node if kind == "sharded" else whole(key, node)
-            lt, owner = sharded.bind(writable=load)
+            if is_device_tensor(sharded.data):  # CUDA: through pinned host memory
+                if staging is None:
+                    raise _C.InvalidArgumentError(f"'{key}': a tensor on {sharded.data.device}")
+                lt, owner = sharded.bind(writable=load, data=staging.host(sharded.data))
+            else:
+                lt, owner = sharded.bind(writable=load)
             tensors.append(lt)
             owners.append(owner)
         else:
@@ -142,6 +161,8 @@ def _build(state_dict, *, load, allow_pickle, common=None, metadata=None, raw_ob
                 data = value if raw_objects and isinstance(value, bytes) else \
                     _objects.encode(key, value, allow_pickle)
             objects.append(_C.Object(key, data, index, grid))
+    if staging is not None:
+        staging.ready()  # the device-to-host copies of a save are done
     st.tensors = tensors
     st.objects = objects
     if load:
@@ -198,9 +219,12 @@ def _wait_until_comm_idle(comm, skip=None):
                 pass
 
 
-def save(state_dict, path, comm=None, *, common=None, metadata=None, allow_pickle=False,
-         overwrite=False, io_threads=None, staging_bytes=None, direct_io=None,
-         verify_replicas=True, plan_cache=None, log=None):
+def save(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
+         common: Any = None, metadata: dict | None = None, allow_pickle: bool = False,
+         overwrite: bool = False, io_threads: int | None = None,
+         staging_bytes: int | None = None, direct_io: bool | None = None,
+         verify_replicas: bool = True, plan_cache: _C.SavePlanCache | None = None,
+         log: Callable[[str], Any] | None = None) -> SaveStats:
     """Saves every rank's ``state_dict`` into checkpoint directory ``path``. Collective.
 
     ``common``: one value for the whole job (rank 0's is stored: iteration,
@@ -209,47 +233,51 @@ def save(state_dict, path, comm=None, *, common=None, metadata=None, allow_pickl
     checkpoint. ``verify_replicas`` (default True): fail if replicas of a tensor differ.
     ``plan_cache``: a ``SavePlanCache`` reused between saves of this rank.
     ``log``: called on rank 0 with one line when the save committed or failed.
-    Returns the C++ ``SaveStats``. The GIL is released while it runs.
+    Returns the ``SaveStats``. The GIL is released while it runs.
     """
     comm = comm if comm is not None else default_comm()
     _wait_until_comm_idle(comm)
-    st, owners, _ = _build(state_dict, load=False, allow_pickle=allow_pickle, common=common,
-                           metadata=metadata)
-    opts = _save_options(overwrite, io_threads, staging_bytes, direct_io, verify_replicas,
-                         plan_cache, log)
-    stats = _C.save(st, str(path), comm, opts)
-    del owners
-    return stats
+    staging = DeviceStaging(load=False)
+    try:
+        st, owners, _ = _build(state_dict, load=False, allow_pickle=allow_pickle, common=common,
+                               metadata=metadata, staging=staging)
+        opts = _save_options(overwrite, io_threads, staging_bytes, direct_io, verify_replicas,
+                             plan_cache, log)
+        stats = _C.save(st, os.fspath(path), comm, opts)
+        del owners
+    finally:
+        staging.release()
+    return SaveStats.from_cpp(stats)
 
 
 class SaveHandle:
     """The outcome of ``save_async``: ``wait()`` returns the SaveStats or raises the
     save's error (the same on every call); ``done()`` is True once it committed or failed."""
 
-    def __init__(self, handle, comm, path):
+    def __init__(self, handle: Any, comm: Comm, path: str) -> None:
         self._handle = handle
         self._comm = comm  # the background save uses it: keep it alive
         self.path = path
 
-    def done(self):
+    def done(self) -> bool:
         return self._handle.done()
 
-    def wait(self, timeout=None):
+    def wait(self, timeout: float | None = None) -> SaveStats:
         if timeout is not None:
             deadline = time.monotonic() + timeout
             while not self._handle.done():
                 if time.monotonic() >= deadline:
                     raise TimeoutError(f"save of {self.path} still running after {timeout} s")
                 time.sleep(0.005)
-        return self._handle.wait()
+        return SaveStats.from_cpp(self._handle.wait())
 
     @property
-    def stall_seconds(self):
+    def stall_seconds(self) -> float:
         """How long save_async blocked the caller (previous save, then the copy)."""
         return self._handle.stall_seconds
 
     @property
-    def staged_bytes(self):
+    def staged_bytes(self) -> int:
         return self._handle.staged_bytes
 
 
@@ -266,15 +294,19 @@ class AsyncSaver:
     state's structure does not change. Collective: every rank uses its own
     AsyncSaver in the same order."""
 
-    def __init__(self, max_staging_bytes=0):
+    def __init__(self, max_staging_bytes: int = 0) -> None:
         self._saver = _C.AsyncSaver(int(max_staging_bytes))
         self._plan_cache = _C.SavePlanCache()
         self._last = None
         _live_savers.add(self)
 
-    def save(self, state_dict, path, comm=None, **kwargs):
-        return self._submit(state_dict, str(path), comm,
-                            lambda st, c, opts: self._saver.save(st, str(path), c, opts),
+    def save(self, state_dict: dict, path: str | os.PathLike, comm: Comm | None = None,
+             **kwargs: Any) -> SaveHandle:
+        """Stages ``state_dict`` and saves it into ``path`` in the background; same
+        keyword arguments as ``save`` (no plan_cache: the saver keeps one)."""
+        path = os.fspath(path)
+        return self._submit(state_dict, path, comm,
+                            lambda st, c, opts: self._saver.save(st, path, c, opts),
                             **kwargs)
 
     def _submit(self, state_dict, path, comm, start, *, common=None, metadata=None,
@@ -283,26 +315,30 @@ class AsyncSaver:
         """Stages ``state_dict`` and starts ``start(state, comm, options)`` (a C++
         save into ``path`` that returns a C++ SaveHandle)."""
         comm = comm if comm is not None else default_comm()
-        st, owners, _ = _build(state_dict, load=False, allow_pickle=allow_pickle, common=common,
-                               metadata=metadata)
-        _wait_until_comm_idle(comm, skip=self)  # the C++ saver waits for its own save
-        opts = _save_options(overwrite, io_threads, staging_bytes, direct_io, verify_replicas,
-                             self._plan_cache, log)
-        handle = SaveHandle(start(st, comm, opts), comm, path)
-        del owners  # staged: the caller's memory is no longer used
+        staging = DeviceStaging(load=False)
+        try:
+            st, owners, _ = _build(state_dict, load=False, allow_pickle=allow_pickle,
+                                   common=common, metadata=metadata, staging=staging)
+            _wait_until_comm_idle(comm, skip=self)  # the C++ saver waits for its own save
+            opts = _save_options(overwrite, io_threads, staging_bytes, direct_io,
+                                 verify_replicas, self._plan_cache, log)
+            handle = SaveHandle(start(st, comm, opts), comm, path)
+            del owners  # staged: the caller's memory is no longer used
+        finally:
+            staging.release()
         self._last = handle
         return handle
 
-    def wait(self):
+    def wait(self) -> None:
         """Waits for the save in flight (if any); raises its error."""
         self._saver.wait_for_pending()
 
     @property
-    def pool_bytes(self):
+    def pool_bytes(self) -> int:
         return self._saver.pool_bytes
 
     @property
-    def plan_cache(self):
+    def plan_cache(self) -> _C.SavePlanCache:
         return self._plan_cache
 
 
@@ -310,7 +346,7 @@ _default_saver = None
 _default_saver_lock = threading.Lock()
 
 
-def default_saver():
+def default_saver() -> AsyncSaver:
     """This process's AsyncSaver (created on first use), used by ``save_async``."""
     global _default_saver
     with _default_saver_lock:
@@ -319,7 +355,8 @@ def default_saver():
     return _default_saver
 
 
-def save_async(state_dict, path, comm=None, **kwargs):
+def save_async(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None,
+               **kwargs: Any) -> SaveHandle:
     """``save`` in the background with this process's default AsyncSaver; returns a
     SaveHandle (``wait()``, ``done()``). Same arguments as ``save`` (no plan_cache:
     the saver keeps one)."""
@@ -337,6 +374,7 @@ def _wait_for_pending_saves():
             pass
 
 
+@dataclasses.dataclass
 class LoadResult:
     """What ``load`` found: ``missing_keys`` (requested, not stored) and
     ``unexpected_keys`` (stored, requested by no rank), both sorted; ``common``
@@ -344,50 +382,86 @@ class LoadResult:
     None); ``bytes_read`` (from storage by this rank), ``bytes_received`` (from
     other ranks, cooperative load) and ``seconds``."""
 
-    __slots__ = ("missing_keys", "unexpected_keys", "common", "metadata", "bytes_read",
-                 "bytes_received", "seconds")
-
-    def __init__(self, **kw):
-        for k in self.__slots__:
-            setattr(self, k, kw.get(k))
-
-    def __repr__(self):
-        return (f"LoadResult(missing_keys={self.missing_keys}, "
-                f"unexpected_keys={self.unexpected_keys})")
+    missing_keys: list[str] = dataclasses.field(default_factory=list)
+    unexpected_keys: list[str] = dataclasses.field(default_factory=list)
+    common: Any = None
+    metadata: dict | None = None
+    bytes_read: int = 0
+    bytes_received: int = 0
+    seconds: float = 0.0
 
 
-def _fill(node, path, values, raw, allow_pickle):
+@dataclasses.dataclass(frozen=True)
+class SaveStats:
+    """What a save did: ``bytes_written`` (by all ranks), ``rank_bytes`` (by this
+    rank), ``num_files``, ``num_chunks``, ``seconds``, ``plan_seconds`` and
+    ``plan_cached`` (the plan came from a ``SavePlanCache``)."""
+
+    bytes_written: int
+    rank_bytes: int
+    num_files: int
+    num_chunks: int
+    seconds: float
+    plan_seconds: float
+    plan_cached: bool
+
+    @classmethod
+    def from_cpp(cls, s: Any) -> SaveStats:
+        return cls(**{f.name: getattr(s, f.name) for f in dataclasses.fields(cls)})
+
+
+Decoder = Callable[[str, bytes, Any], Any]  # (key, stored bytes, template value) -> value
+
+
+def _fill(node: Any, path: str, values: dict, decode: Decoder) -> Any:
     """Rebuilds the template ``node`` with loaded values (dicts and lists in place)."""
     if isinstance(node, ShardedTensor) or is_tensor(node):
         return node
     if isinstance(node, ShardedObject):
         if (node.key, tuple(node.index)) in values:
-            node.value = _decode(node.key, values[(node.key, tuple(node.index))], node.value,
-                                 raw, allow_pickle)
+            node.value = decode(node.key, values[(node.key, tuple(node.index))], node.value)
         return node
     if isinstance(node, dict):
         for k in list(node.keys()):
-            node[k] = _fill(node[k], _join(path, k), values, raw, allow_pickle)
+            node[k] = _fill(node[k], _join(path, k), values, decode)
         return node
     if isinstance(node, (list, tuple)) and _contains_leaf(node):
-        items = [_fill(v, _join(path, i), values, raw, allow_pickle) for i, v in enumerate(node)]
+        items = [_fill(v, _join(path, i), values, decode) for i, v in enumerate(node)]
         if isinstance(node, list):
             node[:] = items
             return node
         return type(node)(*items) if hasattr(node, "_fields") else type(node)(items)
     if (path, ()) in values:
-        return _decode(path, values[(path, ())], node, raw, allow_pickle)
+        return decode(path, values[(path, ())], node)
     return node
 
 
-def _decode(key, data, like, raw, allow_pickle):
-    return data if raw else _objects.decode(key, data, allow_pickle, like)
+def decoder(checkpoint: str, raw: bool, allow_pickle: bool) -> Decoder:
+    """How ``load`` turns stored object bytes into values (errors name ``checkpoint``)."""
+    def decode(key: str, data: bytes, like: Any) -> Any:
+        return data if raw else _objects.decode(key, data, allow_pickle, like, checkpoint)
+    return decode
 
 
-def load(state_dict, path, comm=None, *, strict=True, allow_pickle=False, common=True,
-         allow_missing_keys=None, allow_unexpected_keys=None, allow_dtype_conversion=False,
-         allow_shape_mismatch=False, verify_checksums=True, io_threads=None,
-         raw_objects=False, cooperative=True, read_slice_bytes=None):
+def decode_metadata(st: Any, checkpoint: str) -> dict | None:
+    """The stored metadata dict of a loaded C++ State (None if there is none)."""
+    text = st.metadata_bytes
+    if not text:
+        return None
+    meta = _objects.parse_json(text, f"metadata of checkpoint '{checkpoint}'")
+    if not isinstance(meta, dict):
+        raise _C.DataLossError(f"metadata of checkpoint '{checkpoint}': a JSON "
+                               f"{type(meta).__name__}, not an object")
+    return meta
+
+
+def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
+         strict: bool = True, allow_pickle: bool = False, common: bool = True,
+         allow_missing_keys: bool | None = None, allow_unexpected_keys: bool | None = None,
+         allow_dtype_conversion: bool = False, allow_shape_mismatch: bool = False,
+         verify_checksums: bool = True, io_threads: int | None = None,
+         raw_objects: bool = False, cooperative: bool = True,
+         read_slice_bytes: int | None = None) -> LoadResult:
     """Loads checkpoint ``path`` into ``state_dict`` (the template, under any layout).
     Collective.
 
@@ -409,7 +483,9 @@ def load(state_dict, path, comm=None, *, strict=True, allow_pickle=False, common
     """
     comm = comm if comm is not None else default_comm()
     _wait_until_comm_idle(comm)
-    st, owners, _ = _build(state_dict, load=True, allow_pickle=allow_pickle, common=common)
+    staging = DeviceStaging(load=True)
+    st, owners, _ = _build(state_dict, load=True, allow_pickle=allow_pickle, common=common,
+                           staging=staging)
     o = _C.LoadOptions()
     o.allow_missing_keys = (not strict) if allow_missing_keys is None else bool(allow_missing_keys)
     o.allow_unexpected_keys = ((not strict) if allow_unexpected_keys is None
@@ -425,15 +501,20 @@ def load(state_dict, path, comm=None, *, strict=True, allow_pickle=False, common
     # A checkpoint without common state (written by the CLI or the C++ API)
     # loads with common None.
     o.common_optional = bool(common)
-    r = _C.load(st, str(path), comm, o)
+    path = os.fspath(path)
+    try:
+        r = _C.load(st, path, comm, o)
+        staging.finish()  # pinned buffers -> device tensors
+    finally:
+        staging.release()
     del owners
     values = {(ob.key, tuple(ob.index)): ob.bytes for ob in st.objects if ob.bytes}
-    _fill(state_dict, "", values, raw_objects, allow_pickle)
+    decode = decoder(path, raw_objects, allow_pickle)
+    _fill(state_dict, "", values, decode)
     common_value = None
     if common and st.common is not None and _COMMON not in r.missing_keys:
-        common_value = st.common if raw_objects else _objects.decode(
-            "<common>", st.common, allow_pickle)
-    meta = json.loads(st.metadata_json) if st.metadata_json else None
+        common_value = decode(_COMMON, st.common, None)
+    meta = decode_metadata(st, path)
     return LoadResult(missing_keys=list(r.missing_keys), unexpected_keys=list(r.unexpected_keys),
                       common=common_value, metadata=meta, bytes_read=r.bytes_read,
                       bytes_received=r.bytes_received, seconds=r.seconds)

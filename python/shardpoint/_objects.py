@@ -13,8 +13,11 @@ Tuples come back as lists, except where the value being loaded into (the
 template) holds a tuple at the same place.
 """
 
+from __future__ import annotations
+
 import json
 import pickle
+from typing import Any
 
 from shardpoint import _shardpoint as _C
 
@@ -25,7 +28,7 @@ class PickleNotAllowedError(_C.InvalidArgumentError):
     """A value needs pickle (to save) or is pickled (to load) and the caller did not opt in."""
 
 
-def _json_path(v, path="", depth=0):
+def _json_path(v: Any, path: str = "", depth: int = 0) -> str | None:
     """None if ``v`` round-trips through JSON, else where and why it does not."""
     if depth > 100:
         return f"{path or 'value'}: nested too deeply"
@@ -49,7 +52,7 @@ def _json_path(v, path="", depth=0):
     return f"{path or 'value'}: {t.__module__}.{t.__qualname__} is not JSON-serializable"
 
 
-def encode(key, value, allow_pickle):
+def encode(key: str, value: Any, allow_pickle: bool) -> bytes:
     """The stored bytes of ``value`` (the object ``key``)."""
     if isinstance(value, (bytes, bytearray)):
         return b"B" + bytes(value)
@@ -66,28 +69,50 @@ def encode(key, value, allow_pickle):
         raise _C.InvalidArgumentError(f"object '{key}' cannot be pickled: {e}") from e
 
 
-def decode(key, data, allow_pickle, like=None):
-    """The value stored as ``data`` for object ``key``; ``like`` is the template value."""
+def _where(key: str, checkpoint: str | None) -> str:
+    what = "common state" if key == "<common>" else f"object '{key}'"
+    return what + (f" of checkpoint '{checkpoint}'" if checkpoint else "")
+
+
+def parse_json(data: bytes, what: str) -> Any:
+    """``data`` (UTF-8 JSON text) parsed; any failure (not UTF-8, not JSON, nested
+    too deeply for the parser) is a ``DataLossError`` naming ``what``."""
+    try:
+        return json.loads(bytes(data).decode("utf-8"))
+    except UnicodeDecodeError as e:
+        reason = f"not UTF-8 ({e.reason} at byte {e.start})"
+    except json.JSONDecodeError as e:
+        reason = f"corrupt JSON ({e})"
+    except RecursionError:
+        reason = "JSON nested too deeply to parse"
+    except ValueError as e:  # e.g. an integer with too many digits
+        reason = f"corrupt JSON ({e})"
+    raise _C.DataLossError(f"{what}: {reason}") from None
+
+
+def decode(key: str, data: bytes, allow_pickle: bool, like: Any = None,
+           checkpoint: str | None = None) -> Any:
+    """The value stored as ``data`` for object ``key``; ``like`` is the template value;
+    ``checkpoint`` (its path) is named in errors."""
+    where = _where(key, checkpoint)
     tag, body = data[:1], data[1:]
     if tag == b"J":
-        try:
-            value = json.loads(body.decode())
-        except ValueError as e:
-            raise _C.DataLossError(f"object '{key}': corrupt JSON: {e}") from None
-        return restore_like(value, like)
+        return restore_like(parse_json(body, where), like)
     if tag == b"B":
         return bytes(body)
     if tag == b"P":
         if not allow_pickle:
+            what = f"object '{key}' is pickled" + (
+                f" (checkpoint '{checkpoint}')" if checkpoint else "")
             raise PickleNotAllowedError(
-                f"object '{key}' is pickled; loading it runs code from the checkpoint: pass "
+                f"{what}; loading it runs code from the checkpoint: pass "
                 "allow_pickle=True only if you trust this checkpoint")
         return pickle.loads(body)
-    raise _C.DataLossError(f"object '{key}' was not written by the shardpoint Python package "
+    raise _C.DataLossError(f"{where} was not written by the shardpoint Python package "
                            f"(unknown tag {tag!r}); read it with raw_objects=True")
 
 
-def restore_like(value, like):
+def restore_like(value: Any, like: Any) -> Any:
     """``value`` with lists turned into tuples where ``like`` has tuples."""
     if isinstance(like, tuple) and isinstance(value, list) and len(like) == len(value):
         items = [restore_like(v, t) for v, t in zip(value, like)]

@@ -6,6 +6,10 @@ torch.bfloat16 has no numpy dtype, so torch tensors are read through
 ``data_ptr()`` and ``stride()`` directly, never through numpy.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Union
+
 import numpy as np
 
 from shardpoint import _shardpoint as _C
@@ -16,6 +20,12 @@ except ImportError:  # pragma: no cover
     torch = None
 
 DType = _C.DType
+
+if TYPE_CHECKING:  # what the public functions accept, for type checkers
+    Array = Union[np.ndarray, "torch.Tensor"]
+else:
+    Array = Any
+DTypeLike = Union["_C.DType", str, np.dtype, type, Any]
 
 _NUMPY = {
     np.dtype(np.bool_): DType.BOOL,
@@ -52,12 +62,12 @@ if torch is not None:
             _TORCH[getattr(torch, _name)] = _dt
 
 
-def is_tensor(x):
+def is_tensor(x: Any) -> bool:
     """True for a numpy array or a torch tensor."""
     return isinstance(x, np.ndarray) or (torch is not None and isinstance(x, torch.Tensor))
 
 
-def to_dtype(d):
+def to_dtype(d: DTypeLike) -> _C.DType:
     """A shardpoint DType from a DType, a name ("bf16", "F8_E4M3"), a numpy or a torch dtype."""
     if isinstance(d, DType):
         return d
@@ -103,18 +113,21 @@ class Described:
         return n
 
 
-def describe(t, dtype=None, *, writable=False):
+def describe(t: Array, dtype: DTypeLike | None = None, *, writable: bool = False,
+             device_ok: bool = False) -> Described:
     """Describes `t` (numpy array or torch CPU tensor) for C++, without a copy.
 
     `dtype` reinterprets the elements (same element size): a uint16 array as
     "bf16", a uint8 array or tensor as "f8_e4m3". With writable=False (save) a
     layout C++ cannot address (negative numpy strides) is copied; with
-    writable=True (load) it is an error, as are read-only arrays.
+    writable=True (load) it is an error, as are read-only arrays. A device
+    (CUDA) tensor is described only with ``device_ok`` (its shape and dtype: the
+    address is not host memory; save and load stage it through pinned memory).
     """
     if torch is not None and isinstance(t, torch.Tensor):
-        if t.device.type != "cpu":
-            raise _C.InvalidArgumentError(f"tensor on {t.device}: shardpoint reads and writes CPU "
-                                          "memory (move it with .cpu() first)")
+        if t.device.type != "cpu" and not device_ok:
+            raise _C.InvalidArgumentError(f"tensor on {t.device}: C++ reads and writes host "
+                                          "memory; save and load stage device tensors")
         if t.layout != torch.strided or t.is_quantized:
             raise _C.InvalidArgumentError(f"unsupported tensor layout {t.layout}")
         if t.dtype not in _TORCH:

@@ -21,8 +21,11 @@ communicator duplicate), so every rank must make its first ``save``/``load``
 call at the same point.
 """
 
+from __future__ import annotations
+
 import sys
 import threading
+from typing import Any
 
 from shardpoint import _shardpoint as _C
 
@@ -32,12 +35,12 @@ __all__ = ["Comm", "single", "thread_comms", "MPI4PyComm", "TorchDistributedComm
            "default_comm"]
 
 
-def single():
+def single() -> Comm:
     """A Comm for a job of one process."""
     return _C.make_single_comm()
 
 
-def thread_comms(n):
+def thread_comms(n: int) -> list[Comm]:
     """``n`` connected Comms for ranks as threads of this process (``comms[i]`` is rank i).
 
     Each thread calls ``save``/``load`` with its own Comm; the GIL is released
@@ -54,7 +57,7 @@ class MPI4PyComm(Comm):
     application makes MPI calls meanwhile (mpi4py requests it by default).
     """
 
-    def __init__(self, comm=None):
+    def __init__(self, comm: Any = None) -> None:
         Comm.__init__(self)
         from mpi4py import MPI
         import numpy as np
@@ -64,10 +67,10 @@ class MPI4PyComm(Comm):
         self._rank = self._comm.Get_rank()
         self._size = self._comm.Get_size()
 
-    def rank(self):
+    def rank(self) -> int:
         return self._rank
 
-    def size(self):
+    def size(self) -> int:
         return self._size
 
     def _sizes(self, n):
@@ -83,7 +86,7 @@ class MPI4PyComm(Comm):
             pos += int(n)
         return out
 
-    def all_gather(self, data):
+    def all_gather(self, data: bytes) -> list[bytes]:
         np, MPI = self._np, self._MPI
         sizes = self._sizes(len(data))
         displs = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
@@ -92,7 +95,7 @@ class MPI4PyComm(Comm):
                               [buf, sizes.tolist(), displs.tolist(), MPI.BYTE])
         return self._split(buf, sizes)
 
-    def gather(self, data, root):
+    def gather(self, data: bytes, root: int) -> list[bytes]:
         np, MPI = self._np, self._MPI
         sizes = np.zeros(self._size, dtype=np.int64) if self._rank == root else None
         self._comm.Gather(np.array([len(data)], dtype=np.int64), sizes, root=root)
@@ -105,7 +108,7 @@ class MPI4PyComm(Comm):
         self._comm.Gatherv(mine, [buf, sizes.tolist(), displs.tolist(), MPI.BYTE], root=root)
         return self._split(buf, sizes)
 
-    def broadcast(self, data, root):
+    def broadcast(self, data: bytes, root: int) -> bytes:
         np = self._np
         n = np.array([len(data) if self._rank == root else 0], dtype=np.int64)
         self._comm.Bcast(n, root=root)
@@ -114,10 +117,10 @@ class MPI4PyComm(Comm):
         self._comm.Bcast(buf, root=root)
         return buf.tobytes()
 
-    def barrier(self):
+    def barrier(self) -> None:
         self._comm.Barrier()
 
-    def free(self):
+    def free(self) -> None:
         """Frees the duplicated communicator (before MPI_Finalize)."""
         if self._comm is not None:
             self._comm.Free()
@@ -134,7 +137,7 @@ class TorchDistributedComm(Comm):
     ``rank()`` is the rank in ``group``.
     """
 
-    def __init__(self, group=None):
+    def __init__(self, group: Any = None) -> None:
         Comm.__init__(self)
         import torch
         import torch.distributed as dist
@@ -157,10 +160,10 @@ class TorchDistributedComm(Comm):
         self._rank = dist.get_rank(self._group)
         self._size = len(ranks)
 
-    def rank(self):
+    def rank(self) -> int:
         return self._rank
 
-    def size(self):
+    def size(self) -> int:
         return self._size
 
     def _tensor(self, data, size):
@@ -178,14 +181,14 @@ class TorchDistributedComm(Comm):
 
     # gloo fails (SIGFPE) on empty tensors: payloads are padded to at least one byte.
 
-    def all_gather(self, data):
+    def all_gather(self, data: bytes) -> list[bytes]:
         sizes = self._sizes(len(data))
         width = max(1, max(sizes))
         out = [self._torch.empty(width, dtype=self._torch.uint8) for _ in range(self._size)]
         self._dist.all_gather(out, self._tensor(data, width), group=self._group)
         return [t[:n].numpy().tobytes() for t, n in zip(out, sizes)]
 
-    def gather(self, data, root):
+    def gather(self, data: bytes, root: int) -> list[bytes]:
         # Sizes everywhere (gloo's gather needs equal sizes), then one padded gather.
         sizes = self._sizes(len(data))
         width = max(1, max(sizes))
@@ -197,7 +200,7 @@ class TorchDistributedComm(Comm):
         self._dist.gather(self._tensor(data, width), out, dst=dst, group=self._group)
         return [t[:n].numpy().tobytes() for t, n in zip(out, sizes)]
 
-    def broadcast(self, data, root):
+    def broadcast(self, data: bytes, root: int) -> bytes:
         torch = self._torch
         src = self._global[root]
         n = torch.tensor([len(data) if self._rank == root else 0], dtype=torch.int64)
@@ -208,7 +211,7 @@ class TorchDistributedComm(Comm):
         self._dist.broadcast(t, src=src, group=self._group)
         return t.numpy().tobytes()
 
-    def barrier(self):
+    def barrier(self) -> None:
         self._dist.barrier(group=self._group)
 
 
@@ -216,7 +219,7 @@ _default = {}
 _default_lock = threading.Lock()
 
 
-def default_comm():
+def default_comm() -> Comm:
     """The Comm ``save``/``load`` use when none is given (created once per process)."""
     with _default_lock:
         torch = sys.modules.get("torch")

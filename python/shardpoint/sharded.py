@@ -8,10 +8,13 @@ DTensor placements, fused weights, flat buffers); they are thin wrappers of
 the C++ builders, whose errors they raise as ``InvalidArgumentError``.
 """
 
+from __future__ import annotations
+
 import copy
+from typing import Any, Callable, Sequence
 
 from shardpoint import _shardpoint as _C
-from shardpoint._tensors import describe, to_dtype
+from shardpoint._tensors import Array, DTypeLike, describe, to_dtype
 
 __all__ = [
     "ShardedTensor", "Shard", "Replicate", "StridedShard", "whole", "chunk", "split",
@@ -34,7 +37,7 @@ ExpertParallel = _C.ExpertParallel  # (num_experts, ep_rank=0, ep_size=1)
 GdnDims = _C.GdnDims  # (key_heads, key_dim, value_heads, value_dim)
 
 
-def _shape(x):
+def _shape(x: Sequence[int]) -> list[int]:
     return [int(d) for d in x]
 
 
@@ -54,9 +57,12 @@ class ShardedTensor:
     ``flat_buffer``); then ``dtype`` is required.
     """
 
-    def __init__(self, key, data, global_shape=None, global_offset=None, *, flat_range=None,
-                 local_shape=None, replica_id=0, dtype=None):
-        desc = describe(data, dtype) if data is not None else None
+    def __init__(self, key: str, data: Array | None, global_shape: Sequence[int] | None = None,
+                 global_offset: Sequence[int] | None = None, *,
+                 flat_range: tuple[int, int] | None = None,
+                 local_shape: Sequence[int] | None = None, replica_id: int = 0,
+                 dtype: DTypeLike | None = None) -> None:
+        desc = describe(data, dtype, device_ok=True) if data is not None else None
         dt = desc.dtype if desc is not None else to_dtype(dtype if dtype is not None else "f32")
         if flat_range is None:
             if desc is None and local_shape is None:
@@ -84,16 +90,18 @@ class ShardedTensor:
         self.dtype = dtype
         self.replica_id = replica_id
         if data is not None:
-            self._check(describe(data, dtype))
+            self._check(describe(data, dtype, device_ok=True))
         return self
 
     @classmethod
-    def from_layout(cls, layout, data=None, *, dtype=None, replica_id=0):
+    def from_layout(cls, layout: _C.LocalTensor, data: Array | None = None, *,
+                    dtype: DTypeLike | None = None, replica_id: int = 0) -> ShardedTensor:
         """Wraps a C++ LocalTensor layout (its address is ignored) and the memory for it."""
         return cls.__new__(cls)._init(layout, data, dtype, replica_id)
 
     @classmethod
-    def from_rank_offsets(cls, key, data, *rank_offsets, replica_id=0, flattened_range=None):
+    def from_rank_offsets(cls, key: str, data: Array, *rank_offsets: tuple[int, int, int],
+                          replica_id: int = 0, flattened_range: Any = None) -> ShardedTensor:
         """Megatron's constructor: each (axis, rank, fragments) says ``data`` is piece
         ``rank`` of ``fragments`` equal pieces along ``axis``."""
         shape = _shape(data.shape)
@@ -107,15 +115,16 @@ class ShardedTensor:
         return cls(key, data, gshape, offset, replica_id=replica_id)
 
     @property
-    def keys(self):
+    def keys(self) -> list[str]:
         """The global keys this local tensor holds (one unless fused)."""
         return [s.key for s in self.layout.segments]
 
     @property
-    def key(self):
+    def key(self) -> str | None:
         return self.layout.segments[0].key if self.layout.segments else None
 
-    def like(self, data, *, prefix="", dtype=None):
+    def like(self, data: Array, *, prefix: str = "", dtype: DTypeLike | None = None
+             ) -> ShardedTensor:
         """The same layout over other memory, every key prefixed: optimizer state
         (``st.like(exp_avg, prefix="optim.exp_avg.")``)."""
         lt = copy.copy(self.layout)
@@ -141,7 +150,8 @@ class ShardedTensor:
             raise _C.InvalidArgumentError(
                 f"'{self.key}': data has shape {d.shape}, the layout {list(lt.shape)}")
 
-    def bind(self, *, writable=False, data=None):
+    def bind(self, *, writable: bool = False, data: Array | None = None
+             ) -> tuple[_C.LocalTensor, Any]:
         """The C++ LocalTensor over the memory of ``data`` (default self.data), and the
         Python object that must stay alive while C++ uses it."""
         data = self.data if data is None else data
@@ -154,7 +164,7 @@ class ShardedTensor:
         lt.strides = [] if (d.contiguous or lt.flat is not None) else d.strides
         return lt, d.owner
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         segs = ", ".join(f"{s.key}{list(s.global_shape)}@{s.global_box}" for s in
                          self.layout.segments)
         flat = f" flat={self.layout.flat}" if self.layout.flat is not None else ""
@@ -163,7 +173,7 @@ class ShardedTensor:
 
 def _dt(data, dtype):
     if data is not None:
-        return describe(data, dtype).dtype
+        return describe(data, dtype, device_ok=True).dtype
     if dtype is None:
         raise _C.InvalidArgumentError("a layout without data needs a dtype")
     return to_dtype(dtype)
@@ -173,55 +183,66 @@ def _wrap(layout, data, dtype):
     return ShardedTensor.from_layout(layout, data, dtype=dtype)
 
 
-def whole(key, data, *, dtype=None, shape=None):
+def whole(key: str, data: Array | None, *, dtype: DTypeLike | None = None,
+          shape: Sequence[int] | None = None) -> ShardedTensor:
     """A full replica of tensor ``key``."""
     shp = _shape(shape if shape is not None else data.shape)
     return _wrap(_C.whole_tensor(key, _dt(data, dtype), 0, shp), data, dtype)
 
 
-def chunk(key, data, global_shape, dim, index, count, *, dtype=None):
+def chunk(key: str, data: Array | None, global_shape: Sequence[int], dim: int, index: int,
+          count: int, *, dtype: DTypeLike | None = None) -> ShardedTensor:
     """Piece ``index`` of ``torch.chunk(global, count, dim)`` (uneven sizes as torch)."""
     return _wrap(_C.split_tensor(key, _dt(data, dtype), 0, _shape(global_shape), dim, index,
                                  count), data, dtype)
 
 
-def split(key, data, global_shape, dim, sizes, index, *, dtype=None):
+def split(key: str, data: Array | None, global_shape: Sequence[int], dim: int,
+          sizes: Sequence[int], index: int, *, dtype: DTypeLike | None = None) -> ShardedTensor:
     """Piece ``index`` of ``torch.split(global, sizes, dim)``."""
     return _wrap(_C.split_tensor_sizes(key, _dt(data, dtype), 0, _shape(global_shape), dim,
                                        _shape(sizes), index), data, dtype)
 
 
-def column_parallel(key, data, global_shape, tp_rank, tp_size, *, dtype=None):
+def column_parallel(key: str, data: Array | None, global_shape: Sequence[int], tp_rank: int,
+                    tp_size: int, *, dtype: DTypeLike | None = None) -> ShardedTensor:
     """Megatron column-parallel (split on dim 0): fc1, QKV, column biases."""
     return _wrap(_C.column_parallel(key, _dt(data, dtype), 0, _shape(global_shape), tp_rank,
                                     tp_size), data, dtype)
 
 
-def row_parallel(key, data, global_shape, tp_rank, tp_size, *, dtype=None):
+def row_parallel(key: str, data: Array | None, global_shape: Sequence[int], tp_rank: int,
+                 tp_size: int, *, dtype: DTypeLike | None = None) -> ShardedTensor:
     """Megatron row-parallel (split on dim 1): fc2, attention output projection."""
     return _wrap(_C.row_parallel(key, _dt(data, dtype), 0, _shape(global_shape), tp_rank,
                                  tp_size), data, dtype)
 
 
-def vocab_parallel(key, data, padded_vocab, hidden, tp_rank, tp_size, *, dtype=None):
+def vocab_parallel(key: str, data: Array | None, padded_vocab: int, hidden: int, tp_rank: int,
+                   tp_size: int, *, dtype: DTypeLike | None = None) -> ShardedTensor:
     """A vocab-parallel embedding / output layer of [padded_vocab, hidden]."""
     return _wrap(_C.vocab_parallel(key, _dt(data, dtype), 0, padded_vocab, hidden, tp_rank,
                                    tp_size), data, dtype)
 
 
-def Shard(dim):  # noqa: N802 (DTensor's spelling)
+def Shard(dim: int) -> _C.Placement:  # noqa: N802 (DTensor's spelling)
+    """DTensor's ``Shard(dim)`` placement."""
     return _C.Placement.shard(dim)
 
 
-def Replicate():  # noqa: N802
+def Replicate() -> _C.Placement:  # noqa: N802
+    """DTensor's ``Replicate()`` placement."""
     return _C.Placement.replicate()
 
 
-def StridedShard(dim, split_factor):  # noqa: N802
+def StridedShard(dim: int, split_factor: int) -> _C.Placement:  # noqa: N802
+    """DTensor's ``_StridedShard(dim, split_factor)`` placement (FSDP2 over TP)."""
     return _C.Placement.strided_shard(dim, split_factor)
 
 
-def dtensor(key, data, global_shape, mesh_shape, coordinate, placements, *, dtype=None):
+def dtensor(key: str, data: Array | None, global_shape: Sequence[int],
+            mesh_shape: Sequence[int], coordinate: Sequence[int],
+            placements: Sequence[_C.Placement], *, dtype: DTypeLike | None = None) -> ShardedTensor:
     """A DTensor's local shard: device mesh ``mesh_shape``, this rank's ``coordinate``
     in it and one placement (Shard(d), Replicate(), StridedShard(d, sf)) per mesh dim."""
     return _wrap(_C.dtensor_shard(key, _dt(data, dtype), 0, _shape(global_shape),
@@ -229,40 +250,49 @@ def dtensor(key, data, global_shape, mesh_shape, coordinate, placements, *, dtyp
                  data, dtype)
 
 
-def shard_local(st, dim, index, count, data, *, dtype=None):
+def shard_local(st: ShardedTensor, dim: int, index: int, count: int, data: Array | None, *,
+                dtype: DTypeLike | None = None) -> ShardedTensor:
     """Shard(dim) over ``count`` ranks applied to an existing layout (FSDP2 over TP)."""
     return _wrap(_C.shard_local(st.layout, dim, index, count, 0), data, dtype)
 
 
-def flat_shard(st, begin, end, data, *, dtype=None):
+def flat_shard(st: ShardedTensor, begin: int, end: int, data: Array | None, *,
+               dtype: DTypeLike | None = None) -> ShardedTensor:
     """Layout ``st`` held only as its row-major elements [begin, end) in ``data``."""
     return _wrap(_C.flat_shard(st.layout, _C.FlatRange(begin, end), 0), data, dtype)
 
 
-def concat(parts, dim, data, *, dtype=None):
+def concat(parts: Sequence[ShardedTensor], dim: int, data: Array | None, *,
+           dtype: DTypeLike | None = None) -> ShardedTensor:
     """Parts (layouts) concatenated along ``dim`` in ``data``: a fused weight."""
     return _wrap(_C.concat([p.layout for p in parts], dim, 0), data, dtype)
 
 
-def fused(parts, data, dim, tp_rank, tp_size, *, dtype=None):
+def fused(parts: Sequence[_C.FusedPart], data: Array | None, dim: int, tp_rank: int,
+          tp_size: int, *, dtype: DTypeLike | None = None) -> ShardedTensor:
     """TP shard of every FusedPart, concatenated along ``dim`` (layout_fused.h)."""
     return _wrap(_C.fused_shard(_dt(data, dtype), 0, list(parts), dim, tp_rank, tp_size), data,
                  dtype)
 
 
-def swiglu_fc1(w_key, v_key, data, ffn, trailing, tp_rank, tp_size, *, dtype=None):
+def swiglu_fc1(w_key: str, v_key: str, data: Array | None, ffn: int, trailing: Sequence[int],
+               tp_rank: int, tp_size: int, *, dtype: DTypeLike | None = None) -> ShardedTensor:
     """SwiGLU fc1 = [W_i; V_i] (one [2F, H] key if w_key == v_key)."""
     return _wrap(_C.swiglu_fc1(w_key, v_key, _dt(data, dtype), 0, ffn, _shape(trailing), tp_rank,
                                tp_size), data, dtype)
 
 
-def gqa_qkv(q_key, k_key, v_key, data, dims, trailing, tp_rank, tp_size, *, dtype=None):
+def gqa_qkv(q_key: str, k_key: str, v_key: str, data: Array | None, dims: _C.GqaDims,
+            trailing: Sequence[int], tp_rank: int, tp_size: int, *,
+            dtype: DTypeLike | None = None) -> ShardedTensor:
     """Megatron's interleaved GQA QKV, stored as separate q, k, v tensors."""
     return _wrap(_C.gqa_qkv(q_key, k_key, v_key, _dt(data, dtype), 0, dims, _shape(trailing),
                             tp_rank, tp_size), data, dtype)
 
 
-def flat_buffer(params, dp_rank, dp_size, shard_data, *, align=1, dtype=None):
+def flat_buffer(params: Sequence[ShardedTensor], dp_rank: int, dp_size: int, shard_data: Array,
+                *, align: int = 1, dtype: DTypeLike | None = None
+                ) -> tuple[list[ShardedTensor], _C.FlatBufferLayout]:
     """Parameters (layouts) back to back in one buffer split over DP ranks; this
     rank holds ``shard_data`` (1-D, ``shard_size`` elements). Returns one
     ShardedTensor per parameter, each a zero-copy view into ``shard_data``,
@@ -283,8 +313,10 @@ def flat_buffer(params, dp_rank, dp_size, shard_data, *, align=1, dtype=None):
     return out, plan
 
 
-def per_expert_weights(key_of, data, expert_shape, tp_dim, ep, tp_rank=0, tp_size=1, *,
-                       dtype=None):
+def per_expert_weights(key_of: Callable[[int], str], data: Array | None,
+                       expert_shape: Sequence[int], tp_dim: int, ep: _C.ExpertParallel,
+                       tp_rank: int = 0, tp_size: int = 1, *,
+                       dtype: DTypeLike | None = None) -> ShardedTensor:
     """This EP rank's experts as one grouped local tensor [local_experts, ...], stored
     per expert under ``key_of(global_expert_index)``; ``tp_dim`` of ``expert_shape`` is
     split over expert-TP ranks (-1: replicated)."""
@@ -292,25 +324,31 @@ def per_expert_weights(key_of, data, expert_shape, tp_dim, ep, tp_rank=0, tp_siz
                                        tp_dim, ep, tp_rank, tp_size), data, dtype)
 
 
-def stacked_experts(key, data, expert_shape, tp_dim, ep, tp_rank=0, tp_size=1, *, dtype=None):
+def stacked_experts(key: str, data: Array | None, expert_shape: Sequence[int], tp_dim: int,
+                    ep: _C.ExpertParallel, tp_rank: int = 0, tp_size: int = 1, *,
+                    dtype: DTypeLike | None = None) -> ShardedTensor:
     """The same local memory stored as one tensor ``key`` of [num_experts, ...]."""
     return _wrap(_C.stacked_experts(key, _dt(data, dtype), 0, _shape(expert_shape), tp_dim, ep,
                                     tp_rank, tp_size), data, dtype)
 
 
-def fused_gate_up_experts(key, data, inter, hidden, ep, tp_rank=0, tp_size=1, *, dtype=None):
+def fused_gate_up_experts(key: str, data: Array | None, inter: int, hidden: int,
+                          ep: _C.ExpertParallel, tp_rank: int = 0, tp_size: int = 1, *,
+                          dtype: DTypeLike | None = None) -> ShardedTensor:
     """Fused gate/up experts: stored [E, 2I, H]; local [local_experts, 2 * I / tp, H]."""
     return _wrap(_C.fused_gate_up_experts(key, _dt(data, dtype), 0, inter, hidden, ep, tp_rank,
                                           tp_size), data, dtype)
 
 
-def gdn_in_proj(key, data, dims, hidden, tp_rank, tp_size, *, dtype=None):
+def gdn_in_proj(key: str, data: Array | None, dims: _C.GdnDims, hidden: int, tp_rank: int,
+                tp_size: int, *, dtype: DTypeLike | None = None) -> ShardedTensor:
     """Gated DeltaNet in_proj [q; k; v; z; beta; alpha], each component TP-split."""
     return _wrap(_C.gdn_in_proj(key, _dt(data, dtype), 0, dims, hidden, tp_rank, tp_size), data,
                  dtype)
 
 
-def gdn_conv1d(key, data, dims, trailing, tp_rank, tp_size, *, dtype=None):
+def gdn_conv1d(key: str, data: Array | None, dims: _C.GdnDims, trailing: Sequence[int],
+               tp_rank: int, tp_size: int, *, dtype: DTypeLike | None = None) -> ShardedTensor:
     """Gated DeltaNet conv1d over q, k, v."""
     return _wrap(_C.gdn_conv1d(key, _dt(data, dtype), 0, dims, _shape(trailing), tp_rank,
                                tp_size), data, dtype)

@@ -130,7 +130,10 @@ void RegisterTypes(py::module_& m) {
               s.common.reset();
             }
           })
-      .def_readwrite("metadata_json", &State::metadata_json);
+      .def_readwrite("metadata_json", &State::metadata_json)
+      // The stored text as bytes: the C++ API stores any string, UTF-8 or not.
+      .def_property_readonly("metadata_bytes",
+                             [](const State& s) { return py::bytes(s.metadata_json); });
 
   py::class_<SavePlanCache>(m, "SavePlanCache")
       .def(py::init<>())

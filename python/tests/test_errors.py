@@ -12,32 +12,94 @@ from conftest import run_ranks
 def test_exception_hierarchy():
     assert issubclass(sp.InvalidArgumentError, sp.Error)
     assert issubclass(sp.InvalidArgumentError, ValueError)
+    assert issubclass(sp.NotFoundError, FileNotFoundError)
     assert issubclass(sp.NotFoundError, LookupError)
-    assert issubclass(sp.IOError, OSError)
+    assert issubclass(sp.IOFailureError, OSError)
+    assert issubclass(sp.PermissionDeniedError, PermissionError)
+    assert issubclass(sp.PermissionDeniedError, sp.IOFailureError)
+    assert issubclass(sp.IsDirectoryError, IsADirectoryError)
+    assert issubclass(sp.NotDirectoryError, NotADirectoryError)
     assert issubclass(sp.FailedPreconditionError, RuntimeError)
     assert issubclass(sp.InternalError, RuntimeError)
     assert issubclass(sp.DataLossError, sp.Error)
-    codes = {c.code for c in (sp.InvalidArgumentError, sp.NotFoundError, sp.IOError,
+    assert issubclass(sp.DataLossError, OSError)
+    assert issubclass(sp.PickleNotAllowedError, ValueError)
+    codes = {c.code for c in (sp.InvalidArgumentError, sp.NotFoundError, sp.IOFailureError,
                               sp.DataLossError, sp.FailedPreconditionError, sp.InternalError)}
     assert codes == {"InvalidArgument", "NotFound", "IOError", "DataLoss", "FailedPrecondition",
                      "Internal"}
     assert sp.InvalidArgumentError.__module__ == "shardpoint"
+    # the message is the C++ message: OSError's "[Errno n]" prefix is not added
+    assert str(sp.NotFoundError("x")) == "x"
+
+
+def test_no_public_name_shadows_a_builtin():
+    import builtins
+    assert not set(sp.__all__) & set(dir(builtins))
+    with pytest.warns(DeprecationWarning, match="IOFailureError"):
+        assert sp.IOError is sp.IOFailureError
+    assert "IOError" not in sp.__all__
 
 
 def test_not_found(ckpt):
-    with pytest.raises(sp.NotFoundError) as e:
+    with pytest.raises(FileNotFoundError) as e:  # a wrong path
         sp.load({"a": torch.zeros(1)}, ckpt)
+    assert type(e.value) is sp.NotFoundError
     assert str(e.value) == (f"rank 0: no checkpoint at '{ckpt}': '{ckpt}/manifest' does not "
                             "exist (a save that did not commit leaves no manifest)")
     assert e.value.code == "NotFound"
 
 
-def test_io_error(tmp_path):
+def test_not_a_directory(tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
-    with pytest.raises(sp.IOError, match=str(f)) as e:
+    with pytest.raises(NotADirectoryError, match=str(f)) as e:
         sp.save({"a": torch.ones(1)}, f / "ckpt")
-    assert isinstance(e.value, OSError)
+    assert type(e.value) is sp.NotDirectoryError and isinstance(e.value, sp.IOFailureError)
+
+
+def test_is_a_directory(ckpt):
+    sp.save({"a": torch.ones(1)}, ckpt)
+    data = os.path.join(ckpt, "data")
+    name = sorted(os.listdir(data))[0]
+    os.remove(os.path.join(data, name))
+    os.mkdir(os.path.join(data, name))  # a directory where a data file belongs
+    with pytest.raises(IsADirectoryError, match=name) as e:
+        sp.load({"a": torch.zeros(1)}, ckpt)
+    assert type(e.value) is sp.IsDirectoryError
+
+
+_AS_NOBODY = """
+import sys, torch, shardpoint as sp
+try:
+    sp.save({"a": torch.ones(1)}, sys.argv[1])
+except PermissionError as e:
+    print(type(e).__name__, isinstance(e, sp.IOFailureError), e)
+"""
+
+
+def test_permission_denied():
+    # root ignores file modes: the save runs as user nobody in a directory it may not write
+    import subprocess
+    from conftest import PYTHON, subprocess_env
+    import shutil
+    import tempfile
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a process as nobody")
+    base = tempfile.mkdtemp(prefix="sp_perm_", dir="/tmp")  # pytest's tmp_path is 0700
+    request_cleanup = lambda: shutil.rmtree(base, ignore_errors=True)  # noqa: E731
+    os.chmod(base, 0o755)
+    root = os.path.join(base, "ro")
+    os.mkdir(root, 0o555)
+    try:
+        r = subprocess.run([PYTHON, "-c", _AS_NOBODY, os.path.join(root, "ckpt")],
+                           env=subprocess_env(), capture_output=True, text=True, timeout=60,
+                           user=65534, group=65534)
+    finally:
+        request_cleanup()
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("PermissionDeniedError True "), r.stdout
+    assert str(root) in r.stdout and "Permission denied" in r.stdout
 
 
 def test_data_loss_names_key_and_file(ckpt):
@@ -113,7 +175,7 @@ class BrokenComm(sp.Comm):
 
 
 def test_python_comm_exception_becomes_io_error(ckpt):
-    with pytest.raises(sp.IOError, match=r"Python comm \w+\(\) raised ConnectionError: network "
+    with pytest.raises(sp.IOFailureError, match=r"Python comm \w+\(\) raised ConnectionError: network "
                                          r"is down"):
         sp.save({"a": torch.ones(1)}, ckpt, BrokenComm())
     assert not os.path.exists(os.path.join(ckpt, "manifest"))
@@ -127,7 +189,7 @@ def test_python_comm_bad_return_value(ckpt):
         def broadcast(self, data, root):
             return "not bytes"
 
-    with pytest.raises(sp.IOError, match="2 items for 1 ranks"):
+    with pytest.raises(sp.IOFailureError, match="2 items for 1 ranks"):
         sp.save({"a": torch.ones(1)}, ckpt, Bad())
-    with pytest.raises(sp.IOError, match="broadcast.*bytes"):
+    with pytest.raises(sp.IOFailureError, match="broadcast.*bytes"):
         sp.comm.Comm.broadcast(Bad(), b"x", 0)

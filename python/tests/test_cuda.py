@@ -1,0 +1,39 @@
+"""CUDA tensors are saved through a reusable pinned host pool and loaded back to
+the device. Needs a GPU (skipped otherwise, with the reason)."""
+
+import pytest
+import torch
+
+import shardpoint as sp
+from shardpoint import _staging
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="no CUDA device on this machine")
+
+
+def test_cuda_round_trip_and_pool_reuse(ckpt, tmp_path):
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(64, 33, generator=g).to(torch.bfloat16).cuda()
+    view = torch.randn(8, 16, generator=g).cuda().t()  # non-contiguous
+    sp.save({"w": w, "v": view, "st": sp.column_parallel("s", w[:32], [64, 33], 0, 2)}, ckpt)
+    before = _staging.pool_bytes()
+    sp.save({"w": w, "v": view, "st": sp.column_parallel("s", w[:32], [64, 33], 0, 2)},
+            tmp_path / "again")
+    assert _staging.pool_bytes() == before  # reused
+    w2 = torch.zeros_like(w)
+    v2 = torch.zeros(16, 8, device="cuda")
+    sp.load({"w": w2, "v": v2, "st": sp.column_parallel("s", w2[:32], [64, 33], 0, 2)}, ckpt)
+    assert torch.equal(w2, w) and torch.equal(v2, view)
+    cpu = torch.zeros(64, 33, dtype=torch.bfloat16)
+    sp.load({"w": cpu}, ckpt, strict=False)
+    assert torch.equal(cpu, w.cpu())
+
+
+def test_cuda_async_save(ckpt):
+    w = torch.arange(1000, dtype=torch.float32, device="cuda")
+    h = sp.save_async({"w": w}, ckpt)
+    w.fill_(-1)  # staged: the save holds the old values
+    h.wait()
+    out = torch.zeros(1000)
+    sp.load({"w": out}, ckpt)
+    assert torch.equal(out, torch.arange(1000, dtype=torch.float32))
