@@ -162,41 +162,32 @@ def batch(c, step, dp_rank, dp):
 
 
 # ---------------------------------------------------------------------------
-# The checkpoint: model and Adam moments as sharded tensors (the same layout
-# for a parameter and its moments), the step as the common value.
+# The checkpoint: shardpoint.torch with a TP map. The parameters live in a
+# module tree with Megatron's names; the map says how each one is split, and
+# the Adam state of a parameter takes its layout, so both reshard together.
 
-def sharded_state_dict(sp, P, kinds, opt, c, tp_rank, tp):
-    H = c["hidden"]
-    model, exp_avg, exp_avg_sq = {}, {}, {}
+TP_RULES = [(r"attn\.qkv\.weight$", "qkv"),          # fused [q_i; k_i; v_i]
+            (r"mlp\.fc1\.(weight|bias)$", "column"),
+            (r"(attn\.proj|mlp\.fc2)\.weight$", "row")]  # the rest is replicated
+
+
+def as_module(P):
+    """The parameters as an nn.Module tree whose names are the keys of P."""
+    root = torch.nn.Module()
     for name, p in P.items():
-        kind, gshape = kinds[name]
-        if kind == "replicated":
-            st = sp.whole(name, p.data)
-        elif kind == "column":
-            st = sp.column_parallel(name, p.data, gshape, tp_rank, tp)
-        elif kind == "row":
-            st = sp.row_parallel(name, p.data, gshape, tp_rank, tp)
-        else:  # fused QKV: stored as separate q, k, v tensors, whatever the TP size
-            pre = name[:-len(".qkv.weight")]
-            parts = [sp.FusedPart(f"{pre}.{n}.weight", [H, H]) for n in "qkv"]
-            st = sp.fused(parts, p.data, 0, tp_rank, tp)
-        model[name] = st
-        state = opt.state[p]
-        exp_avg[name] = st.like(state["exp_avg"], prefix="optim.exp_avg.")
-        exp_avg_sq[name] = st.like(state["exp_avg_sq"], prefix="optim.exp_avg_sq.")
-    return {"model": model, "optim": {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}}
-
-
-def init_adam_state(opt, step):
-    for group in opt.param_groups:
-        for p in group["params"]:
-            opt.state[p] = {"step": torch.tensor(float(step)),
-                            "exp_avg": torch.zeros_like(p.data),
-                            "exp_avg_sq": torch.zeros_like(p.data)}
+        *path, leaf = name.split(".")
+        m = root
+        for part in path:
+            if not hasattr(m, part):
+                m.add_module(part, torch.nn.Module())
+            m = getattr(m, part)
+        m.register_parameter(leaf, p)
+    return root
 
 
 def worker(rank, args):
     import shardpoint as sp
+    import shardpoint.torch as spt
 
     torch.set_num_threads(1)
     c = dict(CFG)
@@ -216,27 +207,29 @@ def worker(rank, args):
 
     local = local_params(c, tp_rank, tp)
     P = {n: p for n, (p, _, _) in local.items()}
-    kinds = {n: (kind, shape) for n, (_, kind, shape) in local.items()}
-    opt = torch.optim.Adam(list(P.values()), lr=c["lr"])
-    init_adam_state(opt, 0)
-    sd = sharded_state_dict(sp, P, kinds, opt, c, tp_rank, tp)
+    model = as_module(P)
+    opt = torch.optim.Adam(model.parameters(), lr=c["lr"])
+    # model + Adam (keyed by parameter name, laid out by the TP map); no RNG: the data
+    # comes from seeded generators, and a per-rank RNG would not survive a new world size
+    state = spt.TrainState(model, opt, layouts=spt.TPPlan(TP_RULES, tp_rank, tp), comm=comm,
+                           rng=False)
 
     # iter_NNNNNNN directories under --ckpt, a `latest` tracker, retention, a lock.
     ckpt = sp.CheckpointManager(args.ckpt, comm, keep_last=args.keep_last)
     start = 0
     if args.resume:
-        # strict: every key present, nothing left over
+        # strict: every key present, nothing left over; a fresh Adam needs no step first
         if args.resume == "latest":
+            sd = state.state_dict()
             it, res = ckpt.resume(sd)
             if it is None:
                 raise SystemExit(f"no committed checkpoint under {args.ckpt}")
+            state.load_state_dict(sd)
             path = ckpt.path_for(it)
         else:
             path = args.resume
-            res = sp.load(sd, path, comm)
+            res = state.load(path)
         start = res.common["step"]
-        for p in P.values():
-            opt.state[p]["step"].fill_(float(start))
         if rank == 0:
             print(f"resumed from {path} at step {start} (TP {tp} x DP {dp})", flush=True)
 
@@ -261,7 +254,8 @@ def worker(rank, args):
             print(f"step {step} loss {losses[step]:.6f}", flush=True)
         if args.save_every and step % args.save_every == 0:
             # Stalls only for the copy; the previous save (if any) is waited for first.
-            handle = ckpt.save_async(sd, step, common={"step": step, "config": c})
+            handle = ckpt.save_async(state.state_dict(), step,
+                                     common={"step": step, "config": c})
     if handle is not None:
         stats = handle.wait()
         if rank == 0:
