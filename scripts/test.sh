@@ -2,7 +2,8 @@
 # Set up, build and run every test (README command 2; CI runs this).
 #   0. every C++ file formatted with the repo's .clang-format;
 #   1. a warnings-as-errors build and the whole suite (ctest);
-#      the install paths: cmake --install + find_package/pkg-config/add_subdirectory;
+#      the install paths: cmake --install + find_package/pkg-config/add_subdirectory
+#      consumers, the .deb (CPack), pip into a venv + the pytest suite against it;
 #   2. the suite again under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   3. the library and its mpirun tests built against MPICH instead of Open MPI.
 # SHARDPOINT_SKIP_SANITIZE=1 skips step 2, SHARDPOINT_SKIP_MPICH=1 step 3 (for
@@ -18,11 +19,15 @@ bash scripts/format.sh --check
 echo "== build (warnings are errors)"
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDPOINT_WERROR=ON >/dev/null
 cmake --build build-test -j"$jobs"
-echo "== tests"
-ctest --test-dir build-test --output-on-failure -j"$jobs"
+echo "== tests (the Python suite runs below, against the pip-installed package)"
+ctest --test-dir build-test --output-on-failure -j"$jobs" -E '^python_tests$'
 
 echo "== install: cmake --install, then find_package / pkg-config / add_subdirectory consumers"
 bash tests/install/run.sh build-test
+echo "== Debian package (CPack DEB)"
+bash tests/install/deb.sh build-test
+echo "== Python package: pip install into a fresh venv, pytest against the installed package"
+bash tests/install/pip.sh
 
 if [ "${SHARDPOINT_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== build (AddressSanitizer + UndefinedBehaviorSanitizer)"

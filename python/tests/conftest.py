@@ -2,6 +2,8 @@
 
 Run with the build's package on the path:
     PYTHONPATH=<build>/python /usr/bin/python3 -m pytest -q python/tests
+or against an installed package (tests/install/pip.sh sets
+SHARDPOINT_TEST_INSTALLED=<venv>, and the package must come from there).
 """
 
 import os
@@ -18,6 +20,16 @@ try:
 except ImportError as e:  # pragma: no cover
     raise ImportError(f"{e}: build the module (cmake --build <build> --target _shardpoint) and "
                       "set PYTHONPATH=<build>/python") from e
+
+_INSTALLED = os.environ.get("SHARDPOINT_TEST_INSTALLED")
+if _INSTALLED and not os.path.abspath(shardpoint.__file__).startswith(
+        os.path.abspath(_INSTALLED) + os.sep):
+    raise ImportError(f"shardpoint imported from {shardpoint.__file__}, not from the installed "
+                      f"package in {_INSTALLED}")
+
+
+def pytest_report_header(config):
+    return f"shardpoint: {os.path.dirname(os.path.abspath(shardpoint.__file__))}"
 
 
 def package_dir():

@@ -47,8 +47,9 @@ g++ -O1 -o "$tmp/pc_consumer" "$repo/tests/install/consumer.cc" \
   $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs shardpoint)
 "$tmp/pc_consumer" "$tmp/ckpt_pc"
 
-echo "-- add_subdirectory consumer (builds the library from source, Debug)"
+echo "-- add_subdirectory consumer (builds the library from source, -O0)"
 cmake -S "$repo/tests/install/add_subdirectory" -B "$tmp/sub" -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_FLAGS_DEBUG=-O0 \
   -DSHARDPOINT_SOURCE_DIR="$repo" ${CMAKE_CXX_COMPILER_LAUNCHER:+-DCMAKE_CXX_COMPILER_LAUNCHER=$CMAKE_CXX_COMPILER_LAUNCHER} >/dev/null
 cmake --build "$tmp/sub" -j"$(nproc)" --target consumer >/dev/null
 "$tmp/sub/consumer" "$tmp/ckpt_sub"
