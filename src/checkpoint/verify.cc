@@ -22,7 +22,14 @@ std::string ChunkWhere(const Manifest& m, const TensorRecord& t, size_t i) {
 // The safetensors header of every data file must describe exactly the
 // manifest's chunks and objects in that file.
 void CheckHeaders(Storage* storage, const std::string& dir, const Manifest& m,
-                  std::vector<std::string>* faults) {
+                  std::vector<VerifyFault>* faults) {
+  const auto fault = [&](size_t f, std::string message) {
+    VerifyFault v;
+    v.kind = VerifyFault::Kind::kFileHeader;
+    v.file = m.files[f];
+    v.message = std::move(message);
+    faults->push_back(std::move(v));
+  };
   std::vector<std::map<std::string, SafetensorsEntry>> expected(m.files.size());
   for (const TensorRecord& t : m.tensors) {
     for (size_t i = 0; i < t.chunks.size(); ++i) {
@@ -53,30 +60,30 @@ void CheckHeaders(Storage* storage, const std::string& dir, const Manifest& m,
       return DecodeSafetensorsHeader(json, size, path);
     }();
     if (!header.ok()) {
-      faults->push_back(header.status().ToString());
+      fault(f, header.status().ToString());
       continue;
     }
     for (const SafetensorsEntry& e : header->entries) {
       auto it = expected[f].find(e.name);
       if (it == expected[f].end()) {
-        faults->push_back("'" + m.files[f] + "': entry '" + e.name + "' is not in the manifest");
+        fault(f, "'" + m.files[f] + "': entry '" + e.name + "' is not in the manifest");
         continue;
       }
       const SafetensorsEntry& x = it->second;
       if (x.dtype != e.dtype || x.shape != e.shape || x.begin != header->data_start + e.begin ||
           x.end != header->data_start + e.end) {
-        faults->push_back("'" + m.files[f] + "': entry '" + e.name + "' (" +
-                          std::string(DTypeName(e.dtype)) + " " + ShapeToString(e.shape) +
-                          " at bytes [" + std::to_string(header->data_start + e.begin) + ", " +
-                          std::to_string(header->data_start + e.end) +
-                          ")) disagrees with the manifest (" + std::string(DTypeName(x.dtype)) +
-                          " " + ShapeToString(x.shape) + " at bytes [" + std::to_string(x.begin) +
-                          ", " + std::to_string(x.end) + "))");
+        fault(f, "'" + m.files[f] + "': entry '" + e.name + "' (" +
+                     std::string(DTypeName(e.dtype)) + " " + ShapeToString(e.shape) +
+                     " at bytes [" + std::to_string(header->data_start + e.begin) + ", " +
+                     std::to_string(header->data_start + e.end) +
+                     ")) disagrees with the manifest (" + std::string(DTypeName(x.dtype)) + " " +
+                     ShapeToString(x.shape) + " at bytes [" + std::to_string(x.begin) + ", " +
+                     std::to_string(x.end) + "))");
       }
       expected[f].erase(it);
     }
     for (const auto& [name, e] : expected[f]) {
-      faults->push_back("'" + m.files[f] + "': the header lacks entry '" + name + "'");
+      fault(f, "'" + m.files[f] + "': the header lacks entry '" + name + "'");
     }
   }
 }
@@ -88,13 +95,19 @@ Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir,
   VerifyReport report;
   SP_ASSIGN_OR_RETURN(report.manifest, ReadManifest(storage, dir));
   const Manifest& m = report.manifest;
-  std::vector<std::string>& faults = report.faults;
+  std::vector<VerifyFault>& faults = report.faults;
 
   for (const TensorRecord& t : m.tensors) {
     std::vector<Box> boxes;
     for (const ChunkRecord& c : t.chunks) boxes.push_back(c.box);
     Status s = CheckTiling(t.key, t.shape, boxes, [&](size_t i) { return ChunkWhere(m, t, i); });
-    if (!s.ok()) faults.push_back(s.message());
+    if (!s.ok()) {
+      VerifyFault v;
+      v.kind = VerifyFault::Kind::kTiling;
+      v.key = t.key;
+      v.message = s.message();
+      faults.push_back(std::move(v));
+    }
   }
   CheckHeaders(storage, dir, m, &faults);
 
@@ -104,19 +117,28 @@ Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir,
     uint32_t file;
     uint64_t offset, nbytes, checksum;
     std::string what;
+    VerifyFault where;  // kind, key, chunk or object index: filled in on a fault
   };
   std::vector<Item> items;
   for (const TensorRecord& t : m.tensors) {
     for (size_t i = 0; i < t.chunks.size(); ++i) {
       const ChunkRecord& c = t.chunks[i];
-      items.push_back(
-          {c.file, c.offset, c.nbytes, c.checksum,
-           "tensor '" + t.key + "' chunk " + std::to_string(i) + " " + c.box.ToString()});
+      VerifyFault where;
+      where.kind = VerifyFault::Kind::kChunk;
+      where.key = t.key;
+      where.chunk = static_cast<int64_t>(i);
+      items.push_back({c.file, c.offset, c.nbytes, c.checksum,
+                       "tensor '" + t.key + "' chunk " + std::to_string(i) + " " + c.box.ToString(),
+                       std::move(where)});
     }
   }
   for (const ObjectRecord& o : m.objects) {
+    VerifyFault where;
+    where.kind = VerifyFault::Kind::kObject;
+    where.key = o.key;
+    where.object_index = o.index;
     items.push_back({o.file, o.offset, o.nbytes, o.checksum,
-                     "object '" + o.key + "' " + ShapeToString(o.index)});
+                     "object '" + o.key + "' " + ShapeToString(o.index), std::move(where)});
   }
   // Largest first, so that the last tasks are short ones.
   std::stable_sort(items.begin(), items.end(),
@@ -136,13 +158,21 @@ Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir,
     Status s = CheckStored(&files, m, it.file, it.offset, it.nbytes, it.checksum, it.what,
                            options.slice_bytes, on_slice);
     std::lock_guard<std::mutex> lock(mu);
-    if (!s.ok()) faults.push_back(s.message());
+    if (!s.ok()) {
+      VerifyFault v = it.where;
+      v.file = m.files[it.file];
+      v.begin = it.offset;
+      v.end = it.offset + it.nbytes;
+      v.message = s.message();
+      faults.push_back(std::move(v));
+    }
     report.bytes_checked += it.nbytes;
     return OkStatus();
   });
   report.chunks_checked = static_cast<int64_t>(items.size() - m.objects.size());
   report.objects_checked = static_cast<int64_t>(m.objects.size());
-  std::sort(faults.begin(), faults.end());
+  std::sort(faults.begin(), faults.end(),
+            [](const VerifyFault& a, const VerifyFault& b) { return a.message < b.message; });
   return report;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "shardpoint/storage.h"
+#include "shardpoint/verify.h"
 #include "src/format/manifest.h"
 
 namespace shardpoint::internal {
@@ -17,8 +18,9 @@ struct VerifyReport {
   int64_t chunks_checked = 0;
   int64_t objects_checked = 0;
   uint64_t bytes_checked = 0;
-  // One line per fault, naming the key, chunk, file and byte range.
-  std::vector<std::string> faults;
+  // One record per fault, its message naming the key, chunk, file and byte
+  // range; sorted by message.
+  std::vector<VerifyFault> faults;
   bool ok() const { return faults.empty(); }
 };
 

@@ -17,6 +17,12 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
+std::vector<std::string> Messages(const std::vector<VerifyFault>& faults) {
+  std::vector<std::string> out;
+  for (const VerifyFault& f : faults) out.push_back(f.message);
+  return out;
+}
+
 // Two ranks, each holding rows [50r, 50r+50) of "a" [100, 7] F32 and a whole
 // replica of "b" [5] BF16, plus one object per rank.
 class VerifyTest : public ::testing::Test {
@@ -86,7 +92,7 @@ TEST_F(VerifyTest, CleanCheckpointPassesWithProgress) {
   o.progress = [&](uint64_t done, uint64_t total) { calls.emplace_back(done, total); };
   Result<VerifyReport> r = VerifyCheckpoint(storage_.get(), "ckpt", o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_TRUE(r->ok()) << ::testing::PrintToString(r->faults);
+  EXPECT_TRUE(r->ok()) << ::testing::PrintToString(Messages(r->faults));
   EXPECT_EQ(r->chunks_checked, 3);  // a: 2 chunks, b: 1 (replicas deduplicated)
   EXPECT_EQ(r->objects_checked, 2);
   const uint64_t total = 700 * 4 + 5 * 2 + std::string("state of rank 0").size() * 2;
@@ -108,8 +114,8 @@ TEST_F(VerifyTest, FlippedByteNamesKeyChunkFileAndRange) {
   for (size_t slice : {size_t{16} << 20, size_t{100}}) {
     Result<VerifyReport> r = Verify(slice);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    ASSERT_EQ(r->faults.size(), 1u) << ::testing::PrintToString(r->faults);
-    EXPECT_THAT(r->faults[0],
+    ASSERT_EQ(r->faults.size(), 1u) << ::testing::PrintToString(Messages(r->faults));
+    EXPECT_THAT(r->faults[0].message,
                 StartsWith("tensor 'a' chunk 1 [50:100, 0:7] in '" + file +
                            "': checksum mismatch at bytes [" + std::to_string(c.offset) + ", " +
                            std::to_string(c.offset + c.nbytes) + ") (stored "));
@@ -124,8 +130,8 @@ TEST_F(VerifyTest, TruncatedDataFileIsAFault) {
   Result<VerifyReport> r = Verify();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_FALSE(r->ok());
-  EXPECT_THAT(::testing::PrintToString(r->faults), HasSubstr(file));
-  EXPECT_THAT(::testing::PrintToString(r->faults), HasSubstr("tensor 'a' chunk 0"));
+  EXPECT_THAT(::testing::PrintToString(Messages(r->faults)), HasSubstr(file));
+  EXPECT_THAT(::testing::PrintToString(Messages(r->faults)), HasSubstr("tensor 'a' chunk 0"));
 }
 
 TEST_F(VerifyTest, TensorNotTiledIsAFault) {
@@ -137,8 +143,8 @@ TEST_F(VerifyTest, TensorNotTiledIsAFault) {
       storage_->WriteStringToFile("ckpt/" + std::string(kManifestName), EncodeManifest(m)).ok());
   Result<VerifyReport> r = Verify();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  ASSERT_EQ(r->faults.size(), 1u) << ::testing::PrintToString(r->faults);
-  EXPECT_THAT(r->faults[0], HasSubstr("'a'"));
+  ASSERT_EQ(r->faults.size(), 1u) << ::testing::PrintToString(Messages(r->faults));
+  EXPECT_THAT(r->faults[0].message, HasSubstr("'a'"));
 }
 
 TEST_F(VerifyTest, MissingOrGarbageManifestIsAnError) {
@@ -150,6 +156,125 @@ TEST_F(VerifyTest, MissingOrGarbageManifestIsAnError) {
   r = Verify();
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().ToString();
+}
+
+// The public API (shardpoint/verify.h): the same checks, faults as records.
+TEST_F(VerifyTest, PublicVerifyGivesStructuredFaults) {
+  const ChunkRecord& c = ChunkOfA(1);
+  const std::string file = manifest_.files[c.file];
+  shardpoint::VerifyOptions o;
+  o.storage = storage_.get();
+  o.threads = 2;
+  o.slice_bytes = 100;
+  Result<shardpoint::VerifyReport> clean = shardpoint::VerifyCheckpoint("ckpt", o);
+  ASSERT_TRUE(clean.ok()) << clean.status().ToString();
+  EXPECT_TRUE(clean->ok()) << ::testing::PrintToString(Messages(clean->faults));
+  EXPECT_EQ(clean->tensors, 2);
+  EXPECT_EQ(clean->chunks_checked, 3);
+  EXPECT_EQ(clean->objects_checked, 2);
+  EXPECT_EQ(clean->files, static_cast<int64_t>(manifest_.files.size()));
+  EXPECT_EQ(clean->bytes_checked, 700u * 4 + 5 * 2 + 2 * 15);
+
+  Rewrite(file, [&](std::string* b) { (*b)[c.offset + 5] ^= 0x01; });
+  Result<shardpoint::VerifyReport> r = shardpoint::VerifyCheckpoint("ckpt", o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->faults.size(), 1u) << ::testing::PrintToString(Messages(r->faults));
+  const VerifyFault& f = r->faults[0];
+  EXPECT_EQ(f.kind, VerifyFault::Kind::kChunk);
+  EXPECT_EQ(f.key, "a");
+  EXPECT_EQ(f.chunk, 1);
+  EXPECT_EQ(f.file, file);
+  EXPECT_EQ(f.begin, c.offset);
+  EXPECT_EQ(f.end, c.offset + c.nbytes);
+  EXPECT_THAT(f.message, HasSubstr("checksum mismatch"));
+}
+
+TEST_F(VerifyTest, PublicVerifyNamesTheObjectAndTheTilingFault) {
+  const ObjectRecord& obj = manifest_.objects.at(1);
+  Rewrite(manifest_.files[obj.file], [&](std::string* b) { (*b)[obj.offset] ^= 0x01; });
+  Manifest m = manifest_;
+  for (TensorRecord& t : m.tensors) {
+    if (t.key == "a") t.shape = {101, 7};
+  }
+  ASSERT_TRUE(
+      storage_->WriteStringToFile("ckpt/" + std::string(kManifestName), EncodeManifest(m)).ok());
+  shardpoint::VerifyOptions o;
+  o.storage = storage_.get();
+  Result<shardpoint::VerifyReport> r = shardpoint::VerifyCheckpoint("ckpt", o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->faults.size(), 2u) << ::testing::PrintToString(Messages(r->faults));
+  bool object = false, tiling = false;
+  for (const VerifyFault& f : r->faults) {
+    if (f.kind == VerifyFault::Kind::kObject) {
+      object = true;
+      EXPECT_EQ(f.key, "rng");
+      EXPECT_EQ(f.object_index, obj.index);
+      EXPECT_EQ(f.file, manifest_.files[obj.file]);
+      EXPECT_EQ(f.begin, obj.offset);
+      EXPECT_EQ(f.end, obj.offset + obj.nbytes);
+    } else {
+      EXPECT_EQ(f.kind, VerifyFault::Kind::kTiling);
+      tiling = true;
+      EXPECT_EQ(f.key, "a");
+      EXPECT_EQ(f.chunk, -1);
+    }
+  }
+  EXPECT_TRUE(object && tiling);
+}
+
+TEST_F(VerifyTest, PublicVerifyHeaderFaultNamesTheFile) {
+  const std::string file = manifest_.files.at(0);
+  Rewrite(file, [&](std::string* b) { (*b)[0] = '\xff'; });  // header length now absurd
+  shardpoint::VerifyOptions o;
+  o.storage = storage_.get();
+  Result<shardpoint::VerifyReport> r = shardpoint::VerifyCheckpoint("ckpt", o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_FALSE(r->ok());
+  bool header = false;
+  for (const VerifyFault& f : r->faults) {
+    if (f.kind != VerifyFault::Kind::kFileHeader) continue;
+    header = true;
+    EXPECT_EQ(f.file, file);
+    EXPECT_EQ(f.key, "");
+  }
+  EXPECT_TRUE(header) << ::testing::PrintToString(Messages(r->faults));
+}
+
+TEST_F(VerifyTest, DescribeMatchesTheManifest) {
+  shardpoint::DescribeOptions o;
+  o.storage = storage_.get();
+  Result<CheckpointDescription> d = DescribeCheckpoint("ckpt", o);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->format_version, kFormatVersion);
+  EXPECT_EQ(d->files, manifest_.files);
+  ASSERT_EQ(d->tensors.size(), 2u);
+  EXPECT_EQ(d->tensors[0].key, "a");
+  EXPECT_EQ(d->tensors[0].dtype, DType::kF32);
+  EXPECT_EQ(d->tensors[0].shape, (Shape{100, 7}));
+  EXPECT_EQ(d->tensors[0].nbytes(), 700u * 4);
+  EXPECT_EQ(d->tensors[1].key, "b");
+  EXPECT_EQ(d->tensors[1].dtype, DType::kBF16);
+  ASSERT_EQ(d->tensors[0].chunks.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const ChunkRecord& c = ChunkOfA(i);
+    const ChunkDescription& dc = d->tensors[0].chunks[i];
+    EXPECT_EQ(dc.box, c.box);
+    EXPECT_EQ(dc.file, c.file);
+    EXPECT_EQ(dc.offset, c.offset);
+    EXPECT_EQ(dc.nbytes, c.nbytes);
+    EXPECT_EQ(dc.checksum, c.checksum);
+  }
+  ASSERT_EQ(d->objects.size(), 2u);
+  EXPECT_EQ(d->objects[1].key, "rng");
+  EXPECT_EQ(d->objects[1].index, (Shape{1}));
+  EXPECT_EQ(d->objects[1].grid, (Shape{2}));
+  EXPECT_EQ(d->objects[1].nbytes, 15u);
+  EXPECT_FALSE(d->has_common);
+  EXPECT_EQ(d->json, ManifestToJson(manifest_));
+
+  Result<CheckpointDescription> missing = DescribeCheckpoint("other", o);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound) << missing.status().ToString();
 }
 
 }  // namespace

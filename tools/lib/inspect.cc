@@ -54,7 +54,7 @@ std::string InspectTable(const internal::Manifest& m, const std::string& dir) {
 
 std::string VerifyText(const internal::VerifyReport& r, const std::string& dir, double seconds) {
   std::ostringstream os;
-  for (const std::string& f : r.faults) os << "FAULT: " << f << "\n";
+  for (const VerifyFault& f : r.faults) os << "FAULT: " << f.message << "\n";
   os << "verified " << dir << ": " << r.manifest.tensors.size() << " tensors, " << r.chunks_checked
      << " chunks, " << r.objects_checked << " objects, " << HumanBytes(r.bytes_checked) << " in "
      << r.manifest.files.size() << " files";

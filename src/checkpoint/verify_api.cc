@@ -1,0 +1,72 @@
+// The public DescribeCheckpoint and VerifyCheckpoint (shardpoint/verify.h):
+// thin adapters over the manifest and the internal verify
+// (src/checkpoint/verify.h), converting to the public result types.
+#include <chrono>
+
+#include "shardpoint/verify.h"
+#include "src/checkpoint/commit.h"
+#include "src/checkpoint/verify.h"
+#include "src/format/manifest.h"
+
+namespace shardpoint {
+namespace {
+
+CheckpointDescription Describe(const internal::Manifest& m) {
+  CheckpointDescription d;
+  d.format_version = m.version;
+  d.files = m.files;
+  d.tensors.reserve(m.tensors.size());
+  for (const internal::TensorRecord& t : m.tensors) {
+    TensorDescription td{t.key, t.dtype, t.shape, {}};
+    td.chunks.reserve(t.chunks.size());
+    for (const internal::ChunkRecord& c : t.chunks) {
+      td.chunks.push_back(ChunkDescription{c.box, c.file, c.offset, c.nbytes, c.checksum});
+    }
+    d.tensors.push_back(std::move(td));
+  }
+  d.objects.reserve(m.objects.size());
+  for (const internal::ObjectRecord& o : m.objects) {
+    d.objects.push_back(ObjectDescription{o.key, o.index, o.grid, o.file, o.offset, o.nbytes});
+  }
+  d.has_common = m.has_common;
+  d.common_bytes = m.common.size();
+  d.metadata_json = m.metadata_json;
+  d.json = internal::ManifestToJson(m);
+  return d;
+}
+
+}  // namespace
+
+uint64_t TensorDescription::nbytes() const {
+  uint64_t n = 0;
+  for (const ChunkDescription& c : chunks) n += c.nbytes;
+  return n;
+}
+
+Result<CheckpointDescription> DescribeCheckpoint(const std::string& dir,
+                                                 const DescribeOptions& options) {
+  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  SP_ASSIGN_OR_RETURN(internal::Manifest m, internal::ReadManifest(storage, dir));
+  return Describe(m);
+}
+
+Result<VerifyReport> VerifyCheckpoint(const std::string& dir, const VerifyOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  internal::VerifyOptions o;
+  o.threads = options.threads;
+  o.slice_bytes = options.slice_bytes;
+  o.progress = options.progress;
+  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  SP_ASSIGN_OR_RETURN(internal::VerifyReport r, internal::VerifyCheckpoint(storage, dir, o));
+  VerifyReport report;
+  report.tensors = static_cast<int64_t>(r.manifest.tensors.size());
+  report.chunks_checked = r.chunks_checked;
+  report.objects_checked = r.objects_checked;
+  report.bytes_checked = r.bytes_checked;
+  report.files = static_cast<int64_t>(r.manifest.files.size());
+  report.faults = std::move(r.faults);
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+}  // namespace shardpoint
