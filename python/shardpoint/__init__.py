@@ -22,6 +22,9 @@ from shardpoint._checkpoint import (  # noqa: F401
     AsyncSaver, LoadResult, SaveHandle, SaveStats, ShardedObject, flatten_keys, load, save,
     save_async)
 from shardpoint._manager import CheckpointManager  # noqa: F401
+from shardpoint._read import (  # noqa: F401
+    ChunkInfo, Fault, Metadata, ObjectInfo, TensorInfo, VerifyReport, inspect, iter_tensors,
+    metadata, read, verify)
 from shardpoint import comm  # noqa: F401
 from shardpoint.comm import (  # noqa: F401
     Comm, MPI4PyComm, TorchDistributedComm, default_comm, single, thread_comms)
@@ -35,6 +38,8 @@ __all__ = [
     "NotFoundError", "IOFailureError", "PermissionDeniedError", "IsDirectoryError",
     "NotDirectoryError", "DataLossError", "FailedPreconditionError", "InternalError",
     "PickleNotAllowedError", "DType", "to_dtype", "SavePlanCache", "SaveStats",
+    "metadata", "read", "iter_tensors", "verify", "inspect", "Metadata", "TensorInfo",
+    "ChunkInfo", "ObjectInfo", "VerifyReport", "Fault",
 ] + list(_sharded_all)
 
 __version__ = "0.1.0"

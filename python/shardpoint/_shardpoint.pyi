@@ -19,6 +19,17 @@ class Box:
     offset: List[int]
     shape: List[int]
 
+class CheckpointDescription:
+    def __init__(self, *args: Any, **kwargs: Any) -> Any: ...
+    common_bytes: int
+    files: List[str]
+    format_version: int
+    has_common: bool
+    json: bytes
+    metadata_bytes: bytes
+    objects: List[ObjectDescription]
+    tensors: List[TensorDescription]
+
 class CheckpointManager:
     def __init__(self, *args: Any, **kwargs: Any) -> Any: ...
     def agree_on_latest(self, comm: Comm) -> Optional[int]: ...
@@ -31,6 +42,14 @@ class CheckpointManager:
     root: str
     def save_async(self, saver: AsyncSaver, state: State, iteration: int, comm: Comm, options: SaveOptions = ...) -> SaveHandle: ...
     def tracker(self) -> Optional[int]: ...
+
+class ChunkDescription:
+    def __init__(self, *args: Any, **kwargs: Any) -> Any: ...
+    box: Box
+    checksum: int
+    file: int
+    nbytes: int
+    offset: int
 
 class Comm:
     def __init__(self) -> None: ...
@@ -141,6 +160,15 @@ class Object:
     index: List[int]
     key: str
 
+class ObjectDescription:
+    def __init__(self, *args: Any, **kwargs: Any) -> Any: ...
+    file: int
+    grid: List[int]
+    index: List[int]
+    key: str
+    nbytes: int
+    offset: int
+
 class PipelineLayout:
     def __init__(self, num_layers: int, pp_size: int = 1, vp_size: int = 1, chunk_layers: List[int] = []) -> None: ...
     chunk_layers: List[int]
@@ -216,6 +244,46 @@ class State:
     objects: List[Object]
     tensors: List[LocalTensor]
 
+class TensorDescription:
+    def __init__(self, *args: Any, **kwargs: Any) -> Any: ...
+    chunks: List[ChunkDescription]
+    dtype: DType
+    key: str
+    def nbytes(self) -> int: ...
+    shape: List[int]
+
+class VerifyFault:
+    def __init__(self, *args: Any, **kwargs: Any) -> Any: ...
+    begin: int
+    chunk: int
+    end: int
+    file: str
+    key: str
+    kind: VerifyFaultKind
+    message: str
+    object_index: List[int]
+
+class VerifyFaultKind:
+    TILING: VerifyFaultKind
+    FILE_HEADER: VerifyFaultKind
+    CHUNK: VerifyFaultKind
+    OBJECT: VerifyFaultKind
+    @property
+    def value(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    def __int__(self) -> int: ...
+
+class VerifyReport:
+    def __init__(self, *args: Any, **kwargs: Any) -> Any: ...
+    bytes_checked: int
+    chunks_checked: int
+    faults: List[VerifyFault]
+    files: int
+    objects_checked: int
+    seconds: float
+    tensors: int
+
 class Error(Exception):
     code: str
 
@@ -249,6 +317,7 @@ class PermissionDeniedError(IOFailureError, PermissionError):
 def chunk_sizes(n: int, count: int) -> List[int]: ...
 def column_parallel(key: str, dtype: DType, data: int, global_shape: List[int], tp_rank: int, tp_size: int) -> LocalTensor: ...
 def concat(parts: List[LocalTensor], dim: int, data: int) -> LocalTensor: ...
+def describe_checkpoint(dir: str) -> CheckpointDescription: ...
 def dtensor_local_boxes(global_shape: List[int], mesh_shape: List[int], coordinate: List[int], placements: List[Placement]) -> List[Box]: ...
 def dtensor_shard(key: str, dtype: DType, data: int, global_shape: List[int], mesh_shape: List[int], coordinate: List[int], placements: List[Placement]) -> LocalTensor: ...
 def dtype_name(arg0: DType) -> str: ...
@@ -278,5 +347,6 @@ def stacked_experts(key: str, dtype: DType, data: int, expert_shape: List[int], 
 def stage_layers(layout: PipelineLayout, pp_rank: int, vp_stage: int = 0) -> List[int]: ...
 def swiglu_fc1(w_key: str, v_key: str, dtype: DType, data: int, ffn: int, trailing: List[int], tp_rank: int, tp_size: int) -> LocalTensor: ...
 def validate_local_tensor(arg0: LocalTensor) -> None: ...
+def verify_checkpoint(dir: str, threads: int = 4, slice_bytes: int = 16777216) -> VerifyReport: ...
 def vocab_parallel(key: str, dtype: DType, data: int, padded_vocab: int, hidden: int, tp_rank: int, tp_size: int) -> LocalTensor: ...
 def whole_tensor(key: str, dtype: DType, data: int, shape: List[int]) -> LocalTensor: ...

@@ -56,7 +56,7 @@ else:
     Layouts = Any
 
 __all__ = ["TrainState", "get_state_dict", "set_state_dict", "init_optimizer_state", "TPPlan",
-           "rng_state", "set_rng_state", "scheduler_state", "load_scheduler_state"]
+           "gqa", "rng_state", "set_rng_state", "scheduler_state", "load_scheduler_state"]
 
 _MARK = "__shardpoint__"  # a dict {_MARK: kind, ...} stands for a value JSON cannot hold
 
@@ -82,7 +82,9 @@ class TPPlan:
     * ``"qkv"``: fused ``[q_i; k_i; v_i]`` of three equal parts, stored as
       ``<fqn>.q``, ``<fqn>.k``, ``<fqn>.v``, each column-parallel;
     * ``"swiglu"``: fused ``[W_i; V_i]`` (SwiGLU fc1), stored as ``<fqn>.w`` and ``<fqn>.v``;
-    * ``"replicated"``: every TP rank holds it whole.
+    * ``"replicated"``: every TP rank holds it whole;
+    * a function ``(fqn, local, tp_rank, tp_size) -> ShardedTensor`` for anything
+      else, e.g. ``gqa(heads, groups, head_dim)`` (Megatron's interleaved GQA QKV).
 
     The global shape is the local one times ``tp_size`` on the split dim. The
     stored keys do not depend on the TP size, so a checkpoint written under
@@ -91,12 +93,12 @@ class TPPlan:
     def __init__(self, rules: Iterable[tuple[str, str]], tp_rank: int, tp_size: int) -> None:
         self.rules = [(re.compile(p), k) for p, k in rules]
         for p, k in self.rules:
-            if k not in _KINDS:
+            if not callable(k) and k not in _KINDS:
                 raise _C.InvalidArgumentError(f"TPPlan rule {p.pattern!r}: unknown kind {k!r} "
                                               f"(one of {', '.join(_KINDS)})")
         self.tp_rank, self.tp_size = int(tp_rank), int(tp_size)
 
-    def kind(self, fqn: str) -> str:
+    def kind(self, fqn: str) -> str | Callable:
         """The kind of parameter ``fqn`` (the first matching rule's)."""
         for p, k in self.rules:
             if p.search(fqn):
@@ -105,6 +107,8 @@ class TPPlan:
 
     def __call__(self, fqn: str, t: Any) -> _sh.ShardedTensor:
         k, r, n = self.kind(fqn), self.tp_rank, self.tp_size
+        if callable(k):
+            return k(fqn, t, r, n)
         shape = list(t.shape)
         if k == "replicated" or n == 1 and k not in ("qkv", "swiglu"):
             return _sh.whole(fqn, t)
@@ -128,6 +132,18 @@ class TPPlan:
             raise _C.InvalidArgumentError(f"'{fqn}': fused swiglu needs an even dim 0, got "
                                           f"shape {shape}")
         return _sh.swiglu_fc1(f"{fqn}.w", f"{fqn}.v", t, shape[0] // 2 * n, shape[1:], r, n)
+
+
+def gqa(heads: int, groups: int, head_dim: int) -> Callable:
+    """A TPPlan kind: Megatron's interleaved GQA QKV (per local query group its query
+    heads, then its key and value head), stored as ``<fqn>.q``, ``<fqn>.k``,
+    ``<fqn>.v`` whatever the TP size."""
+    dims = _C.GqaDims(heads, groups, head_dim)
+
+    def layout(fqn: str, t: Any, tp_rank: int, tp_size: int) -> _sh.ShardedTensor:
+        return _sh.gqa_qkv(f"{fqn}.q", f"{fqn}.k", f"{fqn}.v", t, dims, list(t.shape[1:]),
+                           tp_rank, tp_size)
+    return layout
 
 
 def _layout(layouts: Layouts, fqn: str, t: Any) -> _sh.ShardedTensor:
@@ -557,7 +573,24 @@ class TrainState:
         return _save_async(self.state_dict(), path, self.comm, **kwargs)
 
     def load(self, path: Any, **kwargs: Any) -> LoadResult:
+        """Loads checkpoint ``path`` into the objects. Under another world size, rank r
+        restores the RNG saved by rank r; a rank the saving job did not have keeps
+        its RNG (a RuntimeWarning says so)."""
         sd = self.state_dict(allow_dry_step=True)
+        restore_rng = self.rng
+        if self.rng:
+            from shardpoint._read import metadata
+            saved = {o.index for o in metadata(path).objects if o.key == "rng"}
+            if (self.comm.rank(),) not in saved:
+                import warnings
+                warnings.warn(f"rank {self.comm.rank()}: checkpoint '{path}' holds the RNG of "
+                              f"{len(saved)} ranks, none for this one: its RNG is not restored",
+                              RuntimeWarning, stacklevel=2)
+                del sd["rng"]
+                restore_rng = False
         result = _load(sd, path, self.comm, **kwargs)
-        self.load_state_dict(sd)
+        set_state_dict(self.model, self.optimizers, sd, schedulers=self.schedulers,
+                       scaler=self.scaler, rng=restore_rng)
+        if self.extra is not None and "extra" in sd:
+            self.extra = sd["extra"]
         return result

@@ -1,6 +1,10 @@
 // _shardpoint: the pybind11 module under the `shardpoint` Python package.
 #include "python/src/bindings.h"
 
+namespace shardpoint::python {
+void RegisterVerify(pybind11::module_& m);  // verify.cc
+}  // namespace shardpoint::python
+
 PYBIND11_MODULE(_shardpoint, m) {
   m.doc() = "C++ core of shardpoint; use the `shardpoint` package instead.";
   shardpoint::python::RegisterErrors(m);
@@ -10,4 +14,5 @@ PYBIND11_MODULE(_shardpoint, m) {
   shardpoint::python::RegisterAsyncSave(m);
   shardpoint::python::RegisterLayouts(m);
   shardpoint::python::RegisterManager(m);
+  shardpoint::python::RegisterVerify(m);
 }

@@ -359,3 +359,77 @@ def test_import_shardpoint_without_torch():
     r = subprocess.run([PYTHON, "-c", code], env=subprocess_env(), capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_rng_under_another_world_size(ckpt, monkeypatch):
+    """Saved by 2 ranks, loaded by 3: ranks 0 and 1 get their own RNG back, rank 2 is
+    warned and keeps its own. (Thread ranks share one process RNG, so the test records
+    what each rank saves and restores.)"""
+    import threading
+    me = threading.local()
+    restored = {}
+    monkeypatch.setattr(spt, "rng_state", lambda: {"saved by": me.rank})
+    monkeypatch.setattr(spt, "set_rng_state", lambda s: restored.__setitem__(me.rank, s))
+
+    def save(r, comm):
+        me.rank = r
+        model, opt, _ = make()
+        spt.TrainState(model, opt, comm=comm).save(ckpt)
+
+    warned = {}
+    monkeypatch.setattr("warnings.warn", lambda msg, cat=None, stacklevel=1: warned.setdefault(
+        me.rank, []).append((cat, msg)))
+
+    def load(r, comm):
+        me.rank = r
+        model, opt, _ = make()
+        spt.TrainState(model, opt, comm=comm).load(ckpt)
+
+    run_ranks(2, save)
+    run_ranks(3, load)
+    assert restored == {0: {"saved by": 0}, 1: {"saved by": 1}}
+    assert list(warned) == [2] and len(warned[2]) == 1
+    cat, msg = warned[2][0]
+    assert cat is RuntimeWarning
+    assert msg.startswith("rank 2: checkpoint") and "holds the RNG of 2 ranks, none for this" in msg
+
+
+def _gqa_local(q, k, v, groups, tp_rank, tp):
+    """Megatron's interleaved local QKV: per local group its query heads, then k, then v."""
+    hpg = q.shape[0] // k.shape[0]  # query rows per key row (heads per group)
+    d = k.shape[0] // groups
+    rows = []
+    for g in range(tp_rank * groups // tp, (tp_rank + 1) * groups // tp):
+        rows += [q[g * hpg * d:(g + 1) * hpg * d], k[g * d:(g + 1) * d], v[g * d:(g + 1) * d]]
+    return torch.cat(rows)
+
+
+def test_tp_plan_gqa_kind_reshards(tmp_path):
+    heads, groups, d, hid = 8, 4, 2, 3
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(n * d, hid, generator=g) for n in (heads, groups, groups))
+    grad = [torch.randn(n * d, hid, generator=g) for n in (heads, groups, groups)]
+    plan = [(r"qkv\.weight$", spt.gqa(heads, groups, d))]
+
+    def job(r, comm, n, mode):
+        m = torch.nn.Module()
+        m.qkv = torch.nn.Module()
+        m.qkv.weight = torch.nn.Parameter(_gqa_local(q, k, v, groups, r, n) * (mode == "save"))
+        opt = torch.optim.AdamW(m.parameters(), lr=0.1)
+        state = spt.TrainState(m, opt, rng=False, layouts=spt.TPPlan(plan, r, n), comm=comm)
+        if mode == "save":
+            m.qkv.weight.grad = _gqa_local(*grad, groups, r, n)
+            opt.step()
+            state.save(tmp_path / "gqa")
+        else:
+            state.load(tmp_path / "gqa")
+        return m.qkv.weight.detach().clone(), opt.state[m.qkv.weight]["exp_avg"].clone()
+
+    saved = run_ranks(2, lambda r, c: job(r, c, 2, "save"))
+    (w1, m1), = run_ranks(1, lambda r, c: job(r, c, 1, "load"))
+    # TP 1 holds the groups of rank 0 then those of rank 1, each interleaved
+    assert same(w1, torch.cat([saved[0][0], saved[1][0]]))
+    assert same(m1, torch.cat([saved[0][1], saved[1][1]]))
+    keys = sp.metadata(tmp_path / "gqa").tensors
+    assert keys["model.qkv.weight.q"].shape == (heads * d, hid)
+    assert keys["optim.state.qkv.weight.q.exp_avg"].shape == (heads * d, hid)
