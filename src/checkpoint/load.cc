@@ -1,6 +1,8 @@
 // Load: the collective that fills every rank's state from a checkpoint.
 //
-//   1. rank 0 reads the manifest and broadcasts its bytes; all decode;
+//   1. rank 0 reads the manifest and broadcasts its bytes; all decode (for a
+//      PyTorch DCP directory, the index src/dcp/ builds from it instead: its
+//      chunks carry no checksums, so none are verified);
 //   2. every rank checks its requests (missing keys, dtype, shape) and the
 //      ranks exchange bitmaps of the stored tensors they requested, so that
 //      keys no rank asked for are reported as unexpected;   (agree)
@@ -13,6 +15,7 @@
 #include "src/checkpoint/commit.h"
 #include "src/checkpoint/cooperative.h"
 #include "src/checkpoint/reader.h"
+#include "src/dcp/dcp_dir.h"
 #include "src/geometry/view.h"
 #include "src/plan/load_plan.h"
 
@@ -85,13 +88,34 @@ Status CheckRequests(const Manifest& m, const State& state, const LoadOptions& o
   return OkStatus();
 }
 
-Status LoadObjects(const Manifest& m, State& state, DataFiles* files, uint64_t* bytes) {
+// The manifest of `dir` as 'S' + its bytes, or for a DCP directory 'D' + the
+// encoding of the index built from it.
+Result<std::string> ReadIndexBytes(Storage* storage, const std::string& dir) {
+  SP_ASSIGN_OR_RETURN(bool dcp, IsDcpDir(storage, dir));
+  if (dcp) {
+    SP_ASSIGN_OR_RETURN(DcpIndex idx, ReadDcpIndex(storage, dir));
+    return "D" + EncodeDcpManifest(idx.m);
+  }
+  SP_ASSIGN_OR_RETURN(std::string bytes, ReadManifestBytes(storage, dir));
+  return "S" + bytes;
+}
+
+Status LoadObjects(const Manifest& m, State& state, DataFiles* files, bool verify,
+                   uint64_t* bytes) {
   for (Object& o : state.objects) {
     const ObjectRecord* r = FindObject(m, o);
     if (!r) continue;
     o.bytes.resize(r->nbytes);
-    SP_RETURN_IF_ERROR(ReadVerified(files, m, r->file, r->offset, r->nbytes, r->checksum,
-                                    "object '" + o.key + "'", o.bytes.data()));
+    const std::string what = "object '" + o.key + "'";
+    if (!verify) {
+      SP_ASSIGN_OR_RETURN(const ReadableFile* f, files->Get(r->file));
+      Status read = f->ReadAt(r->offset, r->nbytes, o.bytes.data());
+      if (!read.ok()) return read.WithContext(what);
+      *bytes += r->nbytes;
+      continue;
+    }
+    SP_RETURN_IF_ERROR(
+        ReadVerified(files, m, r->file, r->offset, r->nbytes, r->checksum, what, o.bytes.data()));
     *bytes += r->nbytes;
   }
   if (state.common) {
@@ -120,17 +144,21 @@ Result<LoadResult> Load(State& state, const std::string& dir, Comm& comm,
   const auto start = std::chrono::steady_clock::now();
   Storage* storage = options.storage ? options.storage : DefaultStorage();
 
-  // 1. The manifest, read once.
+  // 1. The manifest, read once. A PyTorch DCP directory (src/dcp/) is read
+  // through the index rank 0 builds from it: no checksums to verify.
   std::string bytes;
   Status s;
   if (comm.rank() == 0) {
-    Result<std::string> read = ReadManifestBytes(storage, dir);
+    Result<std::string> read = ReadIndexBytes(storage, dir);
     s = read.status();
     if (read.ok()) bytes = std::move(*read);
   }
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
   SP_RETURN_IF_ERROR(comm.Broadcast(&bytes, 0));
-  Result<Manifest> manifest = DecodeManifest(bytes, JoinPath(dir, kManifestName));
+  const bool dcp = !bytes.empty() && bytes[0] == 'D';
+  Result<Manifest> manifest =
+      dcp ? DecodeDcpManifest(std::string_view(bytes).substr(1), dir)
+          : DecodeManifest(std::string_view(bytes).substr(1), JoinPath(dir, kManifestName));
   bytes.clear();
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, manifest.status()));
   const Manifest& m = *manifest;
@@ -173,8 +201,9 @@ Result<LoadResult> Load(State& state, const std::string& dir, Comm& comm,
   for (const View& v : plan->zero_fill) ZeroFill(v);
   ThreadPool pool(std::max(1, options.io_threads));
   DataFiles files(storage, dir, &m);
-  const ReadOptions read_options{options.verify_checksums, static_cast<size_t>(std::max<uint64_t>(
-                                                               1, options.read_slice_bytes))};
+  const ReadOptions read_options{
+      options.verify_checksums && !dcp,
+      static_cast<size_t>(std::max<uint64_t>(1, options.read_slice_bytes))};
   if (options.cooperative && comm.size() > 1) {
     CooperativeStats coop;
     SP_RETURN_IF_ERROR(CooperativeLoad(m, *plan, comm, &files, &pool, read_options,
@@ -189,7 +218,7 @@ Result<LoadResult> Load(State& state, const std::string& dir, Comm& comm,
   }
   if (s.ok()) {
     uint64_t object_bytes = 0;
-    s = LoadObjects(m, state, &files, &object_bytes);
+    s = LoadObjects(m, state, &files, /*verify=*/!dcp, &object_bytes);
     result.bytes_read += object_bytes;
   }
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));

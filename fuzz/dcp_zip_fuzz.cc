@@ -1,0 +1,45 @@
+// libFuzzer target for the stored-zip directory reader and the torch.save
+// tensor locator. Not part of the CMake build; build by hand from the repo root:
+//
+//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -I. \
+//     fuzz/dcp_zip_fuzz.cc src/dcp/zip.cc src/dcp/pickle.cc src/dcp/tensor_item.cc \
+//     src/base/status.cc src/geometry/dtype.cc src/geometry/box.cc \
+//     -o /tmp/dcp_zip_fuzz && /tmp/dcp_zip_fuzz -max_total_time=60
+//     tests/dcp/fixtures/torch113_2ranks/
+//
+// The input is one archive. Every entry found lies inside it; every failure
+// is DataLoss or FailedPrecondition.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#include "src/dcp/tensor_item.h"
+#include "src/dcp/zip.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace shardpoint;
+  using namespace shardpoint::internal;
+  ZipReadAt read = [&](uint64_t off, size_t n, char* dst) -> Status {
+    if (off > size || n > size - off) std::abort();  // the reader asked outside the archive
+    std::memcpy(dst, data + off, n);
+    return OkStatus();
+  };
+  auto check = [](const Status& s) {
+    if (!s.ok() && s.code() != StatusCode::kDataLoss &&
+        s.code() != StatusCode::kFailedPrecondition) {
+      std::abort();
+    }
+  };
+  Result<std::vector<ZipEntry>> r = ReadZipDirectory(size, read, "fuzz");
+  check(r.status());
+  if (r.ok()) {
+    for (const ZipEntry& e : *r) {
+      if (e.data_offset > size || e.size > size - e.data_offset) std::abort();
+    }
+  }
+  Result<TensorItemBytes> t = LocateTensorItem(size, read, "fuzz");
+  check(t.status());
+  if (t.ok() && (t->offset > size || t->nbytes > size - t->offset)) std::abort();
+  return 0;
+}

@@ -1,0 +1,166 @@
+#include "src/dcp/dcp_dir.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+
+#include "src/dcp/tensor_item.h"
+
+namespace shardpoint::internal {
+namespace {
+
+constexpr uint64_t kMaxMetadataBytes = uint64_t{1} << 30;
+// The transit encoding reuses the manifest format, whose file names must be
+// "data/<name>".
+constexpr std::string_view kTransitPrefix = "data/";
+
+std::string Join(const std::string& dir, const std::string& name) {
+  return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+Status CheckFileName(const std::string& name, const std::string& what) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      name.find('\\') != std::string::npos || name.find('\0') != std::string::npos ||
+      name.find("..") != std::string::npos) {
+    return DataLossError("'" + what + "' names data file '" + name +
+                         "', which is not a plain name inside the checkpoint directory");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<bool> IsDcpDir(Storage* storage, const std::string& dir) {
+  return storage->Exists(Join(dir, kDcpMetadataName));
+}
+
+Result<DcpIndex> ReadDcpIndex(Storage* storage, const std::string& dir) {
+  const std::string meta_path = Join(dir, kDcpMetadataName);
+  SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> mf, storage->NewReadableFile(meta_path));
+  SP_ASSIGN_OR_RETURN(uint64_t meta_size, mf->Size());
+  if (meta_size > kMaxMetadataBytes) {
+    return FailedPreconditionError("'" + meta_path + "' is " + std::to_string(meta_size) +
+                                   " bytes (at most 1 GiB is read)");
+  }
+  std::string meta(meta_size, '\0');
+  if (meta_size) SP_RETURN_IF_ERROR(mf->ReadAt(0, meta_size, meta.data()));
+  DcpIndex idx;
+  SP_ASSIGN_OR_RETURN(idx.metadata, DecodeDcpMetadata(meta, meta_path));
+  meta.clear();
+  const DcpMetadata& md = idx.metadata;
+
+  // Files: every relative path the storage data names, sorted.
+  for (const auto& [key, info] : md.storage) {
+    SP_RETURN_IF_ERROR(CheckFileName(info.relative_path, meta_path));
+    idx.m.files.push_back(info.relative_path);
+  }
+  std::sort(idx.m.files.begin(), idx.m.files.end());
+  idx.m.files.erase(std::unique(idx.m.files.begin(), idx.m.files.end()), idx.m.files.end());
+  std::vector<std::unique_ptr<ReadableFile>> files(idx.m.files.size());
+  std::vector<uint64_t> sizes(idx.m.files.size());
+  auto file_of = [&](const DcpStorageInfo& info, const std::string& what) -> Result<uint32_t> {
+    const auto it = std::lower_bound(idx.m.files.begin(), idx.m.files.end(), info.relative_path);
+    const uint32_t f = static_cast<uint32_t>(it - idx.m.files.begin());
+    if (!files[f]) {
+      SP_ASSIGN_OR_RETURN(files[f], storage->NewReadableFile(Join(dir, info.relative_path)));
+      SP_ASSIGN_OR_RETURN(sizes[f], files[f]->Size());
+    }
+    if (!info.transforms.empty()) {
+      std::string t;
+      for (const std::string& d : info.transforms) t += (t.empty() ? "" : ", ") + d;
+      return FailedPreconditionError(what + " in '" + info.relative_path +
+                                     "' is stored through transforms (" + t +
+                                     "), which shardpoint does not decode");
+    }
+    if (info.offset > sizes[f] || info.length > sizes[f] - info.offset) {
+      return DataLossError(what + ": bytes [" + std::to_string(info.offset) + ", " +
+                           std::to_string(info.offset + info.length) + ") of '" +
+                           info.relative_path + "' lie past its end (" + std::to_string(sizes[f]) +
+                           " bytes)");
+    }
+    return f;
+  };
+
+  for (const DcpTensorMeta& tm : md.tensors) {
+    TensorRecord t;
+    t.key = tm.fqn;
+    t.dtype = tm.dtype;
+    t.shape = tm.shape;
+    const uint64_t es = DTypeSize(t.dtype);
+    for (const Box& box : tm.chunks) {
+      const std::string what = "'" + tm.fqn + "' chunk " + box.ToString();
+      auto it = md.storage.find({tm.fqn, box.offset});
+      if (it == md.storage.end()) {
+        return DataLossError("'" + meta_path + "': " + what + " has no storage_data entry");
+      }
+      const DcpStorageInfo& info = it->second;
+      SP_ASSIGN_OR_RETURN(uint32_t f, file_of(info, what));
+      const std::string item = what + " (bytes [" + std::to_string(info.offset) + ", " +
+                               std::to_string(info.offset + info.length) + ") of '" +
+                               Join(dir, info.relative_path) + "')";
+      const ReadableFile* rf = files[f].get();
+      const uint64_t base = info.offset, len = info.length;
+      ZipReadAt read = [rf, base, len](uint64_t off, size_t n, char* dst) -> Status {
+        if (off > len || n > len - off) return DataLossError("read outside the item");
+        return rf->ReadAt(base + off, n, dst);
+      };
+      SP_ASSIGN_OR_RETURN(TensorItemBytes tb, LocateTensorItem(len, read, item));
+      if (tb.tensor.size != box.shape) {
+        return DataLossError(item + ": the saved tensor has size " + ShapeToString(tb.tensor.size) +
+                             ", the metadata says " + ShapeToString(box.shape));
+      }
+      if (tb.tensor.dtype != tm.dtype) {
+        return DataLossError(item + ": the saved tensor is " +
+                             std::string(DTypeName(tb.tensor.dtype)) + ", the metadata says " +
+                             std::string(DTypeName(tm.dtype)));
+      }
+      idx.entries.push_back(
+          {what, f, base + tb.storage.data_offset, tb.storage.size, tb.storage.crc32});
+      if (box.empty()) continue;
+      ChunkRecord c;
+      c.box = box;
+      c.file = f;
+      c.offset = base + tb.offset;
+      c.nbytes = static_cast<uint64_t>(box.num_elements()) * es;
+      t.chunks.push_back(std::move(c));
+    }
+    std::sort(t.chunks.begin(), t.chunks.end(),
+              [](const ChunkRecord& a, const ChunkRecord& b) { return a.box < b.box; });
+    for (size_t i = 1; i < t.chunks.size(); ++i) {
+      if (t.chunks[i].box == t.chunks[i - 1].box) {
+        return DataLossError("'" + meta_path + "': '" + tm.fqn + "' lists chunk " +
+                             t.chunks[i].box.ToString() + " twice");
+      }
+    }
+    idx.m.tensors.push_back(std::move(t));
+  }
+  for (const std::string& fqn : md.bytes) {
+    auto it = md.storage.find({fqn, Shape{}});
+    const std::string what = "byte item '" + fqn + "'";
+    if (it == md.storage.end()) {
+      return DataLossError("'" + meta_path + "': " + what + " has no storage_data entry");
+    }
+    SP_ASSIGN_OR_RETURN(uint32_t f, file_of(it->second, what));
+    ObjectRecord o;
+    o.key = fqn;
+    o.file = f;
+    o.offset = it->second.offset;
+    o.nbytes = it->second.length;
+    idx.m.objects.push_back(std::move(o));
+  }
+  return idx;
+}
+
+std::string EncodeDcpManifest(const Manifest& m) {
+  Manifest t = m;
+  for (std::string& f : t.files) f = std::string(kTransitPrefix) + f;
+  return EncodeManifest(t);
+}
+
+Result<Manifest> DecodeDcpManifest(std::string_view bytes, const std::string& dir) {
+  SP_ASSIGN_OR_RETURN(Manifest m, DecodeManifest(bytes, Join(dir, kDcpMetadataName)));
+  for (std::string& f : m.files) f = f.substr(kTransitPrefix.size());
+  return m;
+}
+
+}  // namespace shardpoint::internal

@@ -1,0 +1,56 @@
+// DCP's `.metadata` file: the pickled `Metadata` object that PyTorch's
+// distributed checkpoint writes beside its `.distcp` files, decoded with the
+// restricted pickle reader into plain structs.
+//
+// Layouts read: torch 1.13 (`torch.distributed._shard.checkpoint`) and torch
+// 2.x (`torch.distributed.checkpoint`), as far as their classes are listed in
+// DcpMetadataClassAllowed. Errors: DataLoss for malformed or inconsistent
+// metadata, FailedPrecondition for a class or feature not read (naming it).
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "shardpoint/box.h"
+#include "shardpoint/dtype.h"
+#include "shardpoint/status.h"
+
+namespace shardpoint::internal {
+
+inline constexpr char kDcpMetadataName[] = ".metadata";
+
+struct DcpTensorMeta {
+  std::string fqn;
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::vector<Box> chunks;  // as stored (offsets, sizes), in metadata order
+};
+
+// Where one item's bytes are: `length` bytes at `offset` of `relative_path`.
+struct DcpStorageInfo {
+  std::string relative_path;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  std::vector<std::string> transforms;  // torch 2.x transform descriptors (none read)
+};
+
+struct DcpMetadata {
+  int torch_major = 1;                 // 1: torch 1.13 classes, 2: torch 2.x classes
+  std::vector<DcpTensorMeta> tensors;  // sorted by fqn
+  std::vector<std::string> bytes;      // fqns of byte items, sorted
+  // Keyed by (fqn, chunk offset); byte items have an empty offset.
+  std::map<std::pair<std::string, Shape>, DcpStorageInfo> storage;
+};
+
+// The classes and functions a `.metadata` pickle may name.
+bool DcpMetadataClassAllowed(std::string_view module, std::string_view name);
+// The dtype named by a pickled torch dtype ("torch.float32", ...).
+Result<DType> DTypeFromTorchName(std::string_view full_name);
+
+// `what` names the file in errors.
+Result<DcpMetadata> DecodeDcpMetadata(std::string_view bytes, const std::string& what);
+
+}  // namespace shardpoint::internal

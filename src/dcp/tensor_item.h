@@ -1,0 +1,52 @@
+// A tensor saved by torch.save, as DCP stores each tensor item: a stored zip
+// holding `<prefix>/data.pkl` (a small pickle naming the storage and the
+// tensor's offset, size and stride), the storage bytes `<prefix>/data/<key>`
+// and optionally `<prefix>/byteorder`. LocateTensorItem finds the tensor's
+// raw bytes without reading them.
+//
+// Read: one `_rebuild_tensor_v2` of one typed storage ("torch.FloatStorage",
+// ...), C-contiguous strides, little-endian. Refused (FailedPrecondition):
+// other rebuild functions (sparse, quantized, nested, parameters with hooks),
+// non-contiguous strides, big-endian storages. Malformed input: DataLoss.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "shardpoint/box.h"
+#include "shardpoint/dtype.h"
+#include "shardpoint/status.h"
+#include "src/dcp/zip.h"
+
+namespace shardpoint::internal {
+
+// What data.pkl says.
+struct TorchSavedTensor {
+  DType dtype = DType::kF32;  // of the storage
+  std::string storage_key;    // the zip entry is <prefix>/data/<storage_key>
+  uint64_t storage_numel = 0;
+  uint64_t storage_offset = 0;  // elements
+  Shape size;
+  Shape stride;
+};
+
+inline constexpr uint64_t kMaxDataPklBytes = uint64_t{1} << 20;
+
+// The classes and functions a tensor's data.pkl may name.
+bool TensorPickleClassAllowed(std::string_view module, std::string_view name);
+Result<TorchSavedTensor> DecodeTensorPickle(std::string_view data_pkl, const std::string& what);
+
+// Where a saved tensor's bytes lie inside its archive.
+struct TensorItemBytes {
+  TorchSavedTensor tensor;
+  uint64_t offset = 0;  // from the start of the archive: the tensor's first element
+  uint64_t nbytes = 0;  // elements of `size` x dtype size
+  ZipEntry storage;     // the whole storage entry (for its CRC-32)
+};
+
+// Reads the zip directory and data.pkl of the archive of `size` bytes.
+Result<TensorItemBytes> LocateTensorItem(uint64_t size, const ZipReadAt& read,
+                                         const std::string& what);
+
+}  // namespace shardpoint::internal
