@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/checkpoint/commit.h"
+#include "src/dcp/dcp_dir.h"
 #include "src/plan/load_plan.h"
 #include "src/plan/regions.h"
 
@@ -41,6 +42,7 @@ Result<Source> SourceFromHfIndex(HfDirIndex idx, const std::string& dir, const H
   Source s;
   s.dir = dir;
   s.hf = true;
+  s.checksums = false;
   s.config_json = idx.config_json;
   SP_ASSIGN_OR_RETURN(Vars vars, ResolveVars(mapping, idx.config_json, explicit_vars));
   std::vector<HfMeta> metas;
@@ -63,8 +65,19 @@ std::string ConfigFromMetadata(const std::string& metadata_json) {
   return j["hf"]["config"].dump(2);
 }
 
+Result<Source> OpenDcpSource(Storage* storage, const std::string& dir) {
+  SP_ASSIGN_OR_RETURN(DcpIndex idx, ReadDcpIndex(storage, dir));
+  Source s;
+  s.dir = dir;
+  s.checksums = false;
+  s.m = std::move(idx.m);
+  return s;
+}
+
 Result<Source> OpenSource(Storage* storage, const std::string& dir, const HfMapping& mapping,
                           const Vars& explicit_vars) {
+  SP_ASSIGN_OR_RETURN(bool dcp, IsDcpDir(storage, dir));
+  if (dcp) return OpenDcpSource(storage, dir);
   SP_ASSIGN_OR_RETURN(bool hf, IsHfDir(storage, dir));
   if (hf) {
     SP_ASSIGN_OR_RETURN(HfDirIndex idx, ScanHfDir(storage, dir));
@@ -91,7 +104,7 @@ Status ReadBoxRange(const Source& src, DataFiles* files, const std::string& key,
   SP_ASSIGN_OR_RETURN(std::vector<Region> regions, BuildRegions({lt}));
   SP_ASSIGN_OR_RETURN(LoadPlan plan, PlanLoad(src.m, regions));
   std::atomic<uint64_t> bytes{0};
-  return ExecuteLoadPlan(src.m, plan, files, /*pool=*/nullptr, ReadOptions{!src.hf}, &bytes);
+  return ExecuteLoadPlan(src.m, plan, files, /*pool=*/nullptr, ReadOptions{src.checksums}, &bytes);
 }
 
 }  // namespace shardpoint::internal

@@ -1,7 +1,9 @@
 // A checkpoint to read from, in shardpoint keys: a shardpoint checkpoint (its
-// manifest) or an HF model mapped by a mapping (a synthesized manifest whose
+// manifest), an HF model mapped by a mapping (a synthesized manifest whose
 // chunks are the pieces, pointing at byte ranges of the HF files; they carry
-// no checksums). Reads go through the ordinary load planner and reader.
+// no checksums) or a PyTorch DCP directory (src/dcp/dcp_dir.h: chunks point
+// into the .distcp files; no checksums either). Reads go through the ordinary
+// load planner and reader.
 #pragma once
 
 #include <string>
@@ -18,6 +20,7 @@ namespace shardpoint::internal {
 struct Source {
   std::string dir;
   bool hf = false;
+  bool checksums = true;          // false for HF and DCP sources
   Manifest m;                     // sorted by key; chunks sorted by box
   std::vector<MappedKey> mapped;  // hf only, parallel to m.tensors
   std::string config_json;        // HF config.json, or the one kept in a checkpoint's metadata
@@ -26,9 +29,11 @@ struct Source {
 // The manifest of an HF model under `mapped` (pure).
 Manifest BuildHfManifest(const HfDirIndex& idx, const std::vector<MappedKey>& mapped);
 
-// Opens `dir` as either kind. Variables: see ResolveVars.
+// Opens `dir` as any kind (DCP if it holds `.metadata`, HF if IsHfDir).
+// Variables: see ResolveVars.
 Result<Source> OpenSource(Storage* storage, const std::string& dir, const HfMapping& mapping,
                           const Vars& explicit_vars);
+Result<Source> OpenDcpSource(Storage* storage, const std::string& dir);
 Result<Source> SourceFromHfIndex(HfDirIndex idx, const std::string& dir, const HfMapping& mapping,
                                  const Vars& explicit_vars);
 

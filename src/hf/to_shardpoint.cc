@@ -40,9 +40,9 @@ Result<ExportHfStats> ConvertHfToShardpoint(const std::string& hf_dir, const std
                                             const ExportHfOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   Storage* storage = options.storage ? options.storage : DefaultStorage();
-  SP_ASSIGN_OR_RETURN(HfDirIndex idx, ScanHfDir(storage, hf_dir));
-  SP_ASSIGN_OR_RETURN(Source src,
-                      SourceFromHfIndex(std::move(idx), hf_dir, mapping, options.variables));
+  // A PyTorch DCP directory converts as is (its keys are kept; byte items
+  // are not copied).
+  SP_ASSIGN_OR_RETURN(Source src, OpenSource(storage, hf_dir, mapping, options.variables));
   Manifest m;
   m.files = {std::string(kDataDir) + "/0.safetensors"};
   nlohmann::json md;

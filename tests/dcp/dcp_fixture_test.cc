@@ -14,9 +14,16 @@ namespace {
 
 using namespace internal;
 
+// The committed fixture: beside this file (__FILE__ is relative to the build
+// directory under ccache's base dir), or under the working directory.
 std::string Fixture(const std::string& name) {
-  std::string f = __FILE__;  // <repo>/tests/dcp/dcp_fixture_test.cc
-  return f.substr(0, f.rfind("/tests/dcp/")) + "/tests/dcp/fixtures/" + name;
+  std::string f = __FILE__;
+  std::string dir = f.substr(0, f.rfind("/tests/dcp/")) + "/tests/dcp/fixtures/" + name;
+  Result<bool> here = DefaultStorage()->Exists(dir + "/.metadata");
+  if (!here.ok() || !*here) {
+    dir = "tests/dcp/fixtures/" + std::string(name);
+  }
+  return dir;
 }
 
 LocalTensor Whole(const std::string& key, DType dtype, const Shape& shape, void* data) {
