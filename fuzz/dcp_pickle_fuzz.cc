@@ -1,12 +1,7 @@
 // libFuzzer target for the restricted pickle reader and the DCP decoders
-// built on it (.metadata and torch.save data.pkl). Not part of the CMake
-// build; build by hand from the repo root:
-//
-//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -I. \
-//     fuzz/dcp_pickle_fuzz.cc src/dcp/pickle.cc src/dcp/metadata.cc src/dcp/tensor_item.cc \
-//     src/dcp/zip.cc src/base/status.cc src/geometry/dtype.cc src/geometry/box.cc \
-//     -o /tmp/dcp_pickle_fuzz && /tmp/dcp_pickle_fuzz -max_total_time=60
-//     tests/dcp/fixtures/*/.metadata
+// built on it (.metadata and a tensor's data.pkl). Built and replayed over
+// fuzz/corpus/dcp_pickle/ by fuzz/CMakeLists.txt (libFuzzer under
+// SHARDPOINT_FUZZ; see fuzz/README.md).
 //
 // Every input either decodes or fails with DataLoss or FailedPrecondition.
 #include <cstdint>

@@ -1,11 +1,6 @@
 // libFuzzer target for the stored-zip directory reader and the torch.save
-// tensor locator. Not part of the CMake build; build by hand from the repo root:
-//
-//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -I. \
-//     fuzz/dcp_zip_fuzz.cc src/dcp/zip.cc src/dcp/pickle.cc src/dcp/tensor_item.cc \
-//     src/base/status.cc src/geometry/dtype.cc src/geometry/box.cc \
-//     -o /tmp/dcp_zip_fuzz && /tmp/dcp_zip_fuzz -max_total_time=60
-//     tests/dcp/fixtures/torch113_2ranks/
+// tensor locator. Built and replayed over fuzz/corpus/dcp_zip/ by
+// fuzz/CMakeLists.txt (libFuzzer under SHARDPOINT_FUZZ; see fuzz/README.md).
 //
 // The input is one archive. Every entry found lies inside it; every failure
 // is DataLoss or FailedPrecondition.
