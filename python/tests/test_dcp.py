@@ -1,0 +1,84 @@
+"""Checkpoints written by the real PyTorch DCP (torch 1.13, several gloo
+processes) loaded by shardpoint under other layouts, bit for bit."""
+
+import io
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import shardpoint as sp
+from conftest import PYTHON, run_ranks, subprocess_env
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers"))
+from dcp_save import globals_  # noqa: E402
+
+G = globals_()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module", params=[(3, False), (2, True)], ids=["3ranks", "2ranks-single-file"])
+def dcp_dir(request, tmp_path_factory):
+    world, single = request.param
+    out = str(tmp_path_factory.mktemp("dcp") / "ckpt")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "dcp_save.py")
+    args = [PYTHON, script, out, str(world), str(free_port())] + (["--single-file"] if single else [])
+    subprocess.run(args, check=True, env=subprocess_env(), timeout=120)
+    assert os.path.exists(os.path.join(out, ".metadata"))
+    return out
+
+
+def test_whole_tensors_bit_for_bit(dcp_dir):
+    sd = {k: torch.zeros_like(v) for k, v in G.items()}
+    sp.load(sd, dcp_dir, sp.single(), strict=False)
+    for k, v in G.items():
+        assert sd[k].dtype == v.dtype
+        assert torch.equal(sd[k].view(torch.uint8), v.view(torch.uint8)), k
+
+
+def test_reshard_rows_and_columns(dcp_dir):
+    # 4 ranks: emb by rows in 4 uneven parts (3, 3, 2, 2), col by rows (DCP
+    # stored it by columns), so every rank reads pieces of several items.
+    rows = [(0, 3), (3, 6), (6, 8), (8, 10)]
+    crow = [(0, 2), (2, 3), (3, 5), (5, 6)]
+
+    def load(r, comm):
+        e = torch.zeros(rows[r][1] - rows[r][0], 4)
+        c = torch.zeros(crow[r][1] - crow[r][0], 7, dtype=torch.bfloat16)
+        sd = {"emb": sp.ShardedTensor("emb", e, [10, 4], [rows[r][0], 0]),
+              "col": sp.ShardedTensor("col", c, [6, 7], [crow[r][0], 0])}
+        sp.load(sd, dcp_dir, comm, allow_unexpected_keys=True)
+        return e, c
+
+    out = run_ranks(4, load)
+    assert torch.equal(torch.cat([o[0] for o in out]), G["emb"])
+    assert torch.equal(torch.cat([o[1] for o in out]).view(torch.int16), G["col"].view(torch.int16))
+
+
+def test_reads_only_the_needed_bytes(dcp_dir):
+    x = torch.zeros(2, 4)
+    res = sp.load({"emb": sp.ShardedTensor("emb", x, [10, 4], [5, 0])}, dcp_dir, sp.single(),
+                  allow_unexpected_keys=True, cooperative=False)
+    assert torch.equal(x, G["emb"][5:7])
+    assert res.bytes_read == 2 * 4 * 4
+
+
+def test_bytes_item_is_what_dcp_stored(dcp_dir):
+    sd = {"extra": b""}
+    sp.load(sd, dcp_dir, sp.single(), allow_unexpected_keys=True, raw_objects=True)
+    # torch 1.13 DCP stores a byte item with torch.save: its bytes load back.
+    value = torch.load(io.BytesIO(sd["extra"]))
+    assert value.getvalue() == b"dcp-bytes-item"
+
+
+def test_missing_key_is_a_typed_error(dcp_dir):
+    with pytest.raises(sp.NotFoundError, match="nope"):
+        sp.load({"nope": torch.zeros(1)}, dcp_dir, sp.single())
