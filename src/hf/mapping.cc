@@ -329,7 +329,17 @@ Result<std::vector<MappedKey>> MapKeysToHf(const HfMapping& mapping,
         }
       }
       const std::string& rows_of = rule->rule.rows;
-      const bool trim = !rows_of.empty() && (IsDecimal(rows_of) || vars.count(rows_of) > 0);
+      const bool trim = !rows_of.empty();
+      if (trim && !IsDecimal(rows_of) && vars.count(rows_of) == 0) {
+        // Keeping the padded rows would write a model whose vocabulary is
+        // not the config's; say how to give the true size instead.
+        return InvalidArgumentError(
+            where + ": \"rows\" variable '" + rows_of +
+            "' is not defined (not in config.json, the mapping's variables or the explicit "
+            "variables), so the padding rows cannot be cut: pass the true size with --set " +
+            rows_of + "=N (ExportHfOptions::variables from C++)" +
+            (s.empty() ? "" : "; N = " + std::to_string(s[0]) + " keeps every row"));
+      }
       if (trim) {
         SP_ASSIGN_OR_RETURN(int64_t rows, Resolve(rows_of, vars, where));
         if (s.empty() || rows > s[0]) {

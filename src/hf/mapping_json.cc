@@ -68,6 +68,36 @@ Status ParseRule(const Json& j, HfRule* r) {
   return OkStatus();
 }
 
+// Where and why `text` is not JSON: "JSON syntax error at line L, column C:
+// <what the parser expected>". Only called on text that failed to parse.
+std::string SyntaxError(std::string_view text) {
+  try {
+    Json parsed = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/true,
+                              /*ignore_comments=*/true);
+    (void)parsed;
+  } catch (const Json::parse_error& e) {
+    // e.byte: 1-based index of the byte the parser stopped at.
+    const size_t stop = std::min<size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
+    size_t line = 1, column = 1;
+    for (size_t i = 0; i < stop; ++i) {
+      if (text[i] == '\n') {
+        ++line, column = 1;
+      } else {
+        ++column;
+      }
+    }
+    std::string why = e.what();
+    // "[json.exception.parse_error.101] parse error at line 3, column 25: <why>"
+    const size_t colon = why.find(": ", why.find("parse error"));
+    if (colon != std::string::npos) why = why.substr(colon + 2);
+    return "JSON syntax error at line " + std::to_string(line) + ", column " +
+           std::to_string(column) + ": " + why;
+  } catch (const Json::exception& e) {
+    return std::string("JSON error: ") + e.what();
+  }
+  return "not JSON";
+}
+
 std::string RuleName(size_t i, const HfRule& r) {
   return "rule " + std::to_string(i) + (r.sp.empty() ? "" : " ('" + r.sp + "')");
 }
@@ -78,9 +108,8 @@ Result<HfMapping> ParseHfMapping(std::string_view text, const std::string& sourc
   const std::string where = "mapping '" + source + "': ";
   Json root = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false,
                           /*ignore_comments=*/true);
-  if (root.is_discarded() || !root.is_object()) {
-    return InvalidArgumentError(where + "not a JSON object");
-  }
+  if (root.is_discarded()) return InvalidArgumentError(where + SyntaxError(text));
+  if (!root.is_object()) return InvalidArgumentError(where + "not a JSON object");
   HfMapping m;
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string& k = it.key();

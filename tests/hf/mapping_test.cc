@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "shardpoint/hf_rules.h"
 #include "tests/hf/hf_model.h"
 
 namespace shardpoint {
@@ -39,7 +40,8 @@ TEST(HfMappingParse, Errors) {
     EXPECT_NE(m.status().message().find(substr), std::string::npos) << m.status().ToString();
     EXPECT_NE(m.status().message().find("test.json"), std::string::npos);
   };
-  err("[", "not a JSON object");
+  err("[1]", "not a JSON object");
+  err("[", "JSON syntax error at line 1, column 2");
   err(R"({"rulez": []})", "unknown field");
   err(R"({"rules": [{"sp": "a"}]})", "required");
   err(R"({"rules": [{"sp": "a", "hf": "b", "splitt": "row"}]})", "unknown field");
@@ -56,12 +58,49 @@ TEST(HfMappingParse, Errors) {
                   .ok());
 }
 
+// A syntax error names its line and column, and what the parser expected.
+TEST(HfMappingParse, SyntaxErrorNamesLineAndColumn) {
+  Result<HfMapping> m = ParseHfMapping(
+      "{\"name\": \"x\",\n \"rules\": [\n  {\"sp\": \"a\", \"hf\": \"b\",}\n ]}", "my.json");
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.status().message(),
+            "mapping 'my.json': JSON syntax error at line 3, column 25: syntax error while "
+            "parsing object key - unexpected '}'; expected string literal");
+  m = ParseHfMapping("{\"rules\": [\n", "cut.json");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("line 2, column 1"), std::string::npos)
+      << m.status().ToString();
+}
+
 TEST(HfMapping, ShippedRulesParse) {
   for (const char* f : {"rules/llama.json", "rules/qwen_moe.json"}) {
     Result<HfMapping> m = ReadHfMapping(RepoPath(f));
     ASSERT_TRUE(m.ok()) << f << ": " << m.status().ToString();
     EXPECT_FALSE(m->rules.empty());
   }
+}
+
+// The shipped rules are built into the library: the same rules as the files,
+// without reading rules/ (a moved or installed binary has them).
+TEST(HfMapping, ShippedRulesAreBuiltIn) {
+  EXPECT_EQ(ShippedHfMappingNames(), (std::vector<std::string>{"llama", "qwen_moe"}));
+  for (const std::string& name : ShippedHfMappingNames()) {
+    Result<HfMapping> built_in = ShippedHfMapping(name);
+    ASSERT_TRUE(built_in.ok()) << name << ": " << built_in.status().ToString();
+    Result<HfMapping> file = ReadHfMapping(RepoPath("rules/" + name + ".json"));
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    EXPECT_EQ(built_in->name, file->name);
+    ASSERT_EQ(built_in->rules.size(), file->rules.size());
+    for (size_t i = 0; i < file->rules.size(); ++i) {
+      EXPECT_EQ(built_in->rules[i].sp, file->rules[i].sp);
+      EXPECT_EQ(built_in->rules[i].hf, file->rules[i].hf);
+    }
+  }
+  Result<HfMapping> none = ShippedHfMapping("gpt9");
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(none.status().message(), "no shipped mapping named 'gpt9' (shipped: llama, qwen_moe)");
 }
 
 std::vector<HfMeta> Metas(const std::vector<HfTensor>& ts) {
@@ -76,7 +115,8 @@ TEST(HfMapping, BothDirectionsAreInverse) {
   d.qkv_bias = true;
   Result<HfMapping> m = ReadHfMapping(RepoPath("rules/qwen_moe.json"));
   ASSERT_TRUE(m.ok());
-  Vars vars = {{"num_attention_heads", d.heads}, {"num_key_value_heads", d.groups}};
+  Vars vars = {
+      {"num_attention_heads", d.heads}, {"num_key_value_heads", d.groups}, {"vocab_size", d.vocab}};
   std::vector<HfMeta> hf = Metas(LlamaTensors(d));
   Result<std::vector<MappedKey>> keys = MapHfToKeys(*m, hf, vars);
   ASSERT_TRUE(keys.ok()) << keys.status().ToString();
@@ -121,7 +161,8 @@ TEST(HfMapping, MissingPartsAndStrictness) {
   LlamaDims d;
   d.experts = 3;
   d.layers = 1;
-  Vars vars = {{"num_attention_heads", d.heads}, {"num_key_value_heads", d.groups}};
+  Vars vars = {
+      {"num_attention_heads", d.heads}, {"num_key_value_heads", d.groups}, {"vocab_size", d.vocab}};
   std::vector<HfMeta> hf = Metas(LlamaTensors(d));
   // Expert 1 missing its up_proj.
   std::vector<HfMeta> no_up;
@@ -165,10 +206,23 @@ TEST(HfMapping, RowsCutVocabularyPadding) {
   EXPECT_EQ((*mk)[0].hf_tensors[0].shape, (Shape{10, 4}));
   ASSERT_EQ((*mk)[0].pieces.size(), 1u);
   EXPECT_EQ((*mk)[0].pieces[0].box, (Box{{0, 0}, {10, 4}}));
-  // Without the variable every row is exported.
-  mk = MapKeysToHf(*m, keys, {});
+  // Without the variable (no vocab_size in config.json, or a typo in the
+  // rule): an error saying how to pass it, never the padded rows kept.
+  mk = MapKeysToHf(*m, keys, {{"vocab_sise", 10}});
+  ASSERT_FALSE(mk.ok());
+  EXPECT_EQ(mk.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(mk.status().message(),
+            "key 'emb' [12, 4]: \"rows\" variable 'vocab_size' is not defined (not in "
+            "config.json, the mapping's variables or the explicit variables), so the padding "
+            "rows cannot be cut: pass the true size with --set vocab_size=N "
+            "(ExportHfOptions::variables from C++); N = 12 keeps every row");
+  // A literal row count needs no variable.
+  Result<HfMapping> lit =
+      ParseHfMapping(R"({"rules": [{"sp": "emb", "hf": "embed", "split": "vocab", "rows": 11}]})");
+  ASSERT_TRUE(lit.ok()) << lit.status().ToString();
+  mk = MapKeysToHf(*lit, keys, {});
   ASSERT_TRUE(mk.ok()) << mk.status().ToString();
-  EXPECT_EQ((*mk)[0].hf_tensors[0].shape, (Shape{12, 4}));
+  EXPECT_EQ((*mk)[0].hf_tensors[0].shape, (Shape{11, 4}));
   // Fewer rows than the vocabulary: an error naming the key.
   mk = MapKeysToHf(*m, keys, {{"vocab_size", 13}});
   ASSERT_FALSE(mk.ok());

@@ -136,7 +136,8 @@ TEST(HfRoundTrip, LlamaTp2Pp2BitIdentical) {
 
   ExportHfOptions eo;
   eo.max_shard_size = wo.max_shard_size;
-  eo.variables = {{"num_attention_heads", d.heads}, {"num_key_value_heads", d.groups}};
+  eo.variables = {
+      {"num_attention_heads", d.heads}, {"num_key_value_heads", d.groups}, {"vocab_size", d.vocab}};
   eo.block_bytes = 1000;  // many blocks per tensor
   Result<ExportHfStats> es = ExportHf(ckpt, out, mapping, eo);
   ASSERT_TRUE(es.ok()) << es.status().ToString();
@@ -295,7 +296,8 @@ TEST(HfRoundTrip, QwenMoeExpertsTp2Ep2) {
   for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
   ExportHfOptions eo;
   eo.max_shard_size = wo.max_shard_size;
-  eo.variables = {{"num_attention_heads", d.heads}, {"num_key_value_heads", d.groups}};
+  eo.variables = {
+      {"num_attention_heads", d.heads}, {"num_key_value_heads", d.groups}, {"vocab_size", d.vocab}};
   ASSERT_TRUE(ExportHf(ckpt, out, mapping, eo).ok());
   const std::vector<std::string> files = *DefaultStorage()->ListDir(src);
   for (const std::string& f : files) {

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <memory>
 
+#include "shardpoint/hf_rules.h"
+
 namespace shardpoint::tools {
 
 HfProgress TerminalProgress(const std::string& label) {
@@ -82,19 +84,18 @@ Result<std::map<std::string, int64_t>> ParseVariables(const std::vector<std::str
 
 Result<HfMapping> LoadMapping(const std::string& path) {
   if (path.empty()) return IdentityHfMapping();
-  Result<bool> exists = DefaultStorage()->Exists(path);
-  if (exists.ok() && !*exists && path.find('/') == std::string::npos) {
-    const std::string src = __FILE__;  // <repo>/tools/lib/hf_common.cc
-    const std::string rules = src.substr(0, src.rfind("/tools/lib/")) + "/rules/" + path + ".json";
-    Result<bool> known = DefaultStorage()->Exists(rules);
-    if (known.ok() && *known) return ReadHfMapping(rules);
+  // A shipped name wins over anything of that name in the working directory;
+  // a file of that name is reached as ./name.
+  for (const std::string& name : ShippedHfMappingNames()) {
+    if (path == name) return ShippedHfMapping(name);
   }
   return ReadHfMapping(path);
 }
 
 void HfFlags::Add(CLI::App* cmd) {
   cmd->add_option("--mapping", mapping,
-                  "name-mapping rules (a JSON file, or llama / qwen_moe from rules/); "
+                  "name-mapping rules: a shipped name (llama, qwen_moe; built in) or a JSON "
+                  "file (./name for a file named like a shipped one); "
                   "default: HF names are keys");
   cmd->add_option("--set", sets, "a rule variable, name=integer (e.g. num_key_value_heads=8)");
   cmd->add_option("--threads", threads, "worker threads")->default_val(4);

@@ -23,8 +23,9 @@ Result<uint64_t> ParseByteSize(const std::string& text);
 // Parses "name=value" pairs (integers) for --set.
 Result<std::map<std::string, int64_t>> ParseVariables(const std::vector<std::string>& sets);
 
-// The mapping at `path` (a file, or a name in the rules/ directory next to
-// the executable's source such as "llama"), or the identity for "".
+// The shipped mapping named `path` ("llama", "qwen_moe": built into the
+// binary, found first whatever the working directory holds), else the JSON
+// file at `path`, or the identity for "".
 Result<HfMapping> LoadMapping(const std::string& path);
 // Flags every HF subcommand takes.
 struct HfFlags {
