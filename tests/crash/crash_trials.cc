@@ -40,7 +40,7 @@
 
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/manager.h"
-#include "src/checkpoint/verify.h"
+#include "shardpoint/verify.h"
 #include "tests/crash/crash_state.h"
 
 namespace sp = shardpoint;
@@ -177,11 +177,11 @@ int Check(const std::string& root, int world, int64_t acked, int64_t kb, bool ta
   }
   for (int64_t it : *complete) {
     const std::string dir = (*m)->PathFor(it);
-    auto report = sp::internal::VerifyCheckpoint(sp::DefaultStorage(), dir);
+    auto report = sp::VerifyCheckpoint(dir);
     if (!report.ok()) {
       Fail("verify " + dir + ": " + report.status().ToString());
     } else if (!report->ok()) {
-      Fail("verify " + dir + ": " + report->faults.front());
+      Fail("verify " + dir + ": " + report->faults.front().message);
     }
     sp::crash::CrashState cs;
     sp::crash::Build(&cs, kb, 0, 1, world);
