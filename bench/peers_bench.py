@@ -39,7 +39,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-ALL_PEERS = ["shardpoint", "torch.save", "numpy .npy", "PyTorch DCP", "fio", "memcpy"]
+DEFAULT_PEERS = ["shardpoint", "torch.save", "numpy .npy", "PyTorch DCP", "fio", "memcpy"]
+ALL_PEERS = DEFAULT_PEERS + ["shardpoint, cooperative off"]
 OPS = ["save", "same", "tp_dp", "other_dim"]
 
 
@@ -51,8 +52,9 @@ def parse_args(argv=None):
     p.add_argument("--ranks", type=int, default=4, help="processes = TP size")
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--dir", default=None, help="where checkpoints go (default: a temp dir in /tmp)")
-    p.add_argument("--peers", default=",".join(ALL_PEERS),
-                   help="comma-separated subset of: " + ", ".join(ALL_PEERS))
+    p.add_argument("--peers", default=";".join(DEFAULT_PEERS),
+                   help="';'-separated, of: " + "; ".join(ALL_PEERS) + " (default: all but "
+                   "the last)")
     p.add_argument("--drop", choices=["all", "files", "none"], default="all",
                    help="page cache before each operation: drop all (root), evict files, keep")
     p.add_argument("--verify-all", action="store_true",
@@ -62,7 +64,7 @@ def parse_args(argv=None):
     p.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     p.add_argument("--init", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    args.peers = [x.strip() for x in args.peers.split(",") if x.strip()]
+    args.peers = [x.strip() for x in args.peers.split(";") if x.strip()]
     for x in args.peers:
         if x not in ALL_PEERS:
             p.error(f"unknown peer {x!r}")
@@ -73,7 +75,7 @@ def parse_args(argv=None):
 # Worker: one rank.
 
 def slug(peer):
-    return peer.replace(" ", "_").replace(".", "_")
+    return peer.replace(" ", "_").replace(".", "_").replace(",", "")
 
 
 def worker(args):
@@ -195,7 +197,7 @@ def worker(args):
                     continue
                 impl = PEERS[peer]
                 if op == "save":
-                    fresh_dir(path, peer != "shardpoint")
+                    fresh_dir(path, not peer.startswith("shardpoint"))
                     timed(peer, op, rep, lambda: impl.save(ctx, path), 0)
                     continue
                 layout = op
@@ -232,7 +234,7 @@ def launch(args):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     base = [sys.executable, os.path.abspath(__file__), "--gib", str(args.gib), "--reps",
             str(args.reps), "--ranks", str(args.ranks), "--layers", str(args.layers), "--dir",
-            args.dir, "--peers", ",".join(args.peers), "--drop", args.drop, "--init", init]
+            args.dir, "--peers", ";".join(args.peers), "--drop", args.drop, "--init", init]
     if args.verify_all:
         base.append("--verify-all")
     procs = [subprocess.Popen(base + ["--worker", str(r)], env=env) for r in range(args.ranks)]
@@ -318,7 +320,8 @@ def report(results):
             continue
         sp = med[("shardpoint", op)]
         others = [(med[(p, op)], p) for p in peers
-                  if p not in ("shardpoint", "fio", "memcpy") and (p, op) in med]
+                  if not p.startswith("shardpoint") and p not in ("fio", "memcpy")
+                  and (p, op) in med]
         parts = []
         if others:
             best, who = max(others)

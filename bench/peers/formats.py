@@ -65,6 +65,7 @@ def _as_numpy(t):
 
 class Shardpoint:
     name = "shardpoint"
+    cooperative = True  # the default: bytes several ranks need are read once and sent
 
     def _sd(self, ctx, tensors, layout):
         import shardpoint as sp
@@ -81,7 +82,13 @@ class Shardpoint:
 
     def load(self, ctx, path, layout, tensors, dcp_values):
         import shardpoint as sp
-        sp.load(self._sd(ctx, tensors, layout), path, ctx.comm)
+        sp.load(self._sd(ctx, tensors, layout), path, ctx.comm, cooperative=self.cooperative)
+
+
+class ShardpointEveryRankReads(Shardpoint):
+    """shardpoint with `cooperative=False`: every rank reads all it needs itself."""
+    name = "shardpoint, cooperative off"
+    cooperative = False
 
 
 class TorchSave:
@@ -159,4 +166,5 @@ class Dcp:
         ctx.dcp.load_state_dict(dcp_values, ctx.dcp.FileSystemReader(path))
 
 
-PEERS = {p.name: p for p in (Shardpoint(), TorchSave(), Numpy(), Dcp())}
+PEERS = {p.name: p for p in (Shardpoint(), ShardpointEveryRankReads(), TorchSave(), Numpy(),
+                             Dcp())}
