@@ -19,8 +19,8 @@ repetition is checked bit for bit (`--verify-all`: every repetition).
 Reported per peer and operation: GB/s (global state bytes / seconds from a
 barrier before to a barrier after, on rank 0) as median and min-max over the
 repetitions; bytes read per needed byte (the ranks' /proc/self/io read_bytes,
-i.e. from storage, and rchar, i.e. through read syscalls (gloo's socket reads
-included), over the bytes the ranks' templates hold); the largest peak RSS
+i.e. from storage, and rchar, i.e. through read syscalls on files; gloo's
+socket traffic is not in it, measured: cooperative loads show 0.5), over the bytes the ranks' templates hold); the largest peak RSS
 growth of a rank during the operation. fio writes and reads the same byte count
 with O_DIRECT (W jobs, 4 MiB requests, libaio depth 4; its own bandwidth);
 memcpy copies each rank's state into a buffer and back. `--json FILE` keeps

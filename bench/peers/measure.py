@@ -5,7 +5,7 @@ import os
 
 def io_counters():
     """/proc/self/io of this process (all its threads): rchar (bytes through read
-    syscalls, sockets included), read_bytes (bytes fetched from storage, page
+    syscalls; gloo's socket receives do not show up in it), read_bytes (bytes fetched from storage, page
     faults of mmap and O_DIRECT included), wchar, write_bytes."""
     out = {}
     with open("/proc/self/io") as f:
