@@ -6,6 +6,8 @@
 
 #include "src/checkpoint/commit.h"
 #include "src/checkpoint/verify.h"
+#include "src/checkpoint/verify_dcp.h"
+#include "src/dcp/dcp_dir.h"
 #include "tools/lib/convert.h"
 #include "tools/lib/diff.h"
 #include "tools/lib/export_hf.h"
@@ -41,14 +43,22 @@ int main(int argc, char** argv) {
   }
   sp::Storage* storage = sp::DefaultStorage();
 
+  // A PyTorch DCP directory (docs/dcp.md) is detected by its .metadata.
+  sp::Result<bool> dcp = sp::internal::IsDcpDir(storage, dir);
+  const bool is_dcp = dcp.ok() && *dcp;
   if (*inspect) {
-    sp::Result<sp::internal::Manifest> m = sp::internal::ReadManifest(storage, dir);
+    sp::Result<sp::internal::Manifest> m = is_dcp ? [&]() -> sp::Result<sp::internal::Manifest> {
+      SP_ASSIGN_OR_RETURN(sp::internal::DcpIndex idx, sp::internal::ReadDcpIndex(storage, dir));
+      return std::move(idx.m);
+    }()
+        : sp::internal::ReadManifest(storage, dir);
     if (!m.ok()) {
       std::fprintf(stderr, "shardpoint inspect: %s\n", m.status().ToString().c_str());
       return 2;
     }
     std::cout << (json ? sp::internal::ManifestToJson(*m) + "\n"
                        : sp::tools::InspectTable(*m, dir));
+    if (is_dcp && !json) std::cout << "PyTorch DCP checkpoint (no checksums)\n";
     return 0;
   }
   if (*verify) {
@@ -56,12 +66,18 @@ int main(int argc, char** argv) {
     sp::internal::VerifyOptions vo;
     vo.threads = threads;
     vo.progress = sp::tools::TerminalProgress("verify");
-    sp::Result<sp::internal::VerifyReport> r = sp::internal::VerifyCheckpoint(storage, dir, vo);
+    sp::Result<sp::internal::VerifyReport> r =
+        is_dcp ? sp::internal::VerifyDcp(storage, dir, vo)
+               : sp::internal::VerifyCheckpoint(storage, dir, vo);
     if (!r.ok()) {
       std::fprintf(stderr, "shardpoint verify: %s\n", r.status().ToString().c_str());
       return 2;
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (is_dcp) {
+      std::cout << "PyTorch DCP checkpoint: DCP stores no checksums; checked the structure, item "
+                   "bounds, coverage and the zip CRC-32 of every tensor storage entry\n";
+    }
     std::cout << sp::tools::VerifyText(*r, dir, secs);
     return r->ok() ? 0 : 1;
   }

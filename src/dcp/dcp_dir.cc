@@ -87,6 +87,7 @@ Result<DcpIndex> ReadDcpIndex(Storage* storage, const std::string& dir) {
     t.dtype = tm.dtype;
     t.shape = tm.shape;
     const uint64_t es = DTypeSize(t.dtype);
+    const size_t first_entry = idx.entries.size();
     for (const Box& box : tm.chunks) {
       const std::string what = "'" + tm.fqn + "' chunk " + box.ToString();
       auto it = md.storage.find({tm.fqn, box.offset});
@@ -115,7 +116,7 @@ Result<DcpIndex> ReadDcpIndex(Storage* storage, const std::string& dir) {
                              std::string(DTypeName(tm.dtype)));
       }
       idx.entries.push_back(
-          {what, f, base + tb.storage.data_offset, tb.storage.size, tb.storage.crc32});
+          {what, tm.fqn, -1, f, base + tb.storage.data_offset, tb.storage.size, tb.storage.crc32});
       if (box.empty()) continue;
       ChunkRecord c;
       c.box = box;
@@ -126,6 +127,14 @@ Result<DcpIndex> ReadDcpIndex(Storage* storage, const std::string& dir) {
     }
     std::sort(t.chunks.begin(), t.chunks.end(),
               [](const ChunkRecord& a, const ChunkRecord& b) { return a.box < b.box; });
+    // This tensor's entries: their chunk's index in the sorted list.
+    for (size_t e = first_entry; e < idx.entries.size(); ++e) {
+      const Box& box = tm.chunks[e - first_entry];
+      if (box.empty()) continue;
+      auto it = std::lower_bound(t.chunks.begin(), t.chunks.end(), box,
+                                 [](const ChunkRecord& c, const Box& b) { return c.box < b; });
+      idx.entries[e].chunk = it - t.chunks.begin();
+    }
     for (size_t i = 1; i < t.chunks.size(); ++i) {
       if (t.chunks[i].box == t.chunks[i - 1].box) {
         return DataLossError("'" + meta_path + "': '" + tm.fqn + "' lists chunk " +

@@ -22,6 +22,8 @@ namespace shardpoint::internal {
 // A zip entry whose CRC-32 `verify` can check.
 struct DcpCheckedEntry {
   std::string what;  // "'w' chunk [0:2, 0:4]"
+  std::string key;
+  int64_t chunk = -1;  // index into the tensor's chunks in the Manifest (-1: an empty chunk)
   uint32_t file = 0;
   uint64_t offset = 0;  // absolute, in the .distcp file
   uint64_t nbytes = 0;

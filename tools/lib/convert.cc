@@ -50,10 +50,13 @@ std::function<int()> AddConvert(CLI::App& app) {
     Result<ExportHfStats> st = to_hf ? ExportHf(a->src, a->dst, *mapping, o)
                                      : ConvertHfToShardpoint(a->src, a->dst, *mapping, o);
     if (!st.ok()) return fail(st.status());
+    // A PyTorch DCP directory (.metadata) converts like an HF model (docs/dcp.md).
+    Result<bool> dcp = DefaultStorage()->Exists(a->src + "/.metadata");
+    const char* from = to_hf ? "shardpoint" : (dcp.ok() && *dcp ? "PyTorch DCP" : "HF");
     std::printf("converted %s (%s) -> %s (%s): %lld tensors, %s, %.2f s, peak RSS %s\n",
-                a->src.c_str(), to_hf ? "shardpoint" : "HF", a->dst.c_str(),
-                to_hf ? "HF" : "shardpoint", static_cast<long long>(st->tensors),
-                HumanBytes(st->bytes).c_str(), st->seconds, HumanBytes(PeakRssBytes()).c_str());
+                a->src.c_str(), from, a->dst.c_str(), to_hf ? "HF" : "shardpoint",
+                static_cast<long long>(st->tensors), HumanBytes(st->bytes).c_str(), st->seconds,
+                HumanBytes(PeakRssBytes()).c_str());
     return 0;
   };
 }

@@ -1,0 +1,129 @@
+// `shardpoint inspect | verify | convert` on a PyTorch DCP directory (the
+// committed torch 1.13 fixture), end to end through the binary, and VerifyDcp
+// on damaged copies.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/comm.h"
+#include "src/checkpoint/verify_dcp.h"
+#include "src/dcp/dcp_dir.h"
+
+#ifndef SP_CLI_PATH
+#error "SP_CLI_PATH (the shardpoint binary) must be defined by the build"
+#endif
+
+namespace shardpoint {
+namespace {
+
+using namespace internal;
+using ::testing::HasSubstr;
+
+std::string Fixture() {
+  std::string f = __FILE__;
+  std::string dir = f.substr(0, f.rfind("/tests/dcp/")) + "/tests/dcp/fixtures/torch113_2ranks";
+  Result<bool> here = DefaultStorage()->Exists(dir + "/.metadata");
+  if (!here.ok() || !*here) dir = "tests/dcp/fixtures/torch113_2ranks";
+  return std::filesystem::absolute(dir).string();
+}
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;
+};
+
+CliRun RunCli(const std::string& args) {
+  CliRun r;
+  const std::string cmd = std::string(SP_CLI_PATH) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// A copy of the fixture in a temporary directory.
+std::string CopyFixture(const std::string& name) {
+  const std::string dir =
+      ::testing::TempDir() + "sp_dcp_" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::copy(Fixture(), dir);
+  return dir;
+}
+
+TEST(DcpCliTest, InspectListsTensorsAndSaysNoChecksums) {
+  CliRun r = RunCli("inspect " + Fixture());
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("w"));
+  EXPECT_THAT(r.out, HasSubstr("idx"));
+  EXPECT_THAT(r.out, HasSubstr("PyTorch DCP checkpoint (no checksums)"));
+}
+
+TEST(DcpCliTest, VerifyCleanIsOk) {
+  CliRun r = RunCli("verify " + Fixture());
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("DCP stores no checksums"));
+  EXPECT_THAT(r.out, HasSubstr("OK"));
+}
+
+TEST(DcpCliTest, VerifyNamesTheChunkOfAFlippedByte) {
+  const std::string dir = CopyFixture("flip");
+  Result<DcpIndex> idx = ReadDcpIndex(DefaultStorage(), dir);
+  ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+  const TensorRecord& w = idx->m.tensors[idx->m.FindTensor("w")];
+  const ChunkRecord& c = w.chunks[1];
+  const std::string path = dir + "/" + idx->m.files[c.file];
+  Result<std::string> bytes = DefaultStorage()->ReadFileToString(path);
+  ASSERT_TRUE(bytes.ok());
+  (*bytes)[c.offset + 5] ^= 0x10;
+  ASSERT_TRUE(DefaultStorage()->WriteStringToFile(path, *bytes).ok());
+  CliRun r = RunCli("verify " + dir);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("'w' chunk [3:5, 0:3]: CRC-32 mismatch"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(DcpCliTest, VerifyReportsAnUncoveredTensor) {
+  const std::string dir = CopyFixture("gap");
+  std::filesystem::remove(dir + "/__1_0.distcp");
+  Result<internal::VerifyReport> r = VerifyDcp(DefaultStorage(), dir);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->faults.size(), 1u);
+  EXPECT_THAT(r->faults[0].message, HasSubstr("__1_0.distcp"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(DcpCliTest, ConvertToShardpointThenLoadBitForBit) {
+  const std::string out = ::testing::TempDir() + "sp_dcp_conv_" + std::to_string(::getpid());
+  std::filesystem::remove_all(out);
+  CliRun r = RunCli("convert " + Fixture() + " " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  CliRun v = RunCli("verify " + out);
+  EXPECT_EQ(v.exit_code, 0) << v.out;
+  std::vector<float> w(15);
+  State st;
+  LocalTensor t;
+  t.dtype = DType::kF32;
+  t.shape = {5, 3};
+  t.data = w.data();
+  t.segments.push_back({"w", {5, 3}, Box::Whole({5, 3}), {0, 0}});
+  st.tensors.push_back(t);
+  std::unique_ptr<Comm> comm = MakeSingleComm();
+  LoadOptions o;
+  o.allow_unexpected_keys = true;
+  Result<LoadResult> lr = Load(st, out, *comm, o);
+  ASSERT_TRUE(lr.ok()) << lr.status().ToString();
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(w[i], static_cast<float>(i));
+  std::filesystem::remove_all(out);
+}
+
+}  // namespace
+}  // namespace shardpoint
