@@ -11,7 +11,11 @@ barrier). A ``Comm`` provides them:
   own gloo group, so it works next to NCCL and next to the training's own
   collectives (an async save talks from a background thread);
 * any subclass of ``Comm`` implementing ``rank``, ``size``, ``all_gather``,
-  ``gather``, ``broadcast`` and ``barrier`` in Python.
+  ``gather``, ``broadcast`` and ``barrier`` in Python, and optionally
+  ``all_to_all(send: list[bytes]) -> list[bytes]`` (item i goes to rank i;
+  returns item i from rank i). Cooperative load moves replicated bytes with
+  it; without it the library falls back to all-gathers, where every rank
+  receives every rank's messages (the torch and mpi4py adapters implement it).
 
 ``default_comm()`` is what ``save``/``load`` use when no comm is given: the
 torch.distributed adapter if torch.distributed is initialized, the mpi4py one
@@ -120,6 +124,9 @@ class MPI4PyComm(Comm):
     def barrier(self) -> None:
         self._comm.Barrier()
 
+    def all_to_all(self, send: list[bytes]) -> list[bytes]:
+        return [bytes(b) for b in self._comm.alltoall(list(send))]
+
     def free(self) -> None:
         """Frees the duplicated communicator (before MPI_Finalize)."""
         if self._comm is not None:
@@ -210,6 +217,24 @@ class TorchDistributedComm(Comm):
         t = self._tensor(data if self._rank == root else b"", int(n.item()))
         self._dist.broadcast(t, src=src, group=self._group)
         return t.numpy().tobytes()
+
+    def all_to_all(self, send: list[bytes]) -> list[bytes]:
+        # One size exchange and one all_to_all_single with uneven splits (gloo
+        # has it). Every message carries one pad byte: gloo fails on empty tensors.
+        torch = self._torch
+        counts = torch.tensor([len(b) + 1 for b in send], dtype=torch.int64)
+        recv_counts = torch.empty(self._size, dtype=torch.int64)
+        self._dist.all_to_all_single(recv_counts, counts, group=self._group)
+        sizes = [int(n) for n in recv_counts.tolist()]
+        inp = torch.frombuffer(bytearray(b"".join(b + b"\0" for b in send)), dtype=torch.uint8)
+        out = torch.empty(sum(sizes), dtype=torch.uint8)
+        self._dist.all_to_all_single(out, inp, sizes, counts.tolist(), group=self._group)
+        data = out.numpy().tobytes()
+        result, at = [], 0
+        for n in sizes:
+            result.append(data[at:at + n - 1])
+            at += n
+        return result
 
     def barrier(self) -> None:
         self._dist.barrier(group=self._group)

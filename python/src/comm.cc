@@ -9,6 +9,9 @@
 //   gather(data: bytes, root: int) -> list[bytes] (on root; anything elsewhere)
 //   broadcast(data: bytes, root: int) -> bytes   (root's data on every rank)
 //   barrier() -> None
+// and optionally
+//   all_to_all(send: list[bytes]) -> list[bytes]  (item i to / from rank i)
+// (without it AllToAll falls back to Comm's all-gather version)
 // and must call Comm.__init__(self). The C++ library calls these with the GIL
 // released; each call reacquires it. A Python exception in a callback becomes
 // an IOError Status naming the method and the exception (it must not unwind
@@ -68,6 +71,27 @@ class PyComm : public Comm {
   }
   Status Barrier() override {
     return Call("barrier", [&](const py::function& f) { f(); });
+  }
+  Status AllToAll(const std::vector<std::string>& send, std::vector<std::string>* recv) override {
+    bool has = false;
+    {
+      py::gil_scoped_acquire gil;
+      has = static_cast<bool>(py::get_override(static_cast<const Comm*>(this), "all_to_all"));
+    }
+    if (!has) return Comm::AllToAll(send, recv);
+    if (static_cast<int>(send.size()) != size()) {
+      return InvalidArgumentError("AllToAll: " + std::to_string(send.size()) + " messages for " +
+                                  std::to_string(size()) + " ranks");
+    }
+    return Call("all_to_all", [&](const py::function& f) {
+      py::list out;
+      for (const std::string& s : send) out.append(py::bytes(s));
+      *recv = ToStrings(f(out), "all_to_all");
+      if (static_cast<int>(recv->size()) != size()) {
+        throw std::runtime_error("returned " + std::to_string(recv->size()) + " items for " +
+                                 std::to_string(size()) + " ranks");
+      }
+    });
   }
 
  private:
@@ -166,10 +190,25 @@ void RegisterComm(py::module_& m) {
             return py::bytes(s);
           },
           py::arg("data"), py::arg("root"))
-      .def("barrier", [](Comm& c) {
-        py::gil_scoped_release nogil;
-        ThrowIfError(c.Barrier());
-      });
+      .def("barrier",
+           [](Comm& c) {
+             py::gil_scoped_release nogil;
+             ThrowIfError(c.Barrier());
+           })
+      .def(
+          "all_to_all",
+          [](Comm& c, const std::vector<py::bytes>& send) {
+            std::vector<std::string> in(send.begin(), send.end());
+            std::vector<std::string> out;
+            {
+              py::gil_scoped_release nogil;
+              ThrowIfError(c.AllToAll(in, &out));
+            }
+            py::list res;
+            for (const std::string& s : out) res.append(py::bytes(s));
+            return res;
+          },
+          py::arg("send"));
   m.def("make_single_comm", &MakeSingleComm);
   m.def("make_thread_comms", &MakeThreadComms, py::arg("n"),
         "n connected Comms for ranks as threads of this process (comms[i] is rank i).");

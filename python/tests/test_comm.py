@@ -87,12 +87,14 @@ def test_thread_comms_collectives():
         all_ = comm.all_gather(bytes([r]))
         got = comm.gather(b"g%d" % r, 2)
         b = comm.broadcast(b"from1" if r == 1 else b"", 1)
+        a2a = comm.all_to_all([bytes([r, j]) * j for j in range(3)])
         comm.barrier()
-        return all_, got, b
+        return all_, got, b, a2a
 
     res = run_ranks(3, body)
-    for r, (all_, got, b) in enumerate(res):
+    for r, (all_, got, b, a2a) in enumerate(res):
         assert all_ == [b"\x00", b"\x01", b"\x02"] and b == b"from1"
+        assert a2a == [bytes([s, r]) * r for s in range(3)]
         assert got == ([b"g0", b"g1", b"g2"] if r == 2 else None)
 
 
