@@ -65,7 +65,7 @@ def _as_numpy(t):
 
 class Shardpoint:
     name = "shardpoint"
-    cooperative = True  # the default: bytes several ranks need are read once and sent
+    cooperative = None  # the default: off for Python comms such as TorchDistributedComm
 
     def _sd(self, ctx, tensors, layout):
         import shardpoint as sp
@@ -85,10 +85,11 @@ class Shardpoint:
         sp.load(self._sd(ctx, tensors, layout), path, ctx.comm, cooperative=self.cooperative)
 
 
-class ShardpointEveryRankReads(Shardpoint):
-    """shardpoint with `cooperative=False`: every rank reads all it needs itself."""
-    name = "shardpoint, cooperative off"
-    cooperative = False
+class ShardpointCooperative(Shardpoint):
+    """shardpoint with `cooperative=True`: bytes several ranks need are read by one
+    rank and sent to the others over the (Python) comm."""
+    name = "shardpoint, cooperative on"
+    cooperative = True
 
 
 class TorchSave:
@@ -166,5 +167,5 @@ class Dcp:
         ctx.dcp.load_state_dict(dcp_values, ctx.dcp.FileSystemReader(path))
 
 
-PEERS = {p.name: p for p in (Shardpoint(), ShardpointEveryRankReads(), TorchSave(), Numpy(),
+PEERS = {p.name: p for p in (Shardpoint(), ShardpointCooperative(), TorchSave(), Numpy(),
                              Dcp())}

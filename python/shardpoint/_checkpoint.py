@@ -460,7 +460,7 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
          allow_missing_keys: bool | None = None, allow_unexpected_keys: bool | None = None,
          allow_dtype_conversion: bool = False, allow_shape_mismatch: bool = False,
          verify_checksums: bool = True, io_threads: int | None = None,
-         raw_objects: bool = False, cooperative: bool = True,
+         raw_objects: bool = False, cooperative: bool | None = None,
          read_slice_bytes: int | None = None) -> LoadResult:
     """Loads checkpoint ``path`` into ``state_dict`` (the template, under any layout).
     Collective.
@@ -475,9 +475,12 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     ``allow_dtype_conversion``: convert stored dtypes to the requested ones.
     ``allow_shape_mismatch``: load the overlap of a tensor whose
     global shape changed (vocab padding), zero the rest. ``raw_objects``: return
-    object bytes as stored, undecoded. ``cooperative`` (default True, the same
-    on every rank): bytes that several ranks need are read by one and sent to
-    the others over the comm. ``read_slice_bytes``: bytes read at once per I/O
+    object bytes as stored, undecoded. ``cooperative`` (the same on every
+    rank): bytes that several ranks need are read by one and sent to the
+    others over the comm; default None = on for the C++ comms (single, thread
+    comms), off for comms implemented in Python (the torch.distributed and
+    mpi4py adapters, subclasses), whose exchanges copy every byte through the
+    interpreter. ``read_slice_bytes``: bytes read at once per I/O
     thread (default 16 MiB). Returns a LoadResult. The GIL is released
     while it runs.
     """
@@ -495,6 +498,8 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     o.verify_checksums = bool(verify_checksums)
     if io_threads is not None:
         o.io_threads = int(io_threads)
+    if cooperative is None:
+        cooperative = type(comm) is _C.Comm  # a C++ comm, not a Python subclass
     o.cooperative = bool(cooperative)
     if read_slice_bytes is not None:
         o.read_slice_bytes = int(read_slice_bytes)
