@@ -5,9 +5,10 @@
 #      the install paths: cmake --install + find_package/pkg-config/add_subdirectory
 #      consumers, the .deb (CPack), pip into a venv + the pytest suite against it;
 #   2. the suite again under AddressSanitizer + UndefinedBehaviorSanitizer;
-#   3. the library and its mpirun tests built against MPICH instead of Open MPI.
-# SHARDPOINT_SKIP_SANITIZE=1 skips step 2, SHARDPOINT_SKIP_MPICH=1 step 3 (for
-# quick local runs).
+#   3. the library and its mpirun tests built against MPICH instead of Open MPI;
+#   4. the threaded tests under ThreadSanitizer (their own small binary).
+# SHARDPOINT_SKIP_SANITIZE=1 skips step 2, SHARDPOINT_SKIP_MPICH=1 step 3,
+# SHARDPOINT_SKIP_TSAN=1 step 4 (for quick local runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -49,4 +50,15 @@ if [ "${SHARDPOINT_SKIP_MPICH:-0}" != 1 ]; then
   cmake --build build-mpich -j"$jobs" --target $mpi_checks
   echo "== mpirun tests (MPICH)"
   ctest --test-dir build-mpich --output-on-failure -j"$jobs" -R '_check_np|^reshard_np_'
+fi
+
+if [ "${SHARDPOINT_SKIP_TSAN:-0}" != 1 ]; then
+  echo "== build (ThreadSanitizer: the library and the threaded tests, tests/tsan)"
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDPOINT_WERROR=ON \
+    -DSHARDPOINT_TSAN=ON -DSHARDPOINT_BENCH=OFF -DSHARDPOINT_PYTHON=OFF >/dev/null
+  cmake --build build-tsan -j"$jobs" --target shardpoint_tsan_tests
+  echo "== threaded tests under ThreadSanitizer"
+  # Thread comm, agreement, thread pool, async save, manager, and multi-rank
+  # save/load over thread ranks (cooperative load on).
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/tsan/shardpoint_tsan_tests
 fi
