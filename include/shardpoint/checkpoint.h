@@ -87,12 +87,20 @@ struct LoadOptions {
   // callers that always ask for the common state and accept checkpoints
   // written without one. Default false: it is a missing key "<common>".
   bool common_optional = false;
-  // Check the checksum of every chunk that is read whole. Default true.
+  // Verify every byte the load returns: each read covers whole checksummed
+  // blocks (1 MiB in format v2; the whole chunk in v1 checkpoints) and each
+  // block is checked before its bytes are placed. Default true; false reads
+  // only the needed bytes, unchecked.
   bool verify_checksums = true;
-  // Bytes read at once per I/O thread: a chunk is read (and hashed) in slices
-  // of this size, so load memory does not grow with the chunk size. Default
-  // 16 MiB.
+  // The largest read request, per I/O thread: stored bytes are read (and
+  // hashed) in requests of at most this size, so load memory does not grow
+  // with the chunk size. Default 16 MiB.
   uint64_t read_slice_bytes = uint64_t{16} << 20;
+  // Needed byte ranges of a file separated by at most this many unneeded
+  // bytes are read in one request, as long as such unneeded bytes stay within
+  // 5% of the needed ones: fewer, larger requests on network filesystems.
+  // Default 256 KiB; 0 reads no unneeded bytes except whole verified blocks.
+  uint64_t read_gap_bytes = uint64_t{256} << 10;
   // When several ranks need the same stored bytes (replicas, e.g. the DP
   // copies of a TP shard), one rank reads them and sends them to the others
   // over the Comm (bytes move in bounded rounds). Costs one all-gather of
@@ -112,6 +120,11 @@ struct LoadResult {
   std::vector<std::string> unexpected_keys;  // stored but requested by no rank (sorted)
   uint64_t bytes_read = 0;                   // from storage, by this rank
   uint64_t bytes_received = 0;               // from other ranks (cooperative load)
+  // Read requests (ReadAt calls) this rank made to storage, and the bytes of
+  // the pieces it read them for: bytes_read / bytes_needed is the read
+  // amplification (whole checksummed blocks, bridged gaps).
+  uint64_t requests = 0;
+  uint64_t bytes_needed = 0;
   double seconds = 0;
 };
 

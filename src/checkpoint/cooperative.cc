@@ -149,9 +149,11 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
     mine.pieces.push_back(plan.pieces[i]);
     mine.bytes += plan.pieces[i].nbytes;
   }
-  std::atomic<uint64_t> read{0};
+  ReadStats read;
   s = ExecuteLoadPlan(m, mine, files, pool, options, &read);
-  stats->bytes_read += read.load();
+  stats->bytes_read += read.bytes.load();
+  stats->requests += read.requests.load();
+  stats->bytes_needed += read.needed.load();
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
 
   // 2. Rounds of AllToAll, in the (deterministic) order of `shared`.

@@ -22,6 +22,8 @@ struct CooperativeStats {
   uint64_t bytes_read = 0;      // from storage by this rank
   uint64_t bytes_received = 0;  // from other ranks
   uint64_t bytes_sent = 0;      // to other ranks
+  uint64_t requests = 0;        // read requests to storage by this rank
+  uint64_t bytes_needed = 0;    // bytes of the pieces this rank read
 };
 
 Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, DataFiles* files,

@@ -100,8 +100,8 @@ Result<std::string> ReadIndexBytes(Storage* storage, const std::string& dir) {
   return "S" + bytes;
 }
 
-Status LoadObjects(const Manifest& m, State& state, DataFiles* files, bool verify,
-                   uint64_t* bytes) {
+Status LoadObjects(const Manifest& m, State& state, DataFiles* files, bool verify, uint64_t* bytes,
+                   uint64_t* requests) {
   for (Object& o : state.objects) {
     const ObjectRecord* r = FindObject(m, o);
     if (!r) continue;
@@ -112,11 +112,13 @@ Status LoadObjects(const Manifest& m, State& state, DataFiles* files, bool verif
       Status read = f->ReadAt(r->offset, r->nbytes, o.bytes.data());
       if (!read.ok()) return read.WithContext(what);
       *bytes += r->nbytes;
+      ++*requests;
       continue;
     }
     SP_RETURN_IF_ERROR(
         ReadVerified(files, m, r->file, r->offset, r->nbytes, r->checksum, what, o.bytes.data()));
     *bytes += r->nbytes;
+    ++*requests;
   }
   if (state.common) {
     // Absent and not reported missing only under common_optional.
@@ -201,25 +203,31 @@ Result<LoadResult> Load(State& state, const std::string& dir, Comm& comm,
   for (const View& v : plan->zero_fill) ZeroFill(v);
   ThreadPool pool(std::max(1, options.io_threads));
   DataFiles files(storage, dir, &m);
-  const ReadOptions read_options{
-      options.verify_checksums && !dcp,
-      static_cast<size_t>(std::max<uint64_t>(1, options.read_slice_bytes))};
+  ReadOptions read_options;
+  read_options.verify_checksums = options.verify_checksums && !dcp;
+  read_options.staging_bytes = static_cast<size_t>(std::max<uint64_t>(1, options.read_slice_bytes));
+  read_options.gap_bytes = options.read_gap_bytes;
   if (options.cooperative && comm.size() > 1) {
     CooperativeStats coop;
     SP_RETURN_IF_ERROR(CooperativeLoad(m, *plan, comm, &files, &pool, read_options,
                                        options.cooperative_round_bytes, &coop));
     result.bytes_read = coop.bytes_read;
     result.bytes_received = coop.bytes_received;
+    result.requests = coop.requests;
+    result.bytes_needed = coop.bytes_needed;
     s = OkStatus();
   } else {
-    std::atomic<uint64_t> read{0};
+    ReadStats read;
     s = ExecuteLoadPlan(m, *plan, &files, &pool, read_options, &read);
-    result.bytes_read = read.load();
+    result.bytes_read = read.bytes.load();
+    result.requests = read.requests.load();
+    result.bytes_needed = read.needed.load();
   }
   if (s.ok()) {
     uint64_t object_bytes = 0;
-    s = LoadObjects(m, state, &files, /*verify=*/!dcp, &object_bytes);
+    s = LoadObjects(m, state, &files, /*verify=*/!dcp, &object_bytes, &result.requests);
     result.bytes_read += object_bytes;
+    result.bytes_needed += object_bytes;
   }
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,5 +1,7 @@
 #include "src/checkpoint/reader.h"
 
+#include <algorithm>
+#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -42,10 +44,10 @@ std::string Range(uint64_t offset, uint64_t n) {
   return "bytes [" + std::to_string(offset) + ", " + std::to_string(offset + n) + ")";
 }
 
-std::string ChunkName(const Manifest& m, const ReadPiece& p) {
-  const TensorRecord& t = m.tensors[p.tensor];
-  return "tensor '" + t.key + "' chunk " + std::to_string(p.chunk) + " " +
-         t.chunks[p.chunk].box.ToString() + " in '" + m.files[t.chunks[p.chunk].file] + "'";
+std::string ChunkName(const Manifest& m, int64_t tensor, int64_t chunk) {
+  const TensorRecord& t = m.tensors[tensor];
+  return "tensor '" + t.key + "' chunk " + std::to_string(chunk) + " " +
+         t.chunks[chunk].box.ToString() + " in '" + m.files[t.chunks[chunk].file] + "'";
 }
 
 Status ChecksumMismatch(const std::string& what, uint64_t offset, uint64_t n, uint64_t want,
@@ -56,74 +58,271 @@ Status ChecksumMismatch(const std::string& what, uint64_t offset, uint64_t n, ui
   return DataLossError(os.str());
 }
 
-// Places `count` stored elements (contiguous at src, in the stored dtype) at
-// flat range [begin, begin+count) of the piece's destination.
-void Place(const ReadPiece& p, const char* src, int64_t begin, int64_t count,
-           std::vector<char>* scratch) {
-  if (p.src_dtype != p.dst_dtype) {
-    scratch->resize(count * DTypeSize(p.dst_dtype));
-    ConvertElements(p.src_dtype, src, p.dst_dtype, scratch->data(), count);
-    src = scratch->data();
-  }
-  ScatterFlatRange(p.dst, begin, begin + count, src);
+// The stored checksum of block k of chunk c (blocks of `block` bytes).
+uint64_t BlockSum(const ChunkRecord& c, uint64_t k) {
+  return c.block_sums.empty() ? c.checksum : c.block_sums[k];
 }
 
-Status ReadPieceBytes(const Manifest& m, const ReadPiece& p, DataFiles* files,
-                      const ReadOptions& options) {
-  const ChunkRecord& c = m.tensors[p.tensor].chunks[p.chunk];
-  SP_ASSIGN_OR_RETURN(const ReadableFile* file, files->Get(c.file));
-  const size_t es = DTypeSize(p.src_dtype);
-  const bool direct = p.src_dtype == p.dst_dtype && p.dst.IsContiguous();
-  thread_local std::vector<char> staging, scratch;
+// Verifies the whole blocks of chunk c in chunk-relative bytes [a, b) held
+// at `mem` (a and b on block boundaries, or b the chunk's end).
+Status VerifyBlocks(const Manifest& m, int64_t tensor, int64_t chunk, uint64_t a, uint64_t b,
+                    const char* mem) {
+  const ChunkRecord& c = m.tensors[tensor].chunks[chunk];
+  const uint64_t block = VerifyBlock(m, c);
+  for (uint64_t at = a; at < b; at += block) {
+    const uint64_t n = std::min(block, b - at);
+    const uint64_t got = Checksum64(mem + (at - a), n);
+    const uint64_t want = BlockSum(c, at / block);
+    if (got != want)
+      return ChecksumMismatch(ChunkName(m, tensor, chunk), c.offset + at, n, want, got);
+  }
+  return OkStatus();
+}
 
-  if (p.whole_chunk && (direct || options.verify_checksums)) {
-    // The whole chunk, in slices of at most staging_bytes: each slice lands
-    // in place (or in staging, then placed) and is hashed while it is still
-    // in cache. Memory stays bounded whatever the chunk size.
-    ChecksumState sum;
-    const int64_t total = p.in_chunk.num_elements();
-    const int64_t max_elems = std::max<int64_t>(1, options.staging_bytes / es);
-    for (int64_t done = 0; done < total;) {
-      const int64_t n = std::min(max_elems, total - done);
-      const size_t nbytes = static_cast<size_t>(n) * es;
-      char* dst = p.dst.data + done * es;
-      if (!direct) {
-        staging.resize(nbytes);
-        dst = staging.data();
-      }
-      Status s = file->ReadAt(c.offset + static_cast<uint64_t>(done) * es, nbytes, dst);
-      if (!s.ok()) return s.WithContext(ChunkName(m, p));
-      if (options.verify_checksums) sum.Update(dst, nbytes);
-      if (!direct) Place(p, dst, done, n, &scratch);
-      done += n;
+// A piece with its run pattern, for scattering.
+struct PieceRuns {
+  const ReadPiece* p;
+  RunPattern runs;
+  uint64_t run_bytes;
+  bool contiguous;  // one run, same dtype, contiguous destination: can take reads in place
+  uint64_t begin;   // chunk-relative byte where its first run starts
+};
+
+// Places the bytes of chunk-relative range [a, b), held at `mem`, that `pr`
+// needs. a and b are multiples of the element size.
+void Scatter(const Manifest& m, const PieceRuns& pr, uint64_t a, uint64_t b, const char* mem,
+             std::vector<char>* scratch) {
+  const ReadPiece& p = *pr.p;
+  const Shape& cs = m.tensors[p.tensor].chunks[p.chunk].box.shape;
+  const uint64_t es = DTypeSize(p.src_dtype);
+  auto start = [&](int64_t i) {
+    return static_cast<uint64_t>(RunStart(cs, p.in_chunk, pr.runs, i)) * es;
+  };
+  // The first run that ends after a.
+  int64_t lo = 0, hi = pr.runs.runs;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (start(mid) + pr.run_bytes <= a) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
     }
-    if (options.verify_checksums && sum.Digest() != c.checksum) {
-      return ChecksumMismatch(ChunkName(m, p), c.offset, c.nbytes, c.checksum, sum.Digest());
+  }
+  for (int64_t i = lo; i < pr.runs.runs; ++i) {
+    const uint64_t s = start(i);
+    if (s >= b) break;
+    const uint64_t from = std::max(s, a), to = std::min(s + pr.run_bytes, b);
+    const int64_t flat = i * pr.runs.run_elements + static_cast<int64_t>((from - s) / es);
+    const int64_t count = static_cast<int64_t>((to - from) / es);
+    const char* src = mem + (from - a);
+    if (p.src_dtype != p.dst_dtype) {
+      scratch->resize(count * DTypeSize(p.dst_dtype));
+      ConvertElements(p.src_dtype, src, p.dst_dtype, scratch->data(), count);
+      src = scratch->data();
+    }
+    ScatterFlatRange(p.dst, flat, flat + count, src);
+  }
+}
+
+// One request's worth of a chunk: chunk-relative bytes [a, b).
+struct Segment {
+  int64_t tensor, chunk;
+  uint64_t a, b;
+  uint64_t file_at;  // absolute file offset of a
+};
+
+// One task: one request (or, for a verification block larger than a slice,
+// one block read in slices and hashed as a stream).
+struct Task {
+  uint32_t file = 0;
+  uint64_t begin = 0, end = 0;  // absolute file bytes
+  std::vector<Segment> segs;
+  bool stream = false;
+};
+
+// Needed chunk-relative byte ranges of the pieces of one chunk, sorted and
+// merged where adjacent or overlapping.
+std::vector<std::pair<uint64_t, uint64_t>> NeededRanges(const std::vector<PieceRuns>& prs,
+                                                        const Shape& chunk_shape,
+                                                        uint64_t* needed) {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (const PieceRuns& pr : prs) {
+    const ReadPiece& p = *pr.p;
+    const uint64_t es = DTypeSize(p.src_dtype);
+    *needed += p.nbytes;
+    for (int64_t i = 0; i < pr.runs.runs; ++i) {
+      const uint64_t s = static_cast<uint64_t>(RunStart(chunk_shape, p.in_chunk, pr.runs, i)) * es;
+      if (!out.empty() && out.back().second == s) {
+        out.back().second = s + pr.run_bytes;
+      } else {
+        out.push_back({s, s + pr.run_bytes});
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  std::vector<std::pair<uint64_t, uint64_t>> merged;
+  for (const auto& r : out) {
+    if (!merged.empty() && r.first <= merged.back().second) {
+      merged.back().second = std::max(merged.back().second, r.second);
+    } else {
+      merged.push_back(r);
+    }
+  }
+  return merged;
+}
+
+struct Range2 {
+  uint32_t file;
+  uint64_t begin, end;  // absolute file bytes
+  int64_t tensor, chunk;
+  uint64_t block;  // verification block (0: not verifying)
+};
+
+// Builds the tasks of a plan: covering ranges (whole blocks when verifying),
+// small gaps merged within the bound, cut into requests of at most a slice.
+std::vector<Task> BuildTasks(const Manifest& m, const std::vector<std::vector<PieceRuns>>& groups,
+                             const ReadOptions& options, uint64_t* needed) {
+  std::vector<Range2> ranges;
+  for (const std::vector<PieceRuns>& g : groups) {
+    const ReadPiece& p0 = *g[0].p;
+    const ChunkRecord& c = m.tensors[p0.tensor].chunks[p0.chunk];
+    const uint64_t block = options.verify_checksums ? VerifyBlock(m, c) : 0;
+    for (auto [a, b] : NeededRanges(g, c.box.shape, needed)) {
+      if (block) {
+        a = a / block * block;
+        b = std::min(c.nbytes, (b + block - 1) / block * block);
+      }
+      if (!ranges.empty() && ranges.back().tensor == p0.tensor && ranges.back().chunk == p0.chunk &&
+          ranges.back().end >= c.offset + a) {
+        ranges.back().end = std::max(ranges.back().end, c.offset + b);
+        continue;
+      }
+      ranges.push_back({c.file, c.offset + a, c.offset + b, p0.tensor, p0.chunk, block});
+    }
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const Range2& x, const Range2& y) {
+    return std::tie(x.file, x.begin) < std::tie(y.file, y.begin);
+  });
+  // Which gaps to bridge: those of at most gap_bytes, smallest first, while
+  // the bridged bytes stay within max_gap_fraction of the needed ones.
+  std::vector<bool> join(ranges.size(), false);  // join[i]: range i continues range i-1's request
+  std::vector<std::pair<uint64_t, size_t>> gaps;
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].file != ranges[i - 1].file || ranges[i].begin < ranges[i - 1].end) continue;
+    const uint64_t gap = ranges[i].begin - ranges[i - 1].end;
+    if (gap == 0) {
+      join[i] = true;
+    } else if (gap <= options.gap_bytes) {
+      gaps.push_back({gap, i});
+    }
+  }
+  std::sort(gaps.begin(), gaps.end());
+  double budget = options.max_gap_fraction * static_cast<double>(*needed);
+  for (const auto& [gap, i] : gaps) {
+    if (static_cast<double>(gap) > budget) break;
+    budget -= static_cast<double>(gap);
+    join[i] = true;
+  }
+  // Requests of at most a slice, cut on block boundaries; a block larger than
+  // a slice is a task of its own, read in slices as a stream.
+  const uint64_t slice = std::max<uint64_t>(8, options.staging_bytes / 8 * 8);
+  std::vector<Task> tasks;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const Range2& r = ranges[i];
+    const ChunkRecord& c = m.tensors[r.tensor].chunks[r.chunk];
+    if (r.block > slice) {
+      for (uint64_t at = r.begin; at < r.end; at += r.block) {
+        const uint64_t to = std::min(r.end, at + r.block);
+        Task t{r.file, at, to, {{r.tensor, r.chunk, at - c.offset, to - c.offset, at}}, true};
+        tasks.push_back(std::move(t));
+      }
+      continue;
+    }
+    // Cut on the chunk's block grid (multiples of 8 bytes when not
+    // verifying: whole elements of any dtype).
+    const uint64_t unit = r.block ? r.block : 8;
+    for (uint64_t at = r.begin; at < r.end;) {
+      Task* t = tasks.empty() ? nullptr : &tasks.back();
+      const bool joins = t && !t->stream && t->file == r.file && (at > r.begin || join[i]);
+      const uint64_t room = joins ? slice - std::min(slice, at - t->begin) : 0;
+      uint64_t take = std::min(r.end - at, room / unit * unit);
+      if (take == 0 && r.end - at < unit && r.end - at <= room) take = r.end - at;
+      if (take == 0) {
+        tasks.push_back(Task{r.file, at, at, {}, false});
+        t = &tasks.back();
+        take = std::min(r.end - at, std::max(unit, slice / unit * unit));
+      }
+      t->segs.push_back({r.tensor, r.chunk, at - c.offset, at + take - c.offset, at});
+      t->end = at + take;
+      at += take;
+    }
+  }
+  return tasks;
+}
+
+Status RunTask(const Manifest& m, const Task& t,
+               const std::map<std::pair<int64_t, int64_t>, size_t>& group_of,
+               const std::vector<std::vector<PieceRuns>>& groups, DataFiles* files,
+               const ReadOptions& options, ReadStats* stats) {
+  SP_ASSIGN_OR_RETURN(const ReadableFile* file, files->Get(t.file));
+  thread_local std::vector<char> staging, scratch;
+  const Segment& s0 = t.segs[0];
+  const std::vector<PieceRuns>& g0 = groups[group_of.at({s0.tensor, s0.chunk})];
+  // A single contiguous destination that takes the whole request in place.
+  const PieceRuns* in_place = nullptr;
+  if (t.segs.size() == 1 && s0.file_at == t.begin) {
+    for (const PieceRuns& pr : g0) {
+      if (pr.contiguous && pr.begin <= s0.a && s0.b <= pr.begin + pr.p->nbytes) in_place = &pr;
+    }
+  }
+  auto scatter = [&](const Segment& seg, uint64_t a, uint64_t b, const char* mem) {
+    for (const PieceRuns& pr : groups[group_of.at({seg.tensor, seg.chunk})]) {
+      if (&pr != in_place) Scatter(m, pr, a, b, mem, &scratch);
+    }
+  };
+  auto read = [&](uint64_t at, uint64_t n, char* dst) {
+    stats->requests.fetch_add(1);
+    stats->bytes.fetch_add(n);
+    Status s = file->ReadAt(at, n, dst);
+    return s.ok() ? s : s.WithContext(ChunkName(m, s0.tensor, s0.chunk));
+  };
+  auto dest = [&](uint64_t a, uint64_t n) -> char* {
+    if (in_place) return in_place->p->dst.data + (a - in_place->begin);
+    staging.resize(n);
+    return staging.data();
+  };
+
+  if (t.stream) {
+    // One block larger than a slice: read in slices, hashed as a stream.
+    const uint64_t slice = std::max<uint64_t>(8, options.staging_bytes / 8 * 8);
+    const ChunkRecord& c = m.tensors[s0.tensor].chunks[s0.chunk];
+    ChecksumState sum;
+    for (uint64_t a = s0.a; a < s0.b;) {
+      const uint64_t n = std::min(slice, s0.b - a);
+      char* mem = dest(a, n);
+      SP_RETURN_IF_ERROR(read(c.offset + a, n, mem));
+      if (options.verify_checksums) sum.Update(mem, n);
+      scatter(s0, a, a + n, mem);
+      a += n;
+    }
+    if (options.verify_checksums) {
+      const uint64_t block = VerifyBlock(m, c);
+      const uint64_t want = BlockSum(c, s0.a / block);
+      if (sum.Digest() != want) {
+        return ChecksumMismatch(ChunkName(m, s0.tensor, s0.chunk), c.offset + s0.a, s0.b - s0.a,
+                                want, sum.Digest());
+      }
     }
     return OkStatus();
   }
-  // Partial (or unverified) read: each run, nothing else, in bounded pieces.
-  const RunPattern runs = RunsOf(c.box.shape, p.in_chunk);
-  const int64_t max_elems = std::max<int64_t>(1, options.staging_bytes / es);
-  for (int64_t i = 0; i < runs.runs; ++i) {
-    const int64_t first = RunStart(c.box.shape, p.in_chunk, runs, i);
-    for (int64_t done = 0; done < runs.run_elements;) {
-      const int64_t n = std::min(max_elems, runs.run_elements - done);
-      const uint64_t at = c.offset + static_cast<uint64_t>(first + done) * es;
-      const int64_t flat = i * runs.run_elements + done;
-      const size_t nbytes = static_cast<size_t>(n) * es;
-      if (direct) {
-        // A contiguous destination: the run lands in place.
-        Status s = file->ReadAt(at, nbytes, p.dst.data + flat * es);
-        if (!s.ok()) return s.WithContext(ChunkName(m, p));
-      } else {
-        staging.resize(nbytes);
-        Status s = file->ReadAt(at, nbytes, staging.data());
-        if (!s.ok()) return s.WithContext(ChunkName(m, p));
-        Place(p, staging.data(), flat, n, &scratch);
-      }
-      done += n;
+  char* mem = dest(s0.a, t.end - t.begin);
+  SP_RETURN_IF_ERROR(read(t.begin, t.end - t.begin, mem));
+  for (const Segment& seg : t.segs) {
+    const char* at = mem + (seg.file_at - t.begin);
+    if (options.verify_checksums) {
+      SP_RETURN_IF_ERROR(VerifyBlocks(m, seg.tensor, seg.chunk, seg.a, seg.b, at));
     }
+    scatter(seg, seg.a, seg.b, at);
   }
   return OkStatus();
 }
@@ -131,13 +330,27 @@ Status ReadPieceBytes(const Manifest& m, const ReadPiece& p, DataFiles* files,
 }  // namespace
 
 Status ExecuteLoadPlan(const Manifest& m, const LoadPlan& plan, DataFiles* files, ThreadPool* pool,
-                       const ReadOptions& options, std::atomic<uint64_t>* bytes_read) {
-  return ParallelFor(pool, static_cast<int64_t>(plan.pieces.size()), [&](int64_t i) {
-    const ReadPiece& p = plan.pieces[i];
-    SP_RETURN_IF_ERROR(ReadPieceBytes(m, p, files, options));
+                       const ReadOptions& options, ReadStats* stats) {
+  // The pieces of each chunk.
+  std::map<std::pair<int64_t, int64_t>, size_t> group_of;
+  std::vector<std::vector<PieceRuns>> groups;
+  for (const ReadPiece& p : plan.pieces) {
+    if (p.nbytes == 0) continue;
+    auto [it, fresh] = group_of.try_emplace({p.tensor, p.chunk}, groups.size());
+    if (fresh) groups.emplace_back();
     const ChunkRecord& c = m.tensors[p.tensor].chunks[p.chunk];
-    bytes_read->fetch_add(p.whole_chunk ? c.nbytes : p.nbytes);
-    return OkStatus();
+    PieceRuns pr{&p, RunsOf(c.box.shape, p.in_chunk), 0, false, 0};
+    const uint64_t es = DTypeSize(p.src_dtype);
+    pr.run_bytes = static_cast<uint64_t>(pr.runs.run_elements) * es;
+    pr.begin = static_cast<uint64_t>(RunStart(c.box.shape, p.in_chunk, pr.runs, 0)) * es;
+    pr.contiguous = pr.runs.runs == 1 && p.src_dtype == p.dst_dtype && p.dst.IsContiguous();
+    groups[it->second].push_back(pr);
+  }
+  uint64_t needed = 0;
+  const std::vector<Task> tasks = BuildTasks(m, groups, options, &needed);
+  stats->needed.fetch_add(needed);
+  return ParallelFor(pool, static_cast<int64_t>(tasks.size()), [&](int64_t i) {
+    return RunTask(m, tasks[i], group_of, groups, files, options, stats);
   });
 }
 
@@ -154,23 +367,40 @@ Status ReadVerified(DataFiles* files, const Manifest& m, uint32_t file, uint64_t
 }
 
 Status CheckStored(DataFiles* files, const Manifest& m, uint32_t file, uint64_t offset,
-                   uint64_t nbytes, uint64_t checksum, const std::string& what, size_t slice_bytes,
+                   uint64_t nbytes, uint64_t checksum, const std::vector<uint64_t>& block_sums,
+                   const std::string& what, size_t slice_bytes,
                    const std::function<void(uint64_t)>& on_slice) {
   SP_ASSIGN_OR_RETURN(const ReadableFile* f, files->Get(file));
+  const std::string where = what + " in '" + m.files[file] + "'";
+  const uint64_t block = block_sums.empty() ? 0 : m.block_size;
   const uint64_t slice = std::max<uint64_t>(1, std::min<uint64_t>(nbytes, slice_bytes));
   std::unique_ptr<char[]> buf(new char[slice]);
-  ChecksumState sum;
+  ChecksumState sum, block_sum;
   for (uint64_t done = 0; done < nbytes;) {
     const uint64_t n = std::min(slice, nbytes - done);
     Status s = f->ReadAt(offset + done, n, buf.get());
     if (!s.ok()) return s.WithContext(what);
     sum.Update(buf.get(), n);
+    // Block checksums, streamed across slices.
+    for (uint64_t at = 0; block && at < n;) {
+      const uint64_t pos = done + at;
+      const uint64_t end = std::min(nbytes, (pos / block + 1) * block);
+      const uint64_t k = std::min(n - at, end - pos);
+      block_sum.Update(buf.get() + at, k);
+      at += k;
+      if (pos + k < end) continue;
+      const uint64_t start = end - std::min(end, (end - 1) % block + 1);
+      const uint64_t want = block_sums[start / block];
+      if (block_sum.Digest() != want) {
+        return ChecksumMismatch(where, offset + start, end - start, want, block_sum.Digest());
+      }
+      block_sum.Reset();
+    }
     done += n;
     if (on_slice) on_slice(n);
   }
   if (sum.Digest() != checksum) {
-    return ChecksumMismatch(what + " in '" + m.files[file] + "'", offset, nbytes, checksum,
-                            sum.Digest());
+    return ChecksumMismatch(where, offset, nbytes, checksum, sum.Digest());
   }
   return OkStatus();
 }

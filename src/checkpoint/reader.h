@@ -1,7 +1,11 @@
-// Executes a load plan: reads exactly the planned byte runs, in parallel,
-// straight into destination memory where it is contiguous and of the stored
-// dtype, through bounded staging buffers otherwise; verifies the checksum of
-// every chunk read whole.
+// Executes a load plan in few large requests: the byte ranges the pieces
+// need are widened to whole verification blocks (format v2 block checksums;
+// a whole chunk where it has none), ranges of a file separated by small gaps
+// are merged (within a bound on the bytes read that no piece needs), and the
+// result is read in requests of at most a slice, in parallel, straight into
+// destination memory where one contiguous destination takes a whole request,
+// else into a bounded staging buffer and scattered from memory. Every block
+// is verified before its bytes are placed (unless verification is off).
 #pragma once
 
 #include <atomic>
@@ -32,25 +36,40 @@ class DataFiles {
 
 struct ReadOptions {
   bool verify_checksums = true;
-  size_t staging_bytes = size_t{16} << 20;  // per task, for strided or converted pieces
+  size_t staging_bytes = size_t{16} << 20;  // the largest request (a slice), per task
+  // Ranges of one file separated by at most this many unneeded bytes are read
+  // by one request, as long as the unneeded bytes read this way stay within
+  // max_gap_fraction of the needed ones (smallest gaps first).
+  uint64_t gap_bytes = uint64_t{256} << 10;
+  double max_gap_fraction = 0.05;
+};
+
+// What a load read; shared by the threads of one load.
+struct ReadStats {
+  std::atomic<uint64_t> bytes{0};     // read from storage
+  std::atomic<uint64_t> requests{0};  // ReadAt calls
+  std::atomic<uint64_t> needed{0};    // bytes the pieces needed
 };
 
 // REQUIRES: plan computed against `m`. Errors name the key, chunk, file and
-// byte range. Adds the bytes read to *bytes_read.
+// byte range.
 Status ExecuteLoadPlan(const Manifest& m, const LoadPlan& plan, DataFiles* files, ThreadPool* pool,
-                       const ReadOptions& options, std::atomic<uint64_t>* bytes_read);
+                       const ReadOptions& options, ReadStats* stats);
 
 // Reads `nbytes` at `offset` of manifest file `file` into dst and checks the
 // checksum: for objects.
 Status ReadVerified(DataFiles* files, const Manifest& m, uint32_t file, uint64_t offset,
                     uint64_t nbytes, uint64_t checksum, const std::string& what, char* dst);
 
-// Checks the checksum of `nbytes` at `offset` of manifest file `file`,
-// reading them in slices of at most `slice_bytes` (the memory it uses);
+// Checks the checksum of `nbytes` at `offset` of manifest file `file`, and
+// each of its block checksums (blocks of m.block_size; none if empty),
+// reading them in slices of at most `slice_bytes` (or one block; the memory
+// it uses);
 // `on_slice(n)` is called after each slice of n bytes (may be empty). For
 // `verify`: a chunk of any size in bounded memory.
 Status CheckStored(DataFiles* files, const Manifest& m, uint32_t file, uint64_t offset,
-                   uint64_t nbytes, uint64_t checksum, const std::string& what, size_t slice_bytes,
+                   uint64_t nbytes, uint64_t checksum, const std::vector<uint64_t>& block_sums,
+                   const std::string& what, size_t slice_bytes,
                    const std::function<void(uint64_t)>& on_slice);
 
 }  // namespace shardpoint::internal

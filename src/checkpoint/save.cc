@@ -28,14 +28,22 @@ namespace shardpoint {
 namespace internal {
 namespace {
 
-std::string EncodeChecksums(const std::vector<uint64_t>& sums) {
+// Item (then replica) checksums, then each item's block checksums.
+std::string EncodeChecksums(const std::vector<uint64_t>& sums,
+                            const std::vector<std::vector<uint64_t>>& blocks) {
   ByteWriter w;
   w.U64(sums.size());
   w.Raw(sums.data(), sums.size() * 8);
+  w.U64(blocks.size());
+  for (const std::vector<uint64_t>& b : blocks) {
+    w.U64(b.size());
+    w.Raw(b.data(), b.size() * 8);
+  }
   return std::move(w.str());
 }
 
-Result<std::vector<uint64_t>> DecodeChecksums(std::string_view bytes, size_t expected, int rank) {
+Result<std::vector<uint64_t>> DecodeChecksums(std::string_view bytes, size_t expected, int rank,
+                                              std::vector<std::vector<uint64_t>>* blocks) {
   ByteReader r(bytes, "checksums from rank " + std::to_string(rank));
   uint64_t n;
   SP_RETURN_IF_ERROR(r.Count(&n, 8));
@@ -45,17 +53,27 @@ Result<std::vector<uint64_t>> DecodeChecksums(std::string_view bytes, size_t exp
   }
   std::vector<uint64_t> sums(n);
   SP_RETURN_IF_ERROR(r.Raw(sums.data(), n * 8));
+  SP_RETURN_IF_ERROR(r.Count(&n, 8));
+  blocks->resize(n);
+  for (std::vector<uint64_t>& b : *blocks) {
+    SP_RETURN_IF_ERROR(r.Count(&n, 8));
+    b.resize(n);
+    SP_RETURN_IF_ERROR(r.Raw(b.data(), n * 8));
+  }
   return sums;
 }
 
 // Fills the checksums of rank r's items into the manifest.
-void ApplyChecksums(const RankFile& rf, const std::vector<uint64_t>& sums, Manifest* m) {
+void ApplyChecksums(const RankFile& rf, const std::vector<uint64_t>& sums,
+                    std::vector<std::vector<uint64_t>>& blocks, Manifest* m) {
   for (size_t i = 0; i < rf.items.size(); ++i) {
     const WriteItem& item = rf.items[i];
     if (item.is_object) {
       m->objects[item.record].checksum = sums[i];
     } else {
-      m->tensors[item.record].chunks[item.chunk].checksum = sums[i];
+      ChunkRecord& c = m->tensors[item.record].chunks[item.chunk];
+      c.checksum = sums[i];
+      if (i < blocks.size()) c.block_sums = std::move(blocks[i]);
     }
   }
 }
@@ -181,13 +199,16 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   // 4. Data files.
   const RankFile& rf = (*plan)->ranks[rank];
   std::vector<uint64_t> sums;
+  std::vector<std::vector<uint64_t>> block_sums;
+  const uint64_t block_size = (*plan)->manifest.block_size;
   s = OkStatus();
   ThreadPool pool(std::max(1, options.io_threads));
   if (rf.file >= 0) {
     Result<std::vector<uint64_t>> written = WriteDataFile(
         storage, JoinPath(write_dir, (*plan)->manifest.files[rf.file]), rf,
         Sources(rf, *regions, state), &pool,
-        WriterOptions{options.staging_bytes, 3, options.direct_io, options.preallocate});
+        WriterOptions{options.staging_bytes, 3, options.direct_io, options.preallocate, block_size},
+        &block_sums);
     s = written.status();
     if (written.ok()) sums = std::move(*written);
   }
@@ -198,18 +219,20 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
 
   // 5. Commit (rank 0 first compares replicas, with verify_replicas).
-  SP_RETURN_IF_ERROR(comm.Gather(EncodeChecksums(sums), 0, &all));
+  SP_RETURN_IF_ERROR(comm.Gather(EncodeChecksums(sums, block_sums), 0, &all));
+  block_sums.clear();
   s = OkStatus();
   if (rank == 0) {
     Manifest& m = (*plan)->manifest;
     std::vector<std::vector<uint64_t>> replica_sums(all.size());
     for (size_t r = 0; r < all.size() && s.ok(); ++r) {
       const RankFile& file = (*plan)->ranks[r];
-      Result<std::vector<uint64_t>> got =
-          DecodeChecksums(all[r], file.items.size() + file.replicas.size(), static_cast<int>(r));
+      std::vector<std::vector<uint64_t>> blocks;
+      Result<std::vector<uint64_t>> got = DecodeChecksums(
+          all[r], file.items.size() + file.replicas.size(), static_cast<int>(r), &blocks);
       s = got.status();
       if (!got.ok()) break;
-      ApplyChecksums(file, *got, &m);
+      ApplyChecksums(file, *got, blocks, &m);
       replica_sums[r].assign(got->begin() + file.items.size(), got->end());
     }
     if (s.ok()) s = CompareReplicas(m, (*plan)->ranks, replica_sums);

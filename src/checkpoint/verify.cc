@@ -118,7 +118,9 @@ Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir,
     uint64_t offset, nbytes, checksum;
     std::string what;
     VerifyFault where;  // kind, key, chunk or object index: filled in on a fault
+    const std::vector<uint64_t>* blocks;
   };
+  const std::vector<uint64_t> no_blocks;
   std::vector<Item> items;
   for (const TensorRecord& t : m.tensors) {
     for (size_t i = 0; i < t.chunks.size(); ++i) {
@@ -129,7 +131,7 @@ Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir,
       where.chunk = static_cast<int64_t>(i);
       items.push_back({c.file, c.offset, c.nbytes, c.checksum,
                        "tensor '" + t.key + "' chunk " + std::to_string(i) + " " + c.box.ToString(),
-                       std::move(where)});
+                       std::move(where), &c.block_sums});
     }
   }
   for (const ObjectRecord& o : m.objects) {
@@ -138,7 +140,8 @@ Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir,
     where.key = o.key;
     where.object_index = o.index;
     items.push_back({o.file, o.offset, o.nbytes, o.checksum,
-                     "object '" + o.key + "' " + ShapeToString(o.index), std::move(where)});
+                     "object '" + o.key + "' " + ShapeToString(o.index), std::move(where),
+                     &no_blocks});
   }
   // Largest first, so that the last tasks are short ones.
   std::stable_sort(items.begin(), items.end(),
@@ -155,8 +158,8 @@ Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir,
   };
   Status ignored = ParallelFor(&pool, static_cast<int64_t>(items.size()), [&](int64_t i) {
     const Item& it = items[i];
-    Status s = CheckStored(&files, m, it.file, it.offset, it.nbytes, it.checksum, it.what,
-                           options.slice_bytes, on_slice);
+    Status s = CheckStored(&files, m, it.file, it.offset, it.nbytes, it.checksum, *it.blocks,
+                           it.what, options.slice_bytes, on_slice);
     std::lock_guard<std::mutex> lock(mu);
     if (!s.ok()) {
       VerifyFault v = it.where;

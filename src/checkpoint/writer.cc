@@ -15,8 +15,12 @@ uint64_t RoundUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 // Produces the file's bytes in order into staging buffers.
 class Stream {
  public:
-  Stream(const RankFile& rf, const std::vector<View>& sources)
-      : rf_(rf), sources_(sources), sums_(rf.items.size()) {}
+  Stream(const RankFile& rf, const std::vector<View>& sources, uint64_t block_size)
+      : rf_(rf),
+        sources_(sources),
+        sums_(rf.items.size()),
+        block_size_(block_size),
+        blocks_(rf.items.size()) {}
 
   // Fills up to `cap` bytes at `out`; returns the number written (0 at end).
   size_t Fill(char* out, size_t cap) {
@@ -35,6 +39,7 @@ class Stream {
       const size_t es = src.elem_size;
       GatherFlatRange(out + n, src, done / es, (done + k) / es);
       sums_[item_].Update(out + n, k);
+      if (block_size_ && !item.is_object) UpdateBlocks(item, done, out + n, k);
       n += k, pos_ += k;
       if (pos_ == item.offset + item.nbytes) ++item_;
       while (item_ < rf_.items.size() && rf_.items[item_].nbytes == 0) ++item_;
@@ -49,14 +54,33 @@ class Stream {
     return out;
   }
 
+  std::vector<std::vector<uint64_t>> TakeBlockSums() { return std::move(blocks_); }
+
   void SkipEmptyLeadingItems() {
     while (item_ < rf_.items.size() && rf_.items[item_].nbytes == 0) ++item_;
   }
 
  private:
+  // Bytes [done, done + k) of the current item, at p.
+  void UpdateBlocks(const WriteItem& item, uint64_t done, const char* p, size_t k) {
+    while (k > 0) {
+      const uint64_t block_end = std::min(item.nbytes, (done / block_size_ + 1) * block_size_);
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(k, block_end - done));
+      block_.Update(p, take);
+      p += take, done += take, k -= take;
+      if (done == block_end) {
+        blocks_[item_].push_back(block_.Digest());
+        block_.Reset();
+      }
+    }
+  }
+
   const RankFile& rf_;
   const std::vector<View>& sources_;
   std::vector<ChecksumState> sums_;
+  const uint64_t block_size_;
+  ChecksumState block_;
+  std::vector<std::vector<uint64_t>> blocks_;
   uint64_t pos_ = 0;
   size_t item_ = 0;
 };
@@ -65,7 +89,8 @@ class Stream {
 
 Result<std::vector<uint64_t>> WriteDataFile(Storage* storage, const std::string& path,
                                             const RankFile& rf, const std::vector<View>& sources,
-                                            ThreadPool* pool, const WriterOptions& options) {
+                                            ThreadPool* pool, const WriterOptions& options,
+                                            std::vector<std::vector<uint64_t>>* block_sums) {
   SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
                       storage->NewWritableFile(path, WriteFileOptions{options.direct}));
   const size_t align = std::max<size_t>(file->alignment(), 1);
@@ -77,7 +102,7 @@ Result<std::vector<uint64_t>> WriteDataFile(Storage* storage, const std::string&
   std::vector<std::future<Status>> inflight(nbuf);
   for (int i = 0; i < nbuf; ++i) bufs.emplace_back(cap);
 
-  Stream stream(rf, sources);
+  Stream stream(rf, sources, options.block_size);
   stream.SkipEmptyLeadingItems();
   Status status;
   uint64_t offset = 0;
@@ -107,6 +132,7 @@ Result<std::vector<uint64_t>> WriteDataFile(Storage* storage, const std::string&
   Status closed = file->Close();
   if (status.ok()) status = closed;
   if (!status.ok()) return status;
+  if (block_sums) *block_sums = stream.TakeBlockSums();
   return stream.Digests();
 }
 

@@ -18,14 +18,20 @@ struct WriterOptions {
   int buffers = 3;                         // in rotation: fill one while others write
   bool direct = true;
   bool reserve = true;  // WritableFile::Reserve the file's size before writing
+  // Also checksum every block of this many bytes of each tensor chunk (format
+  // v2 block checksums); 0: none.
+  uint64_t block_size = 0;
 };
 
 // Writes rf.header followed by every item's bytes (gathered from sources[i],
-// row-major) to `path`, fsyncs and closes it. Returns one checksum per item.
+// row-major) to `path`, fsyncs and closes it. Returns one checksum per item;
+// with options.block_size, fills *block_sums with the block checksums of
+// each tensor item (none for objects).
 // REQUIRES: sources.size() == rf.items.size(); each item starts at a multiple
 // of its element size (PlanSave orders them so).
 Result<std::vector<uint64_t>> WriteDataFile(Storage* storage, const std::string& path,
                                             const RankFile& rf, const std::vector<View>& sources,
-                                            ThreadPool* pool, const WriterOptions& options);
+                                            ThreadPool* pool, const WriterOptions& options,
+                                            std::vector<std::vector<uint64_t>>* block_sums);
 
 }  // namespace shardpoint::internal

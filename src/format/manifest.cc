@@ -1,4 +1,5 @@
-// Manifest encoding, format v1. The byte layout is written down in
+// Manifest encoding, format v2 (and v1, which lacks the block size and the
+// block checksums). The byte layout is written down in
 // docs/format.md; keep the two in step.
 #include "src/format/manifest.h"
 
@@ -24,11 +25,12 @@ constexpr size_t kMinChunkFixed = 4 + 8 + 8 + 8;  // plus 16 bytes per dim
 constexpr size_t kMinObject = 4 + 1 + 1 + 4 + 8 + 8 + 8;
 
 size_t EncodedSize(const Manifest& m) {
-  size_t n = kMinSize;
+  size_t n = kMinSize + 8;
   for (const std::string& f : m.files) n += 4 + f.size();
   for (const TensorRecord& t : m.tensors) {
     n += kMinTensor + t.key.size() + 8 * t.shape.size();
-    n += t.chunks.size() * (kMinChunkFixed + 16 * t.shape.size());
+    n += t.chunks.size() * (kMinChunkFixed + 8 + 16 * t.shape.size());
+    for (const ChunkRecord& c : t.chunks) n += 8 * c.block_sums.size();
   }
   for (const ObjectRecord& o : m.objects) {
     n += kMinObject + o.key.size() + 8 * (o.index.size() + o.grid.size());
@@ -50,8 +52,10 @@ std::string EncodeManifest(const Manifest& m) {
   out.reserve(EncodedSize(m));
   Writer w(&out);
   w.Bytes(kMagic, sizeof(kMagic));
-  w.Int<uint32_t>(kFormatVersion);
-  w.Int<uint32_t>(0);  // flags: none defined in v1
+  const bool v2 = m.version >= 2;
+  w.Int<uint32_t>(v2 ? 2 : 1);
+  w.Int<uint32_t>(0);  // flags: none defined
+  if (v2) w.Int<uint64_t>(m.block_size);
   w.Int<uint64_t>(m.files.size());
   for (const std::string& f : m.files) w.Str(f);
   w.Int<uint64_t>(m.tensors.size());
@@ -68,6 +72,9 @@ std::string EncodeManifest(const Manifest& m) {
       w.Int<uint64_t>(c.offset);
       w.Int<uint64_t>(c.nbytes);
       w.Int<uint64_t>(c.checksum);
+      if (!v2) continue;
+      w.Int<uint64_t>(c.block_sums.size());
+      for (uint64_t b : c.block_sums) w.Int<uint64_t>(b);
     }
   }
   w.Int<uint64_t>(m.objects.size());
@@ -128,8 +135,12 @@ class Decoder {
                ChunkRecord* c);
   Status Object(size_t num_files, ObjectRecord* o);
 
+  Status BlockSums(const TensorRecord& t, size_t i, ChunkRecord* c);
+
   Reader r_;
   const std::string& name_;
+  uint32_t version_ = 1;
+  uint64_t block_size_ = 0;
 };
 
 // "data/<name>": relative, one level, no "..", no NUL.
@@ -177,7 +188,8 @@ Status Decoder::Tensor(size_t num_files, TensorRecord* t) {
                  " (negative or overflowing)");
   }
   uint64_t n;
-  SP_RETURN_IF_ERROR(ReadCount(kMinChunkFixed + 16 * rank, what + " chunk", &n));
+  const size_t v2_extra = version_ >= 2 ? 8 : 0;
+  SP_RETURN_IF_ERROR(ReadCount(kMinChunkFixed + v2_extra + 16 * rank, what + " chunk", &n));
   t->chunks.resize(n);
   const uint64_t elem_size = DTypeSize(t->dtype);
   for (uint64_t i = 0; i < n; ++i) {
@@ -225,6 +237,22 @@ Status Decoder::Chunk(const TensorRecord& t, size_t i, uint64_t elem_size, size_
     return fail("box " + c->box.ToString() + " is not after the previous chunk's box " +
                 t.chunks[i - 1].box.ToString() + " (chunks must be sorted and unique)");
   }
+  return version_ >= 2 ? BlockSums(t, i, c) : OkStatus();
+}
+
+// v2: u64 K, then K block checksums; K is 0 or the chunk's block count.
+Status Decoder::BlockSums(const TensorRecord& t, size_t i, ChunkRecord* c) {
+  const std::string what = "tensor '" + t.key + "' chunk " + std::to_string(i) + " block checksum";
+  uint64_t k;
+  SP_RETURN_IF_ERROR(ReadCount(8, what, &k));
+  const uint64_t want = NumBlocks(c->nbytes, block_size_);
+  if (k != 0 && k != want) {
+    return Error(what + " count " + std::to_string(k) + " but its " + std::to_string(c->nbytes) +
+                 " bytes make " + std::to_string(want) + " blocks of " +
+                 std::to_string(block_size_));
+  }
+  c->block_sums.resize(k);
+  for (uint64_t& b : c->block_sums) r_.Int(&b);  // bounded by ReadCount
   return OkStatus();
 }
 
@@ -265,7 +293,14 @@ Status Decoder::Run(Manifest* m) {
   uint32_t version, flags;
   if (!r_.Int(&magic) || !r_.Int(&version) || !r_.Int(&flags)) return Truncated("the preamble");
   if (flags != 0) return Error("unsupported flags 0x" + Hex16(flags));
-  m->version = version;
+  m->version = version_ = version;
+  if (version >= 2) {
+    if (!r_.Int(&block_size_)) return Truncated("the block size");
+    if (block_size_ < 4096 || (block_size_ & (block_size_ - 1)) != 0) {
+      return Error("block size " + std::to_string(block_size_) + " is not a power of two >= 4096");
+    }
+  }
+  m->block_size = block_size_;
   SP_RETURN_IF_ERROR(Files(m));
 
   uint64_t n;
@@ -322,12 +357,13 @@ Result<Manifest> DecodeManifest(std::string_view bytes, const std::string& name)
   }
   uint32_t version;
   Reader(bytes.substr(8, 4)).Int(&version);
-  if (version != kFormatVersion) {
+  if (version != 1 && version != kFormatVersion) {
     return DataLossError(prefix + "unsupported format version " + std::to_string(version));
   }
-  if (bytes.size() < kMinSize) {
+  const size_t min_size = kMinSize + (version >= 2 ? 8 : 0);
+  if (bytes.size() < min_size) {
     return DataLossError(prefix + "truncated: " + std::to_string(bytes.size()) +
-                         " bytes, a manifest has at least " + std::to_string(kMinSize));
+                         " bytes, a manifest has at least " + std::to_string(min_size));
   }
   const size_t body = bytes.size() - 8;
   uint64_t stored;

@@ -1,10 +1,12 @@
-// The manifest: the index of a checkpoint (format v1, docs/format.md).
+// The manifest: the index of a checkpoint (format v2, docs/format.md; v1
+// still decodes).
 //
 // Binary, little-endian, with a trailing checksum. EncodeManifest and
 // DecodeManifest are inverses; DecodeManifest validates every size, offset
 // and count before use (untrusted input) and errors are DataLoss.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -16,7 +18,9 @@
 
 namespace shardpoint::internal {
 
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;
+// Block size of the block checksums a save writes (docs/format.md says why).
+inline constexpr uint64_t kDefaultBlockSize = uint64_t{1} << 20;
 inline constexpr char kManifestName[] = "manifest";
 inline constexpr char kDataDir[] = "data";
 
@@ -26,6 +30,9 @@ struct ChunkRecord {
   uint64_t offset = 0;    // absolute byte offset in the file
   uint64_t nbytes = 0;    // == box.num_elements() * DTypeSize(dtype)
   uint64_t checksum = 0;  // Checksum64 of the chunk's bytes
+  // Format v2: Checksum64 of each Manifest::block_size bytes of the chunk
+  // (the last block may be shorter), or empty: the chunk is verified whole.
+  std::vector<uint64_t> block_sums;
 };
 
 struct TensorRecord {
@@ -46,7 +53,10 @@ struct ObjectRecord {
 };
 
 struct Manifest {
-  uint32_t version = kFormatVersion;
+  uint32_t version = kFormatVersion;  // 1 or 2; EncodeManifest writes this version
+  // v2: the size of the blocks of ChunkRecord::block_sums (a power of two,
+  // >= 4096); 0 in v1, which has no block checksums.
+  uint64_t block_size = kDefaultBlockSize;
   std::vector<std::string> files;     // relative to the checkpoint dir, e.g. "data/0.safetensors"
   std::vector<TensorRecord> tensors;  // sorted by key, keys unique
   std::vector<ObjectRecord> objects;  // sorted by (key, index)
@@ -57,6 +67,16 @@ struct Manifest {
   // Index of the tensor with `key`, or -1 (binary search).
   int64_t FindTensor(std::string_view key) const;
 };
+
+// The unit in which a chunk's bytes are verified: block_size where the chunk
+// has block checksums, else the whole chunk (v1, or a chunk without them).
+inline uint64_t VerifyBlock(const Manifest& m, const ChunkRecord& c) {
+  return c.block_sums.empty() || m.block_size == 0 ? std::max<uint64_t>(c.nbytes, 1) : m.block_size;
+}
+// Number of blocks of `block` bytes in `nbytes` (0 for an empty chunk).
+inline uint64_t NumBlocks(uint64_t nbytes, uint64_t block) {
+  return nbytes == 0 ? 0 : (nbytes - 1) / block + 1;
+}
 
 std::string EncodeManifest(const Manifest& m);
 // Validates structure: magic, version, counts, bounds, sorted unique keys,

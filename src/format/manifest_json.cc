@@ -21,6 +21,7 @@ Json ChunkToJson(const ChunkRecord& c) {
   j["byte_offset"] = c.offset;
   j["nbytes"] = c.nbytes;
   j["checksum"] = Hex16(c.checksum);
+  j["block_checksums"] = c.block_sums.size();
   return j;
 }
 
@@ -53,6 +54,7 @@ std::string ManifestToJson(const Manifest& m, int indent) {
   Json j;
   j["format"] = "shardpoint";
   j["version"] = m.version;
+  if (m.version >= 2) j["block_size"] = m.block_size;
   j["files"] = m.files;
   Json tensors = Json::array();
   for (const TensorRecord& t : m.tensors) tensors.push_back(TensorToJson(t));

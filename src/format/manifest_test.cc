@@ -16,12 +16,12 @@ const std::string kName = "/ckpt/step_10/manifest";
 
 bool SameChunk(const ChunkRecord& a, const ChunkRecord& b) {
   return a.box == b.box && a.file == b.file && a.offset == b.offset && a.nbytes == b.nbytes &&
-         a.checksum == b.checksum;
+         a.checksum == b.checksum && a.block_sums == b.block_sums;
 }
 
 bool SameManifest(const Manifest& a, const Manifest& b) {
-  if (a.version != b.version || a.files != b.files || a.has_common != b.has_common ||
-      a.common != b.common || a.metadata_json != b.metadata_json ||
+  if (a.version != b.version || a.block_size != b.block_size || a.files != b.files ||
+      a.has_common != b.has_common || a.common != b.common || a.metadata_json != b.metadata_json ||
       a.tensors.size() != b.tensors.size() || a.objects.size() != b.objects.size()) {
     return false;
   }
@@ -77,6 +77,7 @@ Manifest Small() {
   TensorRecord a{"layer.0.weight", DType::kBF16, {4, 6}, {}};
   a.chunks.push_back(Chunk(Box({0, 0}, {2, 6}), 0, 4096, 24, 0x1111));
   a.chunks.push_back(Chunk(Box({2, 0}, {2, 6}), 1, 4096, 24, 0x2222));
+  a.chunks[1].block_sums = {0x2222};  // one block (the other chunk: verified whole)
   TensorRecord b{"layer.0.bias", DType::kF32, {0}, {}};
   b.chunks.push_back(Chunk(Box({0}, {0}), 0, 4120, 0, Checksum64("", 0)));
   TensorRecord s{"step", DType::kI64, {}, {}};
@@ -126,10 +127,49 @@ TEST(Manifest, RoundTrip) {
   EXPECT_EQ(EncodeManifest(*r), bytes) << "deterministic bytes";
 }
 
+TEST(Manifest, RoundTripVersion1) {
+  // Version 1: no block size, no block checksums; decodes with block_size 0.
+  Manifest m = Small();
+  m.version = 1;
+  m.block_size = 0;
+  m.tensors[1].chunks[1].block_sums.clear();
+  std::string bytes = EncodeManifest(m);
+  EXPECT_EQ(bytes.size(), EncodeManifest(Small()).size() - 8 - 4 * 8 - 8);
+  Result<Manifest> r = DecodeManifest(bytes, kName);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->version, 1u);
+  EXPECT_TRUE(SameManifest(m, *r));
+  EXPECT_EQ(EncodeManifest(*r), bytes);
+  EXPECT_EQ(VerifyBlock(*r, r->tensors[1].chunks[1]), 24u);  // the whole chunk
+  Manifest empty;
+  empty.version = 1;
+  EXPECT_EQ(EncodeManifest(empty).size(), 65u);
+}
+
+TEST(Manifest, BlockChecksums) {
+  Manifest m = Small();
+  m.block_size = 4096;
+  TensorRecord big{"big", DType::kU8, {10000}, {}};
+  big.chunks.push_back(Chunk(Box({0}, {10000}), 0, 8192, 10000, 7));
+  big.chunks[0].block_sums = {1, 2, 3};  // 4096 + 4096 + 1808
+  m.tensors.insert(m.tensors.begin(), big);
+  Result<Manifest> r = DecodeManifest(EncodeManifest(m), kName);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(SameManifest(m, *r));
+  EXPECT_EQ(VerifyBlock(*r, r->tensors[0].chunks[0]), 4096u);
+  m.tensors[0].chunks[0].block_sums = {1, 2};
+  ExpectInvalid(m, "tensor 'big' chunk 0 block checksum count 2 but its 10000 bytes make 3 blocks");
+  m.tensors[0].chunks[0].block_sums = {1, 2, 3};
+  for (uint64_t bad : {uint64_t{0}, uint64_t{4095}, uint64_t{6000}, uint64_t{2048}}) {
+    m.block_size = bad;
+    ExpectInvalid(m, "block size " + std::to_string(bad) + " is not a power of two >= 4096");
+  }
+}
+
 TEST(Manifest, RoundTripEmpty) {
   Manifest m;
   std::string bytes = EncodeManifest(m);
-  EXPECT_EQ(bytes.size(), 65u);
+  EXPECT_EQ(bytes.size(), 73u);
   Result<Manifest> r = DecodeManifest(bytes, kName);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(SameManifest(m, *r));
@@ -166,10 +206,10 @@ TEST(Manifest, PreambleErrors) {
   ExpectDataLoss(bad, "bad magic");
   ExpectDataLoss(std::string(100, '\0'), "bad magic");
   bad = bytes;
-  PutLE<uint32_t>(&bad, 8, 2);
-  ExpectDataLoss(bad, "unsupported format version 2");
+  PutLE<uint32_t>(&bad, 8, 3);
+  ExpectDataLoss(bad, "unsupported format version 3");
   Reseal(&bad);
-  ExpectDataLoss(bad, "unsupported format version 2");
+  ExpectDataLoss(bad, "unsupported format version 3");
   bad = bytes;
   PutLE<uint32_t>(&bad, 12, 1);
   ExpectDataLoss(bad, "manifest checksum mismatch");
@@ -219,15 +259,15 @@ TEST(Manifest, EveryBitFlipIsDataLoss) {
 TEST(Manifest, CountErrors) {
   std::string bytes = EncodeManifest(Small());
   std::string bad = bytes;
-  PutLE<uint64_t>(&bad, 16, ~0ull);  // file count
+  PutLE<uint64_t>(&bad, 24, ~0ull);  // file count, after the block size
   Reseal(&bad);
-  ExpectDataLoss(bad, "file count 18446744073709551615 at byte 16 does not fit");
+  ExpectDataLoss(bad, "file count 18446744073709551615 at byte 24 does not fit");
   // Tensor count: right after the two file names.
-  size_t tensors_at = 24 + 2 * (4 + 18);
+  size_t tensors_at = 32 + 2 * (4 + 18);
   bad = bytes;
   PutLE<uint64_t>(&bad, tensors_at, 1ull << 40);
   Reseal(&bad);
-  ExpectDataLoss(bad, "tensor count 1099511627776 at byte 68 does not fit");
+  ExpectDataLoss(bad, "tensor count 1099511627776 at byte 76 does not fit");
   // First tensor's chunk count: key "layer.0.bias", dtype, rank 1, shape.
   size_t chunks_at = tensors_at + 8 + 4 + 12 + 1 + 1 + 8;
   bad = bytes;
@@ -247,14 +287,14 @@ TEST(Manifest, CommonFlagErrors) {
   Manifest m;
   std::string bytes = EncodeManifest(m);
   std::string bad = bytes;
-  bad[40] = 2;  // has_common
+  bad[48] = 2;  // has_common (after the block size and three counts)
   Reseal(&bad);
   ExpectDataLoss(bad, "invalid common blob flag 2");
   // has_common = 0 with a non-empty blob.
   m.has_common = true;
   m.common = "abc";
   bad = EncodeManifest(m);
-  bad[40] = 0;
+  bad[48] = 0;
   Reseal(&bad);
   ExpectDataLoss(bad, "invalid common blob flag 0");
 }
@@ -442,7 +482,8 @@ TEST(Manifest, ToJson) {
   std::string text = ManifestToJson(m);
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
   EXPECT_EQ(j["format"], "shardpoint");
-  EXPECT_EQ(j["version"], 1);
+  EXPECT_EQ(j["version"], 2);
+  EXPECT_EQ(j["block_size"], kDefaultBlockSize);
   EXPECT_EQ(j["files"][1], "data/1.safetensors");
   auto keys = j.items().begin();
   EXPECT_EQ(keys.key(), "format");

@@ -121,9 +121,12 @@ Result<LoadResult> LoadFromHf(State& state, const std::string& hf_dir, const HfM
     }
     ThreadPool pool(std::max(1, options.io_threads));
     DataFiles files(storage, hf_dir, &m);
-    std::atomic<uint64_t> read{0};
-    SP_RETURN_IF_ERROR(ExecuteLoadPlan(m, plan, &files, &pool, ReadOptions{false}, &read));
-    result.bytes_read = read.load();
+    ReadStats read;
+    ReadOptions ro;
+    ro.verify_checksums = false;  // HF files carry no checksums
+    ro.gap_bytes = 0;             // every rank reads only its own bytes
+    SP_RETURN_IF_ERROR(ExecuteLoadPlan(m, plan, &files, &pool, ro, &read));
+    result.bytes_read = read.bytes.load();
     return OkStatus();
   }();
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));

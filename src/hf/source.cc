@@ -103,8 +103,8 @@ Status ReadBoxRange(const Source& src, DataFiles* files, const std::string& key,
   lt.flat = FlatRange{begin, end};
   SP_ASSIGN_OR_RETURN(std::vector<Region> regions, BuildRegions({lt}));
   SP_ASSIGN_OR_RETURN(LoadPlan plan, PlanLoad(src.m, regions));
-  std::atomic<uint64_t> bytes{0};
-  return ExecuteLoadPlan(src.m, plan, files, /*pool=*/nullptr, ReadOptions{src.checksums}, &bytes);
+  ReadStats stats;
+  return ExecuteLoadPlan(src.m, plan, files, /*pool=*/nullptr, ReadOptions{src.checksums}, &stats);
 }
 
 }  // namespace shardpoint::internal

@@ -65,7 +65,7 @@ Result<ExportHfStats> ConvertHfToShardpoint(const std::string& hf_dir, const std
     r.shape = t.shape;
     for (const Box& b : RowBlocks(t.shape, r.dtype, options.block_bytes)) {
       r.chunks.push_back(
-          {b, 0, 0, static_cast<uint64_t>(b.num_elements()) * DTypeSize(r.dtype), 0});
+          {b, 0, 0, static_cast<uint64_t>(b.num_elements()) * DTypeSize(r.dtype), 0, {}});
       refs.push_back({m.tensors.size(), r.chunks.size() - 1});
     }
     m.tensors.push_back(std::move(r));

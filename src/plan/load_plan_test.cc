@@ -15,8 +15,8 @@ Manifest TwoChunks() {
   Manifest m;
   m.files = {"data/0.safetensors"};
   TensorRecord t{"w", DType::kF32, {8, 6}, {}};
-  t.chunks.push_back(ChunkRecord{Box({0, 0}, {4, 6}), 0, 4096, 96, 0});
-  t.chunks.push_back(ChunkRecord{Box({4, 0}, {4, 6}), 0, 4096 + 96, 96, 0});
+  t.chunks.push_back(ChunkRecord{Box({0, 0}, {4, 6}), 0, 4096, 96, 0, {}});
+  t.chunks.push_back(ChunkRecord{Box({4, 0}, {4, 6}), 0, 4096 + 96, 96, 0, {}});
   m.tensors.push_back(t);
   return m;
 }
@@ -111,7 +111,7 @@ TEST(PlanLoadTest, IndexFindsChunksAmongManyWithoutScanningAll) {
   TensorRecord t{"w", DType::kF32, {10000, 6}, {}};
   for (int64_t i = 0; i < 10000; ++i) {
     t.chunks.push_back(
-        ChunkRecord{Box({i, 0}, {1, 6}), 0, 4096 + 24 * static_cast<uint64_t>(i), 24, 0});
+        ChunkRecord{Box({i, 0}, {1, 6}), 0, 4096 + 24 * static_cast<uint64_t>(i), 24, 0, {}});
   }
   m.tensors.push_back(t);
   std::vector<float> mem;

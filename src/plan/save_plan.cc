@@ -85,7 +85,7 @@ Status PlanTensor(const std::string& key, KeyGroup& g, Manifest* m, std::vector<
     uint64_t nbytes = static_cast<uint64_t>(e.box->num_elements()) * DTypeSize(rec.dtype);
     mine.push_back(
         Piece{false, record, static_cast<int64_t>(rec.chunks.size()), nbytes, {e.holder}});
-    rec.chunks.push_back(ChunkRecord{*e.box, 0, 0, nbytes, 0});
+    rec.chunks.push_back(ChunkRecord{*e.box, 0, 0, nbytes, 0, {}});
   }
   SP_RETURN_IF_ERROR(CheckTiling(key, rec.shape, held, [&](size_t i) {
     std::vector<int> ranks;

@@ -115,7 +115,9 @@ Outcome LoadOnce(Comm& world, const std::string& dir, const ParallelConfig& to, 
   Status c = internal::CheckAgainstReference(ref, dst->state.tensors);
   if (!Check(c.ok(), what + ": " + to.ToString() + ": " + c.ToString())) return out;
   out.ok = true;
-  out.read = r->bytes_read;
+  // The bytes of the pieces it read (bytes_read also counts the rest of the
+  // checksummed blocks that cover them).
+  out.read = r->bytes_needed;
   out.received = r->bytes_received;
   return out;
 }
@@ -164,7 +166,8 @@ int RunLoad(Comm& world, const std::string& dir, const ParallelConfig& to) {
     }
     Check(same, "cooperative on and off loaded different bytes");
   }
-  // Per rank: off reads exactly its own tensor bytes; on reads + receives them.
+  // Per rank: off reads exactly its own tensor bytes (as needed bytes: whole
+  // blocks around them are read to verify them); on reads + receives them.
   const uint64_t own = on.bytes;
   if (co.ok && alone.ok) {
     Check(alone.read == own, "cooperative off read " + std::to_string(alone.read) +

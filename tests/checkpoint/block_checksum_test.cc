@@ -1,0 +1,340 @@
+// Block checksums (format v2) end to end on the real filesystem: a flipped
+// byte anywhere in a data file fails every resharded load (along each dim,
+// plain and cooperative) naming the key, chunk, file and the byte range of
+// the block that covers it; clean loads are bit for bit and make few
+// requests; a version-1 checkpoint (no block checksums) still loads and
+// verifies, whole chunks at a time.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "shardpoint/checkpoint.h"
+#include "src/checkpoint/commit.h"
+#include "src/checkpoint/verify.h"
+#include "src/format/manifest.h"
+#include "tests/testing/ranks.h"
+
+namespace shardpoint {
+namespace {
+
+using internal::ChunkRecord;
+using internal::Manifest;
+using internal::TensorRecord;
+using testing::Arena;
+using testing::LoadRanks;
+using testing::SaveRanks;
+using testing::StatesOf;
+using testing::TestRank;
+
+// Counts the read requests that reach the storage (a forwarding wrapper).
+class CountingStorage : public Storage {
+ public:
+  explicit CountingStorage(Storage* base) : base_(base) {}
+  std::atomic<uint64_t> reads{0}, bytes{0};
+
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& p,
+                                                        const WriteFileOptions& o) override {
+    return base_->NewWritableFile(p, o);
+  }
+  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& p) override {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, base_->NewReadableFile(p));
+    return std::unique_ptr<ReadableFile>(new File(std::move(f), this));
+  }
+  Status CreateDirs(const std::string& p) override { return base_->CreateDirs(p); }
+  Status SyncDir(const std::string& p) override { return base_->SyncDir(p); }
+  Status Rename(const std::string& a, const std::string& b) override { return base_->Rename(a, b); }
+  Result<bool> Exchange(const std::string& a, const std::string& b) override {
+    return base_->Exchange(a, b);
+  }
+  Status RemoveFile(const std::string& p) override { return base_->RemoveFile(p); }
+  Status RemoveAll(const std::string& p) override { return base_->RemoveAll(p); }
+  Result<bool> Exists(const std::string& p) override { return base_->Exists(p); }
+  Result<bool> IsDirectory(const std::string& p) override { return base_->IsDirectory(p); }
+  Result<std::vector<std::string>> ListDir(const std::string& p) override {
+    return base_->ListDir(p);
+  }
+
+ private:
+  class File : public ReadableFile {
+   public:
+    File(std::unique_ptr<ReadableFile> f, CountingStorage* s) : f_(std::move(f)), s_(s) {}
+    Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
+      s_->reads.fetch_add(1);
+      s_->bytes.fetch_add(n);
+      return f_->ReadAt(offset, n, dst);
+    }
+    Result<uint64_t> Size() const override { return f_->Size(); }
+    const std::string& path() const override { return f_->path(); }
+
+   private:
+    std::unique_ptr<ReadableFile> f_;
+    CountingStorage* s_;
+  };
+  Storage* base_;
+};
+
+struct Spec {
+  std::string key;
+  Shape shape;
+  DType dtype;
+};
+
+// Three tensors, chunks of 0.75 to 1.5 MiB (one to two 1 MiB blocks).
+const std::vector<Spec> kSpecs = {
+    {"a", {1024, 640}, DType::kF32},    // 2.5 MiB
+    {"b", {48, 64, 256}, DType::kF32},  // 3 MiB
+    {"c", {1536, 512}, DType::kBF16},   // 1.5 MiB
+};
+
+uint8_t ByteOf(const std::string& key, int64_t i) {
+  return static_cast<uint8_t>((i * 2654435761u + key[0] * 97u) >> 7);
+}
+
+// Rank `part` of `parts` holds the slab of every tensor along dim `dim`
+// (dims past a tensor's rank use its last dim), filled with ByteOf at the
+// global row-major byte index.
+void Build(TestRank* r, int dim, int part, int parts, bool fill) {
+  for (const Spec& s : kSpecs) {
+    const size_t d = std::min<size_t>(dim, s.shape.size() - 1);
+    Box box = Box::Whole(s.shape);
+    const int64_t n = s.shape[d];
+    box.offset[d] = n * part / parts;
+    box.shape[d] = n * (part + 1) / parts - box.offset[d];
+    LocalTensor t;
+    t.dtype = s.dtype;
+    t.shape = box.shape;
+    t.data = r->arena.Alloc(box.num_elements(), s.dtype);
+    t.segments.push_back({s.key, s.shape, box, Shape(s.shape.size(), 0)});
+    if (fill) {
+      // Global element index of local element e, then its bytes.
+      const int64_t es = DTypeSize(s.dtype);
+      char* out = static_cast<char*>(t.data);
+      Shape idx(box.rank(), 0);
+      for (int64_t e = 0; e < box.num_elements(); ++e) {
+        int64_t g = 0;
+        for (size_t k = 0; k < box.rank(); ++k) g = g * s.shape[k] + box.offset[k] + idx[k];
+        for (int64_t b = 0; b < es; ++b)
+          out[e * es + b] = static_cast<char>(ByteOf(s.key, g * es + b));
+        for (size_t k = box.rank(); k-- > 0;) {
+          if (++idx[k] < box.shape[k]) break;
+          idx[k] = 0;
+        }
+      }
+    }
+    r->state.tensors.push_back(std::move(t));
+  }
+}
+
+// Checks every byte rank r loaded against ByteOf.
+::testing::AssertionResult Loaded(TestRank& r) {
+  for (size_t i = 0; i < kSpecs.size(); ++i) {
+    const Spec& s = kSpecs[i];
+    const LocalTensor& t = r.state.tensors[i];
+    const Box& box = t.segments[0].global_box;
+    const int64_t es = DTypeSize(s.dtype);
+    const char* in = static_cast<const char*>(t.data);
+    Shape idx(box.rank(), 0);
+    for (int64_t e = 0; e < box.num_elements(); ++e) {
+      int64_t g = 0;
+      for (size_t k = 0; k < box.rank(); ++k) g = g * s.shape[k] + box.offset[k] + idx[k];
+      for (int64_t b = 0; b < es; ++b) {
+        if (static_cast<uint8_t>(in[e * es + b]) != ByteOf(s.key, g * es + b)) {
+          return ::testing::AssertionFailure() << s.key << " element " << g << " byte " << b;
+        }
+      }
+      for (size_t k = box.rank(); k-- > 0;) {
+        if (++idx[k] < box.shape[k]) break;
+        idx[k] = 0;
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class BlockChecksumTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/shardpoint_blocks_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    dir_ = root_ + "/ckpt";
+    // Saved by 2 ranks split along dim 0.
+    std::vector<TestRank> src(2);
+    for (int r = 0; r < 2; ++r) Build(&src[r], 0, r, 2, true);
+    ASSERT_TRUE(SaveRanks(StatesOf(src), dir_).ok());
+    Result<Manifest> m = internal::ReadManifest(DefaultStorage(), dir_);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    manifest_ = std::move(*m);
+  }
+  void TearDown() override { ASSERT_TRUE(DefaultStorage()->RemoveAll(root_).ok()); }
+
+  // Loads every tensor with `world` ranks, rank r taking part r % parts along
+  // `dim`. Returns the agreed status; fills results.
+  Status LoadAlong(int dim, int parts, int world, bool cooperative,
+                   std::vector<LoadResult>* results = nullptr, Storage* storage = nullptr,
+                   bool check = true) {
+    std::vector<TestRank> dst(world);
+    for (int r = 0; r < world; ++r) Build(&dst[r], dim, r % parts, parts, false);
+    LoadOptions o;
+    o.cooperative = cooperative;
+    o.storage = storage;
+    Status s = LoadRanks(StatesOf(dst), dir_, o, results);
+    for (int r = 0; s.ok() && check && r < world; ++r) EXPECT_TRUE(Loaded(dst[r])) << "rank " << r;
+    return s;
+  }
+
+  void FlipByte(const std::string& file, uint64_t at) {
+    FILE* f = std::fopen((dir_ + "/" + file).c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fseek(f, static_cast<long>(at), SEEK_SET), 0);
+    int c = std::fgetc(f);
+    ASSERT_EQ(std::fseek(f, static_cast<long>(at), SEEK_SET), 0);
+    std::fputc(c ^ 0x10, f);
+    std::fclose(f);
+  }
+
+  // Rewrites the manifest as format version 1 (no block checksums).
+  void MakeVersion1() {
+    Manifest m = manifest_;
+    m.version = 1;
+    m.block_size = 0;
+    for (TensorRecord& t : m.tensors) {
+      for (ChunkRecord& c : t.chunks) c.block_sums.clear();
+    }
+    ASSERT_TRUE(
+        DefaultStorage()->WriteStringToFile(dir_ + "/manifest", internal::EncodeManifest(m)).ok());
+    Result<Manifest> back = internal::ReadManifest(DefaultStorage(), dir_);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    ASSERT_EQ(back->version, 1u);
+    manifest_ = std::move(*back);
+  }
+
+  // Flips seeded random bytes, one at a time, and expects every load along
+  // every dim (plain: 3 ranks; cooperative: 4 ranks, 2 copies of each part)
+  // to fail naming the key, chunk, file and the covering block's range.
+  void FlipsFailEveryLoad(uint32_t seed, int flips) {
+    std::mt19937_64 rng(seed);
+    for (int f = 0; f < flips; ++f) {
+      const size_t ti = rng() % manifest_.tensors.size();
+      const TensorRecord& t = manifest_.tensors[ti];
+      const size_t ci = rng() % t.chunks.size();
+      const ChunkRecord& c = t.chunks[ci];
+      const uint64_t rel = rng() % c.nbytes;
+      const uint64_t block = internal::VerifyBlock(manifest_, c);
+      const uint64_t b0 = rel / block * block, b1 = std::min(c.nbytes, b0 + block);
+      const std::string range =
+          "bytes [" + std::to_string(c.offset + b0) + ", " + std::to_string(c.offset + b1) + ")";
+      SCOPED_TRACE(t.key + " chunk " + std::to_string(ci) + " byte " + std::to_string(rel));
+      FlipByte(manifest_.files[c.file], c.offset + rel);
+      for (int dim = 0; dim < 3; ++dim) {
+        for (bool coop : {false, true}) {
+          SCOPED_TRACE("dim " + std::to_string(dim) + (coop ? " cooperative" : " plain"));
+          Status s = coop ? LoadAlong(dim, 2, 4, true) : LoadAlong(dim, 3, 3, false);
+          ASSERT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+          EXPECT_NE(s.message().find("tensor '" + t.key + "' chunk " + std::to_string(ci)),
+                    std::string::npos)
+              << s.message();
+          EXPECT_NE(s.message().find(manifest_.files[c.file]), std::string::npos) << s.message();
+          EXPECT_NE(s.message().find(range), std::string::npos) << s.message() << " want " << range;
+        }
+      }
+      Result<internal::VerifyReport> v =
+          internal::VerifyCheckpoint(DefaultStorage(), dir_, internal::VerifyOptions{});
+      ASSERT_TRUE(v.ok());
+      ASSERT_EQ(v->faults.size(), 1u);
+      EXPECT_NE(v->faults[0].message.find(range), std::string::npos) << v->faults[0].message;
+      FlipByte(manifest_.files[c.file], c.offset + rel);  // restore
+      ASSERT_TRUE(LoadAlong(1, 3, 3, false).ok());
+    }
+  }
+
+  std::string root_, dir_;
+  Manifest manifest_;
+};
+
+TEST_F(BlockChecksumTest, SavesVersion2WithBlockChecksums) {
+  EXPECT_EQ(manifest_.version, 2u);
+  EXPECT_EQ(manifest_.block_size, internal::kDefaultBlockSize);
+  for (const TensorRecord& t : manifest_.tensors) {
+    for (const ChunkRecord& c : t.chunks) {
+      EXPECT_EQ(c.block_sums.size(), internal::NumBlocks(c.nbytes, manifest_.block_size));
+    }
+  }
+}
+
+TEST_F(BlockChecksumTest, ReshardedLoadsAreExactAlongEveryDim) {
+  for (int dim = 0; dim < 3; ++dim) {
+    for (int parts : {1, 3, 4}) {
+      SCOPED_TRACE("dim " + std::to_string(dim) + " parts " + std::to_string(parts));
+      ASSERT_TRUE(LoadAlong(dim, parts, parts, false).ok());
+      ASSERT_TRUE(LoadAlong(dim, parts, 2 * parts, true).ok());
+    }
+  }
+}
+
+TEST_F(BlockChecksumTest, FlippedByteFailsEveryResharding) { FlipsFailEveryLoad(14, 6); }
+
+TEST_F(BlockChecksumTest, Version1StillLoadsAndVerifiesWholeChunks) {
+  MakeVersion1();
+  ASSERT_TRUE(LoadAlong(1, 3, 3, false).ok());
+  ASSERT_TRUE(LoadAlong(0, 4, 4, false).ok());
+  FlipsFailEveryLoad(1, 3);
+}
+
+TEST_F(BlockChecksumTest, UnverifiedLoadReadsOnlyNeededBytes) {
+  // With verification off and no gap bridging, a load along dim 0 reads
+  // exactly its bytes; with verification on, whole blocks.
+  std::vector<TestRank> dst(3);
+  for (int r = 0; r < 3; ++r) Build(&dst[r], 0, r, 3, false);
+  LoadOptions o;
+  o.verify_checksums = false;
+  o.read_gap_bytes = 0;
+  o.cooperative = false;
+  std::vector<LoadResult> res;
+  ASSERT_TRUE(LoadRanks(StatesOf(dst), dir_, o, &res).ok());
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(Loaded(dst[r]));
+    EXPECT_EQ(res[r].bytes_read, res[r].bytes_needed) << "rank " << r;
+  }
+}
+
+TEST_F(BlockChecksumTest, FewLargeRequests) {
+  // Same layout: one request per slice of each file's needed range (the
+  // chunks of a rank lie back to back), here one per 16 MiB: 1 per rank.
+  CountingStorage counting(DefaultStorage());
+  std::vector<LoadResult> res;
+  ASSERT_TRUE(LoadAlong(0, 2, 2, false, &res, &counting).ok());
+  uint64_t requests = 0;
+  for (const LoadResult& r : res) {
+    EXPECT_EQ(r.requests, 1u);
+    EXPECT_EQ(r.bytes_read, r.bytes_needed);
+    requests += r.requests;
+  }
+  EXPECT_EQ(counting.reads.load(), requests + 1);  // + the manifest
+  // Resharded along each dim, 3 ranks: at most one request per chunk (6
+  // chunks), where reading the needed runs took one per row. Along dims 1
+  // and 2 every block of both files is needed: one request per file. Along
+  // dim 0, at most one block beyond the needed bytes at each end of a range.
+  for (int dim = 0; dim < 3; ++dim) {
+    counting.reads = 0;
+    ASSERT_TRUE(LoadAlong(dim, 3, 3, false, &res, &counting).ok());
+    requests = 0;
+    for (const LoadResult& r : res) {
+      if (dim == 0) {
+        EXPECT_LE(r.requests, 6u);
+        EXPECT_LE(r.bytes_read, r.bytes_needed + 2 * r.requests * internal::kDefaultBlockSize);
+      } else {
+        EXPECT_EQ(r.requests, 2u) << "dim " << dim;
+      }
+      requests += r.requests;
+    }
+    EXPECT_EQ(counting.reads.load(), requests + 1);
+  }
+}
+
+}  // namespace
+}  // namespace shardpoint
