@@ -136,7 +136,16 @@ int main(int argc, char** argv) {
       "(model and optimizer state), objects and common state restored (%.2f s)\n",
       Seconds(t0));
   std::string abs = std::filesystem::absolute(dir).string();
-  std::printf("checkpoint: %s\n  try: shardpoint inspect %s\n       shardpoint verify %s\n",
-              abs.c_str(), abs.c_str(), abs.c_str());
+  // The CLI built beside the demo (scripts/demo.sh builds both), by its path.
+#ifdef SP_CLI_PATH
+  const std::string cli = SP_CLI_PATH;
+#else
+  const std::string cli = "shardpoint";
+#endif
+  std::printf("checkpoint: %s\n  try: %s inspect %s\n       %s verify %s\n", abs.c_str(),
+              cli.c_str(), abs.c_str(), cli.c_str(), abs.c_str());
+  if (cli != "shardpoint" && !std::filesystem::exists(cli)) {
+    std::printf("  (not built yet: cmake --build <build dir> --target shardpoint_cli)\n");
+  }
   return 0;
 }

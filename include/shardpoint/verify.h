@@ -70,7 +70,7 @@ struct DescribeOptions {
   Storage* storage = nullptr;  // Default: DefaultStorage()
 };
 
-// Errors: NotFound when `dir` holds no manifest, DataLoss when it is corrupt.
+// Errors: NotFound when `dir` holds no manifest (nor DCP .metadata), DataLoss when corrupt.
 Result<CheckpointDescription> DescribeCheckpoint(const std::string& dir,
                                                  const DescribeOptions& options = {});
 

@@ -6,6 +6,8 @@
 #include "shardpoint/verify.h"
 #include "src/checkpoint/commit.h"
 #include "src/checkpoint/verify.h"
+#include "src/checkpoint/verify_dcp.h"
+#include "src/dcp/dcp_dir.h"
 #include "src/format/manifest.h"
 
 namespace shardpoint {
@@ -46,6 +48,11 @@ uint64_t TensorDescription::nbytes() const {
 Result<CheckpointDescription> DescribeCheckpoint(const std::string& dir,
                                                  const DescribeOptions& options) {
   Storage* storage = options.storage ? options.storage : DefaultStorage();
+  // A PyTorch DCP directory (docs/dcp.md) is described from its index.
+  if (Result<bool> dcp = internal::IsDcpDir(storage, dir); dcp.ok() && *dcp) {
+    SP_ASSIGN_OR_RETURN(internal::DcpIndex idx, internal::ReadDcpIndex(storage, dir));
+    return Describe(idx.m);
+  }
   SP_ASSIGN_OR_RETURN(internal::Manifest m, internal::ReadManifest(storage, dir));
   return Describe(m);
 }
@@ -57,7 +64,10 @@ Result<VerifyReport> VerifyCheckpoint(const std::string& dir, const VerifyOption
   o.slice_bytes = options.slice_bytes;
   o.progress = options.progress;
   Storage* storage = options.storage ? options.storage : DefaultStorage();
-  SP_ASSIGN_OR_RETURN(internal::VerifyReport r, internal::VerifyCheckpoint(storage, dir, o));
+  Result<bool> dcp = internal::IsDcpDir(storage, dir);
+  SP_ASSIGN_OR_RETURN(internal::VerifyReport r, dcp.ok() && *dcp
+                                                    ? internal::VerifyDcp(storage, dir, o)
+                                                    : internal::VerifyCheckpoint(storage, dir, o));
   VerifyReport report;
   report.tensors = static_cast<int64_t>(r.manifest.tensors.size());
   report.chunks_checked = r.chunks_checked;

@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <memory>
 
+#include "tools/lib/cli_common.h"
 #include "tools/lib/hf_common.h"
-#include "tools/lib/inspect.h"
 
 namespace shardpoint::tools {
 
@@ -12,6 +12,7 @@ std::function<int()> AddConvert(CLI::App& app) {
   struct Args {
     std::string src, dst, max_shard = "5GB", dtype;
     HfFlags hf;
+    bool quiet = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -22,6 +23,9 @@ std::function<int()> AddConvert(CLI::App& app) {
       ->default_val("5GB");
   cmd->add_option("--dtype", a->dtype, "convert floating tensors, e.g. bf16");
   a->hf.Add(cmd);
+  AddQuiet(cmd, a->quiet);
+  SetExamples(cmd, {"shardpoint convert Llama-3-8B/ ckpt/iter_0000000 --mapping llama",
+                    "shardpoint convert ckpt/iter_0001000 hf_out --mapping llama"});
   return [cmd, a]() -> int {
     if (!*cmd) return -1;
     auto fail = [](const Status& s) {
@@ -38,7 +42,7 @@ std::function<int()> AddConvert(CLI::App& app) {
     o.max_shard_size = *max_shard;
     o.threads = a->hf.threads;
     o.variables = *vars;
-    o.progress = TerminalProgress("convert");
+    if (!a->quiet) o.progress = TerminalProgress("convert");
     if (!a->dtype.empty()) {
       Result<DType> d = ParseDType(a->dtype);
       if (!d.ok()) return fail(d.status());
@@ -50,6 +54,7 @@ std::function<int()> AddConvert(CLI::App& app) {
     Result<ExportHfStats> st = to_hf ? ExportHf(a->src, a->dst, *mapping, o)
                                      : ConvertHfToShardpoint(a->src, a->dst, *mapping, o);
     if (!st.ok()) return fail(st.status());
+    if (a->quiet) return 0;
     // A PyTorch DCP directory (.metadata) converts like an HF model (docs/dcp.md).
     Result<bool> dcp = DefaultStorage()->Exists(a->src + "/.metadata");
     const char* from = to_hf ? "shardpoint" : (dcp.ok() && *dcp ? "PyTorch DCP" : "HF");

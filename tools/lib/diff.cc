@@ -5,6 +5,7 @@
 #include <memory>
 #include <sstream>
 
+#include "tools/lib/cli_common.h"
 #include "tools/lib/hf_common.h"
 
 namespace shardpoint::tools {
@@ -52,7 +53,7 @@ std::function<int()> AddDiff(CLI::App& app) {
   struct Args {
     std::string a, b;
     double atol = 0;
-    bool all = false;
+    bool all = false, quiet = false;
     HfFlags hf;
   };
   auto a = std::make_shared<Args>();
@@ -63,6 +64,9 @@ std::function<int()> AddDiff(CLI::App& app) {
   cmd->add_option("--atol", a->atol, "differences up to this count as equal (default: bitwise)");
   cmd->add_flag("--all", a->all, "list equal tensors too");
   a->hf.Add(cmd);
+  cmd->add_flag("-q,--quiet", a->quiet, "print nothing but errors: the exit code says it");
+  SetExamples(cmd, {"shardpoint diff ckpt/iter_0001000 ckpt_resharded/iter_0001000",
+                    "shardpoint diff ckpt/iter_0001000 Llama-3-8B/ --mapping llama --atol 1e-3"});
   return [cmd, a]() -> int {
     if (!*cmd) return -1;
     auto fail = [](const Status& s) {
@@ -79,7 +83,7 @@ std::function<int()> AddDiff(CLI::App& app) {
     o.variables = *vars;
     Result<DiffReport> r = DiffCheckpoints(a->a, a->b, *mapping, o);
     if (!r.ok()) return fail(r.status());
-    std::cout << DiffText(*r, a->all);
+    if (!a->quiet) std::cout << DiffText(*r, a->all);
     return r->equal() ? 0 : 1;
   };
 }

@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <memory>
 
+#include "tools/lib/cli_common.h"
 #include "tools/lib/hf_common.h"
-#include "tools/lib/inspect.h"
 
 namespace shardpoint::tools {
 
@@ -12,6 +12,7 @@ std::function<int()> AddExportHf(CLI::App& app) {
   struct Args {
     std::string ckpt, out, max_shard = "5GB", dtype;
     size_t block_mb = 64;
+    bool quiet = false;
     HfFlags hf;
   };
   auto a = std::make_shared<Args>();
@@ -25,6 +26,9 @@ std::function<int()> AddExportHf(CLI::App& app) {
   cmd->add_option("--block-mb", a->block_mb, "MiB read and written at once per thread")
       ->default_val(64);
   a->hf.Add(cmd);
+  AddQuiet(cmd, a->quiet);
+  SetExamples(cmd, {"shardpoint export-hf ckpt/iter_0001000 hf_out --mapping llama --dtype bf16",
+                    "shardpoint export-hf ckpt/iter_0001000 hf_out --max-shard-size 2GB"});
   return [cmd, a]() -> int {
     if (!*cmd) return -1;
     auto fail = [](const Status& s) {
@@ -42,7 +46,7 @@ std::function<int()> AddExportHf(CLI::App& app) {
     o.threads = a->hf.threads;
     o.block_bytes = a->block_mb << 20;
     o.variables = *vars;
-    o.progress = TerminalProgress("export-hf");
+    if (!a->quiet) o.progress = TerminalProgress("export-hf");
     if (!a->dtype.empty()) {
       Result<DType> d = ParseDType(a->dtype);
       if (!d.ok()) return fail(d.status());
@@ -50,6 +54,7 @@ std::function<int()> AddExportHf(CLI::App& app) {
     }
     Result<ExportHfStats> st = ExportHf(a->ckpt, a->out, *mapping, o);
     if (!st.ok()) return fail(st.status());
+    if (a->quiet) return 0;
     std::printf(
         "exported %s -> %s: %lld tensors, %s in %d file(s), %.2f s, %.2f GB/s, "
         "peak RSS %s\n",

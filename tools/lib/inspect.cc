@@ -2,27 +2,19 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
+
+#include "tools/lib/cli_common.h"
 
 namespace shardpoint::tools {
 
-std::string HumanBytes(uint64_t n) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(n);
-  int u = 0;
-  while (v >= 1024 && u < 5) v /= 1024, ++u;
-  char buf[32];
-  if (u == 0) {
-    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(n));
-  } else {
-    std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[u]);
-  }
-  return buf;
-}
-
-std::string InspectTable(const internal::Manifest& m, const std::string& dir) {
+std::string InspectTable(const CheckpointDescription& d, const std::string& dir) {
   size_t key_w = 3;
-  for (const auto& t : m.tensors) key_w = std::max(key_w, t.key.size());
+  for (const auto& t : d.tensors) key_w = std::max(key_w, t.key.size());
   key_w = std::min<size_t>(key_w, 72);
   std::ostringstream os;
   char line[512];
@@ -31,9 +23,8 @@ std::string InspectTable(const internal::Manifest& m, const std::string& dir) {
   os << line;
   uint64_t total = 0;
   int64_t chunks = 0;
-  for (const auto& t : m.tensors) {
-    uint64_t bytes = 0;
-    for (const auto& c : t.chunks) bytes += c.nbytes;
+  for (const auto& t : d.tensors) {
+    const uint64_t bytes = t.nbytes();
     total += bytes;
     chunks += t.chunks.size();
     std::snprintf(line, sizeof line, "%-*s  %-7s  %-22s  %6zu  %12s\n", static_cast<int>(key_w),
@@ -42,31 +33,55 @@ std::string InspectTable(const internal::Manifest& m, const std::string& dir) {
     os << line;
   }
   uint64_t object_bytes = 0;
-  for (const auto& o : m.objects) object_bytes += o.nbytes;
-  os << "\ncheckpoint " << dir << " (format v" << m.version << ")\n"
-     << "  tensors: " << m.tensors.size() << ", chunks: " << chunks << ", " << HumanBytes(total)
+  for (const auto& o : d.objects) object_bytes += o.nbytes;
+  os << "\ncheckpoint " << dir << " (format v" << d.format_version << ")\n"
+     << "  tensors: " << d.tensors.size() << ", chunks: " << chunks << ", " << HumanBytes(total)
      << "\n"
-     << "  objects: " << m.objects.size() << ", " << HumanBytes(object_bytes) << "\n"
-     << "  common:  " << (m.has_common ? HumanBytes(m.common.size()) : std::string("none")) << "\n"
-     << "  files:   " << m.files.size() << "\n";
+     << "  objects: " << d.objects.size() << ", " << HumanBytes(object_bytes) << "\n"
+     << "  common:  " << (d.has_common ? HumanBytes(d.common_bytes) : std::string("none")) << "\n"
+     << "  files:   " << d.files.size() << "\n";
   return os.str();
 }
 
-std::string VerifyText(const internal::VerifyReport& r, const std::string& dir, double seconds) {
-  std::ostringstream os;
-  for (const VerifyFault& f : r.faults) os << "FAULT: " << f.message << "\n";
-  os << "verified " << dir << ": " << r.manifest.tensors.size() << " tensors, " << r.chunks_checked
-     << " chunks, " << r.objects_checked << " objects, " << HumanBytes(r.bytes_checked) << " in "
-     << r.manifest.files.size() << " files";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, " (%.2f s)\n", seconds);
-  os << buf;
-  if (r.ok()) {
-    os << "OK\n";
-  } else {
-    os << "FAILED: " << r.faults.size() << " fault(s)\n";
-  }
-  return os.str();
+std::string InspectJson(const CheckpointDescription& d, const std::string& dir) {
+  nlohmann::ordered_json j;
+  j["dir"] = dir;
+  j["manifest"] = nlohmann::ordered_json::parse(d.json);
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+std::function<int()> AddInspect(CLI::App& app) {
+  struct Args {
+    std::vector<std::string> dirs;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "inspect", "print the tensors of checkpoints: key, dtype, global shape, chunks, bytes");
+  cmd->add_option("dir", a->dirs, "checkpoint directories")->required();
+  cmd->add_flag("--json", a->json,
+                "one line of JSON per directory: {\"dir\": ..., \"manifest\": {...}}");
+  SetExamples(cmd, {"shardpoint inspect ckpt/iter_0001000",
+                    "shardpoint inspect --json ckpt/iter_* | jq .manifest.tensors[].key"});
+  return [cmd, a]() -> int {
+    if (!*cmd) return -1;
+    int rc = kExitOk;
+    for (size_t i = 0; i < a->dirs.size(); ++i) {
+      const std::string& dir = a->dirs[i];
+      Result<CheckpointDescription> d = DescribeCheckpoint(dir);
+      if (!d.ok()) {
+        rc = Fail("inspect", d.status());
+        continue;
+      }
+      if (a->json) {
+        std::cout << InspectJson(*d, dir);
+      } else {
+        std::cout << (i > 0 ? "\n" : "") << InspectTable(*d, dir);
+        if (IsDcpDir(dir)) std::cout << "PyTorch DCP checkpoint (no checksums)\n";
+      }
+    }
+    return rc;
+  };
 }
 
 }  // namespace shardpoint::tools

@@ -1,20 +1,21 @@
-// The text of `shardpoint inspect` and `shardpoint verify`: pure functions
-// from a manifest or report to what the CLI prints.
+// `shardpoint inspect DIR...`: what a checkpoint holds, from its manifest
+// alone (public shardpoint/verify.h: DescribeCheckpoint).
 #pragma once
 
-#include <cstdint>
+#include <CLI/CLI.hpp>
+#include <functional>
 #include <string>
 
-#include "src/checkpoint/verify.h"
-#include "src/format/manifest.h"
+#include "shardpoint/verify.h"
 
 namespace shardpoint::tools {
 
-// "1.50 GiB", "512 B".
-std::string HumanBytes(uint64_t n);
+// Registers the subcommand on `app`; the returned function runs it when it
+// was selected and returns the exit code (-1 when it was not selected).
+std::function<int()> AddInspect(CLI::App& app);
 // A table: key, dtype, global shape, chunks, bytes; then totals.
-std::string InspectTable(const internal::Manifest& m, const std::string& dir);
-// The verify report; ends with "OK" or "FAILED: N fault(s)".
-std::string VerifyText(const internal::VerifyReport& r, const std::string& dir, double seconds);
+std::string InspectTable(const CheckpointDescription& d, const std::string& dir);
+// One line of JSON: {"dir": DIR, "manifest": {...}}.
+std::string InspectJson(const CheckpointDescription& d, const std::string& dir);
 
 }  // namespace shardpoint::tools

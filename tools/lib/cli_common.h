@@ -1,0 +1,30 @@
+// Conventions every subcommand follows: exit codes, the error line, examples
+// in --help, --quiet, byte sizes.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardpoint/status.h"
+
+namespace shardpoint::tools {
+
+// 0: done, everything checked out. 1: done, and found faults or differences.
+// 2: could not do it: a usage error or an unreadable input.
+enum ExitCode : int { kExitOk = 0, kExitFound = 1, kExitError = 2 };
+
+// Prints "shardpoint <command>: <status>" on stderr; returns kExitError.
+int Fail(const std::string& command, const Status& status);
+// Appends "Examples:" and one indented command line each to `cmd`'s --help.
+void SetExamples(CLI::App* cmd, const std::vector<std::string>& examples);
+// Adds -q/--quiet: no progress bar and no summary; errors and findings only.
+void AddQuiet(CLI::App* cmd, bool& quiet);
+// Whether `dir` is a PyTorch DCP checkpoint (has a .metadata file; docs/dcp.md).
+// DescribeCheckpoint and VerifyCheckpoint read those too; the CLI says so.
+bool IsDcpDir(const std::string& dir);
+// "1.50 GiB", "512 B".
+std::string HumanBytes(uint64_t n);
+
+}  // namespace shardpoint::tools
