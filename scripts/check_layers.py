@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Fails when an #include crosses the module layers in a direction that
+scripts/layers.txt (documented in docs/architecture.md) does not allow.
+
+Usage: check_layers.py [REPO_ROOT]     check the tree
+       check_layers.py --self-test     check that the checker catches violations
+
+Scanned: src/<module>/** (the module is the directory), include/ (public headers:
+no src/ include at all), tools/** (module "tools"), python/src/** (module
+"python"). Only `#include "src/<module>/..."` and `#include "tests/..."` lines
+matter: product code (anything but *_test.cc) never includes tests/.
+"""
+import os
+import re
+import sys
+import tempfile
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"((src)/([A-Za-z0-9_]+)/[^"]*|tests/[^"]*)"')
+SOURCE_EXT = (".h", ".hh", ".hpp", ".cc", ".cpp", ".cxx")
+
+
+def read_layers(path):
+    allowed = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            if ":" not in line:
+                raise SystemExit(f"{path}:{n}: expected 'module: deps...'")
+            mod, deps = line.split(":", 1)
+            mod = mod.strip()
+            if mod in allowed:
+                raise SystemExit(f"{path}:{n}: module '{mod}' listed twice")
+            allowed[mod] = set(deps.split())
+    return allowed
+
+
+def find_cycle(allowed):
+    state = {}
+
+    def visit(m, stack):
+        state[m] = 1
+        for d in sorted(allowed.get(m, ())):
+            if state.get(d) == 1:
+                return stack + [m, d]
+            if d not in state:
+                c = visit(d, stack + [m])
+                if c:
+                    return c
+        state[m] = 2
+        return None
+
+    for m in sorted(allowed):
+        if m not in state:
+            c = visit(m, [])
+            if c:
+                return c
+    return None
+
+
+def files_under(root, rel):
+    base = os.path.join(root, rel)
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames.sort()
+        for name in sorted(filenames):
+            if name.endswith(SOURCE_EXT):
+                yield os.path.relpath(os.path.join(dirpath, name), root)
+
+
+def check(root):
+    """Returns a list of violation strings (empty: the tree is clean)."""
+    errors = []
+    layers = os.path.join(root, "scripts", "layers.txt")
+    allowed = read_layers(layers)
+    for mod, deps in sorted(allowed.items()):
+        for d in sorted(deps):
+            if d not in allowed:
+                errors.append(f"scripts/layers.txt: '{mod}' may include unknown module '{d}'")
+    cycle = find_cycle(allowed)
+    if cycle:
+        errors.append("scripts/layers.txt: cycle " + " -> ".join(cycle))
+
+    scanned = []  # (file, module or None for public headers)
+    src = os.path.join(root, "src")
+    if os.path.isdir(src):
+        for mod in sorted(os.listdir(src)):
+            if not os.path.isdir(os.path.join(src, mod)):
+                continue
+            if mod not in allowed:
+                errors.append(f"src/{mod}/ is not in scripts/layers.txt (add its line)")
+                continue
+            scanned += [(f, mod) for f in files_under(root, os.path.join("src", mod))]
+    scanned += [(f, None) for f in files_under(root, "include")]
+    scanned += [(f, "tools") for f in files_under(root, "tools")]
+    scanned += [(f, "python") for f in files_under(root, os.path.join("python", "src"))]
+
+    for path, mod in scanned:
+        is_test = path.endswith("_test.cc")
+        with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
+            for n, line in enumerate(f, 1):
+                m = INCLUDE.match(line)
+                if not m:
+                    continue
+                target = m.group(1)
+                where = f"{path}:{n}: #include \"{target}\""
+                if target.startswith("tests/"):
+                    if not is_test:
+                        errors.append(f"{where}: product code includes test code")
+                    continue
+                dep = m.group(3)
+                if mod is None:
+                    errors.append(f"{where}: a public header includes an internal one")
+                elif dep != mod and dep not in allowed.get(mod, ()):
+                    errors.append(f"{where}: '{mod}' may not include '{dep}' "
+                                  f"(scripts/layers.txt allows: "
+                                  f"{' '.join(sorted(allowed.get(mod, ()))) or 'nothing'})")
+    return errors
+
+
+def self_test():
+    """Builds small trees and checks each violation is caught, and a clean tree passes."""
+    def tree(files, layers):
+        d = tempfile.mkdtemp(prefix="check_layers_")
+        files = dict(files)
+        files["scripts/layers.txt"] = layers
+        for rel, text in files.items():
+            p = os.path.join(d, rel)
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, "w", encoding="utf-8") as f:
+                f.write(text)
+        return d
+
+    layers = "base:\nplan: base\ncheckpoint: base plan\ntools: checkpoint\npython:\n"
+    clean = {
+        "src/base/a.h": "#pragma once\n",
+        "src/plan/p.cc": '#include "src/base/a.h"\n#include "src/plan/p.h"\n',
+        "src/checkpoint/c.cc": '#include "src/plan/p.h"\n#include <vector>\n',
+        "src/checkpoint/c_test.cc": '#include "tests/testing/x.h"\n',
+        "include/shardpoint/x.h": '#include "shardpoint/y.h"\n',
+        "tools/t.cc": '#include "src/checkpoint/c.h"\n',
+    }
+    cases = [
+        ("upward include", {"src/plan/q.cc": '#include "src/checkpoint/c.h"\n'},
+         layers, "'plan' may not include 'checkpoint'"),
+        ("public header includes src", {"include/shardpoint/z.h": '#include "src/base/a.h"\n'},
+         layers, "a public header includes an internal one"),
+        ("product includes tests", {"src/base/b.cc": '#include "tests/testing/x.h"\n'},
+         layers, "product code includes test code"),
+        ("python includes src", {"python/src/m.cc": '  #  include "src/plan/p.h"\n'},
+         layers, "'python' may not include 'plan'"),
+        ("module missing from layers", {"src/dcp/d.cc": "\n"}, layers,
+         "src/dcp/ is not in scripts/layers.txt"),
+    ]
+    failures = []
+    errs = check(tree(clean, layers))
+    if errs:
+        failures.append(f"clean tree reported: {errs}")
+    for name, extra, lay, want in cases:
+        files = dict(clean)
+        files.update(extra)
+        errs = check(tree(files, lay))
+        if not any(want in e for e in errs):
+            failures.append(f"{name}: expected an error containing {want!r}, got {errs}")
+    errs = check(tree(clean, "base: plan\nplan: base\ncheckpoint: base plan\ntools: checkpoint\n"
+                              "python:\n"))
+    if not any("cycle" in e for e in errs):
+        failures.append(f"cycle: not reported, got {errs}")
+    for f in failures:
+        print("SELF-TEST FAILED:", f)
+    if not failures:
+        print("check_layers self-test: OK")
+    return 1 if failures else 0
+
+
+def main(argv):
+    if len(argv) > 1 and argv[1] == "--self-test":
+        return self_test()
+    root = argv[1] if len(argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
+    errors = check(os.path.abspath(root))
+    for e in errors:
+        print(e)
+    if errors:
+        print(f"check_layers: {len(errors)} violation(s); the allowed directions are in "
+              f"scripts/layers.txt and docs/architecture.md")
+        return 1
+    print("check_layers: OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
