@@ -179,6 +179,9 @@ SaveHandle AsyncSaver::Save(const State& state, const std::string& dir, Comm& co
           return stats;
         }();
         staged.reset();
+        // Its captures (a CheckpointManager and so its lock, for one) go before
+        // the handle reports the save done, not when this thread ends.
+        after_commit = nullptr;
         promise.set_value(std::move(result));
       });
   pending_ = job;
