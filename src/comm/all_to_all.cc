@@ -15,12 +15,16 @@ Status Comm::AllToAll(const std::vector<std::string>& send, std::vector<std::str
   if (!bad) {
     for (const std::string& part : send) w.Str(part);
   }
+  // A part too long for its 32-bit length: send nothing, so every rank fails.
+  Status encoded = w.status();
+  if (!encoded.ok()) w.str().clear();
   std::vector<std::string> all;
   SP_RETURN_IF_ERROR(AllGather(w.str(), &all));
   if (bad) {
     return InvalidArgumentError("AllToAll: expected " + std::to_string(n) +
                                 " payloads and an output, got " + std::to_string(send.size()));
   }
+  if (!encoded.ok()) return encoded.WithContext("AllToAll");
   recv->assign(n, {});
   for (int r = 0; r < n; ++r) {
     if (all[r].empty()) {

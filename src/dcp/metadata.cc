@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <array>
 
+#include "src/base/limits.h"
 #include "src/dcp/pickle.h"
 
 namespace shardpoint::internal {
 namespace {
 
-constexpr size_t kMaxRank = 32;
 constexpr std::string_view kOld = "torch.distributed._shard.checkpoint.metadata";
 constexpr std::string_view kNew = "torch.distributed.checkpoint.metadata";
 constexpr std::string_view kShard = "torch.distributed._shard.sharded_tensor.metadata";

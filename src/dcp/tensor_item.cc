@@ -2,6 +2,7 @@
 
 #include <array>
 
+#include "src/base/limits.h"
 #include "src/dcp/pickle.h"
 
 namespace shardpoint::internal {
@@ -37,7 +38,7 @@ Status Bad(const std::string& what, const std::string& m) {
 Result<Shape> Ints(const PickleTree& t, uint32_t v, bool nonneg, const std::string& what,
                    const std::string& field) {
   if (t.at(v).kind != PyKind::kTuple) return Bad(what, field + " is not a tuple");
-  if (t.at(v).items.size() > 32) return Bad(what, field + " has rank > 32");
+  if (t.at(v).items.size() > kMaxRank) return Bad(what, field + " has rank > 32");
   Shape s;
   for (uint32_t i : t.at(v).items) {
     if (t.at(i).kind != PyKind::kInt || (nonneg && t.at(i).i < 0)) {

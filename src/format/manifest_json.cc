@@ -2,7 +2,7 @@
 // is fixed (nlohmann::ordered_json) so the output is stable.
 #include <nlohmann/json.hpp>
 
-#include "src/format/byte_io.h"
+#include "src/base/hex.h"
 #include "src/format/checksum.h"
 #include "src/format/manifest.h"
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "shardpoint/tensor.h"
+#include "src/base/limits.h"
 
 namespace shardpoint {
 namespace {
@@ -30,6 +31,16 @@ Status ValidateSegment(const Segment& s, const Shape& local_shape) {
   if (s.key.empty()) {
     return InvalidArgumentError("segment with global box " + s.global_box.ToString() +
                                 " has an empty key");
+  }
+  if (s.key.size() > internal::kMaxStrBytes) {
+    return InvalidArgumentError("segment key of " + std::to_string(s.key.size()) +
+                                " bytes exceeds the format's " +
+                                std::to_string(internal::kMaxStrBytes));
+  }
+  if (s.global_shape.size() > internal::kMaxRank) {
+    return InvalidArgumentError("segment '" + s.key + "' global shape has rank " +
+                                std::to_string(s.global_shape.size()) + ", more than " +
+                                std::to_string(internal::kMaxRank));
   }
   if (Result<int64_t> n = CheckedNumElements(s.global_shape); !n.ok()) {
     return n.status().WithContext("segment '" + s.key + "' global shape");

@@ -104,6 +104,9 @@ TEST(ValidateLocalTensorTest, RejectsBadSegment) {
   t.segments[1].key = "";
   ExpectInvalid(t, "empty key");
   t = Fused();
+  t.segments[1].global_shape = Shape(33, 1);
+  ExpectInvalid(t, "rank 33, more than 32");
+  t = Fused();
   t.segments[1].global_box = Box({14, 0}, {4, 4});
   ExpectInvalid(t, "'v' global box");
   t = Fused();

@@ -4,8 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "src/base/bytes.h"
 #include "src/checkpoint/commit.h"
-#include "src/format/byte_io.h"
 #include "src/format/safetensors.h"
 
 namespace shardpoint::internal {
@@ -59,9 +59,8 @@ Result<std::string> ReadHfHeaders(Storage* storage, const std::string& dir) {
   std::vector<std::string> files;
   std::string index_json;
   SP_RETURN_IF_ERROR(ListFiles(storage, dir, &files, &index_json));
-  std::string blob;
-  Writer w(&blob);
-  w.Int<uint32_t>(static_cast<uint32_t>(files.size()));
+  ByteWriter w;
+  w.U32(static_cast<uint32_t>(files.size()));
   for (const std::string& f : files) {
     const std::string path = JoinPath(dir, f);
     SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, storage->NewReadableFile(path));
@@ -73,7 +72,7 @@ Result<std::string> ReadHfHeaders(Storage* storage, const std::string& dir) {
     std::string json(n, '\0');
     SP_RETURN_IF_ERROR(file->ReadAt(8, n, json.data()));
     w.Str(f);
-    w.Int<uint64_t>(size);
+    w.U64(size);
     w.Blob(json);
   }
   w.Blob(index_json);
@@ -83,20 +82,22 @@ Result<std::string> ReadHfHeaders(Storage* storage, const std::string& dir) {
     SP_ASSIGN_OR_RETURN(config, storage->ReadFileToString(JoinPath(dir, "config.json")));
   }
   w.Blob(config);
-  return blob;
+  SP_RETURN_IF_ERROR(w.status().WithContext("HF headers of '" + dir + "'"));
+  return std::move(w.str());
 }
 
 Result<HfDirIndex> DecodeHfHeaders(std::string_view blob, const std::string& dir) {
-  Reader r(blob);
+  ByteReader r(blob, "HF headers of '" + dir + "'");
   HfDirIndex idx;
   uint32_t n = 0;
-  auto truncated = [&] { return DataLossError("HF headers of '" + dir + "': truncated blob"); };
-  if (!r.Int(&n)) return truncated();
+  SP_RETURN_IF_ERROR(r.U32(&n));
   std::set<std::string> seen;
   for (uint32_t i = 0; i < n; ++i) {
     std::string name, json;
     uint64_t size = 0;
-    if (!r.Str(&name) || !r.Int(&size) || !r.Blob(&json)) return truncated();
+    SP_RETURN_IF_ERROR(r.Str(&name));
+    SP_RETURN_IF_ERROR(r.U64(&size));
+    SP_RETURN_IF_ERROR(r.Blob(&json));
     const std::string path = JoinPath(dir, name);
     SP_ASSIGN_OR_RETURN(SafetensorsHeader h, DecodeSafetensorsHeader(json, size, path));
     for (const SafetensorsEntry& e : h.entries) {
@@ -109,7 +110,8 @@ Result<HfDirIndex> DecodeHfHeaders(std::string_view blob, const std::string& dir
     idx.files.push_back(name);
   }
   std::string index_json;
-  if (!r.Blob(&index_json) || !r.Blob(&idx.config_json)) return truncated();
+  SP_RETURN_IF_ERROR(r.Blob(&index_json));
+  SP_RETURN_IF_ERROR(r.Blob(&idx.config_json));
   std::sort(idx.tensors.begin(), idx.tensors.end(),
             [](const auto& a, const auto& b) { return a.meta.name < b.meta.name; });
   if (!index_json.empty()) {

@@ -86,7 +86,7 @@ Result<Contribution> DecodeContribution(std::string_view bytes, int rank) {
     SP_RETURN_IF_ERROR(in.Ints(&o.grid));
     SP_RETURN_IF_ERROR(in.U64(&o.nbytes));
   }
-  if (!in.done()) return DataLossError("plan exchange: trailing bytes");
+  SP_RETURN_IF_ERROR(in.ExpectEnd());
   return c;
 }
 

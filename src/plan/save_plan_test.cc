@@ -164,6 +164,11 @@ TEST(ContributionTest, RoundTripsAndRejectsTruncation) {
     EXPECT_EQ(t.status().code(), StatusCode::kDataLoss);
     EXPECT_THAT(t.status().message(), HasSubstr("rank 5"));
   }
+  Result<Contribution> trailing = DecodeContribution(bytes + "x", 5);
+  EXPECT_EQ(trailing.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(trailing.status().message(),
+              HasSubstr("plan exchange from rank 5: 1 unexpected bytes at byte " +
+                        std::to_string(bytes.size())));
 }
 
 }  // namespace
