@@ -5,10 +5,14 @@
 //   async_save_bench [--dir DIR] [--gib N] [--ranks R] [--reps K] [--threads T] [--keep]
 //
 // R ranks (threads) hold a transformer-like model with Adam state laid out as
-// TP=R (N GiB of tensors in all). Each rank keeps one AsyncSaver for the whole
-// run, so the staging pool is allocated by the first rep and reused after it;
-// the first rep's stall (pool growth, page faults) is printed on its own.
-// Every figure is the median over K reps. Times across ranks: the slowest rank.
+// TP=R (N GiB of tensors in all). Each rank keeps two AsyncSavers for the whole
+// run: a "cold" one, whose staging pool is created by its first save, and a
+// "reserved" one, whose pool AsyncSaver::Reserve created and faulted in before
+// the first save (that time is printed too). Every rep saves with both (order
+// alternating), then synchronously, then memcpys. The stall of save N is the
+// time SaveAsync blocked the caller; the first save's stall is printed apart
+// from the later ones' (median of reps 2..K). Other figures: the median over K
+// reps. Times across ranks: the slowest rank.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -128,37 +132,73 @@ int main(int argc, char** argv) {
   SaveOptions so;
   so.io_threads = flags.threads;
   so.overwrite = true;
-  std::vector<std::unique_ptr<AsyncSaver>> savers(n);
-  for (auto& s : savers) s = std::make_unique<AsyncSaver>();
+  std::vector<std::unique_ptr<AsyncSaver>> cold(n), reserved(n);
+  for (auto& s : cold) s = std::make_unique<AsyncSaver>();
+  for (auto& s : reserved) s = std::make_unique<AsyncSaver>();
+  // The reserved savers' pools, created and faulted in ahead of the first save.
+  std::vector<double> res(n);
+  bool huge = true;
+  CheckAll(RunThreadRanks(n,
+                          [&](Comm& c) -> Status {
+                            const int r = c.rank();
+                            const auto t0 = Clock::now();
+                            SP_RETURN_IF_ERROR(reserved[r]->Reserve(src[r].state));
+                            res[r] = Since(t0);
+                            return OkStatus();
+                          }),
+           "Reserve");
+  for (auto& s : reserved) huge = huge && s->pool_huge_pages();
+  const double reserve_s = Max(res);
+  // The same with transparent huge pages requested (a pool made and dropped).
+  CheckAll(RunThreadRanks(n,
+                          [&](Comm& c) -> Status {
+                            const int r = c.rank();
+                            AsyncSaver thp(AsyncSaverOptions{0, /*huge_pages=*/true});
+                            const auto t0 = Clock::now();
+                            SP_RETURN_IF_ERROR(thp.Reserve(src[r].state));
+                            res[r] = Since(t0);
+                            if (!thp.pool_huge_pages()) res[r] = -1;
+                            return OkStatus();
+                          }),
+           "Reserve (huge pages)");
+  const double reserve_huge_s = *std::min_element(res.begin(), res.end()) < 0 ? -1 : Max(res);
 
-  std::vector<double> stall, stall_handle, total, sync, memcpy1, memcpyn;
-  double first_stall = 0;
+  // stall[k][rep], handle-reported stall and total per saver kind (0 cold, 1 reserved).
+  std::vector<double> stall[2], stall_handle[2], total[2], sync, memcpy1, memcpyn;
+  int grew[2] = {0, 0};
   uint64_t staged = 0, payload = 0;
   for (int rep = 0; rep < flags.reps; ++rep) {
-    // Async: the stall, and the time until Wait() returns.
-    std::vector<double> st(n), sth(n), tot(n);
-    CheckAll(RunThreadRanks(n,
-                            [&](Comm& c) -> Status {
-                              const int r = c.rank();
-                              SP_RETURN_IF_ERROR(c.Barrier());
-                              const auto t0 = Clock::now();
-                              SaveHandle h = SaveAsync(*savers[r], src[r].state, async_dir, c, so);
-                              st[r] = Since(t0);
-                              sth[r] = h.stall_seconds();
-                              // The caller may change its tensors now.
-                              std::memset(src[r].state.tensors[0].data, rep & 0xff, 64);
-                              Result<SaveStats> s = h.Wait();
-                              tot[r] = Since(t0);
-                              if (s.ok() && r == 0) payload = s->bytes_written;
-                              return s.status();
-                            }),
-             "SaveAsync");
+    for (int i = 0; i < 2; ++i) {
+      const int k = (rep + i) % 2;  // alternate which kind saves first
+      auto& savers = k == 0 ? cold : reserved;
+      // Async: the stall, and the time until Wait() returns.
+      std::vector<double> st(n), sth(n), tot(n);
+      std::vector<int> gr(n);
+      CheckAll(RunThreadRanks(n,
+                              [&](Comm& c) -> Status {
+                                const int r = c.rank();
+                                SP_RETURN_IF_ERROR(c.Barrier());
+                                const auto t0 = Clock::now();
+                                SaveHandle h =
+                                    SaveAsync(*savers[r], src[r].state, async_dir, c, so);
+                                st[r] = Since(t0);
+                                sth[r] = h.stall_seconds();
+                                gr[r] = h.pool_grew();
+                                // The caller may change its tensors now.
+                                std::memset(src[r].state.tensors[0].data, rep & 0xff, 64);
+                                Result<SaveStats> s = h.Wait();
+                                tot[r] = Since(t0);
+                                if (s.ok() && r == 0) payload = s->bytes_written;
+                                return s.status();
+                              }),
+               "SaveAsync");
+      for (int r = 0; r < n; ++r) grew[k] += gr[r];
+      stall[k].push_back(Max(st));
+      stall_handle[k].push_back(Max(sth));
+      total[k].push_back(Max(tot));
+    }
     staged = 0;
-    for (int r = 0; r < n; ++r) staged += savers[r]->pool_bytes();
-    if (rep == 0) first_stall = Max(st);
-    stall.push_back(Max(st));
-    stall_handle.push_back(Max(sth));
-    total.push_back(Max(tot));
+    for (int r = 0; r < n; ++r) staged += cold[r]->pool_bytes();
 
     // Synchronous Save of the same state.
     std::vector<double> sy(n);
@@ -205,18 +245,31 @@ int main(int argc, char** argv) {
   std::printf("\nstate %.3f GiB (%llu bytes), staging pool %.3f GiB, payload written %.3f GiB\n",
               state_bytes / double(1ull << 30), static_cast<unsigned long long>(state_bytes),
               staged / double(1ull << 30), payload / double(1ull << 30));
-  std::printf("first rep's stall (allocates the staging pool): %.1f ms\n\n", first_stall * 1e3);
+  std::printf(
+      "AsyncSaver::Reserve ahead of the first save: %.1f ms (slowest rank), huge pages %s\n",
+      reserve_s * 1e3, huge ? "on" : "off (the default)");
+  if (reserve_huge_s < 0) {
+    std::printf("  the same with huge pages requested: not available (madvise refused)\n");
+  } else {
+    std::printf("  the same with huge pages requested: %.1f ms\n", reserve_huge_s * 1e3);
+  }
+  std::printf("saves whose pool grew (rank-saves): cold %d, reserved %d\n\n", grew[0], grew[1]);
   std::printf("%-44s %10s %8s %9s   %s\n", "operation", "median ms", "GB/s", "vs memcpy",
               "all reps (ms)");
   const double ref = Median(memcpy1);
-  auto row = [&](const char* name, const std::vector<double>& v) {
+  auto row = [&](const std::string& name, const std::vector<double>& v) {
+    if (v.empty()) return;
     const double med = Median(v);
-    std::printf("%-44s %10.1f %8.2f %8.2fx   %s\n", name, med * 1e3, gb / med, med / ref,
+    std::printf("%-44s %10.1f %8.2f %8.2fx   %s\n", name.c_str(), med * 1e3, gb / med, med / ref,
                 List(v, 1e3).c_str());
   };
-  row("save_async stall (until it returns)", stall);
-  row("  (SaveHandle::stall_seconds)", stall_handle);
-  row("save_async total (until wait() returns)", total);
+  for (int k = 0; k < 2; ++k) {
+    const std::string pool = k == 0 ? "cold pool" : "reserved pool";
+    row("stall, first save, " + pool, {stall[k][0]});
+    row("stall, later saves, " + pool, {stall[k].begin() + 1, stall[k].end()});
+    row("  (SaveHandle::stall_seconds, all saves)", stall_handle[k]);
+    row("save_async total (until wait()), " + pool, total[k]);
+  }
   row("Save (synchronous)", sync);
   row("memcpy of the same bytes, 1 thread", memcpy1);
   row(("memcpy of the same bytes, " + std::to_string(n) + " threads").c_str(), memcpyn);
@@ -224,7 +277,8 @@ int main(int argc, char** argv) {
   rusage ru{};
   ::getrusage(RUSAGE_SELF, &ru);
   std::printf("\npeak RSS %.2f GiB\n", ru.ru_maxrss / double(1 << 20));
-  savers.clear();
+  cold.clear();
+  reserved.clear();
   if (!flags.keep) {  // Only what this run created; DIR itself only if left empty.
     fs::remove_all(async_dir);
     fs::remove_all(sync_dir);

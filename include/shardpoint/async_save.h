@@ -14,7 +14,20 @@
 // At most one save is in flight per AsyncSaver: SaveAsync first waits for the
 // previous save to finish (its outcome stays with its handle), then reuses
 // the pool. The pool grows to the largest state staged and is kept for the
-// next save (bounded by AsyncSaverOptions::max_staging_bytes).
+// next save (bounded by AsyncSaverOptions::max_staging_bytes). Keep one
+// AsyncSaver for the process (the Python package does: save_async and
+// CheckpointManager.save_async share its default saver), so every save
+// shares one pool.
+//
+// The staging pool: anonymous memory (transparent huge pages on request,
+// AsyncSaverOptions::huge_pages). Allocated by the first save that needs
+// it, that save's stall also pays for faulting in every page (several times
+// a memcpy of the state). Reserve() creates the pool and faults it in ahead
+// of the first save, so the first stall is like later ones. A state larger
+// than the pool grows it (a new pool, faulted in by that save's copy); a
+// state larger than max_staging_bytes fails that save, typed
+// (FailedPrecondition on every rank at Wait(), naming both sizes), and
+// leaves the pool as it was: no save is ever staged in part.
 //
 // The Comm: while a save is in flight its background thread uses `comm`; the
 // caller must not use that Comm object until Wait() returns (or Done() is
@@ -48,6 +61,12 @@ struct AsyncSaverOptions {
   // (at Wait(), on every rank) instead of growing the pool. Default 0: no
   // bound; the pool grows to the largest state staged.
   uint64_t max_staging_bytes = 0;
+  // Ask for transparent huge pages for the pool (madvise MADV_HUGEPAGE, where
+  // the kernel has it). Off by default: where the kernel compacts memory to
+  // find huge pages (THP defrag "madvise", a page cache full of checkpoint
+  // files), faulting them in was 5x slower than 4 KiB pages, and copies into
+  // the faulted pool were no faster (docs/performance.md, async save).
+  bool huge_pages = false;
 };
 
 class SaveHandle {
@@ -63,6 +82,9 @@ class SaveHandle {
   // then staging).
   double stall_seconds() const;
   uint64_t staged_bytes() const;
+  // Whether this save had to create (or grow) the staging pool: its stall
+  // then includes allocating and faulting in the pool's pages.
+  bool pool_grew() const;
 
  private:
   friend class AsyncSaver;
@@ -88,6 +110,22 @@ class AsyncSaver {
   Status WaitForPending();
   // Bytes the staging pool holds now.
   uint64_t pool_bytes() const;
+  // Whether the kernel accepted the huge-page request for the pool now held.
+  bool pool_huge_pages() const;
+
+  // Creates the staging pool ahead of a save: at least `bytes` (rounded up to
+  // 2 MiB), every page faulted in. Waits for the save in flight first. A pool
+  // already that large is kept as it is. FailedPrecondition if `bytes`
+  // exceeds max_staging_bytes (the pool is left as it was); IOError if the
+  // memory cannot be mapped. Local: no Comm, no other rank involved.
+  Status Reserve(uint64_t bytes);
+  // Reserve(StagingBytes(state)): a pool that `state` (or any state with the
+  // same tensor shapes and dtypes) stages into without growing it.
+  Status Reserve(const State& state);
+  // The pool bytes SaveAsync needs to stage `state`'s tensors (objects and
+  // blobs are copied to the heap, not the pool). InvalidArgument as
+  // SaveAsync's staging would be for a malformed tensor.
+  static Result<uint64_t> StagingBytes(const State& state);
 
  private:
   AsyncSaverOptions options_;

@@ -19,8 +19,8 @@ from shardpoint._shardpoint import (  # noqa: F401 - re-exported
 from shardpoint._objects import PickleNotAllowedError  # noqa: F401
 from shardpoint._tensors import to_dtype  # noqa: F401
 from shardpoint._checkpoint import (  # noqa: F401
-    AsyncSaver, LoadResult, SaveHandle, SaveStats, ShardedObject, flatten_keys, load, save,
-    save_async)
+    AsyncSaver, LoadResult, SaveHandle, SaveStats, ShardedObject, default_saver, flatten_keys,
+    load, save, save_async)
 from shardpoint._manager import CheckpointManager  # noqa: F401
 from shardpoint._read import (  # noqa: F401
     ChunkInfo, Fault, Metadata, ObjectInfo, TensorInfo, VerifyReport, inspect, iter_tensors,
@@ -32,7 +32,7 @@ from shardpoint.sharded import *  # noqa: F401,F403
 from shardpoint.sharded import __all__ as _sharded_all
 
 __all__ = [
-    "save", "save_async", "load", "CheckpointManager", "AsyncSaver", "SaveHandle",
+    "save", "save_async", "load", "CheckpointManager", "AsyncSaver", "SaveHandle", "default_saver",
     "LoadResult", "ShardedObject", "flatten_keys", "Comm", "comm", "single", "thread_comms",
     "MPI4PyComm", "TorchDistributedComm", "default_comm", "Error", "InvalidArgumentError",
     "NotFoundError", "IOFailureError", "PermissionDeniedError", "IsDirectoryError",

@@ -280,6 +280,12 @@ class SaveHandle:
     def staged_bytes(self) -> int:
         return self._handle.staged_bytes
 
+    @property
+    def pool_grew(self) -> bool:
+        """Whether this save had to create or grow the staging pool (its stall
+        then includes faulting in the new pages)."""
+        return self._handle.pool_grew
+
 
 _live_savers = weakref.WeakSet()
 _COMMON = "<common>"  # how the C++ library names the common blob in key lists
@@ -292,13 +298,45 @@ class AsyncSaver:
     first waits for the previous one. The pool is kept between saves (bounded
     by ``max_staging_bytes``, 0 = unbounded), and so is the save plan while the
     state's structure does not change. Collective: every rank uses its own
-    AsyncSaver in the same order."""
+    AsyncSaver in the same order.
 
-    def __init__(self, max_staging_bytes: int = 0) -> None:
-        self._saver = _C.AsyncSaver(int(max_staging_bytes))
+    The first save creates the pool and pays for faulting in its pages (its
+    stall is several times a later one's). ``reserve`` (or ``reserve=`` here)
+    creates and faults in the pool ahead of the first save; ``huge_pages``
+    asks the kernel for transparent huge pages for it (off by default: see
+    docs/performance.md). A state larger than
+    ``max_staging_bytes`` fails its save (``FailedPreconditionError`` at
+    ``wait()``, on every rank) and leaves the pool as it was."""
+
+    def __init__(self, max_staging_bytes: int = 0, *, reserve: Any = None,
+                 huge_pages: bool = False) -> None:
+        self._saver = _C.AsyncSaver(int(max_staging_bytes), bool(huge_pages))
         self._plan_cache = _C.SavePlanCache()
         self._last = None
         _live_savers.add(self)
+        if reserve is not None:
+            self.reserve(reserve)
+
+    def reserve(self, size_or_state_dict: Any) -> int:
+        """Creates the staging pool now, every page faulted in: ``size`` bytes,
+        or what ``save`` of this state dict (or any with the same tensor shapes
+        and dtypes) needs. Waits for the save in flight first; a pool already
+        that large is kept. Raises ``FailedPreconditionError`` beyond
+        ``max_staging_bytes``. Returns the pool's size in bytes. Local: no
+        other rank takes part."""
+        if isinstance(size_or_state_dict, int):
+            self._saver.reserve(size_or_state_dict)
+            return self._saver.pool_bytes
+        staging = DeviceStaging(load=False)
+        try:
+            # objects are not staged in the pool: encoding them only sizes nothing
+            st, owners, _ = _build(size_or_state_dict, load=False, allow_pickle=True,
+                                   staging=staging)
+            self._saver.reserve_state(st)
+            del owners
+        finally:
+            staging.release()
+        return self._saver.pool_bytes
 
     def save(self, state_dict: dict, path: str | os.PathLike, comm: Comm | None = None,
              **kwargs: Any) -> SaveHandle:
@@ -336,6 +374,11 @@ class AsyncSaver:
     @property
     def pool_bytes(self) -> int:
         return self._saver.pool_bytes
+
+    @property
+    def pool_huge_pages(self) -> bool:
+        """Whether the kernel accepted the huge-page request for the pool now held."""
+        return self._saver.pool_huge_pages
 
     @property
     def plan_cache(self) -> _C.SavePlanCache:
@@ -380,7 +423,10 @@ class LoadResult:
     ``unexpected_keys`` (stored, requested by no rank), both sorted; ``common``
     (the stored common value, None if absent); ``metadata`` (the stored dict or
     None); ``bytes_read`` (from storage by this rank), ``bytes_received`` (from
-    other ranks, cooperative load) and ``seconds``."""
+    other ranks, cooperative load), ``requests`` (read calls this rank made to
+    storage), ``bytes_needed`` (the bytes of the pieces it read them for:
+    ``bytes_read / bytes_needed`` is the read amplification of widening to
+    whole checksum blocks and bridging small gaps) and ``seconds``."""
 
     missing_keys: list[str] = dataclasses.field(default_factory=list)
     unexpected_keys: list[str] = dataclasses.field(default_factory=list)
@@ -388,6 +434,8 @@ class LoadResult:
     metadata: dict | None = None
     bytes_read: int = 0
     bytes_received: int = 0
+    requests: int = 0
+    bytes_needed: int = 0
     seconds: float = 0.0
 
 
@@ -522,4 +570,5 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     meta = decode_metadata(st, path)
     return LoadResult(missing_keys=list(r.missing_keys), unexpected_keys=list(r.unexpected_keys),
                       common=common_value, metadata=meta, bytes_read=r.bytes_read,
-                      bytes_received=r.bytes_received, seconds=r.seconds)
+                      bytes_received=r.bytes_received, requests=r.requests,
+                      bytes_needed=r.bytes_needed, seconds=r.seconds)

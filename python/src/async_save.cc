@@ -36,14 +36,27 @@ void RegisterAsyncSave(py::module_& m) {
           "wait", [](const SaveHandle& h) { return Unwrap(h.Wait()); },
           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("stall_seconds", &SaveHandle::stall_seconds)
-      .def_property_readonly("staged_bytes", &SaveHandle::staged_bytes);
+      .def_property_readonly("staged_bytes", &SaveHandle::staged_bytes)
+      .def_property_readonly("pool_grew", &SaveHandle::pool_grew);
 
   py::class_<AsyncSaver, std::unique_ptr<AsyncSaver, ReleaseGilDelete>>(m, "AsyncSaver")
-      .def(py::init([](uint64_t max_staging_bytes) {
+      .def(py::init([](uint64_t max_staging_bytes, bool huge_pages) {
              return std::unique_ptr<AsyncSaver, ReleaseGilDelete>(
-                 new AsyncSaver(AsyncSaverOptions{max_staging_bytes}));
+                 new AsyncSaver(AsyncSaverOptions{max_staging_bytes, huge_pages}));
            }),
-           py::arg("max_staging_bytes") = 0)
+           py::arg("max_staging_bytes") = 0, py::arg("huge_pages") = false)
+      .def(
+          "reserve", [](AsyncSaver& s, uint64_t bytes) { ThrowIfError(s.Reserve(bytes)); },
+          py::arg("bytes"), py::call_guard<py::gil_scoped_release>())
+      .def(
+          "reserve_state",
+          [](AsyncSaver& s, const State& state) { ThrowIfError(s.Reserve(state)); },
+          py::arg("state"), py::call_guard<py::gil_scoped_release>())
+      .def_static(
+          "staging_bytes",
+          [](const State& state) { return Unwrap(AsyncSaver::StagingBytes(state)); },
+          py::arg("state"))
+      .def_property_readonly("pool_huge_pages", &AsyncSaver::pool_huge_pages)
       .def(
           "save",
           [](AsyncSaver& s, const State& state, const std::string& dir, Comm& comm,

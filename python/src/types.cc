@@ -183,6 +183,8 @@ void RegisterTypes(py::module_& m) {
       .def_readonly("unexpected_keys", &LoadResult::unexpected_keys)
       .def_readonly("bytes_read", &LoadResult::bytes_read)
       .def_readonly("bytes_received", &LoadResult::bytes_received)
+      .def_readonly("requests", &LoadResult::requests)
+      .def_readonly("bytes_needed", &LoadResult::bytes_needed)
       .def_readonly("seconds", &LoadResult::seconds);
 
   // Basic layout builders (include/shardpoint/layout.h). `data` is an address.

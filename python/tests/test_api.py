@@ -256,3 +256,30 @@ def test_default_comm_is_single():
     assert c.gather(b"y", 0) == [b"y"]
     assert c.broadcast(b"z", 0) == b"z"
     c.barrier()
+
+
+def test_load_reports_requests_and_bytes_needed(tmp_path):
+    # 4 MiB of f32 = 4 checksum blocks of 1 MiB, one chunk in one file.
+    g = torch.arange(1024 * 1024, dtype=torch.float32).reshape(1024, 1024)
+    sp.save({"w": g}, tmp_path / "c")
+    whole = torch.zeros(1024, 1024)
+    r = sp.load({"w": whole}, tmp_path / "c")
+    assert torch.equal(whole, g)
+    assert (r.requests, r.bytes_needed, r.bytes_read) == (1, 4 << 20, 4 << 20)
+    # rows 256..511: exactly its own block, one request
+    rows = torch.zeros(256, 1024)
+    r = sp.load({"w": sp.chunk("w", rows, [1024, 1024], 0, 1, 4)}, tmp_path / "c")
+    assert torch.equal(rows, g[256:512])
+    assert (r.requests, r.bytes_needed, r.bytes_read) == (1, 1 << 20, 1 << 20)
+    # columns 256..511: a quarter of every row, verified through the whole blocks that cover it
+    cols = torch.zeros(1024, 256)
+    r = sp.load({"w": sp.chunk("w", cols, [1024, 1024], 1, 1, 4)}, tmp_path / "c")
+    assert torch.equal(cols, g[:, 256:512])
+    assert (r.requests, r.bytes_needed, r.bytes_read) == (1, 1 << 20, 4 << 20)
+    # without verification: the 1024 row runs, 3 KiB apart; gaps are bridged only while
+    # the bridged bytes stay within 5% of the needed ones (17 gaps of 3 KiB)
+    r = sp.load({"w": sp.chunk("w", cols, [1024, 1024], 1, 1, 4)}, tmp_path / "c",
+                verify_checksums=False)
+    bridged = int(0.05 * (1 << 20)) // 3072
+    assert r.bytes_needed == 1 << 20
+    assert (r.requests, r.bytes_read) == (1024 - bridged, (1 << 20) + bridged * 3072)

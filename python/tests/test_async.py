@@ -66,6 +66,40 @@ def test_saver_reuses_pool_and_plan(tmp_path):
         assert out["i"] == i and (out["w"] == i).all()
 
 
+def test_reserve_ahead_of_the_first_save(tmp_path):
+    sd = {"w": torch.arange(300000, dtype=torch.float32), "b": torch.ones(7, 3, dtype=torch.bfloat16),
+          "note": "objects are not staged in the pool"}
+    need = sp.AsyncSaver(reserve=sd).pool_bytes
+    assert 300000 * 4 + 42 <= need < 300000 * 4 + (3 << 20)  # 2 MiB rounding
+    saver = sp.AsyncSaver(reserve=sd)
+    assert saver.pool_bytes == need and isinstance(saver.pool_huge_pages, bool)
+    for i in range(2):
+        h = saver.save(sd, tmp_path / f"r{i}")
+        assert not h.pool_grew and saver.pool_bytes == need
+        h.wait()
+    cold = sp.AsyncSaver()
+    assert cold.pool_bytes == 0
+    assert cold.save(sd, tmp_path / "c0").pool_grew
+    assert not cold.save(sd, tmp_path / "c1").pool_grew
+    cold.wait()
+    out = {"w": torch.zeros(300000), "b": torch.zeros(7, 3, dtype=torch.bfloat16), "note": ""}
+    sp.load(out, tmp_path / "r1")
+    assert torch.equal(out["w"], sd["w"]) and out["note"] == sd["note"]
+    assert saver.reserve(1) == need  # a pool already that large is kept
+
+
+def test_reserve_beyond_the_bound(tmp_path):
+    saver = sp.AsyncSaver(max_staging_bytes=4 << 20)
+    with pytest.raises(sp.FailedPreconditionError, match="max_staging_bytes"):
+        saver.reserve(5 << 20)
+    assert saver.pool_bytes == 0
+    assert saver.reserve({"w": torch.zeros(1000)}) == 2 << 20
+    h = saver.save({"w": torch.zeros(2 << 20)}, tmp_path / "over")  # 8 MiB > bound
+    with pytest.raises(sp.FailedPreconditionError, match="max_staging_bytes"):
+        h.wait()
+    assert saver.pool_bytes == 2 << 20 and not os.path.exists(tmp_path / "over" / "manifest")
+
+
 def test_staging_bound(tmp_path):
     saver = sp.AsyncSaver(max_staging_bytes=1024)
     h = saver.save({"w": torch.zeros(1000)}, tmp_path / "c")

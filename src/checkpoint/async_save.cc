@@ -19,19 +19,20 @@
 #include <future>
 
 #include "src/geometry/view.h"
-#include "src/io/aligned_buffer.h"
+#include "src/io/staging_memory.h"
 
 namespace shardpoint {
 namespace internal {
 
 struct StagingPool {
-  AlignedBuffer memory;  // grown, never shrunk: reused by every save
+  StagingMemory memory;  // grown, never shrunk: reused by every save
 };
 
 struct AsyncJob {
   std::shared_future<Result<SaveStats>> result;
   double stall_seconds = 0;
   uint64_t staged_bytes = 0;
+  bool pool_grew = false;
 };
 
 namespace {
@@ -58,10 +59,10 @@ Result<uint64_t> HeldBytes(const LocalTensor& t) {
   return bytes;
 }
 
-// Copies `state` into `pool`; `staged` gets the same State over pool memory.
-Status Stage(const State& state, const AsyncSaverOptions& options, StagingPool* pool, State* staged,
-             uint64_t* total) {
-  std::vector<size_t> offsets(state.tensors.size());
+// Each tensor's offset in the pool (`offsets`, if not null) and the bytes
+// the pool needs for them all.
+Result<uint64_t> PoolLayout(const State& state, std::vector<size_t>* offsets) {
+  if (offsets) offsets->assign(state.tensors.size(), 0);
   size_t need = 0;
   for (size_t i = 0; i < state.tensors.size(); ++i) {
     const LocalTensor& t = state.tensors[i];
@@ -71,20 +72,42 @@ Status Stage(const State& state, const AsyncSaverOptions& options, StagingPool* 
       return InvalidArgumentError("async save: tensor #" + std::to_string(i) + " ('" +
                                   (t.segments.empty() ? "" : t.segments[0].key) + "') has no data");
     }
-    offsets[i] = need;
+    if (offsets) (*offsets)[i] = need;
     need = AlignUp(need + *bytes);
   }
-  *total = need;
+  return need;
+}
+
+Status CheckBound(uint64_t need, const AsyncSaverOptions& options) {
   if (options.max_staging_bytes > 0 && need > options.max_staging_bytes) {
     return FailedPreconditionError(
         "async save: the state needs " + std::to_string(need) +
         " bytes of staging memory but AsyncSaverOptions::max_staging_bytes is " +
         std::to_string(options.max_staging_bytes));
   }
-  if (pool->memory.size() < need) {
-    pool->memory = AlignedBuffer();  // free the old pool before allocating the new one
-    pool->memory = AlignedBuffer(need, 4096);
-  }
+  return OkStatus();
+}
+
+// Makes `pool` hold at least `need` bytes; `grew` says whether it had to.
+Status Grow(StagingPool* pool, uint64_t need, const AsyncSaverOptions& options, bool prefault,
+            bool* grew) {
+  *grew = false;
+  if (pool->memory.size() >= need) return OkStatus();
+  pool->memory = StagingMemory();  // free the old pool before mapping the new one
+  SP_ASSIGN_OR_RETURN(pool->memory, StagingMemory::Map(need, options.huge_pages, prefault));
+  *grew = true;
+  return OkStatus();
+}
+
+// Copies `state` into `pool`; `staged` gets the same State over pool memory.
+Status Stage(const State& state, const AsyncSaverOptions& options, StagingPool* pool, State* staged,
+             uint64_t* total, bool* grew) {
+  std::vector<size_t> offsets;
+  SP_ASSIGN_OR_RETURN(const uint64_t need, PoolLayout(state, &offsets));
+  *total = need;
+  SP_RETURN_IF_ERROR(CheckBound(need, options));
+  // The copy below faults the new pages in: no separate pass over them.
+  SP_RETURN_IF_ERROR(Grow(pool, need, options, /*prefault=*/false, grew));
   staged->tensors.clear();
   staged->tensors.reserve(state.tensors.size());
   for (size_t i = 0; i < state.tensors.size(); ++i) {
@@ -125,6 +148,7 @@ Result<SaveStats> SaveHandle::Wait() const {
 
 double SaveHandle::stall_seconds() const { return job_ ? job_->stall_seconds : 0; }
 uint64_t SaveHandle::staged_bytes() const { return job_ ? job_->staged_bytes : 0; }
+bool SaveHandle::pool_grew() const { return job_ && job_->pool_grew; }
 
 AsyncSaver::AsyncSaver(AsyncSaverOptions options)
     : options_(options), pool_(std::make_unique<StagingPool>()) {}
@@ -132,6 +156,21 @@ AsyncSaver::AsyncSaver(AsyncSaverOptions options)
 AsyncSaver::~AsyncSaver() { (void)WaitForPending(); }
 
 uint64_t AsyncSaver::pool_bytes() const { return pool_->memory.size(); }
+bool AsyncSaver::pool_huge_pages() const { return pool_->memory.huge_pages(); }
+
+Result<uint64_t> AsyncSaver::StagingBytes(const State& state) { return PoolLayout(state, nullptr); }
+
+Status AsyncSaver::Reserve(uint64_t bytes) {
+  SP_RETURN_IF_ERROR(CheckBound(bytes, options_));
+  (void)WaitForPending();  // its outcome stays with its handle
+  bool grew = false;
+  return Grow(pool_.get(), bytes, options_, /*prefault=*/true, &grew);
+}
+
+Status AsyncSaver::Reserve(const State& state) {
+  SP_ASSIGN_OR_RETURN(const uint64_t bytes, StagingBytes(state));
+  return Reserve(bytes);
+}
 
 Status AsyncSaver::WaitForPending() {
   if (thread_.joinable()) thread_.join();
@@ -150,8 +189,10 @@ SaveHandle AsyncSaver::Save(const State& state, const std::string& dir, Comm& co
   auto job = std::make_shared<AsyncJob>();
   auto staged = std::make_shared<State>();
   uint64_t total = 0;
-  Status staging = Stage(state, options_, pool_.get(), staged.get(), &total);
+  bool grew = false;
+  Status staging = Stage(state, options_, pool_.get(), staged.get(), &total, &grew);
   job->staged_bytes = staging.ok() ? total : 0;
+  job->pool_grew = grew;
   job->stall_seconds = Since(start);
 
   std::promise<Result<SaveStats>> promise;

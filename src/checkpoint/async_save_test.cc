@@ -181,6 +181,90 @@ TEST(AsyncSave, SecondSaveWaitsForTheFirstAndReusesThePool) {
   }
 }
 
+TEST(AsyncSave, ReservedPoolIsUsedByTheFirstSaveAndEveryLaterOne) {
+  const internal::RefModel ref = internal::MakeReference(kModel, 11);
+  const ParallelConfig p{2, 1, 1, false};
+  std::vector<internal::RankState> src = Build(p, &ref);
+  auto mem = NewMemStorage();
+  SaveOptions o;
+  o.storage = mem.get();
+  ASSERT_TRUE(First(RunThreadRanks(p.world(), [&](Comm& comm) -> Status {
+                const State& state = src[comm.rank()].state;
+                SP_ASSIGN_OR_RETURN(const uint64_t need, AsyncSaver::StagingBytes(state));
+                AsyncSaver saver;
+                EXPECT_EQ(saver.pool_bytes(), 0u);
+                SP_RETURN_IF_ERROR(saver.Reserve(state));  // before any save
+                const uint64_t pool = saver.pool_bytes();
+                EXPECT_GE(pool, need);
+                EXPECT_LT(pool, need + (uint64_t{2} << 20));  // 2 MiB rounding
+                for (const char* dir : {"a", "b"}) {
+                  SaveHandle h = SaveAsync(saver, state, dir, comm, o);
+                  EXPECT_FALSE(h.pool_grew()) << dir;
+                  EXPECT_EQ(h.staged_bytes(), need);
+                  EXPECT_EQ(saver.pool_bytes(), pool);
+                  SP_RETURN_IF_ERROR(h.Wait().status());
+                }
+                // A smaller reserve keeps the pool as it is.
+                SP_RETURN_IF_ERROR(saver.Reserve(1));
+                EXPECT_EQ(saver.pool_bytes(), pool);
+
+                // Without a reserve, the first save creates the pool, later ones reuse it.
+                AsyncSaver cold;
+                SaveHandle first = SaveAsync(cold, state, "c", comm, o);
+                EXPECT_TRUE(first.pool_grew());
+                SaveHandle second = SaveAsync(cold, state, "d", comm, o);
+                EXPECT_FALSE(second.pool_grew());
+                SP_RETURN_IF_ERROR(first.Wait().status());
+                return second.Wait().status();
+              })).ok());
+  for (const char* dir : {"a", "b", "c", "d"}) {
+    Status s = LoadAndCheck(mem.get(), dir, ref);
+    EXPECT_TRUE(s.ok()) << dir << ": " << s.ToString();
+  }
+}
+
+TEST(AsyncSave, BoundHoldsForReserveAndSavesAndALargerStateGrowsAnUnboundedPool) {
+  const internal::RefModel ref = internal::MakeReference(kModel, 13);
+  const ParallelConfig p{1, 1, 1, false};
+  std::vector<internal::RankState> small = Build(ParallelConfig{2, 1, 1, false}, &ref);
+  std::vector<internal::RankState> large = Build(p, &ref);  // TP=1: twice the bytes
+  auto mem = NewMemStorage();
+  SaveOptions o;
+  o.storage = mem.get();
+  auto comm = MakeSingleComm();
+  const uint64_t small_need = *AsyncSaver::StagingBytes(small[0].state);
+  const uint64_t large_need = *AsyncSaver::StagingBytes(large[0].state);
+  const uint64_t bound = uint64_t{2} << 20;  // one pool rounding unit
+  ASSERT_LE(small_need, bound);
+  ASSERT_GT(large_need, bound);
+
+  AsyncSaver bounded(AsyncSaverOptions{bound});
+  Status s = bounded.Reserve(large[0].state);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_THAT(s.ToString(), HasSubstr("max_staging_bytes"));
+  EXPECT_THAT(s.ToString(), HasSubstr(std::to_string(large_need)));
+  EXPECT_EQ(bounded.pool_bytes(), 0u);
+  ASSERT_TRUE(bounded.Reserve(small[0].state).ok());
+  const uint64_t pool = bounded.pool_bytes();
+  // A state over the bound fails typed, is not staged in part, leaves the pool.
+  SaveHandle h = SaveAsync(bounded, large[0].state, "over", *comm, o);
+  s = h.Wait().status();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_THAT(s.ToString(), HasSubstr("max_staging_bytes"));
+  EXPECT_EQ(bounded.pool_bytes(), pool);
+  EXPECT_FALSE(*mem->Exists(std::string("over/") + internal::kManifestName));
+
+  // Unbounded: a state larger than the reserved pool grows it, and saves right.
+  AsyncSaver grows;
+  ASSERT_TRUE(grows.Reserve(small_need).ok());
+  h = SaveAsync(grows, large[0].state, "grown", *comm, o);
+  EXPECT_TRUE(h.pool_grew());
+  EXPECT_GE(grows.pool_bytes(), large_need);
+  ASSERT_TRUE(h.Wait().ok());
+  Status loaded = LoadAndCheck(mem.get(), "grown", ref);
+  EXPECT_TRUE(loaded.ok()) << loaded.ToString();
+}
+
 TEST(AsyncSave, LogReportsSavedOnlyAfterTheCommit) {
   const ParallelConfig p{2, 1, 1, false};
   std::vector<internal::RankState> src = Build(p, nullptr);
