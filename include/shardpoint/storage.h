@@ -2,16 +2,18 @@
 //
 // Implementations: POSIX files (DefaultStorage, with O_DIRECT where the
 // filesystem allows it and a buffered fallback), an in-memory store for tests
-// (NewMemStorage), and a fault-injecting wrapper (src/io/fault_storage.h).
-// errno becomes a Status in exactly one place (src/io/posix_storage.cc).
-// A Storage is thread-safe; a file object may be used from several threads at
-// once for WriteAt/ReadAt at disjoint ranges.
+// (NewMemStorage), and wrappers built on StorageWrapper (below), such as the
+// fault-injecting one (src/io/fault_storage.h). errno becomes a Status in
+// exactly one place (src/io/posix_storage.cc). A Storage is thread-safe; a
+// file object may be used from several threads at once for WriteAt/ReadAt at
+// disjoint ranges.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardpoint/status.h"
@@ -56,6 +58,14 @@ class ReadableFile {
   virtual const std::string& path() const = 0;
 };
 
+// A lock taken by Storage::LockFile. Destroying it releases the lock (without
+// removing the file); UnlockFile releases it and removes the file.
+class FileLock {
+ public:
+  virtual ~FileLock() = default;
+  virtual const std::string& path() const = 0;
+};
+
 class Storage {
  public:
   virtual ~Storage() = default;
@@ -81,10 +91,96 @@ class Storage {
   // Names (not paths) of the entries of directory `path`, sorted.
   virtual Result<std::vector<std::string>> ListDir(const std::string& path) = 0;
 
+  // Takes an exclusive lock on file `path` (created if missing), without
+  // waiting: FailedPrecondition naming the holder if another lock object
+  // holds it, in this process or another. The lock belongs to the returned
+  // object, not to a pid: it dies with its process (POSIX: an open file
+  // description lock, F_OFD_SETLK, which the kernel drops when the process
+  // exits however it exits; NFS v4 forwards it to the server), so a crashed
+  // or restarted job never leaves a stale lock. POSIX writes "pid <pid> host
+  // <host>" into the file for the error message of the next taker.
+  virtual Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) = 0;
+  // Removes the lock's file, then releases the lock (in that order, so that a
+  // process that opened the file meanwhile finds it unlinked and retries).
+  virtual Status UnlockFile(std::unique_ptr<FileLock> lock) = 0;
+
   // Convenience: the whole file as bytes.
   Result<std::string> ReadFileToString(const std::string& path);
   // Convenience: write, fsync, close (not atomic; see format/commit).
   Status WriteStringToFile(const std::string& path, const std::string& data);
+};
+
+// Forwards every call to `base` (not owned; must outlive the wrapper). Test
+// doubles and instrumentation derive from it and override only what they
+// change, as LevelDB's EnvWrapper.
+class StorageWrapper : public Storage {
+ public:
+  explicit StorageWrapper(Storage* base) : base_(base) {}
+  Storage* base() const { return base_; }
+
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                        const WriteFileOptions& options) override {
+    return base_->NewWritableFile(path, options);
+  }
+  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
+    return base_->NewReadableFile(path);
+  }
+  Status CreateDirs(const std::string& path) override { return base_->CreateDirs(path); }
+  Status SyncDir(const std::string& path) override { return base_->SyncDir(path); }
+  Status Rename(const std::string& from, const std::string& to) override {
+    return base_->Rename(from, to);
+  }
+  Result<bool> Exchange(const std::string& a, const std::string& b) override {
+    return base_->Exchange(a, b);
+  }
+  Status RemoveFile(const std::string& path) override { return base_->RemoveFile(path); }
+  Status RemoveAll(const std::string& path) override { return base_->RemoveAll(path); }
+  Result<bool> Exists(const std::string& path) override { return base_->Exists(path); }
+  Result<bool> IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
+  Result<std::vector<std::string>> ListDir(const std::string& path) override {
+    return base_->ListDir(path);
+  }
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
+    return base_->LockFile(path);
+  }
+  Status UnlockFile(std::unique_ptr<FileLock> lock) override {
+    return base_->UnlockFile(std::move(lock));
+  }
+
+ private:
+  Storage* const base_;
+};
+
+// Forwarding file objects, for wrappers that change some file calls.
+class WritableFileWrapper : public WritableFile {
+ public:
+  explicit WritableFileWrapper(std::unique_ptr<WritableFile> base) : base_(std::move(base)) {}
+  Status WriteAt(uint64_t offset, const void* data, size_t n) override {
+    return base_->WriteAt(offset, data, n);
+  }
+  Status Truncate(uint64_t size) override { return base_->Truncate(size); }
+  Status Reserve(uint64_t size) override { return base_->Reserve(size); }
+  Status Sync() override { return base_->Sync(); }
+  Status Close() override { return base_->Close(); }
+  bool direct() const override { return base_->direct(); }
+  size_t alignment() const override { return base_->alignment(); }
+  const std::string& path() const override { return base_->path(); }
+
+ private:
+  const std::unique_ptr<WritableFile> base_;
+};
+
+class ReadableFileWrapper : public ReadableFile {
+ public:
+  explicit ReadableFileWrapper(std::unique_ptr<ReadableFile> base) : base_(std::move(base)) {}
+  Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
+    return base_->ReadAt(offset, n, dst);
+  }
+  Result<uint64_t> Size() const override { return base_->Size(); }
+  const std::string& path() const override { return base_->path(); }
+
+ private:
+  const std::unique_ptr<ReadableFile> base_;
 };
 
 // The POSIX storage. Stateless; the returned object lives for the process.

@@ -21,59 +21,50 @@ bool CountAndCheck(std::atomic<int64_t>* count, const std::atomic<int64_t>& fail
 
 // Forwards to the base file; a failing WriteAt writes nothing, like a disk
 // that is full.
-class FaultWritableFile : public WritableFile {
+class FaultWritableFile : public WritableFileWrapper {
  public:
   FaultWritableFile(FaultStorage* owner, std::unique_ptr<WritableFile> base)
-      : owner_(owner), base_(std::move(base)) {}
+      : WritableFileWrapper(std::move(base)), owner_(owner) {}
 
   Status WriteAt(uint64_t offset, const void* data, size_t n) override {
     if (CountAndCheck(&owner_->writes_, owner_->fail_write_from_)) {
       return IOError("write " + path() + " at bytes " + Range(offset, n) +
                      ": No space left on device (injected)");
     }
-    return base_->WriteAt(offset, data, n);
+    return WritableFileWrapper::WriteAt(offset, data, n);
   }
-  Status Truncate(uint64_t size) override { return base_->Truncate(size); }
   Status Reserve(uint64_t size) override {
     if (owner_->fail_reserve_.load()) {
       return IOError("reserve " + std::to_string(size) + " bytes for " + path() +
                      ": No space left on device (injected)");
     }
-    return base_->Reserve(size);
+    return WritableFileWrapper::Reserve(size);
   }
   Status Sync() override {
     if (owner_->fail_sync_.load())
       return IOError("fsync " + path() + ": Input/output error (injected)");
-    return base_->Sync();
+    return WritableFileWrapper::Sync();
   }
-  Status Close() override { return base_->Close(); }
-  bool direct() const override { return base_->direct(); }
-  size_t alignment() const override { return base_->alignment(); }
-  const std::string& path() const override { return base_->path(); }
 
  private:
   FaultStorage* const owner_;
-  const std::unique_ptr<WritableFile> base_;
 };
 
-class FaultReadableFile : public ReadableFile {
+class FaultReadableFile : public ReadableFileWrapper {
  public:
   FaultReadableFile(FaultStorage* owner, std::unique_ptr<ReadableFile> base)
-      : owner_(owner), base_(std::move(base)) {}
+      : ReadableFileWrapper(std::move(base)), owner_(owner) {}
 
   Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
     if (CountAndCheck(&owner_->reads_, owner_->fail_read_from_)) {
       return IOError("read " + path() + " at bytes " + Range(offset, n) +
                      ": Input/output error (injected)");
     }
-    return base_->ReadAt(offset, n, dst);
+    return ReadableFileWrapper::ReadAt(offset, n, dst);
   }
-  Result<uint64_t> Size() const override { return base_->Size(); }
-  const std::string& path() const override { return base_->path(); }
 
  private:
   FaultStorage* const owner_;
-  const std::unique_ptr<ReadableFile> base_;
 };
 
 void FaultStorage::FailRenameTo(const std::string& suffix) {
@@ -83,12 +74,13 @@ void FaultStorage::FailRenameTo(const std::string& suffix) {
 
 Result<std::unique_ptr<WritableFile>> FaultStorage::NewWritableFile(
     const std::string& path, const WriteFileOptions& options) {
-  SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, base_->NewWritableFile(path, options));
+  SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                      StorageWrapper::NewWritableFile(path, options));
   return std::unique_ptr<WritableFile>(new FaultWritableFile(this, std::move(file)));
 }
 
 Result<std::unique_ptr<ReadableFile>> FaultStorage::NewReadableFile(const std::string& path) {
-  SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, base_->NewReadableFile(path));
+  SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, StorageWrapper::NewReadableFile(path));
   return std::unique_ptr<ReadableFile>(new FaultReadableFile(this, std::move(file)));
 }
 
@@ -101,7 +93,7 @@ Status FaultStorage::Rename(const std::string& from, const std::string& to) {
       return IOError("rename " + from + " to " + to + ": Input/output error (injected)");
     }
   }
-  return base_->Rename(from, to);
+  return StorageWrapper::Rename(from, to);
 }
 
 Result<bool> FaultStorage::Exchange(const std::string& a, const std::string& b) {
@@ -115,17 +107,7 @@ Result<bool> FaultStorage::Exchange(const std::string& a, const std::string& b) 
       }
     }
   }
-  return base_->Exchange(a, b);
-}
-
-Status FaultStorage::CreateDirs(const std::string& path) { return base_->CreateDirs(path); }
-Status FaultStorage::SyncDir(const std::string& path) { return base_->SyncDir(path); }
-Status FaultStorage::RemoveFile(const std::string& path) { return base_->RemoveFile(path); }
-Status FaultStorage::RemoveAll(const std::string& path) { return base_->RemoveAll(path); }
-Result<bool> FaultStorage::Exists(const std::string& path) { return base_->Exists(path); }
-Result<bool> FaultStorage::IsDirectory(const std::string& path) { return base_->IsDirectory(path); }
-Result<std::vector<std::string>> FaultStorage::ListDir(const std::string& path) {
-  return base_->ListDir(path);
+  return StorageWrapper::Exchange(a, b);
 }
 
 }  // namespace shardpoint::internal

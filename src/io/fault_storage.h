@@ -12,11 +12,12 @@
 namespace shardpoint::internal {
 
 // Wraps `base` (not owned; must outlive this). Counts calls and fails chosen
-// ones with IOError (message contains "injected"), as a disk would. File
-// objects it returns refer to this FaultStorage, which must outlive them.
-class FaultStorage : public Storage {
+// ones with IOError (message contains "injected"), as a disk would; every
+// other call is forwarded (StorageWrapper). File objects it returns refer to
+// this FaultStorage, which must outlive them.
+class FaultStorage : public StorageWrapper {
  public:
-  explicit FaultStorage(Storage* base) : base_(base) {}
+  explicit FaultStorage(Storage* base) : StorageWrapper(base) {}
 
   // The n-th WriteAt (1-based, counted over all files) and every later one
   // fails with "No space left on device (injected)". 0 = never.
@@ -37,20 +38,12 @@ class FaultStorage : public Storage {
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         const WriteFileOptions& options) override;
   Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override;
-  Status CreateDirs(const std::string& path) override;
-  Status SyncDir(const std::string& path) override;
   Status Rename(const std::string& from, const std::string& to) override;
   Result<bool> Exchange(const std::string& a, const std::string& b) override;
-  Status RemoveFile(const std::string& path) override;
-  Status RemoveAll(const std::string& path) override;
-  Result<bool> Exists(const std::string& path) override;
-  Result<bool> IsDirectory(const std::string& path) override;
-  Result<std::vector<std::string>> ListDir(const std::string& path) override;
 
  private:
   friend class FaultWritableFile;
   friend class FaultReadableFile;
-  Storage* base_;
   std::atomic<int64_t> fail_write_from_{0};
   std::atomic<int64_t> writes_{0};
   std::atomic<bool> fail_sync_{false};

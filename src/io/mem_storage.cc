@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 #include <unordered_set>
 #include <utility>
 
@@ -27,7 +28,29 @@ struct MemNode {
   std::string synced;
 };
 
+// The paths locked now. Shared with the lock objects, which may outlive the
+// storage.
+struct MemLockTable {
+  std::mutex mu;
+  std::set<std::string> held;
+};
+
 namespace {
+
+class MemFileLock : public FileLock {
+ public:
+  MemFileLock(std::shared_ptr<MemLockTable> table, std::string path)
+      : table_(std::move(table)), path_(std::move(path)) {}
+  ~MemFileLock() override {
+    std::lock_guard<std::mutex> lock(table_->mu);
+    table_->held.erase(path_);
+  }
+  const std::string& path() const override { return path_; }
+
+ private:
+  const std::shared_ptr<MemLockTable> table_;
+  const std::string path_;
+};
 
 // Mirrors the POSIX messages: "<operation> <path>: <reason>".
 Status MemError(StatusCode code, const std::string& context, const char* reason) {
@@ -172,7 +195,8 @@ class MemReadableFile : public ReadableFile {
 
 }  // namespace
 
-MemStorage::MemStorage() : root_(std::make_shared<MemNode>(/*is_dir=*/true)) {}
+MemStorage::MemStorage()
+    : root_(std::make_shared<MemNode>(/*is_dir=*/true)), locks_(std::make_shared<MemLockTable>()) {}
 MemStorage::~MemStorage() = default;
 
 void MemStorage::SimulateCrash() {
@@ -341,6 +365,35 @@ Result<std::vector<std::string>> MemStorage::ListDir(const std::string& path) {
   names.reserve(dir->entries.size());
   for (const auto& [name, node] : dir->entries) names.push_back(name);  // std::map: sorted
   return names;
+}
+
+Result<std::unique_ptr<FileLock>> MemStorage::LockFile(const std::string& path) {
+  SP_ASSIGN_OR_RETURN(MemPath p, ParsePath(path));
+  {
+    std::lock_guard<std::mutex> lock(locks_->mu);
+    if (locks_->held.count(p.text)) {
+      return FailedPreconditionError("lock file '" + p.text + "' is held by another lock object");
+    }
+  }
+  // Like O_CREAT: the file exists while locked.
+  SP_ASSIGN_OR_RETURN(bool exists, Exists(p.text));
+  if (!exists) {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, NewWritableFile(p.text, {}));
+    SP_RETURN_IF_ERROR(f->Close());
+  }
+  std::lock_guard<std::mutex> lock(locks_->mu);
+  if (!locks_->held.insert(p.text).second) {
+    return FailedPreconditionError("lock file '" + p.text + "' is held by another lock object");
+  }
+  return std::unique_ptr<FileLock>(new MemFileLock(locks_, p.text));
+}
+
+Status MemStorage::UnlockFile(std::unique_ptr<FileLock> lock) {
+  if (lock == nullptr) return OkStatus();
+  Status s = RemoveFile(lock->path());
+  if (s.code() == StatusCode::kNotFound) s = OkStatus();
+  lock.reset();  // releases
+  return s;
 }
 
 }  // namespace internal

@@ -12,7 +12,9 @@
 // parent directory must exist, NewWritableFile truncates an existing file in
 // place, open file objects keep their node after a rename or removal, and
 // directories can be renamed. Paths are normalized ("a//b/" is "a/b"); "/a"
-// and "a" name the same node. Thread-safe.
+// and "a" name the same node. Locks (LockFile) are held in a table of this
+// storage, released when their FileLock is destroyed, as a process exit
+// releases a POSIX lock. Thread-safe.
 #pragma once
 
 #include <memory>
@@ -25,6 +27,7 @@
 namespace shardpoint::internal {
 
 struct MemNode;
+struct MemLockTable;
 
 class MemStorage : public Storage {
  public:
@@ -49,10 +52,13 @@ class MemStorage : public Storage {
   Result<bool> Exists(const std::string& path) override;
   Result<bool> IsDirectory(const std::string& path) override;
   Result<std::vector<std::string>> ListDir(const std::string& path) override;
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override;
+  Status UnlockFile(std::unique_ptr<FileLock> lock) override;
 
  private:
   std::mutex mu_;  // guards the tree's directory entries (file bytes have their own lock)
   std::shared_ptr<MemNode> root_;
+  const std::shared_ptr<MemLockTable> locks_;  // shared with the FileLocks
 };
 
 }  // namespace shardpoint::internal

@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -31,6 +33,39 @@ Status PosixError(const std::string& context, int err) {
 
 std::string Range(uint64_t offset, uint64_t n) {
   return "[" + std::to_string(offset) + ", " + std::to_string(offset + n) + ")";
+}
+
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a regular file";
+}
+
+// Only regular files are read or written: a FIFO, device or directory where a
+// checkpoint file belongs would block or mislead. On success clears the
+// O_NONBLOCK the file was opened with; on failure closes `fd`.
+Status CheckRegular(const std::string& path, const char* purpose, int fd) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return PosixError("stat " + path, err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return IOError("open " + path + " for " + purpose + ": not a regular file (" +
+                   FileKind(st.st_mode) + ")");
+  }
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl < 0 || ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return PosixError("open " + path + " for " + purpose, err);
+  }
+  return OkStatus();
 }
 
 class PosixWritableFile : public WritableFile {
@@ -155,11 +190,63 @@ class PosixReadableFile : public ReadableFile {
   const int fd_;
 };
 
+class PosixFileLock : public FileLock {
+ public:
+  PosixFileLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixFileLock() override { ::close(fd_); }  // closing the description drops the lock
+  const std::string& path() const override { return path_; }
+  int fd() const { return fd_; }
+
+ private:
+  const std::string path_;
+  const int fd_;
+};
+
+std::string Hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+// Who holds the lock on `fd`'s file, as its holder wrote it: "pid <pid> on
+// host '<host>'", or what the file says instead.
+std::string DescribeHolder(int fd) {
+  char buf[512];
+  ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return "another process (the lock file names no holder yet)";
+  std::string text(buf, static_cast<size_t>(n));
+  long pid = 0;
+  char host[256] = {};
+  if (std::sscanf(text.c_str(), "pid %ld host %255s", &pid, host) == 2) {
+    return "pid " + std::to_string(pid) + " on host '" + host + "'";
+  }
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return "an unknown holder ('" + text + "')";
+}
+
+// An open file description lock on the whole file: owned by the description,
+// so it conflicts with every other open of the file (in this process too)
+// and the kernel drops it when the last descriptor closes, process death
+// included.
+int TryLock(int fd, short type) {
+  struct flock fl = {};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  int r;
+  do {
+    r = ::fcntl(fd, F_OFD_SETLK, &fl);
+  } while (r != 0 && errno == EINTR);
+  return r;
+}
+
 class PosixStorage : public Storage {
  public:
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         const WriteFileOptions& options) override {
-    const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+    // O_NOFOLLOW: never write through a link planted where a file goes.
+    // O_NONBLOCK: a FIFO there fails (ENXIO) or is refused below instead of
+    // blocking the open until some reader appears.
+    const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
     bool direct = options.direct;
     int fd = -1;
     if (direct) {
@@ -174,15 +261,19 @@ class PosixStorage : public Storage {
       } while (fd < 0 && errno == EINTR);
     }
     if (fd < 0) return PosixError("open " + path + " for writing", errno);
+    SP_RETURN_IF_ERROR(CheckRegular(path, "writing", fd));
     return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd, direct));
   }
 
   Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
+    // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused
+    // below, as is anything else that is not a regular file.
     int fd;
     do {
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) return PosixError("open " + path + " for reading", errno);
+    SP_RETURN_IF_ERROR(CheckRegular(path, "reading", fd));
     return std::unique_ptr<ReadableFile>(new PosixReadableFile(path, fd));
   }
 
@@ -267,6 +358,56 @@ class PosixStorage : public Storage {
     if (err != 0) return PosixError("list directory " + path, err);
     std::sort(names.begin(), names.end());
     return names;
+  }
+
+  // Open, lock, then check that the path still names the file locked: a
+  // holder removes the file before it unlocks (UnlockFile), so a lock won on
+  // a removed file is worthless and the open is retried.
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      int fd;
+      do {
+        fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      } while (fd < 0 && errno == EINTR);
+      if (fd < 0) return PosixError("open lock file " + path, errno);
+      auto lock = std::make_unique<PosixFileLock>(path, fd);
+      if (TryLock(fd, F_WRLCK) != 0) {
+        const int err = errno;
+        if (err == EAGAIN || err == EACCES) {
+          return FailedPreconditionError("lock file '" + path + "' is held by " +
+                                         DescribeHolder(fd));
+        }
+        return PosixError("lock " + path, err);
+      }
+      struct stat held, named;
+      if (::fstat(fd, &held) != 0) return PosixError("stat " + path, errno);
+      if (::stat(path.c_str(), &named) != 0) {
+        if (errno == ENOENT) continue;  // removed by the holder that just unlocked
+        return PosixError("stat " + path, errno);
+      }
+      if (held.st_dev != named.st_dev || held.st_ino != named.st_ino) continue;
+      const std::string holder = "pid " + std::to_string(::getpid()) + " host " + Hostname() + "\n";
+      if (::ftruncate(fd, 0) != 0 ||
+          ::pwrite(fd, holder.data(), holder.size(), 0) != static_cast<ssize_t>(holder.size())) {
+        return PosixError("write lock file " + path, errno);
+      }
+      return std::unique_ptr<FileLock>(std::move(lock));
+    }
+    return FailedPreconditionError("lock file '" + path +
+                                   "' keeps being replaced by other processes");
+  }
+
+  Status UnlockFile(std::unique_ptr<FileLock> lock) override {
+    if (lock == nullptr) return OkStatus();
+    auto* posix = static_cast<PosixFileLock*>(lock.get());
+    Status s;
+    if (::unlink(posix->path().c_str()) != 0 && errno != ENOENT) {
+      s = PosixError("remove lock file " + posix->path(), errno);
+    }
+    if (TryLock(posix->fd(), F_UNLCK) != 0 && s.ok()) {
+      s = PosixError("unlock " + posix->path(), errno);
+    }
+    return s;  // the destructor closes the descriptor
   }
 };
 

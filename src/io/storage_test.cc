@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 
+#include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
@@ -278,6 +279,64 @@ TEST_P(StorageConformanceTest, RemoveFileAndRemoveAll) {
   EXPECT_TRUE(*storage_->Exists(Path("tree2")));
   EXPECT_TRUE(storage_->RemoveAll(Path("tree")).ok());  // already gone
   EXPECT_TRUE(storage_->RemoveAll(Path("never/existed")).ok());
+}
+
+TEST_P(StorageConformanceTest, LockIsExclusiveUntilUnlockedOrDestroyed) {
+  Result<std::unique_ptr<FileLock>> first = storage_->LockFile(Path("LOCK"));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ((*first)->path(), Path("LOCK"));
+  EXPECT_TRUE(*storage_->Exists(Path("LOCK")));
+  Result<std::unique_ptr<FileLock>> second = storage_->LockFile(Path("LOCK"));
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("'" + Path("LOCK") + "' is held by"));
+  // Another file is another lock.
+  Result<std::unique_ptr<FileLock>> other = storage_->LockFile(Path("LOCK2"));
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  // UnlockFile releases it and removes the file.
+  ASSERT_TRUE(storage_->UnlockFile(std::move(*first)).ok());
+  EXPECT_FALSE(*storage_->Exists(Path("LOCK")));
+  Result<std::unique_ptr<FileLock>> third = storage_->LockFile(Path("LOCK"));
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  // Destroying the lock object releases it too (as a process exit would).
+  third->reset();
+  Result<std::unique_ptr<FileLock>> fourth = storage_->LockFile(Path("LOCK"));
+  EXPECT_TRUE(fourth.ok()) << fourth.status().ToString();
+}
+
+TEST_P(StorageConformanceTest, LockFileInAMissingDirectoryIsNotFound) {
+  Result<std::unique_ptr<FileLock>> lock = storage_->LockFile(Path("no/dir/LOCK"));
+  EXPECT_EQ(lock.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(lock.status().message(), HasSubstr(Path("no/dir/LOCK")));
+}
+
+TEST_P(StorageConformanceTest, ManyThreadsRacingForOneLockNeverShareIt) {
+  std::atomic<int> inside{0};
+  std::atomic<int> max_inside{0};
+  std::atomic<int> taken{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) {
+        Result<std::unique_ptr<FileLock>> lock = storage_->LockFile(Path("LOCK"));
+        if (!lock.ok()) {
+          EXPECT_EQ(lock.status().code(), StatusCode::kFailedPrecondition)
+              << lock.status().ToString();
+          continue;
+        }
+        ++taken;
+        int now = ++inside;
+        int seen = max_inside.load();
+        while (now > seen && !max_inside.compare_exchange_weak(seen, now)) {
+        }
+        --inside;
+        EXPECT_TRUE(storage_->UnlockFile(std::move(*lock)).ok());
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(max_inside.load(), 1);
+  EXPECT_GT(taken.load(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllStorages, StorageConformanceTest,

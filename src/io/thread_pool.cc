@@ -4,7 +4,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
+
+#include "src/base/guard.h"
 
 namespace shardpoint::internal {
 
@@ -65,7 +68,14 @@ struct ParallelForState {
       int64_t i = next.fetch_add(1);
       if (i >= n) return;
       if (!failed.load()) {
-        Status s = (*fn)(i);
+        // An exception becomes this index's error: thrown in a helper it
+        // would be lost with the dropped future, and `finished` never reach n.
+        Status s;
+        try {
+          s = (*fn)(i);
+        } catch (...) {
+          s = StatusFromCurrentException("parallel task " + std::to_string(i));
+        }
         if (!s.ok()) {
           std::lock_guard<std::mutex> lock(mu);
           if (error_index < 0 || i < error_index) {
@@ -96,7 +106,13 @@ struct ParallelForState {
 Status ParallelFor(ThreadPool* pool, int64_t n, const std::function<Status(int64_t)>& fn) {
   if (n <= 0) return OkStatus();
   if (pool == nullptr || n == 1) {
-    for (int64_t i = 0; i < n; ++i) SP_RETURN_IF_ERROR(fn(i));
+    for (int64_t i = 0; i < n; ++i) {
+      try {
+        SP_RETURN_IF_ERROR(fn(i));
+      } catch (...) {
+        return StatusFromCurrentException("parallel task " + std::to_string(i));
+      }
+    }
     return OkStatus();
   }
   auto state = std::make_shared<ParallelForState>(n, &fn);

@@ -34,7 +34,8 @@ class ThreadPool {
 };
 
 // Runs fn(i) for i in [0, n) on the pool (the caller's thread helps) and
-// returns the first error by index, after all tasks have finished.
+// returns the first error by index, after all tasks have finished. An
+// exception thrown by fn(i) is that index's error (StatusFromCurrentException).
 Status ParallelFor(ThreadPool* pool, int64_t n, const std::function<Status(int64_t)>& fn);
 
 }  // namespace shardpoint::internal

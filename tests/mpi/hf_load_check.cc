@@ -38,53 +38,30 @@ using ::testing::HasSubstr;
 constexpr char kPoison = static_cast<char>(0xc5);
 
 // Counts the bytes read from storage (ReadAt of every file opened through it).
-class CountingFile : public ReadableFile {
+class CountingFile : public ReadableFileWrapper {
  public:
   CountingFile(std::unique_ptr<ReadableFile> base, std::atomic<uint64_t>* bytes)
-      : base_(std::move(base)), bytes_(bytes) {}
+      : ReadableFileWrapper(std::move(base)), bytes_(bytes) {}
   Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
     *bytes_ += n;
-    return base_->ReadAt(offset, n, dst);
+    return ReadableFileWrapper::ReadAt(offset, n, dst);
   }
-  Result<uint64_t> Size() const override { return base_->Size(); }
-  const std::string& path() const override { return base_->path(); }
 
  private:
-  std::unique_ptr<ReadableFile> base_;
   std::atomic<uint64_t>* bytes_;
 };
 
-class CountingStorage : public Storage {
+class CountingStorage : public StorageWrapper {
  public:
-  explicit CountingStorage(Storage* base) : base_(base) {}
+  explicit CountingStorage(Storage* base) : StorageWrapper(base) {}
   uint64_t bytes() const { return bytes_.load(); }
 
-  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
-                                                        const WriteFileOptions& options) override {
-    return base_->NewWritableFile(path, options);
-  }
   Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
-    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, base_->NewReadableFile(path));
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, StorageWrapper::NewReadableFile(path));
     return std::unique_ptr<ReadableFile>(new CountingFile(std::move(f), &bytes_));
-  }
-  Status CreateDirs(const std::string& path) override { return base_->CreateDirs(path); }
-  Status SyncDir(const std::string& path) override { return base_->SyncDir(path); }
-  Status Rename(const std::string& from, const std::string& to) override {
-    return base_->Rename(from, to);
-  }
-  Result<bool> Exchange(const std::string& a, const std::string& b) override {
-    return base_->Exchange(a, b);
-  }
-  Status RemoveFile(const std::string& path) override { return base_->RemoveFile(path); }
-  Status RemoveAll(const std::string& path) override { return base_->RemoveAll(path); }
-  Result<bool> Exists(const std::string& path) override { return base_->Exists(path); }
-  Result<bool> IsDirectory(const std::string& path) override { return base_->IsDirectory(path); }
-  Result<std::vector<std::string>> ListDir(const std::string& path) override {
-    return base_->ListDir(path);
   }
 
  private:
-  Storage* base_;
   std::atomic<uint64_t> bytes_{0};
 };
 
