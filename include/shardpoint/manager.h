@@ -17,14 +17,14 @@
 // than the newest complete one (leftovers of killed saves). The newest
 // complete checkpoint and the one just committed are never removed.
 //
-// The lock: Open takes <root>/.lock with O_CREAT|O_EXCL (POSIX, rank 0) and
-// writes "pid <pid> host <hostname>" into it; a second job's Open fails with
-// FailedPrecondition naming the holder. A lock left by a dead process on the
-// same host (kill(pid, 0) says it does not exist) is stale and taken over;
-// one left by another host cannot be checked from here: remove the file by
-// hand once that job is known dead. The destructor releases the lock. Set
-// ManagerOptions::lock = false for non-POSIX storage (tests with
-// NewMemStorage) or when the scheduler guarantees exclusivity.
+// The lock: Open (rank 0) takes <root>/.lock through Storage::LockFile, a
+// kernel lock that belongs to the open file and dies with the process that
+// holds it, however it dies: a killed or restarted job (same host, same pid
+// in a restarted container) never leaves a stale lock behind. A second job's
+// Open fails with FailedPrecondition naming the holder ("pid <pid> on host
+// '<host>'", as the holder wrote it into the file). Close() or the destructor
+// removes the file and releases the lock. Set ManagerOptions::lock = false
+// when the scheduler guarantees exclusivity.
 //
 // Collective methods (Open, Save, SaveAsync, MarkCommitted, Resume) are called
 // by every rank with the same arguments; the others are local. Not
@@ -47,7 +47,7 @@ struct ManagerOptions {
   Storage* storage = nullptr;
   // Keep the newest N complete checkpoints. Default 0: keep all.
   int keep_last = 0;
-  // Take the POSIX lock file (requires `root` to be a POSIX path). Default true.
+  // Take <root>/.lock (Storage::LockFile). Default true.
   bool lock = true;
 };
 
@@ -56,7 +56,11 @@ class CheckpointManager {
   // Collective. Creates `root` if needed and, on rank 0, takes the lock.
   static Result<std::unique_ptr<CheckpointManager>> Open(const std::string& root, Comm& comm,
                                                          const ManagerOptions& options = {});
-  ~CheckpointManager();  // releases the lock
+  ~CheckpointManager();  // Close()
+  // Local: releases the lock now (rank 0). Afterwards Save, SaveAsync and
+  // MarkCommitted fail with FailedPrecondition; the local queries still work.
+  // Idempotent. REQUIRES: no SaveAsync of this manager in flight.
+  Status Close();
   CheckpointManager(const CheckpointManager&) = delete;
   CheckpointManager& operator=(const CheckpointManager&) = delete;
 
@@ -78,7 +82,8 @@ class CheckpointManager {
   SaveHandle SaveAsync(AsyncSaver& saver, const State& state, int64_t iteration, Comm& comm,
                        const SaveOptions& options = {});
   // Collective, after the checkpoint of `iteration` committed: rank 0 updates
-  // `latest` and applies retention.
+  // `latest` and applies retention. An error says that the checkpoint itself
+  // committed (it is complete, and Resume finds it) and which step failed.
   Status MarkCommitted(int64_t iteration, Comm& comm);
   // Collective: the newest complete checkpoint's iteration as rank 0 sees it
   // (every rank gets the same answer), or nullopt if there is none.
@@ -91,9 +96,11 @@ class CheckpointManager {
   CheckpointManager(std::string root, const ManagerOptions& options);
   std::string root_;
   ManagerOptions options_;
+  Status CheckOpen() const;
+  Status ApplyRetention(int64_t iteration);  // rank 0
   Storage* storage_;
-  std::string lock_path_;  // set while this object holds the lock
-  std::string lock_token_;
+  std::unique_ptr<FileLock> lock_;  // rank 0, while open, unless options.lock is false
+  bool closed_ = false;
 };
 
 }  // namespace shardpoint

@@ -17,6 +17,11 @@
 // complete (with the fallback, a crash between its two renames leaves
 // `dir.old` and `dir.partial`, both complete, and no `dir`);
 // PrepareDirectory of the next overwrite removes the leftovers.
+//
+// Removing a checkpoint (the old one in 4, retention in manager.cc) runs the
+// commit backwards: remove the manifest, fsync the directory, then remove the
+// data. A crash in between leaves data without a manifest, which is no
+// checkpoint, never a manifest whose data is gone.
 #include "src/checkpoint/commit.h"
 
 namespace shardpoint::internal {
@@ -49,13 +54,14 @@ Result<std::string> PrepareDirectory(Storage* storage, const std::string& dir, b
   }
   const std::string w = exists ? StripSlash(dir) + ".partial" : dir;
   if (w != dir) {
-    SP_RETURN_IF_ERROR(storage->RemoveAll(w));
-    SP_RETURN_IF_ERROR(storage->RemoveAll(StripSlash(dir) + ".old"));
+    SP_RETURN_IF_ERROR(RemoveCheckpoint(storage, w));
+    SP_RETURN_IF_ERROR(RemoveCheckpoint(storage, StripSlash(dir) + ".old"));
   }
   SP_RETURN_IF_ERROR(storage->CreateDirs(w));
   SP_RETURN_IF_ERROR(storage->RemoveAll(JoinPath(w, kDataDir)));
-  SP_ASSIGN_OR_RETURN(bool tmp, storage->Exists(JoinPath(w, "manifest.tmp")));
-  if (tmp) SP_RETURN_IF_ERROR(storage->RemoveFile(JoinPath(w, "manifest.tmp")));
+  // Not Exists (which follows links): a dangling link left there goes too.
+  Status removed = storage->RemoveFile(JoinPath(w, "manifest.tmp"));
+  if (!removed.ok() && removed.code() != StatusCode::kNotFound) return removed;
   SP_RETURN_IF_ERROR(storage->CreateDirs(JoinPath(w, kDataDir)));
   return w;
 }
@@ -71,13 +77,33 @@ Status CommitCheckpoint(Storage* storage, const std::string& dir, const std::str
   SP_ASSIGN_OR_RETURN(bool swapped, storage->Exchange(StripSlash(dir), w));
   if (swapped) {
     SP_RETURN_IF_ERROR(storage->SyncDir(Parent(StripSlash(dir))));
-    return storage->RemoveAll(w);
+    return RemoveCheckpoint(storage, w);
   }
   const std::string old = StripSlash(dir) + ".old";
   SP_RETURN_IF_ERROR(storage->Rename(StripSlash(dir), old));
   SP_RETURN_IF_ERROR(storage->Rename(w, StripSlash(dir)));
   SP_RETURN_IF_ERROR(storage->SyncDir(Parent(StripSlash(dir))));
-  return storage->RemoveAll(old);
+  return RemoveCheckpoint(storage, old);
+}
+
+Status RemoveFailedSave(Storage* storage, const std::string& dir, const std::string& w) {
+  SP_ASSIGN_OR_RETURN(bool committed, storage->Exists(JoinPath(w, kManifestName)));
+  if (committed) return OkStatus();
+  if (w != dir) return storage->RemoveAll(w);
+  Status first = storage->RemoveAll(JoinPath(w, kDataDir));
+  Status tmp = storage->RemoveFile(JoinPath(w, "manifest.tmp"));
+  if (first.ok() && tmp.code() != StatusCode::kNotFound) first = tmp;
+  return first;  // `dir` itself stays: it may have existed before
+}
+
+Status RemoveCheckpoint(Storage* storage, const std::string& dir) {
+  const std::string manifest = JoinPath(dir, kManifestName);
+  SP_ASSIGN_OR_RETURN(bool exists, storage->Exists(manifest));
+  if (exists) {
+    SP_RETURN_IF_ERROR(storage->RemoveFile(manifest));
+    SP_RETURN_IF_ERROR(storage->SyncDir(dir));
+  }
+  return storage->RemoveAll(dir);
 }
 
 Result<std::string> ReadManifestBytes(Storage* storage, const std::string& dir) {

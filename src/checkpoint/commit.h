@@ -22,6 +22,20 @@ Result<std::string> PrepareDirectory(Storage* storage, const std::string& dir, b
 Status CommitCheckpoint(Storage* storage, const std::string& dir, const std::string& write_dir,
                         const Manifest& manifest);
 
+// Removes checkpoint directory `dir` so that no crash at any point leaves it
+// looking complete without its data: removes `dir`/manifest, fsyncs `dir`,
+// then removes the rest (whose order a filesystem chooses: ext4 lists in hash
+// order, which may put data/ first). OK if `dir` does not exist.
+Status RemoveCheckpoint(Storage* storage, const std::string& dir);
+
+// Rank 0, after the agreed failure of a save into `dir` that wrote into `w`
+// (PrepareDirectory's result): removes its data files and manifest.tmp, and
+// `w` itself when it is the `.partial` of an overwrite. Does
+// nothing if `w` holds a manifest (the commit point passed: that is a
+// complete checkpoint). Best effort: returns the first error, having tried
+// everything.
+Status RemoveFailedSave(Storage* storage, const std::string& dir, const std::string& w);
+
 // The bytes of `dir`/manifest. NotFound if there is none.
 Result<std::string> ReadManifestBytes(Storage* storage, const std::string& dir);
 // Reads and decodes `dir`/manifest. NotFound if there is none.

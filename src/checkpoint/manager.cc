@@ -6,18 +6,16 @@
 //   3. fsync <root>.
 // A crash before 2 leaves the previous `latest` (and maybe latest.tmp, which
 // the next update overwrites); after 2 the new one. Either way `latest`
-// names a complete checkpoint. Retention runs after 3, so a crash inside it
-// only leaves extra directories behind.
+// names a complete checkpoint. Retention runs after 3 and removes each
+// checkpoint manifest first (internal::RemoveCheckpoint), so a crash inside
+// it only leaves extra directories behind, none of them with a manifest and
+// without its data.
 #include "shardpoint/manager.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
+#include <cstdio>
 
+#include "src/base/guard.h"
 #include "src/checkpoint/commit.h"
 
 namespace shardpoint {
@@ -54,77 +52,6 @@ std::optional<int64_t> ParseDecimal(std::string s) {
   return v;
 }
 
-// The lock's only errno conversion.
-Status LockError(const std::string& what, int err) {
-  return IOError(what + ": " + std::strerror(err));
-}
-
-std::string Hostname() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown-host";
-  return buf;
-}
-
-// "pid <pid> host <host>"; pid 0 if unparsable.
-void ParseLock(const std::string& text, long* pid, std::string* host) {
-  *pid = 0;
-  host->clear();
-  char h[256] = {};
-  if (std::sscanf(text.c_str(), "pid %ld host %255s", pid, h) == 2) *host = h;
-}
-
-Result<std::string> ReadLock(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return LockError("open " + path, errno);
-  char buf[512];
-  ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  int err = errno;
-  ::close(fd);
-  if (n < 0) return LockError("read " + path, err);
-  return std::string(buf, static_cast<size_t>(n));
-}
-
-// Takes `path` with O_EXCL, taking over a stale lock of a dead process on
-// this host (once).
-Status AcquireLock(const std::string& path, const std::string& token) {
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      ssize_t n = ::write(fd, token.data(), token.size());
-      int err = errno;
-      if (n != static_cast<ssize_t>(token.size()) || ::fsync(fd) != 0) {
-        ::close(fd);
-        ::unlink(path.c_str());
-        return LockError("write lock file " + path, n < 0 ? err : EIO);
-      }
-      ::close(fd);
-      return OkStatus();
-    }
-    if (errno != EEXIST) return LockError("create lock file " + path, errno);
-    Result<std::string> held = ReadLock(path);
-    if (!held.ok()) {
-      if (::access(path.c_str(), F_OK) != 0) continue;  // released meanwhile
-      return held.status();
-    }
-    long pid;
-    std::string host;
-    ParseLock(*held, &pid, &host);
-    const bool stale =
-        pid > 0 && host == Hostname() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
-    if (stale && attempt == 0) {
-      ::unlink(path.c_str());  // a dead process on this host: take over
-      continue;
-    }
-    return FailedPreconditionError(
-        "checkpoint directory is locked by another job: lock file '" + path + "' is held by " +
-        (pid > 0 ? "pid " + std::to_string(pid) + " on host '" + host + "'"
-                 : "an unknown holder ('" + *held + "')") +
-        "; two jobs must not write into the same directory. If that job is dead (and on "
-        "another host), remove the lock file.");
-  }
-  return FailedPreconditionError("could not take lock file '" + path + "'");
-}
-
 }  // namespace
 
 CheckpointManager::CheckpointManager(std::string root, const ManagerOptions& options)
@@ -132,11 +59,17 @@ CheckpointManager::CheckpointManager(std::string root, const ManagerOptions& opt
       options_(options),
       storage_(options.storage ? options.storage : DefaultStorage()) {}
 
-CheckpointManager::~CheckpointManager() {
-  if (lock_path_.empty()) return;
-  // Release only a lock that is still ours.
-  Result<std::string> held = ReadLock(lock_path_);
-  if (held.ok() && *held == lock_token_) ::unlink(lock_path_.c_str());
+CheckpointManager::~CheckpointManager() { Close().IgnoreError(); }
+
+Status CheckpointManager::Close() {
+  closed_ = true;
+  if (lock_ == nullptr) return OkStatus();
+  return storage_->UnlockFile(std::move(lock_));
+}
+
+Status CheckpointManager::CheckOpen() const {
+  if (!closed_) return OkStatus();
+  return FailedPreconditionError("the CheckpointManager of '" + root_ + "' is closed");
 }
 
 Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(const std::string& root,
@@ -145,15 +78,20 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(const std::st
   if (root.empty()) return InvalidArgumentError("CheckpointManager: empty root directory");
   std::unique_ptr<CheckpointManager> m(new CheckpointManager(root, options));
   Status s;
-  if (comm.rank() == 0) {
-    s = m->storage_->CreateDirs(root);
-    if (s.ok() && options.lock) {
-      const std::string path = JoinPath(root, kLockName);
-      const std::string token = "pid " + std::to_string(::getpid()) + " host " + Hostname() + "\n";
-      s = AcquireLock(path, token);
-      if (s.ok()) m->lock_path_ = path, m->lock_token_ = token;
-    }
-  }
+  if (comm.rank() == 0)
+    s = internal::Guarded("opening '" + root + "'", [&]() -> Status {
+      SP_RETURN_IF_ERROR(m->storage_->CreateDirs(root));
+      if (!options.lock) return OkStatus();
+      Result<std::unique_ptr<FileLock>> lock = m->storage_->LockFile(JoinPath(root, kLockName));
+      if (lock.ok()) {
+        m->lock_ = std::move(*lock);
+        return OkStatus();
+      }
+      if (lock.status().code() != StatusCode::kFailedPrecondition) return lock.status();
+      return FailedPreconditionError("checkpoint directory '" + root +
+                                     "' is locked by another job: " + lock.status().message() +
+                                     "; two jobs must not write into the same directory");
+    });
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
   return m;
 }
@@ -197,41 +135,60 @@ Result<std::optional<int64_t>> CheckpointManager::Tracker() const {
 }
 
 Status CheckpointManager::MarkCommitted(int64_t iteration, Comm& comm) {
-  Status s;
-  if (comm.rank() == 0) {
-    s = [&]() -> Status {
-      // The tracker: write, fsync, rename, fsync the directory.
-      const std::string tmp = JoinPath(root_, std::string(kTracker) + ".tmp");
+  Status s = CheckOpen();
+  if (s.ok() && comm.rank() == 0) {
+    // The tracker: write, fsync, rename, fsync the directory.
+    const std::string tmp = JoinPath(root_, std::string(kTracker) + ".tmp");
+    s = internal::Guarded("updating the tracker", [&]() -> Status {
       SP_RETURN_IF_ERROR(storage_->WriteStringToFile(tmp, std::to_string(iteration) + "\n"));
       SP_RETURN_IF_ERROR(storage_->Rename(tmp, JoinPath(root_, kTracker)));
-      SP_RETURN_IF_ERROR(storage_->SyncDir(root_));
-      if (options_.keep_last <= 0) return OkStatus();
-      // Retention.
-      SP_ASSIGN_OR_RETURN(std::vector<int64_t> complete, CompleteIterations());
-      if (complete.empty()) return OkStatus();
-      const int64_t newest = complete.back();
-      const size_t keep = static_cast<size_t>(options_.keep_last);
-      for (size_t i = 0; i + keep < complete.size(); ++i) {
-        if (complete[i] == iteration) continue;
-        SP_RETURN_IF_ERROR(storage_->RemoveAll(PathFor(complete[i])));
-      }
-      SP_ASSIGN_OR_RETURN(std::vector<std::string> names, storage_->ListDir(root_));
-      for (const std::string& name : names) {
-        std::optional<int64_t> it = ParseIteration(name);
-        if (!it || *it >= newest || *it == iteration ||
-            std::binary_search(complete.begin(), complete.end(), *it)) {
-          continue;
-        }
-        SP_RETURN_IF_ERROR(storage_->RemoveAll(JoinPath(root_, name)));  // a killed save
-      }
       return storage_->SyncDir(root_);
-    }();
+    });
+    if (s.ok()) {
+      s = internal::Guarded("retention", [&] { return ApplyRetention(iteration); });
+      if (!s.ok()) {
+        s = Status(s.code(), "checkpoint '" + PathFor(iteration) + "' committed and '" +
+                                 JoinPath(root_, kTracker) +
+                                 "' names it, but retention failed: " + s.message());
+      }
+    } else {
+      s = Status(s.code(), "checkpoint '" + PathFor(iteration) +
+                               "' committed (it is complete and loads; resume finds it), but "
+                               "updating '" +
+                               JoinPath(root_, kTracker) + "' failed: " + s.message());
+    }
+  } else if (!s.ok()) {
+    s = Status(s.code(), "checkpoint '" + PathFor(iteration) + "' committed, but '" +
+                             JoinPath(root_, kTracker) + "' was not updated: " + s.message());
   }
   return AgreeOnStatus(comm, s);
 }
 
+Status CheckpointManager::ApplyRetention(int64_t iteration) {
+  if (options_.keep_last <= 0) return OkStatus();
+  SP_ASSIGN_OR_RETURN(std::vector<int64_t> complete, CompleteIterations());
+  if (complete.empty()) return OkStatus();
+  const int64_t newest = complete.back();
+  const size_t keep = static_cast<size_t>(options_.keep_last);
+  for (size_t i = 0; i + keep < complete.size(); ++i) {
+    if (complete[i] == iteration) continue;
+    SP_RETURN_IF_ERROR(internal::RemoveCheckpoint(storage_, PathFor(complete[i])));
+  }
+  SP_ASSIGN_OR_RETURN(std::vector<std::string> names, storage_->ListDir(root_));
+  for (const std::string& name : names) {
+    std::optional<int64_t> it = ParseIteration(name);
+    if (!it || *it >= newest || *it == iteration ||
+        std::binary_search(complete.begin(), complete.end(), *it)) {
+      continue;
+    }
+    SP_RETURN_IF_ERROR(storage_->RemoveAll(JoinPath(root_, name)));  // a killed save
+  }
+  return storage_->SyncDir(root_);
+}
+
 Result<SaveStats> CheckpointManager::Save(const State& state, int64_t iteration, Comm& comm,
                                           const SaveOptions& options) {
+  SP_RETURN_IF_ERROR(CheckOpen());
   SaveOptions o = options;
   if (!o.storage) o.storage = storage_;
   SP_ASSIGN_OR_RETURN(SaveStats stats, shardpoint::Save(state, PathFor(iteration), comm, o));
@@ -252,7 +209,8 @@ Result<std::optional<int64_t>> CheckpointManager::AgreeOnLatest(Comm& comm) cons
   std::string chosen;  // decimal, or empty: none
   Status s;
   if (comm.rank() == 0) {
-    Result<std::optional<int64_t>> latest = LatestComplete();
+    Result<std::optional<int64_t>> latest =
+        internal::Guarded("finding the latest checkpoint", [&] { return LatestComplete(); });
     s = latest.status();
     if (s.ok() && *latest) chosen = std::to_string(**latest);
   }
