@@ -71,9 +71,11 @@ struct LoadOptions {
   Storage* storage = nullptr;  // Default: DefaultStorage()
   int io_threads = 4;
   // Requested keys absent from the checkpoint are skipped (and reported)
-  // instead of an error. Default false.
+  // instead of an error. Default false: NotFound naming every rank's missing
+  // keys (and the unexpected ones too, unless allowed).
   bool allow_missing_keys = false;
-  // Stored keys no rank requested are reported instead of an error. Default false.
+  // Stored keys no rank requested are reported instead of an error. Default
+  // false: InvalidArgument naming them.
   bool allow_unexpected_keys = false;
   // Convert stored dtypes to the requested ones. Default false: mismatch errors.
   bool allow_dtype_conversion = false;

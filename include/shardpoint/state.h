@@ -32,7 +32,9 @@ struct State {
   // One replicated blob (iteration, scheduler, config). On save, rank 0's is
   // written; on load, every rank that sets it (to anything) receives it.
   std::optional<std::string> common;
-  // User metadata as a JSON text. Save: rank 0's is stored. Load: filled in.
+  // User metadata as a JSON text (or empty). Save: rank 0's is stored; it
+  // must be valid JSON in UTF-8 nested at most 128 deep, else InvalidArgument.
+  // Load: filled in.
   std::string metadata_json;
 };
 

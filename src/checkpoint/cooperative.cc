@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "src/base/bytes.h"
+#include "src/base/guard.h"
 #include "src/geometry/view.h"
 
 namespace shardpoint::internal {
@@ -121,7 +122,10 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
   std::map<Identity, Group> groups;
   std::vector<uint64_t> load(n, 0);
   Status s;
-  for (int r = 0; r < n && s.ok(); ++r) s = DecodeInto(all[r], r, &groups, &load[r]);
+  s = Guarded("cooperative load: decoding the plans", [&]() -> Status {
+    for (int r = 0; r < n; ++r) SP_RETURN_IF_ERROR(DecodeInto(all[r], r, &groups, &load[r]));
+    return OkStatus();
+  });
   all.clear();
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
 
@@ -150,7 +154,8 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
     mine.bytes += plan.pieces[i].nbytes;
   }
   ReadStats read;
-  s = ExecuteLoadPlan(m, mine, files, pool, options, &read);
+  s = Guarded("cooperative load: reading",
+              [&] { return ExecuteLoadPlan(m, mine, files, pool, options, &read); });
   stats->bytes_read += read.bytes.load();
   stats->requests += read.requests.load();
   stats->bytes_needed += read.needed.load();
@@ -166,19 +171,25 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
       ++end;
     }
     std::vector<std::string> send(n), recv;
-    for (size_t gi = next; gi < end; ++gi) {
-      const Group& g = *shared[gi];
-      if (g.holders[g.reader].rank != me) continue;
-      const View& src = plan.pieces[g.holders[g.reader].piece].dst;
-      for (int h = 0; h < static_cast<int>(g.holders.size()); ++h) {
-        if (h == g.reader) continue;
-        std::string& out = send[g.holders[h].rank];
-        const size_t at = out.size();
-        out.resize(at + g.nbytes);
-        StridedCopy(ContiguousView(out.data() + at, src.elem_size, src.shape), src);
-        stats->bytes_sent += g.nbytes;
+    // Agreed before the exchange, so that a rank that cannot pack its
+    // pieces stops every rank with its own error.
+    Status built = Guarded("cooperative load: packing pieces to send", [&]() -> Status {
+      for (size_t gi = next; gi < end; ++gi) {
+        const Group& g = *shared[gi];
+        if (g.holders[g.reader].rank != me) continue;
+        const View& src = plan.pieces[g.holders[g.reader].piece].dst;
+        for (int h = 0; h < static_cast<int>(g.holders.size()); ++h) {
+          if (h == g.reader) continue;
+          std::string& out = send[g.holders[h].rank];
+          const size_t at = out.size();
+          out.resize(at + g.nbytes);
+          StridedCopy(ContiguousView(out.data() + at, src.elem_size, src.shape), src);
+          stats->bytes_sent += g.nbytes;
+        }
       }
-    }
+      return OkStatus();
+    });
+    SP_RETURN_IF_ERROR(AgreeOnStatus(comm, built));
     SP_RETURN_IF_ERROR(comm.AllToAll(send, &recv));
     send.clear();
     std::vector<size_t> cursor(n, 0);

@@ -5,16 +5,19 @@
 //      chunks carry no checksums, so none are verified);
 //   2. every rank checks its requests (missing keys, dtype, shape) and the
 //      ranks exchange bitmaps of the stored tensors they requested, so that
-//      keys no rank asked for are reported as unexpected;   (agree)
+//      keys no rank asked for are reported as unexpected, and their missing
+//      keys, so that one error names both kinds;           (agree)
 //   3. every rank plans and executes its reads;             (agree)
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 
 #include "shardpoint/checkpoint.h"
+#include "src/base/guard.h"
 #include "src/checkpoint/commit.h"
 #include "src/checkpoint/cooperative.h"
 #include "src/checkpoint/reader.h"
+#include "src/checkpoint/requests.h"
 #include "src/dcp/dcp_dir.h"
 #include "src/geometry/view.h"
 #include "src/plan/load_plan.h"
@@ -22,13 +25,6 @@
 namespace shardpoint {
 namespace internal {
 namespace {
-
-std::string KeyList(const std::vector<std::string>& keys) {
-  std::string s;
-  for (size_t i = 0; i < keys.size() && i < 10; ++i) s += (i ? ", " : "") + ("'" + keys[i] + "'");
-  if (keys.size() > 10) s += ", ... (" + std::to_string(keys.size()) + " in all)";
-  return s;
-}
 
 const ObjectRecord* FindObject(const Manifest& m, const Object& o) {
   auto it = std::lower_bound(m.objects.begin(), m.objects.end(), o,
@@ -105,6 +101,15 @@ Status LoadObjects(const Manifest& m, State& state, DataFiles* files, bool verif
   for (Object& o : state.objects) {
     const ObjectRecord* r = FindObject(m, o);
     if (!r) continue;
+    // The size comes from disk: bound it by the file before allocating.
+    SP_ASSIGN_OR_RETURN(const ReadableFile* file, files->Get(r->file));
+    SP_ASSIGN_OR_RETURN(uint64_t file_size, file->Size());
+    if (r->offset > file_size || r->nbytes > file_size - r->offset) {
+      return DataLossError("object '" + o.key + "' in '" + m.files[r->file] + "': bytes [" +
+                           std::to_string(r->offset) + ", " +
+                           std::to_string(r->offset + r->nbytes) + ") lie beyond the end of the " +
+                           std::to_string(file_size) + "-byte file");
+    }
     o.bytes.resize(r->nbytes);
     const std::string what = "object '" + o.key + "'";
     if (!verify) {
@@ -141,8 +146,10 @@ void ZeroFill(const View& v) {
 
 using namespace internal;
 
-Result<LoadResult> Load(State& state, const std::string& dir, Comm& comm,
-                        const LoadOptions& options) {
+namespace {
+
+Result<LoadResult> LoadCollective(State& state, const std::string& dir, Comm& comm,
+                                  const LoadOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   Storage* storage = options.storage ? options.storage : DefaultStorage();
 
@@ -151,54 +158,50 @@ Result<LoadResult> Load(State& state, const std::string& dir, Comm& comm,
   std::string bytes;
   Status s;
   if (comm.rank() == 0) {
-    Result<std::string> read = ReadIndexBytes(storage, dir);
+    Result<std::string> read =
+        Guarded("load: reading the manifest", [&] { return ReadIndexBytes(storage, dir); });
     s = read.status();
     if (read.ok()) bytes = std::move(*read);
   }
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
   SP_RETURN_IF_ERROR(comm.Broadcast(&bytes, 0));
   const bool dcp = !bytes.empty() && bytes[0] == 'D';
-  Result<Manifest> manifest =
-      dcp ? DecodeDcpManifest(std::string_view(bytes).substr(1), dir)
-          : DecodeManifest(std::string_view(bytes).substr(1), JoinPath(dir, kManifestName));
+  Result<Manifest> manifest = Guarded("load: decoding the manifest", [&] {
+    return dcp ? DecodeDcpManifest(std::string_view(bytes).substr(1), dir)
+               : DecodeManifest(std::string_view(bytes).substr(1), JoinPath(dir, kManifestName));
+  });
   bytes.clear();
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, manifest.status()));
   const Manifest& m = *manifest;
 
-  // 2. Requests.
+  // 2. Requests. Missing keys travel with the bitmaps, so that a strict load
+  // names every rank's missing keys and the unexpected ones in one error.
   LoadResult result;
   std::string wanted;
-  s = CheckRequests(m, state, options, &result.missing_keys, &wanted);
-  if (s.ok() && !result.missing_keys.empty() && !options.allow_missing_keys) {
-    s = NotFoundError("checkpoint '" + dir + "' lacks requested keys " +
-                      KeyList(result.missing_keys) + " (allow_missing_keys skips them)");
-  }
+  s = Guarded("load: checking the requests",
+              [&] { return CheckRequests(m, state, options, &result.missing_keys, &wanted); });
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
-  std::vector<std::string> all;
-  SP_RETURN_IF_ERROR(comm.AllGather(wanted, &all));
-  for (size_t i = 0; i < wanted.size(); ++i) {
-    bool any = false;
-    for (const std::string& w : all) any = any || (w.size() == wanted.size() && w[i]);
-    if (any) continue;
-    result.unexpected_keys.push_back(i < m.tensors.size() ? m.tensors[i].key
-                                                          : m.objects[i - m.tensors.size()].key);
-  }
-  std::sort(result.unexpected_keys.begin(), result.unexpected_keys.end());
-  result.unexpected_keys.erase(
-      std::unique(result.unexpected_keys.begin(), result.unexpected_keys.end()),
-      result.unexpected_keys.end());
-  s = OkStatus();
-  if (!result.unexpected_keys.empty() && !options.allow_unexpected_keys) {
-    s = InvalidArgumentError("checkpoint '" + dir +
-                             "' holds keys no rank requested: " + KeyList(result.unexpected_keys) +
-                             " (allow_unexpected_keys ignores them)");
+  Result<GatheredRequests> gathered = GatherRequests(comm, wanted, result.missing_keys);
+  s = gathered.status();
+  if (s.ok()) {
+    for (size_t i : gathered->unrequested) {
+      result.unexpected_keys.push_back(i < m.tensors.size() ? m.tensors[i].key
+                                                            : m.objects[i - m.tensors.size()].key);
+    }
+    std::sort(result.unexpected_keys.begin(), result.unexpected_keys.end());
+    result.unexpected_keys.erase(
+        std::unique(result.unexpected_keys.begin(), result.unexpected_keys.end()),
+        result.unexpected_keys.end());
+    s = RequestsError("checkpoint '" + dir + "'", gathered->missing, options.allow_missing_keys,
+                      result.unexpected_keys, options.allow_unexpected_keys);
   }
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
 
   // 3. Reads: planned on every rank, then executed alone or cooperatively.
-  Result<std::vector<Region>> regions = BuildRegions(state.tensors);
-  Result<LoadPlan> plan =
-      regions.ok() ? PlanLoad(m, *regions, options.allow_shape_mismatch) : regions.status();
+  Result<LoadPlan> plan = Guarded("load: planning", [&]() -> Result<LoadPlan> {
+    SP_ASSIGN_OR_RETURN(std::vector<Region> regions, BuildRegions(state.tensors));
+    return PlanLoad(m, regions, options.allow_shape_mismatch);
+  });
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, plan.status()));
   for (const View& v : plan->zero_fill) ZeroFill(v);
   ThreadPool pool(std::max(1, options.io_threads));
@@ -218,20 +221,32 @@ Result<LoadResult> Load(State& state, const std::string& dir, Comm& comm,
     s = OkStatus();
   } else {
     ReadStats read;
-    s = ExecuteLoadPlan(m, *plan, &files, &pool, read_options, &read);
+    s = Guarded("load: reading",
+                [&] { return ExecuteLoadPlan(m, *plan, &files, &pool, read_options, &read); });
     result.bytes_read = read.bytes.load();
     result.requests = read.requests.load();
     result.bytes_needed = read.needed.load();
   }
   if (s.ok()) {
     uint64_t object_bytes = 0;
-    s = LoadObjects(m, state, &files, /*verify=*/!dcp, &object_bytes, &result.requests);
+    s = Guarded("load: reading objects", [&] {
+      return LoadObjects(m, state, &files, /*verify=*/!dcp, &object_bytes, &result.requests);
+    });
     result.bytes_read += object_bytes;
     result.bytes_needed += object_bytes;
   }
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
+}
+
+}  // namespace
+
+// Every local step is Guarded (its exception goes through the agreement that
+// follows); this catches what a collective call itself throws.
+Result<LoadResult> Load(State& state, const std::string& dir, Comm& comm,
+                        const LoadOptions& options) {
+  return Guarded("load", [&] { return LoadCollective(state, dir, comm, options); });
 }
 
 }  // namespace shardpoint

@@ -8,6 +8,8 @@
 //      same deterministic plan;               (agree)
 //   4. every writer writes and fsyncs its data file;  (agree)
 //   5. checksums are gathered to rank 0, which commits (commit.cc). (agree)
+// When the agreed outcome is failure, rank 0 removes what the save wrote
+// (RemoveFailedSave), so that a failed save does not keep the space it took.
 // With a SavePlanCache, step 3 still all-gathers but skips decoding and
 // planning when the gathered bytes hash to the cached plan's key; all ranks
 // see the same bytes, so they hit or miss together. Rank 0 reports the
@@ -18,6 +20,7 @@
 
 #include "shardpoint/checkpoint.h"
 #include "src/base/bytes.h"
+#include "src/base/guard.h"
 #include "src/checkpoint/commit.h"
 #include "src/checkpoint/replica_check.h"
 #include "src/checkpoint/writer.h"
@@ -160,8 +163,9 @@ std::string SaveSummary(const std::string& dir, const SaveStats& st) {
   return "shardpoint: saved checkpoint '" + dir + "' (committed): " + buf;
 }
 
+// `write_dir` receives the directory the ranks write into, once known.
 Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Comm& comm,
-                                 const SaveOptions& options) {
+                                 const SaveOptions& options, std::string* write_dir_out) {
   const auto start = std::chrono::steady_clock::now();
   const int64_t hits_before = options.plan_cache ? options.plan_cache->hits() : 0;
   Storage* storage = options.storage ? options.storage : DefaultStorage();
@@ -171,25 +175,36 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   std::string write_dir;
   Status s;
   if (rank == 0) {
-    Result<std::string> w = PrepareDirectory(storage, dir, options.overwrite);
+    Result<std::string> w = Guarded("preparing '" + dir + "'", [&] {
+      return PrepareDirectory(storage, dir, options.overwrite);
+    });
     s = w.status();
     if (w.ok()) write_dir = *w;
   }
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
   SP_RETURN_IF_ERROR(comm.Broadcast(&write_dir, 0));
+  *write_dir_out = write_dir;
 
   // 2. Regions.
-  Result<std::vector<Region>> regions = BuildRegions(state.tensors);
+  Result<std::vector<Region>> regions =
+      Guarded("save: describing the state", [&] { return BuildRegions(state.tensors); });
   Result<Contribution> mine =
-      regions.ok() ? MakeContribution(state, *regions) : Result<Contribution>(regions.status());
+      regions.ok()
+          ? Guarded("save: describing the state", [&] { return MakeContribution(state, *regions); })
+          : Result<Contribution>(regions.status());
+  if (mine.ok() && rank == 0) {  // rank 0's metadata is the one stored
+    Status md = CheckMetadataJson(state.metadata_json);
+    if (!md.ok()) mine = md;
+  }
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, mine.status()));
 
   // 3. The plan.
   const auto plan_start = std::chrono::steady_clock::now();
   std::vector<std::string> all;
   SP_RETURN_IF_ERROR(comm.AllGather(EncodeContribution(*mine), &all));
-  Result<std::shared_ptr<SavePlan>> plan =
-      PlanFromGathered(all, options.plan_cache, options.verify_replicas);
+  Result<std::shared_ptr<SavePlan>> plan = Guarded("save: planning", [&] {
+    return PlanFromGathered(all, options.plan_cache, options.verify_replicas);
+  });
   all.clear();
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, plan.status()));
   const bool plan_cached = options.plan_cache && options.plan_cache->hits() > hits_before;
@@ -201,46 +216,47 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   std::vector<uint64_t> sums;
   std::vector<std::vector<uint64_t>> block_sums;
   const uint64_t block_size = (*plan)->manifest.block_size;
-  s = OkStatus();
-  ThreadPool pool(std::max(1, options.io_threads));
-  if (rf.file >= 0) {
-    Result<std::vector<uint64_t>> written = WriteDataFile(
-        storage, JoinPath(write_dir, (*plan)->manifest.files[rf.file]), rf,
-        Sources(rf, *regions, state), &pool,
-        WriterOptions{options.staging_bytes, 3, options.direct_io, options.preallocate, block_size},
-        &block_sums);
-    s = written.status();
-    if (written.ok()) sums = std::move(*written);
-  }
-  if (s.ok() && !rf.replicas.empty()) {
-    std::vector<uint64_t> replica_sums = ReplicaChecksums(rf, *regions, state, &pool);
-    sums.insert(sums.end(), replica_sums.begin(), replica_sums.end());
-  }
+  s = Guarded("save: writing rank " + std::to_string(rank) + "'s data file", [&]() -> Status {
+    ThreadPool pool(std::max(1, options.io_threads));
+    if (rf.file >= 0) {
+      SP_ASSIGN_OR_RETURN(
+          sums, WriteDataFile(storage, JoinPath(write_dir, (*plan)->manifest.files[rf.file]), rf,
+                              Sources(rf, *regions, state), &pool,
+                              WriterOptions{options.staging_bytes, 3, options.direct_io,
+                                            options.preallocate, block_size},
+                              &block_sums));
+    }
+    if (!rf.replicas.empty()) {
+      std::vector<uint64_t> replica_sums = ReplicaChecksums(rf, *regions, state, &pool);
+      sums.insert(sums.end(), replica_sums.begin(), replica_sums.end());
+    }
+    return OkStatus();
+  });
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
 
   // 5. Commit (rank 0 first compares replicas, with verify_replicas).
   SP_RETURN_IF_ERROR(comm.Gather(EncodeChecksums(sums, block_sums), 0, &all));
   block_sums.clear();
   s = OkStatus();
-  if (rank == 0) {
-    Manifest& m = (*plan)->manifest;
-    std::vector<std::vector<uint64_t>> replica_sums(all.size());
-    for (size_t r = 0; r < all.size() && s.ok(); ++r) {
-      const RankFile& file = (*plan)->ranks[r];
-      std::vector<std::vector<uint64_t>> blocks;
-      Result<std::vector<uint64_t>> got = DecodeChecksums(
-          all[r], file.items.size() + file.replicas.size(), static_cast<int>(r), &blocks);
-      s = got.status();
-      if (!got.ok()) break;
-      ApplyChecksums(file, *got, blocks, &m);
-      replica_sums[r].assign(got->begin() + file.items.size(), got->end());
-    }
-    if (s.ok()) s = CompareReplicas(m, (*plan)->ranks, replica_sums);
-    m.has_common = state.common.has_value();
-    if (m.has_common) m.common = *state.common;
-    m.metadata_json = state.metadata_json;
-    if (s.ok()) s = CommitCheckpoint(storage, dir, write_dir, m);
-  }
+  if (rank == 0)
+    s = Guarded("save: committing '" + dir + "'", [&]() -> Status {
+      Manifest& m = (*plan)->manifest;
+      std::vector<std::vector<uint64_t>> replica_sums(all.size());
+      for (size_t r = 0; r < all.size(); ++r) {
+        const RankFile& file = (*plan)->ranks[r];
+        std::vector<std::vector<uint64_t>> blocks;
+        SP_ASSIGN_OR_RETURN(std::vector<uint64_t> got,
+                            DecodeChecksums(all[r], file.items.size() + file.replicas.size(),
+                                            static_cast<int>(r), &blocks));
+        ApplyChecksums(file, got, blocks, &m);
+        replica_sums[r].assign(got.begin() + file.items.size(), got.end());
+      }
+      SP_RETURN_IF_ERROR(CompareReplicas(m, (*plan)->ranks, replica_sums));
+      m.has_common = state.common.has_value();
+      if (m.has_common) m.common = *state.common;
+      m.metadata_json = state.metadata_json;
+      return CommitCheckpoint(storage, dir, write_dir, m);
+    });
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
 
   SaveStats stats;
@@ -259,7 +275,20 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
 Result<SaveStats> Save(const State& state, const std::string& dir, Comm& comm,
                        const SaveOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  Result<SaveStats> stats = SaveCollective(state, dir, comm, options);
+  std::string write_dir;
+  // Every local step is Guarded; this catches what a collective call throws.
+  Result<SaveStats> stats =
+      Guarded("save", [&] { return SaveCollective(state, dir, comm, options, &write_dir); });
+  // A failed save gives its space back (a full disk would otherwise stay
+  // full and fail every later save). Every rank has left the save's steps
+  // when it fails, so rank 0 alone removes every rank's files.
+  std::string cleanup;
+  if (!stats.ok() && comm.rank() == 0 && !write_dir.empty()) {
+    Storage* storage = options.storage ? options.storage : DefaultStorage();
+    Status removed = Guarded("cleanup", [&] { return RemoveFailedSave(storage, dir, write_dir); });
+    cleanup = removed.ok() ? "; its files were removed"
+                           : "; removing its files failed too: " + removed.ToString();
+  }
   // Every rank returns the same agreed outcome; rank 0 reports it, after the
   // commit (SaveCollective returns OK only once the manifest is durable).
   if (options.log && comm.rank() == 0) {
@@ -270,7 +299,7 @@ Result<SaveStats> Save(const State& state, const std::string& dir, Comm& comm,
                     : "shardpoint: save of '" + dir + "' FAILED after " + FormatSeconds(secs) +
                           " (not committed; the previous checkpoint "
                           "is untouched): " +
-                          stats.status().ToString());
+                          stats.status().ToString() + cleanup);
   }
   return stats;
 }

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "src/checkpoint/commit.h"
+#include "src/checkpoint/data_header.h"
 #include "src/checkpoint/reader.h"
 #include "src/format/safetensors.h"
 #include "src/io/thread_pool.h"
@@ -17,6 +18,24 @@ std::string ChunkWhere(const Manifest& m, const TensorRecord& t, size_t i) {
   const ChunkRecord& c = t.chunks[i];
   return "chunk " + std::to_string(i) + " in '" + m.files[c.file] + "' bytes [" +
          std::to_string(c.offset) + ", " + std::to_string(c.offset + c.nbytes) + ")";
+}
+
+// Every data file must be a valid safetensors file, and the one the writer
+// wrote: its header is exactly what the manifest implies, so that altered
+// padding or __metadata__ (which no entry check sees) is a fault too.
+void CompareHeaderBytes(const Manifest& m, size_t f, const std::string& raw,
+                        std::vector<VerifyFault>* faults) {
+  const std::string implied = ImpliedDataFileHeader(m, static_cast<uint32_t>(f));
+  if (raw == implied) return;
+  size_t at = 0;
+  while (at < raw.size() && at < implied.size() && raw[at] == implied[at]) ++at;
+  VerifyFault v;
+  v.kind = VerifyFault::Kind::kFileHeader;
+  v.file = m.files[f];
+  v.message = "'" + m.files[f] + "': header bytes [0, " + std::to_string(raw.size()) +
+              ") differ from the header the manifest implies (" + std::to_string(implied.size()) +
+              " bytes) from byte " + std::to_string(at);
+  faults->push_back(std::move(v));
 }
 
 // The safetensors header of every data file must describe exactly the
@@ -47,6 +66,7 @@ void CheckHeaders(Storage* storage, const std::string& dir, const Manifest& m,
   }
   for (size_t f = 0; f < m.files.size(); ++f) {
     const std::string path = JoinPath(dir, m.files[f]);
+    std::string raw;  // the header's bytes, length included
     Result<SafetensorsHeader> header = [&]() -> Result<SafetensorsHeader> {
       SP_ASSIGN_OR_RETURN(auto file, storage->NewReadableFile(path));
       SP_ASSIGN_OR_RETURN(uint64_t size, file->Size());
@@ -57,12 +77,14 @@ void CheckHeaders(Storage* storage, const std::string& dir, const Manifest& m,
       SP_ASSIGN_OR_RETURN(uint64_t n, DecodeSafetensorsHeaderLength(first8, size, path));
       std::string json(n, '\0');
       SP_RETURN_IF_ERROR(file->ReadAt(8, n, json.data()));
+      raw = first8 + json;
       return DecodeSafetensorsHeader(json, size, path);
     }();
     if (!header.ok()) {
       fault(f, header.status().ToString());
       continue;
     }
+    const size_t faults_before = faults->size();
     for (const SafetensorsEntry& e : header->entries) {
       auto it = expected[f].find(e.name);
       if (it == expected[f].end()) {
@@ -85,6 +107,7 @@ void CheckHeaders(Storage* storage, const std::string& dir, const Manifest& m,
     for (const auto& [name, e] : expected[f]) {
       fault(f, "'" + m.files[f] + "': the header lacks entry '" + name + "'");
     }
+    if (faults->size() == faults_before) CompareHeaderBytes(m, f, raw, faults);
   }
 }
 

@@ -23,6 +23,13 @@ std::vector<std::string> Messages(const std::vector<VerifyFault>& faults) {
   return out;
 }
 
+// 8 + N: where a data file's data region starts.
+size_t ChunkDataStart(const std::string& file) {
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(file[i]);
+  return static_cast<size_t>(8 + n);
+}
+
 // Two ranks, each holding rows [50r, 50r+50) of "a" [100, 7] F32 and a whole
 // replica of "b" [5] BF16, plus one object per rank.
 class VerifyTest : public ::testing::Test {
@@ -132,6 +139,51 @@ TEST_F(VerifyTest, TruncatedDataFileIsAFault) {
   ASSERT_FALSE(r->ok());
   EXPECT_THAT(::testing::PrintToString(Messages(r->faults)), HasSubstr(file));
   EXPECT_THAT(::testing::PrintToString(Messages(r->faults)), HasSubstr("tensor 'a' chunk 0"));
+}
+
+// The header's entries can be intact while its other bytes are not: the
+// file would still load, but it is no longer the file the writer wrote.
+TEST_F(VerifyTest, AlteredHeaderMetadataOrPaddingIsAFault) {
+  const std::string file = manifest_.files[0];
+  const std::string original = *storage_->ReadFileToString("ckpt/" + file);
+  auto expect_fault = [&](const std::string& what) {
+    Result<VerifyReport> r = Verify();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->faults.size(), 1u) << what << ": "
+                                    << ::testing::PrintToString(Messages(r->faults));
+    EXPECT_EQ(r->faults[0].kind, VerifyFault::Kind::kFileHeader);
+    EXPECT_EQ(r->faults[0].file, file);
+    EXPECT_THAT(r->faults[0].message, HasSubstr("'" + file + "': header bytes [0, "));
+    EXPECT_THAT(r->faults[0].message, HasSubstr("differ from the header the manifest implies"));
+    ASSERT_TRUE(storage_->WriteStringToFile("ckpt/" + file, original).ok());
+  };
+  Rewrite(file, [](std::string* b) {
+    size_t at = b->find(R"("version":"1")");
+    ASSERT_NE(at, std::string::npos);
+    (*b)[at + 11] = '2';
+  });
+  expect_fault("__metadata__ version changed");
+  Rewrite(file, [](std::string* b) {
+    // The same JSON with one more space inside and one less in the padding.
+    size_t at = b->find(R"({"__metadata__")");
+    ASSERT_NE(at, std::string::npos);
+    b->insert(at + 1, " ");
+    const size_t last_pad = ChunkDataStart(*b);  // shifted by the insertion
+    ASSERT_EQ((*b)[last_pad], ' ');
+    b->erase(last_pad, 1);
+  });
+  expect_fault("spacing moved");
+  // Every byte of the header, one bit each (seeded).
+  std::mt19937 rng(7);
+  const size_t header = ChunkDataStart(original);
+  for (size_t at = 0; at < header; at += 1) {
+    Rewrite(file, [&](std::string* b) { (*b)[at] ^= static_cast<char>(1 << (rng() % 8)); });
+    Result<VerifyReport> r = Verify();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_FALSE(r->ok()) << "a flip in header byte " << at << " passes verify";
+    ASSERT_TRUE(storage_->WriteStringToFile("ckpt/" + file, original).ok());
+    if (HasFailure()) break;
+  }
 }
 
 TEST_F(VerifyTest, TensorNotTiledIsAFault) {

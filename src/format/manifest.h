@@ -87,4 +87,9 @@ Result<Manifest> DecodeManifest(std::string_view bytes, const std::string& name)
 // A JSON rendering for the CLI (stable key order).
 std::string ManifestToJson(const Manifest& m, int indent = 2);
 
+// Save's check of State::metadata_json: empty, or one JSON value in valid
+// UTF-8 nested at most 128 deep (so that every reader, Python's json module
+// included, can decode it). InvalidArgument saying what is wrong and where.
+Status CheckMetadataJson(const std::string& text);
+
 }  // namespace shardpoint::internal

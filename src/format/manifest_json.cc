@@ -1,5 +1,6 @@
 // ManifestToJson: a readable rendering of a manifest for the CLI. Key order
 // is fixed (nlohmann::ordered_json) so the output is stable.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "src/base/hex.h"
@@ -83,6 +84,42 @@ std::string ManifestToJson(const Manifest& m, int indent) {
   }
   // Keys and metadata may hold invalid UTF-8: replace it rather than throw.
   return j.dump(indent, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+}
+
+Status CheckMetadataJson(const std::string& text) {
+  if (text.empty()) return OkStatus();
+  // Depth first, on the text, before the parser builds anything that deep.
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  if (max_depth > kMaxMetadataDepth) {
+    return InvalidArgumentError("metadata_json nests deeper than " +
+                                std::to_string(kMaxMetadataDepth) + " levels");
+  }
+  try {
+    Json parsed = Json::parse(text);
+    (void)parsed;
+  } catch (const Json::exception& e) {
+    // e.g. "parse error at line 1, column 7: syntax error ...; last read: '{"a'"
+    return InvalidArgumentError("metadata_json is not valid JSON: " + std::string(e.what()));
+  }
+  return OkStatus();
 }
 
 }  // namespace shardpoint::internal

@@ -173,6 +173,30 @@ Status CheckCoverage(const std::vector<SafetensorsEntry>& entries, uint64_t data
   return OkStatus();
 }
 
+// The header text is `{...}` followed only by spaces.
+Status CheckHeaderText(std::string_view json, const std::string& file) {
+  if (json.size() >= 3 && json.substr(0, 3) == "\xEF\xBB\xBF") {
+    return DataLossError(Prefix(file) +
+                         "header starts with a UTF-8 byte-order mark (bytes [8, 11))");
+  }
+  if (json.empty() || json[0] != '{') {
+    return DataLossError(Prefix(file) + "header does not start with '{' (byte 8)");
+  }
+  const size_t nul = json.find('\0');
+  if (nul != std::string_view::npos) {
+    return DataLossError(Prefix(file) + "header holds a NUL byte at byte " +
+                         std::to_string(8 + nul));
+  }
+  size_t end = json.size();
+  while (end > 0 && json[end - 1] == ' ') --end;
+  if (json[end - 1] != '}') {
+    return DataLossError(Prefix(file) +
+                         "header has bytes other than spaces after its JSON object (byte " +
+                         std::to_string(8 + end - 1) + " is not '}' or a space)");
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 std::string EncodeSafetensorsHeader(const std::vector<SafetensorsEntry>& entries,
@@ -219,6 +243,10 @@ std::string EncodeSafetensorsHeader(const std::vector<SafetensorsEntry>& entries
   std::string out(8, '\0');
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
   return out + json;
+}
+
+std::string EncodeDataFileHeader(const std::vector<SafetensorsEntry>& entries) {
+  return EncodeSafetensorsHeader(entries, {{"format", "shardpoint"}, {"version", "1"}}, 4096);
 }
 
 Result<uint64_t> DecodeSafetensorsHeaderLength(std::string_view first8, uint64_t file_size,
@@ -280,6 +308,11 @@ Result<SafetensorsHeader> DecodeSafetensorsHeader(std::string_view json, uint64_
   if (!duplicate.empty()) {
     return DataLossError(Prefix(file) + "duplicate name '" + duplicate + "' in header");
   }
+  // The text must be that object and nothing else but trailing spaces, as the
+  // reference implementation demands: no byte-order mark (which the parser
+  // skips) or other prefix, and no NUL (where the parser stops, ignoring the
+  // rest).
+  SP_RETURN_IF_ERROR(CheckHeaderText(json, file));
 
   // Stage 3: semantics of each entry.
   header.entries.reserve(root.size());

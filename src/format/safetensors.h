@@ -46,6 +46,13 @@ std::string EncodeSafetensorsHeader(const std::vector<SafetensorsEntry>& entries
                                     const std::map<std::string, std::string>& metadata,
                                     size_t align = 8);
 
+// The header of a shardpoint data file (docs/format.md section 2): `entries`
+// in file order, offsets relative to the data region, with the metadata
+// {"format": "shardpoint", "version": "1"}, padded with spaces so that the
+// data region starts 4096-aligned. Every writer of data files uses it, and
+// verify compares each file's header with it byte for byte.
+std::string EncodeDataFileHeader(const std::vector<SafetensorsEntry>& entries);
+
 // Reads the header length from the first 8 bytes; checks it against
 // kMaxSafetensorsHeader and file_size. `file` names the file in errors.
 Result<uint64_t> DecodeSafetensorsHeaderLength(std::string_view first8, uint64_t file_size,

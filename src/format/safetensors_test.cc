@@ -245,6 +245,21 @@ TEST(Safetensors, UnknownFieldsAreIgnored) {
   EXPECT_TRUE(r.ok()) << r.status().ToString();
 }
 
+// Nothing but spaces may follow the JSON object, and nothing precede it: the
+// parser would otherwise stop at a NUL and ignore what follows.
+TEST(Safetensors, OnlySpacesMayFollowTheJsonObject) {
+  const std::string w = R"("w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]})";
+  ASSERT_TRUE(DecodeFile(RawFile("{" + w + "}     ", 1)).ok());
+  ExpectDataLossJson("{" + w + std::string("}\0{\"garbage\":", 14), 1,
+                     "header holds a NUL byte at byte " + std::to_string(8 + w.size() + 2));
+  ExpectDataLossJson("{" + w + std::string("}  \0  ", 6), 1, "NUL byte");
+  ExpectDataLossJson("{" + w + "}\n", 1, "bytes other than spaces after its JSON object");
+  ExpectDataLossJson("{" + w + "}\t ", 1, "bytes other than spaces after its JSON object");
+  ExpectDataLossJson("{" + w + "}x", 1, "header is not valid JSON");
+  ExpectDataLossJson("\xEF\xBB\xBF{" + w + "}", 1, "UTF-8 byte-order mark");
+  ExpectDataLossJson(" {" + w + "}", 1, "does not start with '{'");
+}
+
 TEST(Safetensors, FuzzMutationsNeverCrash) {
   std::vector<SafetensorsEntry> entries = {Entry("w@0", DType::kF32, {2, 2}, 0, 16),
                                            Entry("w@1", DType::kBF16, {2}, 16, 20),

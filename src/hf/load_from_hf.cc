@@ -10,6 +10,8 @@
 #include <chrono>
 
 #include "shardpoint/hf.h"
+#include "src/base/guard.h"
+#include "src/checkpoint/requests.h"
 #include "src/hf/source.h"
 #include "src/plan/load_plan.h"
 
@@ -18,13 +20,6 @@ namespace shardpoint {
 using namespace internal;
 
 namespace {
-
-std::string KeyList(const std::vector<std::string>& keys) {
-  std::string s;
-  for (size_t i = 0; i < keys.size() && i < 10; ++i) s += (i ? ", '" : "'") + keys[i] + "'";
-  if (keys.size() > 10) s += ", ... (" + std::to_string(keys.size()) + " in all)";
-  return s;
-}
 
 Status CheckRequests(const Manifest& m, const State& state, const HfLoadOptions& o,
                      std::vector<std::string>* missing, std::string* wanted) {
@@ -60,10 +55,9 @@ Status CheckRequests(const Manifest& m, const State& state, const HfLoadOptions&
   return OkStatus();
 }
 
-}  // namespace
-
-Result<LoadResult> LoadFromHf(State& state, const std::string& hf_dir, const HfMapping& mapping,
-                              Comm& comm, const HfLoadOptions& options) {
+Result<LoadResult> LoadFromHfCollective(State& state, const std::string& hf_dir,
+                                        const HfMapping& mapping, Comm& comm,
+                                        const HfLoadOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   Storage* storage = options.storage ? options.storage : DefaultStorage();
 
@@ -71,47 +65,39 @@ Result<LoadResult> LoadFromHf(State& state, const std::string& hf_dir, const HfM
   std::string blob;
   Status s;
   if (comm.rank() == 0) {
-    Result<std::string> r = ReadHfHeaders(storage, hf_dir);
+    Result<std::string> r =
+        Guarded("HF load: reading headers", [&] { return ReadHfHeaders(storage, hf_dir); });
     s = r.status();
     if (r.ok()) blob = std::move(*r);
   }
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
   SP_RETURN_IF_ERROR(comm.Broadcast(&blob, 0));
-  Result<Source> src = [&]() -> Result<Source> {
+  Result<Source> src = Guarded("HF load: mapping", [&]() -> Result<Source> {
     SP_ASSIGN_OR_RETURN(HfDirIndex idx, DecodeHfHeaders(blob, hf_dir));
     return SourceFromHfIndex(std::move(idx), hf_dir, mapping, options.variables);
-  }();
+  });
   blob.clear();
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, src.status()));
   const Manifest& m = src->m;
 
-  // 2. Requests.
+  // 2. Requests (as Load: one error names missing and unexpected keys).
   LoadResult result;
   std::string wanted;
-  s = CheckRequests(m, state, options, &result.missing_keys, &wanted);
-  if (s.ok() && !result.missing_keys.empty() && !options.allow_missing_keys) {
-    s = NotFoundError("HF model '" + hf_dir + "' (mapping '" + mapping.name +
-                      "') lacks requested keys " + KeyList(result.missing_keys) +
-                      " (allow_missing_keys skips them)");
-  }
+  s = Guarded("HF load: checking the requests",
+              [&] { return CheckRequests(m, state, options, &result.missing_keys, &wanted); });
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
-  std::vector<std::string> all;
-  SP_RETURN_IF_ERROR(comm.AllGather(wanted, &all));
-  for (size_t i = 0; i < wanted.size(); ++i) {
-    bool any = false;
-    for (const std::string& w : all) any = any || (w.size() == wanted.size() && w[i]);
-    if (!any) result.unexpected_keys.push_back(m.tensors[i].key);
-  }
-  s = OkStatus();
-  if (!result.unexpected_keys.empty() && !options.allow_unexpected_keys) {
-    s = InvalidArgumentError("HF model '" + hf_dir +
-                             "' holds keys no rank requested: " + KeyList(result.unexpected_keys) +
-                             " (allow_unexpected_keys ignores them)");
+  Result<GatheredRequests> gathered = GatherRequests(comm, wanted, result.missing_keys);
+  s = gathered.status();
+  if (s.ok()) {
+    for (size_t i : gathered->unrequested) result.unexpected_keys.push_back(m.tensors[i].key);
+    s = RequestsError("HF model '" + hf_dir + "' (mapping '" + mapping.name + "')",
+                      gathered->missing, options.allow_missing_keys, result.unexpected_keys,
+                      options.allow_unexpected_keys);
   }
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
 
   // 3. Reads of this rank's boxes only.
-  s = [&]() -> Status {
+  s = Guarded("HF load: reading", [&]() -> Status {
     SP_ASSIGN_OR_RETURN(std::vector<Region> regions, BuildRegions(state.tensors));
     SP_ASSIGN_OR_RETURN(LoadPlan plan, PlanLoad(m, regions, options.allow_shape_mismatch));
     for (const View& v : plan.zero_fill) {
@@ -128,10 +114,19 @@ Result<LoadResult> LoadFromHf(State& state, const std::string& hf_dir, const HfM
     SP_RETURN_IF_ERROR(ExecuteLoadPlan(m, plan, &files, &pool, ro, &read));
     result.bytes_read = read.bytes.load();
     return OkStatus();
-  }();
+  });
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
+}
+
+}  // namespace
+
+// Every local step is Guarded; this catches what a collective call throws.
+Result<LoadResult> LoadFromHf(State& state, const std::string& hf_dir, const HfMapping& mapping,
+                              Comm& comm, const HfLoadOptions& options) {
+  return Guarded("HF load",
+                 [&] { return LoadFromHfCollective(state, hf_dir, mapping, comm, options); });
 }
 
 Result<std::vector<HfKeyInfo>> DescribeHf(const std::string& hf_dir, const HfMapping& mapping,

@@ -80,8 +80,7 @@ Result<ExportHfStats> ConvertHfToShardpoint(const std::string& hf_dir, const std
                        t.chunks[r.chunk].box.shape, 0, 0});
   }
   const uint64_t data_bytes = AssignSafetensorsOffsets(&entries);
-  const std::string header =
-      EncodeSafetensorsHeader(entries, {{"format", "shardpoint"}, {"version", "1"}}, 4096);
+  const std::string header = EncodeDataFileHeader(entries);
   std::vector<OutTensor> outs;
   for (size_t i = 0; i < refs.size(); ++i) {
     TensorRecord& t = m.tensors[refs[i].tensor];

@@ -229,8 +229,7 @@ Result<SavePlan> PlanSave(const std::vector<Contribution>& ranks, bool list_repl
       rf.items.push_back(WriteItem{p->is_object, source, p->record, p->chunk, pos, p->nbytes});
       pos += p->nbytes;
     }
-    rf.header =
-        EncodeSafetensorsHeader(entries, {{"format", "shardpoint"}, {"version", "1"}}, 4096);
+    rf.header = EncodeDataFileHeader(entries);
     for (WriteItem& item : rf.items) {
       item.offset += rf.header.size();
       if (item.is_object) {

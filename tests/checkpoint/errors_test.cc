@@ -160,6 +160,23 @@ TEST_F(LoadErrorsTest, UnexpectedKeyIsNamed) {
   EXPECT_THAT(r.status().message(), HasSubstr("holds keys no rank requested: 'w'"));
 }
 
+// One strict load names both kinds of keys: no second round trip.
+TEST_F(LoadErrorsTest, MissingAndUnexpectedKeysAreNamedInOneError) {
+  std::vector<Status> all = RunThreadRanks(2, [&](Comm& comm) {
+    State st;
+    st.objects.push_back(Object{"setting", "", {}, {}});
+    if (comm.rank() == 1) st.objects.push_back(Object{"absent", "", {}, {}});
+    LoadOptions o;
+    o.storage = mem_.get();
+    return Load(st, "/c", comm, o).status();
+  });
+  Status s = Same(all);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("checkpoint '/c' lacks requested keys 'absent' "
+                                     "(allow_missing_keys skips them); it also holds keys no "
+                                     "rank requested: 'w' (allow_unexpected_keys ignores them)"));
+}
+
 TEST_F(LoadErrorsTest, PartialLoadReturnsMissingAndUnexpectedKeys) {
   State st;
   st.objects.push_back(Object{"setting", "", {}, {}});
@@ -173,6 +190,42 @@ TEST_F(LoadErrorsTest, PartialLoadReturnsMissingAndUnexpectedKeys) {
   EXPECT_EQ(r->unexpected_keys, std::vector<std::string>{"w"});
   EXPECT_EQ(st.objects[0].bytes, "fast");  // restored on a rank that did not write it
   EXPECT_EQ(*st.common, "iteration=7");
+}
+
+// The C++ API takes metadata as text; what it stores must decode as JSON in
+// every reader (Python's json included), so Save checks it on rank 0 and
+// every rank gets the error.
+TEST_F(ErrorsTest, MetadataThatIsNotJsonIsRefusedOnEveryRank) {
+  std::vector<float> a(8), b(8);
+  const std::string bad[] = {"{\"run\": ", "\"\xff\xfe\"", "not json", "{} {}",
+                             std::string(200, '[') + std::string(200, ']')};
+  const std::string why[] = {"metadata_json is not valid JSON", "metadata_json is not valid JSON",
+                             "metadata_json is not valid JSON", "metadata_json is not valid JSON",
+                             "metadata_json nests deeper than 128 levels"};
+  for (size_t i = 0; i < std::size(bad); ++i) {
+    SCOPED_TRACE(bad[i].substr(0, 20));
+    std::vector<Status> all = SaveRanks(
+        2,
+        [&](int r) {
+          State st = r == 0 ? Rows(&a, 0, 2) : Rows(&b, 2, 2);
+          if (r == 0) st.metadata_json = bad[i];
+          return st;
+        },
+        mem_.get(), "/md" + std::to_string(i));
+    Status s = Same(all);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_THAT(s.message(), HasSubstr("rank 0: " + why[i]));
+    EXPECT_FALSE(*mem_->Exists("/md" + std::to_string(i) + "/manifest"));
+  }
+  std::vector<Status> ok = SaveRanks(
+      2,
+      [&](int r) {
+        State st = r == 0 ? Rows(&a, 0, 2) : Rows(&b, 2, 2);
+        st.metadata_json = R"({"run": "x", "deep": [[[1]]], "s": "\u00e9"})";
+        return st;
+      },
+      mem_.get(), "/md_ok");
+  EXPECT_TRUE(Same(ok).ok()) << ok[0].ToString();
 }
 
 TEST_F(ErrorsTest, AbsentCommonIsMissingUnlessOptional) {

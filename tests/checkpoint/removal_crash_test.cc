@@ -133,7 +133,7 @@ void ExpectEveryManifestVerifies(Storage* storage, const std::string& root,
       Result<internal::VerifyReport> report = internal::VerifyCheckpoint(storage, path);
       ASSERT_TRUE(report.ok()) << when << ": " << report.status().ToString();
       EXPECT_TRUE(report->ok()) << when << ": " << path << " has a manifest but fails verify: "
-                                << (report->faults.empty() ? "" : report->faults[0]);
+                                << (report->faults.empty() ? "" : report->faults[0].message);
     }
     ExpectEveryManifestVerifies(storage, path, when);
   }

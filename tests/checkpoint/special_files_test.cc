@@ -111,12 +111,12 @@ TEST_F(SpecialFilesTest, FifoAsDataFileFailsVerifyAndLoad) {
       [&] {
         Result<internal::VerifyReport> r = internal::VerifyCheckpoint(DefaultStorage(), dir_);
         if (!r.ok() || r->ok()) return false;
-        for (const std::string& f : r->faults) {
-          if (f.find(data + " for reading: not a regular file (a FIFO)") != std::string::npos) {
+        for (const VerifyFault& f : r->faults) {
+          if (f.message.find(data + " for reading: not a regular file (a FIFO)") != std::string::npos) {
             return true;
           }
         }
-        fprintf(stderr, "faults: %s\n", r->faults.empty() ? "" : r->faults[0].c_str());
+        fprintf(stderr, "faults: %s\n", r->faults.empty() ? "" : r->faults[0].message.c_str());
         return false;
       },
       "verify");

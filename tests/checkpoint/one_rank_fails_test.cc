@@ -1,0 +1,217 @@
+// A failure on one rank only is every rank's error, for every collective:
+// save, load, cooperative load, HF load and the manager. The failures are the
+// kind that used to escape the agreements: an exception (std::bad_alloc) on
+// one rank, and a size read from disk that one rank would allocate.
+//
+// Ranks are threads (RunThreadRanks); each rank gets its own storage, so one
+// rank's storage can fail while the others' work.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <new>
+
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/hf.h"
+#include "shardpoint/manager.h"
+#include "src/checkpoint/commit.h"
+#include "src/io/mem_storage.h"
+
+namespace shardpoint {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Throws std::bad_alloc from file opens whose path contains `needle`, as an
+// allocation that fails deep inside a step would.
+class ThrowingStorage : public StorageWrapper {
+ public:
+  ThrowingStorage(Storage* base, std::string needle) : StorageWrapper(base), needle_(needle) {}
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                        const WriteFileOptions& o) override {
+    if (path.find(needle_) != std::string::npos) throw std::bad_alloc();
+    return StorageWrapper::NewWritableFile(path, o);
+  }
+  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
+    if (path.find(needle_) != std::string::npos) throw std::bad_alloc();
+    return StorageWrapper::NewReadableFile(path);
+  }
+  Result<std::vector<std::string>> ListDir(const std::string& path) override {
+    if (path.find(needle_) != std::string::npos) throw std::bad_alloc();
+    return StorageWrapper::ListDir(path);
+  }
+
+ private:
+  const std::string needle_;
+};
+
+constexpr int kRanks = 3;
+
+// Rank r holds rows [2r, 2r + 2) of "w" [6, 4] F32, and object "o" (rank 1).
+struct RankState {
+  std::vector<float> mem = std::vector<float>(8);
+  State state;
+  RankState(int r, bool with_object, Shape global = {6, 4}) {
+    for (size_t i = 0; i < mem.size(); ++i) mem[i] = static_cast<float>(r * 100 + i);
+    LocalTensor t;
+    t.data = mem.data();
+    t.shape = {2, 4};
+    t.segments = {Segment{"w", global, Box({2 * r, 0}, {2, 4}), {0, 0}}};
+    state.tensors.push_back(t);
+    if (with_object) state.objects.push_back(Object{"o", "object bytes", {}, {}});
+  }
+};
+
+// Every rank failed with the same error, which holds `what`.
+void ExpectEveryRankFails(const std::vector<Status>& all, StatusCode code,
+                          const std::string& what) {
+  ASSERT_EQ(all.size(), static_cast<size_t>(kRanks));
+  for (size_t r = 0; r < all.size(); ++r) {
+    EXPECT_EQ(all[r].code(), code) << "rank " << r << ": " << all[r].ToString();
+    EXPECT_THAT(all[r].message(), HasSubstr(what)) << "rank " << r;
+    EXPECT_EQ(all[r].ToString(), all[0].ToString()) << "rank " << r;
+  }
+}
+
+class OneRankFailsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<Status> st = RunThreadRanks(kRanks, [&](Comm& comm) {
+      RankState s(comm.rank(), comm.rank() == 1);
+      SaveOptions o;
+      o.storage = mem_.get();
+      return Save(s.state, "/ck", comm, o).status();
+    });
+    for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+
+  std::vector<Status> LoadAll(bool cooperative, const std::function<Storage*(int)>& storage,
+                              const std::function<bool(int)>& wants_object,
+                              const std::string& dir = "/ck") {
+    return RunThreadRanks(kRanks, [&](Comm& comm) {
+      RankState s(comm.rank(), wants_object(comm.rank()));
+      LoadOptions o;
+      o.storage = storage(comm.rank());
+      o.cooperative = cooperative;
+      o.allow_unexpected_keys = true;
+      return Load(s.state, dir, comm, o).status();
+    });
+  }
+
+  std::unique_ptr<Storage> mem_ = NewMemStorage();
+};
+
+TEST_F(OneRankFailsTest, SaveWhereOneRankThrows) {
+  ThrowingStorage throwing(mem_.get(), "/data/2.");
+  std::vector<Status> st = RunThreadRanks(kRanks, [&](Comm& comm) {
+    RankState s(comm.rank(), false);
+    SaveOptions o;
+    o.storage = comm.rank() == 2 ? static_cast<Storage*>(&throwing) : mem_.get();
+    return Save(s.state, "/ck2", comm, o).status();
+  });
+  ExpectEveryRankFails(st, StatusCode::kInternal, "rank 2: save: writing rank 2's data file: ");
+  EXPECT_THAT(st[0].message(), HasSubstr("out of memory (std::bad_alloc)"));
+  EXPECT_FALSE(*mem_->Exists("/ck2/manifest"));
+}
+
+TEST_F(OneRankFailsTest, SaveWhereOneRankStateIsWrong) {
+  std::vector<Status> st = RunThreadRanks(kRanks, [&](Comm& comm) {
+    RankState s(comm.rank(), comm.rank() == 1);
+    if (comm.rank() == 1) s.state.objects[0].index = {3}, s.state.objects[0].grid = {2};
+    SaveOptions o;
+    o.storage = mem_.get();
+    return Save(s.state, "/ck3", comm, o).status();
+  });
+  ExpectEveryRankFails(st, StatusCode::kInvalidArgument, "rank 1: object 'o': index [3]");
+}
+
+TEST_F(OneRankFailsTest, LoadWhereOneRankThrows) {
+  for (bool cooperative : {false, true}) {
+    SCOPED_TRACE(cooperative ? "cooperative" : "plain");
+    ThrowingStorage throwing(mem_.get(), "/data/");
+    std::vector<Status> st = LoadAll(
+        cooperative, [&](int r) { return r == 1 ? static_cast<Storage*>(&throwing) : mem_.get(); },
+        [](int) { return false; });
+    ExpectEveryRankFails(st, StatusCode::kInternal, "rank 1: ");
+    EXPECT_THAT(st[0].message(), HasSubstr("out of memory (std::bad_alloc)"));
+  }
+}
+
+TEST_F(OneRankFailsTest, LoadWhereOneRankRequestsAWrongShape) {
+  for (bool cooperative : {false, true}) {
+    std::vector<Status> st = RunThreadRanks(kRanks, [&](Comm& comm) {
+      RankState s(comm.rank(), false, comm.rank() == 2 ? Shape{6, 5} : Shape{6, 4});
+      LoadOptions o;
+      o.storage = mem_.get();
+      o.cooperative = cooperative;
+      o.allow_unexpected_keys = true;
+      return Load(s.state, "/ck", comm, o).status();
+    });
+    ExpectEveryRankFails(st, StatusCode::kInvalidArgument,
+                         "rank 2: tensor 'w': requested global shape [6, 5]");
+  }
+}
+
+// A manifest whose object claims 2^38 bytes: the one rank that requests the
+// object must not try to allocate them, and every rank gets its error.
+TEST_F(OneRankFailsTest, LoadOfAnObjectLargerThanItsFile) {
+  Result<internal::Manifest> m = internal::ReadManifest(mem_.get(), "/ck");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->objects.size(), 1u);
+  m->objects[0].nbytes = uint64_t{1} << 38;
+  ASSERT_TRUE(mem_->WriteStringToFile("/ck/manifest", internal::EncodeManifest(*m)).ok());
+  for (bool cooperative : {false, true}) {
+    std::vector<Status> st = LoadAll(
+        cooperative, [&](int) { return mem_.get(); }, [](int r) { return r == 1; });
+    ExpectEveryRankFails(st, StatusCode::kDataLoss, "rank 1: ");
+    EXPECT_THAT(st[0].message(), HasSubstr("object 'o' in 'data/1.safetensors': bytes ["));
+    EXPECT_THAT(st[0].message(), HasSubstr("lie beyond the end of the "));
+  }
+}
+
+TEST_F(OneRankFailsTest, HfLoadWhereOneRankThrows) {
+  HfTensor w{"w", DType::kF32, {6, 4}, std::string(6 * 4 * 4, '\1')};
+  HfWriteOptions wo;
+  wo.storage = mem_.get();
+  ASSERT_TRUE(WriteHfModel("/hf", {w}, wo).ok());
+  ThrowingStorage throwing(mem_.get(), "model.safetensors");
+  std::vector<Status> st = RunThreadRanks(kRanks, [&](Comm& comm) {
+    RankState s(comm.rank(), false);
+    HfLoadOptions o;
+    o.storage = comm.rank() == 1 ? static_cast<Storage*>(&throwing) : mem_.get();
+    return LoadFromHf(s.state, "/hf", IdentityHfMapping(), comm, o).status();
+  });
+  ExpectEveryRankFails(st, StatusCode::kInternal, "rank 1: ");
+  EXPECT_THAT(st[0].message(), HasSubstr("out of memory (std::bad_alloc)"));
+}
+
+TEST_F(OneRankFailsTest, ManagerWhereRankZeroThrows) {
+  // The tracker update (rank 0 only) throws.
+  ThrowingStorage throwing(mem_.get(), "latest");
+  std::vector<Status> st = RunThreadRanks(kRanks, [&](Comm& comm) -> Status {
+    ManagerOptions o;
+    o.storage = comm.rank() == 0 ? static_cast<Storage*>(&throwing) : mem_.get();
+    o.lock = false;
+    SP_ASSIGN_OR_RETURN(auto m, CheckpointManager::Open("/run", comm, o));
+    RankState s(comm.rank(), false);
+    return m->Save(s.state, 5, comm).status();
+  });
+  ExpectEveryRankFails(st, StatusCode::kInternal,
+                       "rank 0: checkpoint '/run/iter_0000005' committed (it is complete and "
+                       "loads; resume finds it), but updating '/run/latest' failed: updating the "
+                       "tracker: out of memory (std::bad_alloc)");
+  // Resume: rank 0 cannot list the root.
+  ThrowingStorage no_list(mem_.get(), "/run");
+  st = RunThreadRanks(kRanks, [&](Comm& comm) -> Status {
+    ManagerOptions o;
+    o.storage = comm.rank() == 0 ? static_cast<Storage*>(&no_list) : mem_.get();
+    o.lock = false;
+    SP_ASSIGN_OR_RETURN(auto m, CheckpointManager::Open("/run", comm, o));
+    RankState s(comm.rank(), false);
+    return m->Resume(s.state, comm).status();
+  });
+  ExpectEveryRankFails(st, StatusCode::kInternal,
+                       "rank 0: finding the latest checkpoint: out of memory (std::bad_alloc)");
+}
+
+}  // namespace
+}  // namespace shardpoint
