@@ -93,11 +93,16 @@ class CheckpointManager:
 
     def close(self):
         """Waits for this manager's save in flight (raising its error) and
-        releases the lock. Idempotent."""
+        releases the lock, at once: not when the last reference to the manager
+        goes (a traceback may keep one). Idempotent."""
         last, self._last = self._last, None
-        self._m = None
-        if last is not None:
-            last.wait()
+        m, self._m = self._m, None
+        try:
+            if last is not None:
+                last.wait()
+        finally:
+            if m is not None:
+                m.close()
 
     def __enter__(self):
         return self

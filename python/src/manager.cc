@@ -26,6 +26,7 @@ void RegisterManager(py::module_& m) {
           },
           py::arg("root"), py::arg("comm"), py::arg("keep_last") = 0, py::arg("lock") = true,
           py::call_guard<py::gil_scoped_release>())
+      .def("close", [](CheckpointManager& mg) { ThrowIfError(mg.Close()); })
       .def_property_readonly("root", &CheckpointManager::root)
       .def("path_for", &CheckpointManager::PathFor, py::arg("iteration"))
       .def("complete_iterations",

@@ -1,6 +1,7 @@
 """CheckpointManager: iteration directories, `latest`, resume, retention, the lock."""
 
 import os
+import socket
 
 import numpy as np
 import pytest
@@ -92,6 +93,23 @@ def test_lock_rejects_second_job(tmp_path):
             sp.CheckpointManager(tmp_path)
         sp.CheckpointManager(tmp_path, lock=False).close()  # explicitly unlocked
     sp.CheckpointManager(tmp_path).close()  # released
+
+
+def test_close_releases_the_lock_while_a_traceback_holds_the_manager(tmp_path):
+    m = sp.CheckpointManager(tmp_path)
+    try:
+        m.save(state(1), -1)
+    except sp.InvalidArgumentError as e:
+        err = e  # its traceback's frames still reference the manager
+    assert err.__traceback__ is not None
+    m.close()
+    sp.CheckpointManager(tmp_path).close()  # the lock is free at once
+
+
+def test_lock_left_by_an_earlier_life_of_this_pid_is_taken_over(tmp_path):
+    """A restarted container: same host, same pid, no live holder."""
+    (tmp_path / ".lock").write_text(f"pid {os.getpid()} host {socket.gethostname()}\n")
+    sp.CheckpointManager(tmp_path).close()
 
 
 def test_bad_arguments(tmp_path):
