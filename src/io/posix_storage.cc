@@ -36,7 +36,6 @@ std::string Range(uint64_t offset, uint64_t n) {
 }
 
 const char* FileKind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
   if (S_ISFIFO(mode)) return "a FIFO";
   if (S_ISSOCK(mode)) return "a socket";
   if (S_ISCHR(mode)) return "a character device";
@@ -53,6 +52,10 @@ Status CheckRegular(const std::string& path, const char* purpose, int fd) {
     const int err = errno;
     ::close(fd);
     return PosixError("stat " + path, err);
+  }
+  if (S_ISDIR(st.st_mode)) {  // as open(2) says it for writing: "Is a directory"
+    ::close(fd);
+    return PosixError("open " + path + " for " + purpose, EISDIR);
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
