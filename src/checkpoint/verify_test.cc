@@ -149,8 +149,8 @@ TEST_F(VerifyTest, AlteredHeaderMetadataOrPaddingIsAFault) {
   auto expect_fault = [&](const std::string& what) {
     Result<VerifyReport> r = Verify();
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    ASSERT_EQ(r->faults.size(), 1u) << what << ": "
-                                    << ::testing::PrintToString(Messages(r->faults));
+    ASSERT_EQ(r->faults.size(), 1u)
+        << what << ": " << ::testing::PrintToString(Messages(r->faults));
     EXPECT_EQ(r->faults[0].kind, VerifyFault::Kind::kFileHeader);
     EXPECT_EQ(r->faults[0].file, file);
     EXPECT_THAT(r->faults[0].message, HasSubstr("'" + file + "': header bytes [0, "));

@@ -112,7 +112,8 @@ TEST_F(SpecialFilesTest, FifoAsDataFileFailsVerifyAndLoad) {
         Result<internal::VerifyReport> r = internal::VerifyCheckpoint(DefaultStorage(), dir_);
         if (!r.ok() || r->ok()) return false;
         for (const VerifyFault& f : r->faults) {
-          if (f.message.find(data + " for reading: not a regular file (a FIFO)") != std::string::npos) {
+          if (f.message.find(data + " for reading: not a regular file (a FIFO)") !=
+              std::string::npos) {
             return true;
           }
         }
