@@ -31,50 +31,30 @@ using testing::StatesOf;
 using testing::TestRank;
 
 // Counts the read requests that reach the storage (a forwarding wrapper).
-class CountingStorage : public Storage {
+class CountingStorage : public StorageWrapper {
  public:
-  explicit CountingStorage(Storage* base) : base_(base) {}
+  explicit CountingStorage(Storage* base) : StorageWrapper(base) {}
   std::atomic<uint64_t> reads{0}, bytes{0};
 
-  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& p,
-                                                        const WriteFileOptions& o) override {
-    return base_->NewWritableFile(p, o);
-  }
   Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& p) override {
-    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, base_->NewReadableFile(p));
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, base()->NewReadableFile(p));
     return std::unique_ptr<ReadableFile>(new File(std::move(f), this));
-  }
-  Status CreateDirs(const std::string& p) override { return base_->CreateDirs(p); }
-  Status SyncDir(const std::string& p) override { return base_->SyncDir(p); }
-  Status Rename(const std::string& a, const std::string& b) override { return base_->Rename(a, b); }
-  Result<bool> Exchange(const std::string& a, const std::string& b) override {
-    return base_->Exchange(a, b);
-  }
-  Status RemoveFile(const std::string& p) override { return base_->RemoveFile(p); }
-  Status RemoveAll(const std::string& p) override { return base_->RemoveAll(p); }
-  Result<bool> Exists(const std::string& p) override { return base_->Exists(p); }
-  Result<bool> IsDirectory(const std::string& p) override { return base_->IsDirectory(p); }
-  Result<std::vector<std::string>> ListDir(const std::string& p) override {
-    return base_->ListDir(p);
   }
 
  private:
-  class File : public ReadableFile {
+  class File : public ReadableFileWrapper {
    public:
-    File(std::unique_ptr<ReadableFile> f, CountingStorage* s) : f_(std::move(f)), s_(s) {}
+    File(std::unique_ptr<ReadableFile> f, CountingStorage* s)
+        : ReadableFileWrapper(std::move(f)), s_(s) {}
     Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
       s_->reads.fetch_add(1);
       s_->bytes.fetch_add(n);
-      return f_->ReadAt(offset, n, dst);
+      return ReadableFileWrapper::ReadAt(offset, n, dst);
     }
-    Result<uint64_t> Size() const override { return f_->Size(); }
-    const std::string& path() const override { return f_->path(); }
 
    private:
-    std::unique_ptr<ReadableFile> f_;
     CountingStorage* s_;
   };
-  Storage* base_;
 };
 
 struct Spec {

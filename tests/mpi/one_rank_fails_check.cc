@@ -101,7 +101,9 @@ TEST(OneRankFails, EveryCollectiveReturnsTheErrorOnEveryRank) {
               HasSubstr("rank 0: checkpoint '" + root + "/run/iter_0000001' committed"));
   m->reset();
   world->Barrier().IgnoreError();
-  if (rank == 0) EXPECT_TRUE(DefaultStorage()->RemoveAll(root).ok());
+  if (rank == 0) {
+    EXPECT_TRUE(DefaultStorage()->RemoveAll(root).ok());
+  }
 }
 
 }  // namespace
