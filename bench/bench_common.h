@@ -28,10 +28,16 @@ struct Flags {
   std::exit(1);
 }
 
+// A program's own flag: given the flag and a function returning its value
+// (dies if missing), returns true if it took the flag.
+using ExtraFlag =
+    std::function<bool(const std::string& flag, const std::function<std::string()>& value)>;
+
 // Parses --dir DIR --gib N --ranks R --reps K --threads T --keep over
-// `defaults`; dies on an unknown flag, a missing value or a value < 1
-// (gib <= 0).
-inline Flags ParseFlags(const char* program, Flags defaults, int argc, char** argv) {
+// `defaults`, offering other flags to `extra` (with `extra_usage` for the
+// error); dies on an unknown flag, a missing value or a value < 1 (gib <= 0).
+inline Flags ParseFlags(const char* program, Flags defaults, int argc, char** argv,
+                        const ExtraFlag& extra = nullptr, const std::string& extra_usage = "") {
   Flags f = std::move(defaults);
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -51,9 +57,9 @@ inline Flags ParseFlags(const char* program, Flags defaults, int argc, char** ar
       f.threads = std::stoi(next());
     } else if (a == "--keep") {
       f.keep = true;
-    } else {
-      Die(program,
-          "unknown flag " + a + " (use --dir DIR --gib N --ranks R --reps K --threads T --keep)");
+    } else if (!extra || !extra(a, next)) {
+      Die(program, "unknown flag " + a + " (use --dir DIR --gib N --ranks R --reps K --threads T" +
+                       " --keep" + extra_usage + ")");
     }
   }
   if (f.ranks < 1 || f.reps < 1 || f.threads < 1 || f.gib <= 0) {

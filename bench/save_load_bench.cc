@@ -1,11 +1,26 @@
 // save_load_bench: shardpoint Save / Load throughput next to fio O_DIRECT sequential I/O
-// and a plain memcpy, on the same directory and the same number of bytes.
+// and a plain memcpy, on the same directory and the same number of bytes, on the local
+// disk and through a network-filesystem model.
 //
 //   save_load_bench [--dir DIR] [--gib N] [--ranks R] [--reps K] [--threads T] [--keep]
+//                   [--net LATENCY_MS,GB_PER_S | --net off] [--pause S]
 //
 // Saves a transformer-like model held by R ranks (threads) as TP=R, loads it back
-// into the same layout and resharded (TP=R/2 x PP=2). The page cache is dropped for
-// the checkpoint files (POSIX_FADV_DONTNEED) before each load.
+// into the same layout and resharded (TP=R/2 x PP=2). Every rep runs these steps,
+// in an order rotated by one step per rep (so each kind of load follows each other):
+//   - save, then at once a same-layout load ("right after save");
+//   - save, then at once a resharded load;
+//   - save without preallocation, then at once a same-layout load;
+//   - pause S s, drop caches, same-layout load; the same resharded;
+//   - pause S s, POSIX_FADV_DONTNEED on the data files only, same-layout load;
+//   - network model (--net, default 0.5 ms per request, 1 GB/s per client, all R
+//     ranks one client: one node's mount): save; drop caches, same-layout load;
+//     drop caches, resharded load.
+// "Drop caches" is `sync; echo 3 > /proc/sys/vm/drop_caches` when writable (root),
+// else POSIX_FADV_DONTNEED on the data files (printed). Every load right after a
+// save also gets POSIX_FADV_DONTNEED on its files first, as before (an O_DIRECT
+// save leaves none in the cache). Request counts: storage calls by all ranks,
+// counted by the same wrapper (zero latency, no cap, on the local disk).
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -21,9 +36,11 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "bench/network_storage.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/comm.h"
 #include "src/testing/transformer.h"
@@ -109,9 +126,29 @@ double Fio(const std::string& rw, const std::string& dir, int jobs, uint64_t per
 }  // namespace
 
 int main(int argc, char** argv) {
+  double net_latency_ms = 0.5, net_gbps = 1.0, pause_s = 2;
+  bool net = true;
   const bench::Flags flags = bench::ParseFlags(
       "save_load_bench", {(fs::current_path() / "bench_ckpt").string(), 4, 8, 3, 2, false}, argc,
-      argv);
+      argv,
+      [&](const std::string& a, const std::function<std::string()>& value) {
+        if (a == "--net") {
+          const std::string v = value();
+          if (v == "off") {
+            net = false;
+          } else if (std::sscanf(v.c_str(), "%lf,%lf", &net_latency_ms, &net_gbps) != 2 ||
+                     net_latency_ms < 0 || net_gbps <= 0) {
+            Die("--net wants LATENCY_MS,GB_PER_S (e.g. 0.5,1) or off");
+          }
+          return true;
+        }
+        if (a == "--pause") {
+          pause_s = std::stod(value());
+          return true;
+        }
+        return false;
+      },
+      " --net LATENCY_MS,GB_PER_S|off --pause S");
   if (flags.ranks < 2 || flags.ranks % 2) Die("need an even --ranks >= 2");
   const ModelConfig model = ScaleModel(static_cast<uint64_t>(flags.gib * (1ull << 30)));
   const ParallelConfig save_layout{flags.ranks, 1, 1, false};
@@ -128,6 +165,10 @@ int main(int argc, char** argv) {
               flags.ranks, flags.threads, flags.reps);
   std::printf("save %s; same-layout load %s; resharded load %s\n", save_layout.ToString().c_str(),
               save_layout.ToString().c_str(), reshard_layout.ToString().c_str());
+  if (net) {
+    std::printf("network model: %.3f ms per request, %.3f GB/s, one client for all ranks\n",
+                net_latency_ms, net_gbps);
+  }
 
   std::vector<RankState> src = BuildAll(model, save_layout, /*fill=*/true);
   uint64_t state_bytes = 0;
@@ -138,31 +179,140 @@ int main(int argc, char** argv) {
   const uint64_t per_job = ((state_bytes / flags.ranks + (4u << 20) - 1) / (4u << 20)) * (4u << 20);
 
   std::map<std::string, std::vector<double>> gbps;  // GB/s (1e9 bytes/s)
-  uint64_t payload = 0, read_same = 0, read_reshard = 0;
-  bool same_equal = true;
-  SaveOptions so;
-  so.io_threads = flags.threads;
-  LoadOptions lo;
-  lo.io_threads = flags.threads;
+  struct Count {
+    uint64_t requests = 0, bytes = 0, needed = 0;
+  };
+  std::map<std::string, Count> counts;  // of the last rep
+  uint64_t payload = 0;
+  bool all_equal = true;
   const std::string ckpt = (fs::path(dir) / "ckpt").string();
+  bench::NetworkStorage local(DefaultStorage(), 0, 0);  // counts only
+  bench::NetworkStorage remote(DefaultStorage(), net_latency_ms / 1e3, net_gbps * 1e9);
 
-  auto load = [&](std::vector<RankState>& dst, uint64_t* bytes_read) {
+  bool global_drop = true;
+  auto drop_caches = [&](bool global) {
+    if (global) {
+      ::sync();
+      FILE* f = std::fopen("/proc/sys/vm/drop_caches", "w");
+      if (f && std::fputs("3", f) >= 0 && std::fclose(f) == 0) return;
+      if (f) std::fclose(f);
+      global_drop = false;
+    }
     DropCache(ckpt);
-    std::vector<uint64_t> per_rank(dst.size());
+  };
+  auto save = [&](const std::string& name, bench::NetworkStorage* storage, bool preallocate) {
+    fs::remove_all(ckpt);
+    ::sync();
+    SaveOptions so;
+    so.io_threads = flags.threads;
+    so.preallocate = preallocate;
+    so.storage = storage;
+    const uint64_t req0 = storage->write_requests, bytes0 = storage->write_bytes;
     double t0 = Now();
-    auto st = RunThreadRanks(static_cast<int>(dst.size()), [&](Comm& c) -> Status {
-      SP_ASSIGN_OR_RETURN(LoadResult r, Load(dst[c.rank()].state, ckpt, c, lo));
-      per_rank[c.rank()] = r.bytes_read;
+    auto st = RunThreadRanks(flags.ranks, [&](Comm& c) -> Status {
+      SP_ASSIGN_OR_RETURN(SaveStats s, Save(src[c.rank()].state, ckpt, c, so));
+      if (c.rank() == 0) payload = s.bytes_written;
       return OkStatus();
     });
     double dt = Now() - t0;
     for (const auto& s : st)
-      if (!s.ok()) Die("Load: " + s.ToString());
-    *bytes_read = 0;
-    for (uint64_t b : per_rank) *bytes_read += b;
-    return payload / dt / 1e9;
+      if (!s.ok()) Die(name + ": " + s.ToString());
+    gbps[name].push_back(payload / dt / 1e9);
+    counts[name] = {storage->write_requests - req0, storage->write_bytes - bytes0, payload};
   };
+  auto load = [&](const std::string& name, bench::NetworkStorage* storage, bool resharded) {
+    std::vector<RankState> dst = BuildAll(model, resharded ? reshard_layout : save_layout, false);
+    LoadOptions lo;
+    lo.io_threads = flags.threads;
+    lo.storage = storage;
+    std::vector<LoadResult> res(dst.size());
+    double t0 = Now();
+    auto st = RunThreadRanks(static_cast<int>(dst.size()), [&](Comm& c) -> Status {
+      SP_ASSIGN_OR_RETURN(res[c.rank()], Load(dst[c.rank()].state, ckpt, c, lo));
+      return OkStatus();
+    });
+    double dt = Now() - t0;
+    for (const auto& s : st)
+      if (!s.ok()) Die(name + ": " + s.ToString());
+    gbps[name].push_back(payload / dt / 1e9);
+    Count c;
+    for (const LoadResult& r : res)
+      c.requests += r.requests, c.bytes += r.bytes_read, c.needed += r.bytes_needed;
+    counts[name] = c;
+    if (!resharded) {  // checked against the saved bytes (one buffer per tensor, in order)
+      for (size_t r = 0; r < dst.size(); ++r)
+        for (size_t b = 0; b < dst[r].buffers.size(); ++b)
+          all_equal &= std::memcmp(dst[r].state.tensors[b].data, src[r].state.tensors[b].data,
+                                   Bytes(src[r].state.tensors[b])) == 0;
+    }
+    return dst;
+  };
+  auto pause = [&] { std::this_thread::sleep_for(std::chrono::duration<double>(pause_s)); };
 
+  const char* kSave = "Save";
+  const char* kSaveNoPre = "Save, no preallocate";
+  const char* kSameAfter = "Load same, right after Save";
+  const char* kSameAfterNoPre = "Load same, after no-prealloc Save";
+  const char* kReshAfter = "Load resharded, right after Save";
+  const char* kSameDropped = "Load same, pause + drop caches";
+  const char* kReshDropped = "Load resharded, pause + drop caches";
+  const char* kSameFadvise = "Load same, pause + fadvise only";
+  const char* kNetSave = "net: Save";
+  const char* kNetSame = "net: Load same (caches dropped)";
+  const char* kNetResh = "net: Load resharded (dropped)";
+  std::vector<std::function<void()>> steps = {
+      [&] {
+        save(kSave, &local, true);
+        DropCache(ckpt);
+        load(kSameAfter, &local, false);
+      },
+      [&] {
+        pause();
+        drop_caches(true);
+        load(kSameDropped, &local, false);
+      },
+      [&] {
+        save(kSave, &local, true);
+        DropCache(ckpt);
+        load(kReshAfter, &local, true);
+      },
+      [&] {
+        pause();
+        drop_caches(true);
+        load(kReshDropped, &local, true);
+      },
+      [&] {
+        save(kSaveNoPre, &local, false);
+        DropCache(ckpt);
+        load(kSameAfterNoPre, &local, false);
+      },
+      [&] {
+        pause();
+        drop_caches(false);
+        std::vector<RankState> dst = load(kSameFadvise, &local, false);
+        // memcpy of the same bytes into the loaded buffers, for scale
+        double m0 = Now();
+        for (size_t r = 0; r < dst.size(); ++r)
+          for (size_t b = 0; b < dst[r].buffers.size(); ++b)
+            std::memcpy(dst[r].state.tensors[b].data, src[r].state.tensors[b].data,
+                        Bytes(src[r].state.tensors[b]));
+        gbps["memcpy (1 thread)"].push_back(state_bytes / (Now() - m0) / 1e9);
+      },
+  };
+  if (net) {
+    steps.push_back([&] { save(kNetSave, &remote, true); });
+    steps.push_back([&] {
+      drop_caches(true);
+      load(kNetSame, &remote, false);
+    });
+    steps.push_back([&] {
+      drop_caches(true);
+      load(kNetResh, &remote, true);
+    });
+  }
+
+  save(kSave, &local, true);  // a checkpoint for the loads that come first
+  gbps[kSave].clear();
   for (int rep = 0; rep < flags.reps; ++rep) {
     if (have_fio) {
       double w = Fio("write", fio_dir, flags.ranks, per_job);
@@ -171,44 +321,7 @@ int main(int argc, char** argv) {
       gbps["fio write (O_DIRECT)"].push_back(w / 1e9);
       gbps["fio read (O_DIRECT)"].push_back(r / 1e9);
     }
-    // Save, into a fresh directory as a training job does (iter_N/): the
-    // previous checkpoint is removed and synced outside the timing. Twice,
-    // with and without preallocating the data files, in alternating order.
-    for (int v = 0; v < 2; ++v) {
-      const bool preallocate = (v + rep) % 2 == 0;
-      so.preallocate = preallocate;
-      fs::remove_all(ckpt);
-      ::sync();
-      double t0 = Now();
-      auto st = RunThreadRanks(flags.ranks, [&](Comm& c) -> Status {
-        SP_ASSIGN_OR_RETURN(SaveStats s, Save(src[c.rank()].state, ckpt, c, so));
-        if (c.rank() == 0) payload = s.bytes_written;
-        return OkStatus();
-      });
-      double dt = Now() - t0;
-      for (const auto& s : st)
-        if (!s.ok()) Die("Save: " + s.ToString());
-      gbps[preallocate ? "shardpoint Save" : "Save, no preallocate"].push_back(payload / dt / 1e9);
-    }
-    {  // Same-layout load, checked against the saved bytes; then memcpy for scale.
-      std::vector<RankState> dst = BuildAll(model, save_layout, false);
-      gbps["shardpoint Load same layout"].push_back(load(dst, &read_same));
-      // BuildRankState allocates one buffer per tensor, in order.
-      for (size_t r = 0; r < dst.size(); ++r)
-        for (size_t b = 0; b < dst[r].buffers.size(); ++b)
-          same_equal &= std::memcmp(dst[r].state.tensors[b].data, src[r].state.tensors[b].data,
-                                    Bytes(src[r].state.tensors[b])) == 0;
-      double m0 = Now();
-      for (size_t r = 0; r < dst.size(); ++r)
-        for (size_t b = 0; b < dst[r].buffers.size(); ++b)
-          std::memcpy(dst[r].state.tensors[b].data, src[r].state.tensors[b].data,
-                      Bytes(src[r].state.tensors[b]));
-      gbps["memcpy (1 thread)"].push_back(state_bytes / (Now() - m0) / 1e9);
-    }
-    {
-      std::vector<RankState> dst = BuildAll(model, reshard_layout, false);
-      gbps["shardpoint Load resharded"].push_back(load(dst, &read_reshard));
-    }
+    for (size_t i = 0; i < steps.size(); ++i) steps[(i + rep) % steps.size()]();
   }
 
   std::printf("\npayload %.3f GiB (%llu bytes; rank states %.3f GiB); fio: %d jobs x %llu bytes\n",
@@ -216,29 +329,51 @@ int main(int argc, char** argv) {
               state_bytes / double(1ull << 30), flags.ranks,
               static_cast<unsigned long long>(per_job));
   std::printf(
-      "page cache dropped for the checkpoint files with POSIX_FADV_DONTNEED before each "
-      "load; fio uses O_DIRECT; loads verify checksums (default); every save goes to a fresh "
-      "directory\n");
-  std::printf("bytes read: same layout %.3f GiB, resharded %.3f GiB (per rep)\n",
-              read_same / double(1ull << 30), read_reshard / double(1ull << 30));
-  std::printf("same-layout load equals saved bytes: %s\n\n", same_equal ? "yes" : "NO");
-  std::printf("%-30s %10s %10s   %s\n", "operation", "median GB/s", "vs fio", "all reps (GB/s)");
-  const char* order[] = {
-      "fio write (O_DIRECT)", "fio read (O_DIRECT)",         "shardpoint Save",
-      "Save, no preallocate", "shardpoint Load same layout", "shardpoint Load resharded",
-      "memcpy (1 thread)"};
+      "drop caches: %s; pause %.1f s; fio uses O_DIRECT; loads verify checksums "
+      "(default); every save goes to a fresh directory\n",
+      global_drop ? "echo 3 > /proc/sys/vm/drop_caches" : "POSIX_FADV_DONTNEED (not root)",
+      pause_s);
+  std::printf("same-layout loads equal the saved bytes: %s\n\n", all_equal ? "yes" : "NO");
+  std::printf("%-36s %11s %7s %9s %9s   %s\n", "operation", "median GB/s", "vs fio", "requests",
+              "read/need", "all reps (GB/s)");
+  const char* order[] = {"fio write (O_DIRECT)",
+                         "fio read (O_DIRECT)",
+                         kSave,
+                         kSaveNoPre,
+                         kSameAfter,
+                         kSameAfterNoPre,
+                         kSameDropped,
+                         kSameFadvise,
+                         kReshAfter,
+                         kReshDropped,
+                         kNetSave,
+                         kNetSame,
+                         kNetResh,
+                         "memcpy (1 thread)"};
   for (const char* name : order) {
     auto it = gbps.find(name);
-    if (it == gbps.end()) continue;
+    if (it == gbps.end() || it->second.empty()) continue;
     double med = Median(it->second);
     std::string ratio = "-";
-    const char* ref = std::strstr(name, "Save")   ? "fio write (O_DIRECT)"
-                      : std::strstr(name, "Load") ? "fio read (O_DIRECT)"
-                                                  : nullptr;
+    const bool is_net = std::strncmp(name, "net:", 4) == 0;
+    const char* ref = is_net                               ? nullptr
+                      : std::strncmp(name, "Load", 4) == 0 ? "fio read (O_DIRECT)"
+                      : std::strncmp(name, "Save", 4) == 0 ? "fio write (O_DIRECT)"
+                                                           : nullptr;
     if (ref && gbps.count(ref)) {
       char b[32];
       std::snprintf(b, sizeof b, "%.2fx", med / Median(gbps[ref]));
       ratio = b;
+    }
+    std::string req = "-", amp = "-";
+    if (counts.count(name)) {
+      const Count& c = counts[name];
+      req = std::to_string(c.requests);
+      if (std::strstr(name, "Load") && c.needed > 0) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%.3f", double(c.bytes) / c.needed);
+        amp = b;
+      }
     }
     std::string all;
     for (double v : it->second) {
@@ -246,8 +381,12 @@ int main(int argc, char** argv) {
       std::snprintf(b, sizeof b, "%s%.3f", all.empty() ? "" : " ", v);
       all += b;
     }
-    std::printf("%-30s %10.3f %10s   %s\n", name, med, ratio.c_str(), all.c_str());
+    std::printf("%-36s %11.3f %7s %9s %9s   %s\n", name, med, ratio.c_str(), req.c_str(),
+                amp.c_str(), all.c_str());
   }
+  std::printf(
+      "(requests: storage calls by all ranks in the last rep: writes for a save, reads "
+      "for a load; read/need: bytes read per needed byte)\n");
   rusage ru{};
   ::getrusage(RUSAGE_SELF, &ru);
   std::printf("\npeak RSS %.2f GiB\n", ru.ru_maxrss / double(1 << 20));
@@ -257,5 +396,5 @@ int main(int argc, char** argv) {
     std::error_code ec;
     fs::remove(dir, ec);
   }
-  return same_equal ? 0 : 1;
+  return all_equal ? 0 : 1;
 }

@@ -1,0 +1,124 @@
+// A network-filesystem model for the benchmarks: a Storage wrapper that gives
+// every read and write request (and every Sync) a fixed latency and every
+// client (one wrapper instance) a bandwidth cap, like one client of NFS or a
+// parallel filesystem. Requests from several threads of one client overlap
+// their latencies but share its bandwidth (one link, served in order). It
+// also counts requests and bytes. The real I/O still goes to the wrapped
+// storage, started at once; the call returns when both the real I/O and the
+// modelled request are done, so a local disk faster than the model is hidden
+// and a slower one shows. Written against the Storage interface (no
+// StorageWrapper on main when it was written).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shardpoint/storage.h"
+
+namespace shardpoint::bench {
+
+class NetworkStorage : public Storage {
+ public:
+  // latency_s per request; bytes_per_s for this client (0: no cap).
+  NetworkStorage(Storage* base, double latency_s, double bytes_per_s)
+      : base_(base), latency_(latency_s), bw_(bytes_per_s) {}
+
+  std::atomic<uint64_t> read_requests{0}, read_bytes{0}, write_requests{0}, write_bytes{0};
+
+  using Clock = std::chrono::steady_clock;
+
+  // When the model's request of n bytes, issued now, completes: the link
+  // carries it after the requests before it, then the latency.
+  Clock::time_point Issue(uint64_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Clock::time_point start = std::max(Clock::now(), link_free_);
+    link_free_ = start + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(bw_ > 0 ? n / bw_ : 0.0));
+    return link_free_ +
+           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(latency_));
+  }
+
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& p,
+                                                        const WriteFileOptions& o) override {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, base_->NewWritableFile(p, o));
+    return std::unique_ptr<WritableFile>(new Writable(std::move(f), this));
+  }
+  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& p) override {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, base_->NewReadableFile(p));
+    return std::unique_ptr<ReadableFile>(new Readable(std::move(f), this));
+  }
+  Status CreateDirs(const std::string& p) override { return base_->CreateDirs(p); }
+  Status SyncDir(const std::string& p) override { return base_->SyncDir(p); }
+  Status Rename(const std::string& a, const std::string& b) override { return base_->Rename(a, b); }
+  Result<bool> Exchange(const std::string& a, const std::string& b) override {
+    return base_->Exchange(a, b);
+  }
+  Status RemoveFile(const std::string& p) override { return base_->RemoveFile(p); }
+  Status RemoveAll(const std::string& p) override { return base_->RemoveAll(p); }
+  Result<bool> Exists(const std::string& p) override { return base_->Exists(p); }
+  Result<bool> IsDirectory(const std::string& p) override { return base_->IsDirectory(p); }
+  Result<std::vector<std::string>> ListDir(const std::string& p) override {
+    return base_->ListDir(p);
+  }
+
+ private:
+  class Readable : public ReadableFile {
+   public:
+    Readable(std::unique_ptr<ReadableFile> f, NetworkStorage* s) : f_(std::move(f)), s_(s) {}
+    Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
+      s_->read_requests.fetch_add(1);
+      s_->read_bytes.fetch_add(n);
+      const Clock::time_point done = s_->Issue(n);
+      Status st = f_->ReadAt(offset, n, dst);
+      std::this_thread::sleep_until(done);
+      return st;
+    }
+    Result<uint64_t> Size() const override { return f_->Size(); }
+    const std::string& path() const override { return f_->path(); }
+
+   private:
+    std::unique_ptr<ReadableFile> f_;
+    NetworkStorage* s_;
+  };
+  class Writable : public WritableFile {
+   public:
+    Writable(std::unique_ptr<WritableFile> f, NetworkStorage* s) : f_(std::move(f)), s_(s) {}
+    Status WriteAt(uint64_t offset, const void* data, size_t n) override {
+      s_->write_requests.fetch_add(1);
+      s_->write_bytes.fetch_add(n);
+      const Clock::time_point done = s_->Issue(n);
+      Status st = f_->WriteAt(offset, data, n);
+      std::this_thread::sleep_until(done);
+      return st;
+    }
+    Status Truncate(uint64_t size) override { return f_->Truncate(size); }
+    Status Reserve(uint64_t size) override { return f_->Reserve(size); }
+    Status Sync() override {
+      const Clock::time_point done = s_->Issue(0);
+      Status st = f_->Sync();
+      std::this_thread::sleep_until(done);
+      return st;
+    }
+    Status Close() override { return f_->Close(); }
+    bool direct() const override { return f_->direct(); }
+    size_t alignment() const override { return f_->alignment(); }
+    const std::string& path() const override { return f_->path(); }
+
+   private:
+    std::unique_ptr<WritableFile> f_;
+    NetworkStorage* s_;
+  };
+
+  Storage* base_;
+  const double latency_, bw_;
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point link_free_{};
+};
+
+}  // namespace shardpoint::bench
