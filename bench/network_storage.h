@@ -6,8 +6,7 @@
 // also counts requests and bytes. The real I/O still goes to the wrapped
 // storage, started at once; the call returns when both the real I/O and the
 // modelled request are done, so a local disk faster than the model is hidden
-// and a slower one shows. Written against the Storage interface (no
-// StorageWrapper on main when it was written).
+// and a slower one shows.
 #pragma once
 
 #include <algorithm>
@@ -23,11 +22,12 @@
 
 namespace shardpoint::bench {
 
-class NetworkStorage : public Storage {
+class NetworkStorage : public StorageWrapper {
  public:
-  // latency_s per request; bytes_per_s for this client (0: no cap).
+  // latency_s per request; bytes_per_s for this client (0: no cap). Other
+  // calls (directories, renames, locks) pass through unmodelled.
   NetworkStorage(Storage* base, double latency_s, double bytes_per_s)
-      : base_(base), latency_(latency_s), bw_(bytes_per_s) {}
+      : StorageWrapper(base), latency_(latency_s), bw_(bytes_per_s) {}
 
   std::atomic<uint64_t> read_requests{0}, read_bytes{0}, write_requests{0}, write_bytes{0};
 
@@ -46,25 +46,12 @@ class NetworkStorage : public Storage {
 
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& p,
                                                         const WriteFileOptions& o) override {
-    SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, base_->NewWritableFile(p, o));
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, base()->NewWritableFile(p, o));
     return std::unique_ptr<WritableFile>(new Writable(std::move(f), this));
   }
   Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& p) override {
-    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, base_->NewReadableFile(p));
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, base()->NewReadableFile(p));
     return std::unique_ptr<ReadableFile>(new Readable(std::move(f), this));
-  }
-  Status CreateDirs(const std::string& p) override { return base_->CreateDirs(p); }
-  Status SyncDir(const std::string& p) override { return base_->SyncDir(p); }
-  Status Rename(const std::string& a, const std::string& b) override { return base_->Rename(a, b); }
-  Result<bool> Exchange(const std::string& a, const std::string& b) override {
-    return base_->Exchange(a, b);
-  }
-  Status RemoveFile(const std::string& p) override { return base_->RemoveFile(p); }
-  Status RemoveAll(const std::string& p) override { return base_->RemoveAll(p); }
-  Result<bool> Exists(const std::string& p) override { return base_->Exists(p); }
-  Result<bool> IsDirectory(const std::string& p) override { return base_->IsDirectory(p); }
-  Result<std::vector<std::string>> ListDir(const std::string& p) override {
-    return base_->ListDir(p);
   }
 
  private:
@@ -115,7 +102,6 @@ class NetworkStorage : public Storage {
     NetworkStorage* s_;
   };
 
-  Storage* base_;
   const double latency_, bw_;
   std::mutex mu_;
   std::chrono::steady_clock::time_point link_free_{};
