@@ -13,52 +13,63 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 jobs=$(nproc)
+# Each stage prints how long the previous one took, and the total at the end.
+t_start=$SECONDS; t_stage=$SECONDS
+stage() {
+  echo "== $* [previous stage $((SECONDS - t_stage)) s, total $((SECONDS - t_start)) s]"
+  t_stage=$SECONDS
+}
+# The sanitizer and MPICH builds compile at -O1 with line tables only: under
+# ASan that compiles ~2.5x faster than -O2 -g (load.cc: 24 s vs 66 s) and
+# still gives symbolized stacks with file:line.
+light_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
 
-echo "== format (clang-format --dry-run; fix: scripts/format.sh)"
+stage "format (clang-format --dry-run; fix: scripts/format.sh)"
 bash scripts/format.sh --check
 
-echo "== build (warnings are errors)"
+stage "build (warnings are errors)"
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDPOINT_WERROR=ON >/dev/null
 cmake --build build-test -j"$jobs"
-echo "== tests (the Python suite runs below, against the pip-installed package)"
+stage "tests (the Python suite runs below, against the pip-installed package)"
 ctest --test-dir build-test --output-on-failure -j"$jobs" -E '^python_tests$'
 
-echo "== install: cmake --install, then find_package / pkg-config / add_subdirectory consumers"
+stage "install: cmake --install, then find_package / pkg-config / add_subdirectory consumers"
 bash tests/install/run.sh build-test
-echo "== Debian package (CPack DEB)"
+stage "Debian package (CPack DEB)"
 bash tests/install/deb.sh build-test
-echo "== Python package: pip install into a fresh venv, pytest against the installed package"
+stage "Python package: pip install into a fresh venv, pytest against the installed package"
 bash tests/install/pip.sh
 
 if [ "${SHARDPOINT_SKIP_SANITIZE:-0}" != 1 ]; then
-  echo "== build (AddressSanitizer + UndefinedBehaviorSanitizer)"
-  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDPOINT_WERROR=ON \
+  stage "build (AddressSanitizer + UndefinedBehaviorSanitizer)"
+  cmake -S . -B build-asan "${light_flags[@]}" -DSHARDPOINT_WERROR=ON \
     -DSHARDPOINT_SANITIZE=ON -DSHARDPOINT_BENCH=OFF >/dev/null
   cmake --build build-asan -j"$jobs"
-  echo "== tests under sanitizers"
+  stage "tests under sanitizers"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j"$jobs"
 fi
 
 if [ "${SHARDPOINT_SKIP_MPICH:-0}" != 1 ]; then
-  echo "== build against MPICH (library + mpirun tests)"
-  cmake -S . -B build-mpich -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDPOINT_WERROR=ON \
+  stage "build against MPICH (library + mpirun tests)"
+  cmake -S . -B build-mpich "${light_flags[@]}" -DSHARDPOINT_WERROR=ON \
     -DSHARDPOINT_BENCH=OFF -DMPI_CXX_COMPILER=/usr/bin/mpicxx.mpich \
     -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich >/dev/null
   mpi_checks=$(cd tests/mpi && ls *_check.cc | sed 's/\.cc$//')
   # shellcheck disable=SC2086
   cmake --build build-mpich -j"$jobs" --target $mpi_checks
-  echo "== mpirun tests (MPICH)"
+  stage "mpirun tests (MPICH)"
   ctest --test-dir build-mpich --output-on-failure -j"$jobs" -R '_check_np|^reshard_np_'
 fi
 
 if [ "${SHARDPOINT_SKIP_TSAN:-0}" != 1 ]; then
-  echo "== build (ThreadSanitizer: the library and the threaded tests, tests/tsan)"
-  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDPOINT_WERROR=ON \
+  stage "build (ThreadSanitizer: the library and the threaded tests, tests/tsan)"
+  cmake -S . -B build-tsan "${light_flags[@]}" -DSHARDPOINT_WERROR=ON \
     -DSHARDPOINT_TSAN=ON -DSHARDPOINT_BENCH=OFF -DSHARDPOINT_PYTHON=OFF >/dev/null
   cmake --build build-tsan -j"$jobs" --target shardpoint_tsan_tests
-  echo "== threaded tests under ThreadSanitizer"
+  stage "threaded tests under ThreadSanitizer"
   # Thread comm, agreement, thread pool, async save, manager, and multi-rank
   # save/load over thread ranks (cooperative load on).
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/tsan/shardpoint_tsan_tests
 fi
+stage "all stages passed"
