@@ -125,19 +125,28 @@ struct HfParallel {
 // the expert's dim 1 / 0. `dtype` is the local dtype.
 Result<LocalTensor> HfShard(const HfKeyInfo& info, DType dtype, void* data, const HfParallel& p);
 
+// Load's options with the defaults of an HF load: every rank reads only the
+// bytes of its own boxes (cooperative off, no gap bridging). HF files carry
+// no checksums, so verify_checksums has nothing to check.
+inline LoadOptions HfDefaultLoadOptions() {
+  LoadOptions o;
+  o.cooperative = false;
+  o.read_gap_bytes = 0;
+  return o;
+}
+
 struct HfLoadOptions {
-  Storage* storage = nullptr;
-  int io_threads = 4;
-  bool allow_missing_keys = false;
-  bool allow_unexpected_keys = false;
-  bool allow_dtype_conversion = false;
-  bool allow_shape_mismatch = false;
+  // Storage, threads, allow_* checks, read slices, cooperative reads: as Load.
+  LoadOptions load = HfDefaultLoadOptions();
+  // Mapping variables ({vocab_size}, ...) beyond those of config.json.
   std::map<std::string, int64_t> variables;
 };
 // Collective: fills every rank's state from the HF model at `hf_dir`. Rank 0
 // reads the headers and broadcasts them (one collective); every rank maps
-// them, plans and reads only the byte runs of its own boxes. Checks requested
-// keys like Load (missing, unexpected, dtype, shape) and reports them.
+// them, then the load runs exactly as Load's (the same pipeline): requested
+// keys checked (missing, unexpected, dtype, shape), each rank reads the byte
+// runs of its own boxes (or, with load.cooperative, each needed byte is read
+// once in all and sent to the ranks that need it).
 Result<LoadResult> LoadFromHf(State& state, const std::string& hf_dir, const HfMapping& mapping,
                               Comm& comm, const HfLoadOptions& options = {});
 

@@ -34,14 +34,14 @@ struct Job {
 Result<DiffReport> DiffCheckpoints(const std::string& a_dir, const std::string& b_dir,
                                    const HfMapping& mapping, const DiffOptions& options) {
   Storage* storage = options.storage ? options.storage : DefaultStorage();
-  SP_ASSIGN_OR_RETURN(Source a, OpenSource(storage, a_dir, mapping, options.variables));
-  SP_ASSIGN_OR_RETURN(Source b, OpenSource(storage, b_dir, mapping, options.variables));
+  SP_ASSIGN_OR_RETURN(MappedSource a, OpenSource(storage, a_dir, mapping, options.variables));
+  SP_ASSIGN_OR_RETURN(MappedSource b, OpenSource(storage, b_dir, mapping, options.variables));
   DiffReport report;
   std::vector<Job> jobs;
   size_t i = 0, j = 0;
-  while (i < a.m.tensors.size() || j < b.m.tensors.size()) {
-    const TensorRecord* ta = i < a.m.tensors.size() ? &a.m.tensors[i] : nullptr;
-    const TensorRecord* tb = j < b.m.tensors.size() ? &b.m.tensors[j] : nullptr;
+  while (i < a.index.tensors.size() || j < b.index.tensors.size()) {
+    const TensorRecord* ta = i < a.index.tensors.size() ? &a.index.tensors[i] : nullptr;
+    const TensorRecord* tb = j < b.index.tensors.size() ? &b.index.tensors[j] : nullptr;
     DiffEntry e;
     if (ta && (!tb || ta->key < tb->key)) {
       e.key = ta->key, e.kind = DiffEntry::kOnlyA, ++i;
@@ -67,7 +67,7 @@ Result<DiffReport> DiffCheckpoints(const std::string& a_dir, const std::string& 
     report.entries.push_back(std::move(e));
   }
 
-  DataFiles fa(storage, a.dir, &a.m), fb(storage, b.dir, &b.m);
+  DataFiles fa(storage, a.dir, &a.index), fb(storage, b.dir, &b.index);
   std::mutex mu;
   ThreadPool pool(std::max(1, options.threads - 1));
   SP_RETURN_IF_ERROR(

@@ -15,12 +15,12 @@ Result<ExportHfStats> ExportHf(const std::string& ckpt_dir, const std::string& o
                                const HfMapping& mapping, const ExportHfOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   Storage* storage = options.storage ? options.storage : DefaultStorage();
-  SP_ASSIGN_OR_RETURN(Source src, OpenSource(storage, ckpt_dir, mapping, options.variables));
+  SP_ASSIGN_OR_RETURN(MappedSource src, OpenSource(storage, ckpt_dir, mapping, options.variables));
   SP_ASSIGN_OR_RETURN(Vars vars, ResolveVars(mapping, src.config_json, options.variables));
 
   // Keys -> HF tensors and their pieces.
   std::vector<HfMeta> keys;
-  for (const TensorRecord& t : src.m.tensors) {
+  for (const TensorRecord& t : src.index.tensors) {
     DType d = options.dtype && IsFloatDType(t.dtype) ? *options.dtype : t.dtype;
     keys.push_back({t.key, d, t.shape});
   }

@@ -37,12 +37,15 @@ Manifest BuildHfManifest(const HfDirIndex& idx, const std::vector<MappedKey>& ma
   return m;
 }
 
-Result<Source> SourceFromHfIndex(HfDirIndex idx, const std::string& dir, const HfMapping& mapping,
-                                 const Vars& explicit_vars) {
-  Source s;
+Result<MappedSource> SourceFromHfIndex(HfDirIndex idx, const std::string& dir,
+                                       const HfMapping& mapping, const Vars& explicit_vars) {
+  MappedSource s;
   s.dir = dir;
+  s.kind = "HF model";
+  s.name = "HF model '" + dir + "' (mapping '" + mapping.name + "')";
+  s.has_checksums = false;
+  s.has_objects = false;
   s.hf = true;
-  s.checksums = false;
   s.config_json = idx.config_json;
   SP_ASSIGN_OR_RETURN(Vars vars, ResolveVars(mapping, idx.config_json, explicit_vars));
   std::vector<HfMeta> metas;
@@ -51,7 +54,7 @@ Result<Source> SourceFromHfIndex(HfDirIndex idx, const std::string& dir, const H
   Result<std::vector<MappedKey>> mapped = MapHfToKeys(mapping, metas, vars);
   if (!mapped.ok()) return mapped.status().WithContext("HF model '" + dir + "'");
   s.mapped = std::move(*mapped);
-  s.m = BuildHfManifest(idx, s.mapped);
+  s.index = BuildHfManifest(idx, s.mapped);
   return s;
 }
 
@@ -65,17 +68,19 @@ std::string ConfigFromMetadata(const std::string& metadata_json) {
   return j["hf"]["config"].dump(2);
 }
 
-Result<Source> OpenDcpSource(Storage* storage, const std::string& dir) {
+Result<MappedSource> OpenDcpSource(Storage* storage, const std::string& dir) {
   SP_ASSIGN_OR_RETURN(DcpIndex idx, ReadDcpIndex(storage, dir));
-  Source s;
+  MappedSource s;
   s.dir = dir;
-  s.checksums = false;
-  s.m = std::move(idx.m);
+  s.kind = "checkpoint";
+  s.name = "checkpoint '" + dir + "'";
+  s.has_checksums = false;
+  s.index = std::move(idx.m);
   return s;
 }
 
-Result<Source> OpenSource(Storage* storage, const std::string& dir, const HfMapping& mapping,
-                          const Vars& explicit_vars) {
+Result<MappedSource> OpenSource(Storage* storage, const std::string& dir, const HfMapping& mapping,
+                                const Vars& explicit_vars) {
   SP_ASSIGN_OR_RETURN(bool dcp, IsDcpDir(storage, dir));
   if (dcp) return OpenDcpSource(storage, dir);
   SP_ASSIGN_OR_RETURN(bool hf, IsHfDir(storage, dir));
@@ -83,28 +88,31 @@ Result<Source> OpenSource(Storage* storage, const std::string& dir, const HfMapp
     SP_ASSIGN_OR_RETURN(HfDirIndex idx, ScanHfDir(storage, dir));
     return SourceFromHfIndex(std::move(idx), dir, mapping, explicit_vars);
   }
-  Source s;
+  MappedSource s;
   s.dir = dir;
-  SP_ASSIGN_OR_RETURN(s.m, ReadManifest(storage, dir));
-  s.config_json = ConfigFromMetadata(s.m.metadata_json);
+  s.kind = "checkpoint";
+  s.name = "checkpoint '" + dir + "'";
+  SP_ASSIGN_OR_RETURN(s.index, ReadManifest(storage, dir));
+  s.config_json = ConfigFromMetadata(s.index.metadata_json);
   return s;
 }
 
-Status ReadBoxRange(const Source& src, DataFiles* files, const std::string& key, const Box& box,
-                    int64_t begin, int64_t end, DType dtype, char* dst) {
+Status ReadBoxRange(const MappedSource& src, DataFiles* files, const std::string& key,
+                    const Box& box, int64_t begin, int64_t end, DType dtype, char* dst) {
   if (end <= begin) return OkStatus();
-  const int64_t t = src.m.FindTensor(key);
+  const int64_t t = src.index.FindTensor(key);
   if (t < 0) return NotFoundError("'" + src.dir + "' has no tensor '" + key + "'");
   LocalTensor lt;
   lt.dtype = dtype;
   lt.data = dst;
   lt.shape = box.shape;
-  lt.segments.push_back({key, src.m.tensors[t].shape, box, Shape(box.rank(), 0)});
+  lt.segments.push_back({key, src.index.tensors[t].shape, box, Shape(box.rank(), 0)});
   lt.flat = FlatRange{begin, end};
   SP_ASSIGN_OR_RETURN(std::vector<Region> regions, BuildRegions({lt}));
-  SP_ASSIGN_OR_RETURN(LoadPlan plan, PlanLoad(src.m, regions));
+  SP_ASSIGN_OR_RETURN(LoadPlan plan, PlanLoad(src.index, regions));
   ReadStats stats;
-  return ExecuteLoadPlan(src.m, plan, files, /*pool=*/nullptr, ReadOptions{src.checksums}, &stats);
+  return ExecuteLoadPlan(src.index, plan, files, /*pool=*/nullptr, ReadOptions{src.has_checksums},
+                         &stats);
 }
 
 }  // namespace shardpoint::internal

@@ -14,15 +14,15 @@
 #include "src/format/manifest.h"
 #include "src/hf/hf_dir.h"
 #include "src/hf/mapping.h"
+#include "src/source/source.h"
 
 namespace shardpoint::internal {
 
-struct Source {
-  std::string dir;
+// A Source (src/source/source.h: the index the load pipeline reads) plus
+// what the HF tools need beside it.
+struct MappedSource : Source {
   bool hf = false;
-  bool checksums = true;          // false for HF and DCP sources
-  Manifest m;                     // sorted by key; chunks sorted by box
-  std::vector<MappedKey> mapped;  // hf only, parallel to m.tensors
+  std::vector<MappedKey> mapped;  // hf only, parallel to index.tensors
   std::string config_json;        // HF config.json, or the one kept in a checkpoint's metadata
 };
 
@@ -31,17 +31,17 @@ Manifest BuildHfManifest(const HfDirIndex& idx, const std::vector<MappedKey>& ma
 
 // Opens `dir` as any kind (DCP if it holds `.metadata`, HF if IsHfDir).
 // Variables: see ResolveVars.
-Result<Source> OpenSource(Storage* storage, const std::string& dir, const HfMapping& mapping,
-                          const Vars& explicit_vars);
-Result<Source> OpenDcpSource(Storage* storage, const std::string& dir);
-Result<Source> SourceFromHfIndex(HfDirIndex idx, const std::string& dir, const HfMapping& mapping,
-                                 const Vars& explicit_vars);
+Result<MappedSource> OpenSource(Storage* storage, const std::string& dir, const HfMapping& mapping,
+                                const Vars& explicit_vars);
+Result<MappedSource> OpenDcpSource(Storage* storage, const std::string& dir);
+Result<MappedSource> SourceFromHfIndex(HfDirIndex idx, const std::string& dir,
+                                       const HfMapping& mapping, const Vars& explicit_vars);
 
 // Reads the row-major elements [begin, end) of box `box` of tensor `key` into
 // contiguous `dst` as `dtype` (converting). Checksums are verified for stored
 // chunks read whole (shardpoint sources only).
-Status ReadBoxRange(const Source& src, DataFiles* files, const std::string& key, const Box& box,
-                    int64_t begin, int64_t end, DType dtype, char* dst);
+Status ReadBoxRange(const MappedSource& src, DataFiles* files, const std::string& key,
+                    const Box& box, int64_t begin, int64_t end, DType dtype, char* dst);
 
 // The "hf": {"config": ...} object of a checkpoint's metadata, as JSON text.
 std::string ConfigFromMetadata(const std::string& metadata_json);

@@ -31,9 +31,9 @@ bool IsFloatDType(DType d) {
   }
 }
 
-Status StreamTensors(const Source& src, Storage* storage, const std::vector<WritableFile*>& files,
-                     const std::vector<OutTensor>& tensors, const StreamOptions& options,
-                     std::vector<uint64_t>* checksums) {
+Status StreamTensors(const MappedSource& src, Storage* storage,
+                     const std::vector<WritableFile*>& files, const std::vector<OutTensor>& tensors,
+                     const StreamOptions& options, std::vector<uint64_t>* checksums) {
   std::vector<Unit> units;
   uint64_t total = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -53,7 +53,7 @@ Status StreamTensors(const Source& src, Storage* storage, const std::vector<Writ
   });
   if (checksums) checksums->assign(tensors.size(), Checksum64(nullptr, 0));
 
-  DataFiles data(storage, src.dir, &src.m);
+  DataFiles data(storage, src.dir, &src.index);
   std::mutex mu;
   uint64_t done = 0;
   ThreadPool pool(std::max(1, options.threads - 1));

@@ -41,8 +41,8 @@ struct StreamOptions {
 };
 
 // Writes every tensor; `checksums` (if requested) gets one per tensor.
-Status StreamTensors(const Source& src, Storage* storage, const std::vector<WritableFile*>& files,
-                     const std::vector<OutTensor>& tensors, const StreamOptions& options,
-                     std::vector<uint64_t>* checksums);
+Status StreamTensors(const MappedSource& src, Storage* storage,
+                     const std::vector<WritableFile*>& files, const std::vector<OutTensor>& tensors,
+                     const StreamOptions& options, std::vector<uint64_t>* checksums);
 
 }  // namespace shardpoint::internal

@@ -42,7 +42,7 @@ Result<ExportHfStats> ConvertHfToShardpoint(const std::string& hf_dir, const std
   Storage* storage = options.storage ? options.storage : DefaultStorage();
   // A PyTorch DCP directory converts as is (its keys are kept; byte items
   // are not copied).
-  SP_ASSIGN_OR_RETURN(Source src, OpenSource(storage, hf_dir, mapping, options.variables));
+  SP_ASSIGN_OR_RETURN(MappedSource src, OpenSource(storage, hf_dir, mapping, options.variables));
   Manifest m;
   m.files = {std::string(kDataDir) + "/0.safetensors"};
   nlohmann::json md;
@@ -58,7 +58,7 @@ Result<ExportHfStats> ConvertHfToShardpoint(const std::string& hf_dir, const std
     size_t tensor, chunk;
   };
   std::vector<Ref> refs;
-  for (const TensorRecord& t : src.m.tensors) {
+  for (const TensorRecord& t : src.index.tensors) {
     TensorRecord r;
     r.key = t.key;
     r.dtype = options.dtype && IsFloatDType(t.dtype) ? *options.dtype : t.dtype;

@@ -177,7 +177,7 @@ TEST_F(OneRankFailsTest, HfLoadWhereOneRankThrows) {
   std::vector<Status> st = RunThreadRanks(kRanks, [&](Comm& comm) {
     RankState s(comm.rank(), false);
     HfLoadOptions o;
-    o.storage = comm.rank() == 1 ? static_cast<Storage*>(&throwing) : mem_.get();
+    o.load.storage = comm.rank() == 1 ? static_cast<Storage*>(&throwing) : mem_.get();
     return LoadFromHf(s.state, "/hf", IdentityHfMapping(), comm, o).status();
   });
   ExpectEveryRankFails(st, StatusCode::kInternal, "rank 1: ");

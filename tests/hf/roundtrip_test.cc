@@ -188,7 +188,7 @@ TEST(HfRoundTrip, PaddedVocabularyLoadsAndExportsTheModelsVocabulary) {
   std::vector<Status> st = RunThreadRanks(tp, [&](Comm& comm) -> Status {
     SP_ASSIGN_OR_RETURN(RankModel rm, BuildRank(infos, d.layers, comm.rank(), tp, 0, 1));
     HfLoadOptions lo;
-    lo.allow_shape_mismatch = true;
+    lo.load.allow_shape_mismatch = true;
     SP_ASSIGN_OR_RETURN(LoadResult lr, LoadFromHf(rm.state, src, mapping, comm, lo));
     (void)lr;
     for (size_t i = 0; i < rm.infos.size(); ++i) {

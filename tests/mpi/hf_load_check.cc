@@ -296,8 +296,8 @@ TEST_P(HfLoadMpi, TpShardsBitExactAndOnlyOwnBytesRead) {
   }
   CountingStorage counting(DefaultStorage());
   HfLoadOptions o;
-  o.storage = &counting;
-  o.io_threads = 2;
+  o.load.storage = &counting;
+  o.load.io_threads = 2;
   Result<LoadResult> r = LoadFromHf(rs.state, model.dir, *mapping, *world, o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(r->missing_keys.empty());
@@ -331,6 +331,29 @@ TEST_P(HfLoadMpi, TpShardsBitExactAndOnlyOwnBytesRead) {
     total += std::stoull(b);
   }
   EXPECT_EQ(total, split + n * replicated);
+
+  // Cooperative (opted in; HF loads run Load's pipeline): the same bytes, but
+  // each replicated tensor is read by one rank and sent to the others.
+  RankState co;
+  for (const HfKeyInfo& info : *infos) ASSERT_TRUE(co.Add(info, HfParallel{rank, n}).ok());
+  HfLoadOptions oc;
+  oc.load.cooperative = true;
+  oc.load.io_threads = 2;
+  oc.load.read_slice_bytes = 4096;
+  r = LoadFromHf(co.state, model.dir, *mapping, *world, oc);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (size_t i = 0; i < co.keys.size(); ++i) {
+    EXPECT_TRUE(*co.buffers[i] == *rs.buffers[i]) << co.keys[i] << " differs on rank " << rank;
+  }
+  uint64_t read = 0, received = 0;
+  for (const std::string& b : Gathered(*world, std::to_string(r->bytes_read))) {
+    read += std::stoull(b);
+  }
+  for (const std::string& b : Gathered(*world, std::to_string(r->bytes_received))) {
+    received += std::stoull(b);
+  }
+  EXPECT_EQ(read, split + replicated);
+  EXPECT_EQ(received, (n - 1) * replicated);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, HfLoadMpi, ::testing::Values(DType::kF32, DType::kBF16),
@@ -387,7 +410,7 @@ TEST(HfLoadMpiStages, LayersSplitOverRanksAndUnrequestedLayer) {
 
   rs = build();
   HfLoadOptions o;
-  o.allow_unexpected_keys = true;
+  o.load.allow_unexpected_keys = true;
   r = LoadFromHf(rs.state, model.dir, *mapping, *world, o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(unrequested.size(), (NumKeys(d) - 3) / d.layers);  // one layer's keys
@@ -441,7 +464,7 @@ TEST(HfLoadMpiErrors, OneRankFailureIsEveryRanksError) {
     }
     CountingStorage counting(DefaultStorage());
     HfLoadOptions o;
-    o.storage = &counting;
+    o.load.storage = &counting;
     Result<LoadResult> r = LoadFromHf(rs.state, model.dir, mapping, *world, o);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().ToString();
@@ -462,7 +485,7 @@ TEST(HfLoadMpiErrors, OneRankFailureIsEveryRanksError) {
       EXPECT_TRUE(rs.Add(router_info, HfParallel{}).ok());
     }
     HfLoadOptions o;
-    o.allow_missing_keys = true;
+    o.load.allow_missing_keys = true;
     Result<LoadResult> r = LoadFromHf(rs.state, model.dir, mapping, *world, o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r->missing_keys,
@@ -504,7 +527,7 @@ TEST(HfLoadMpiErrors, OneRankFailureIsEveryRanksError) {
     internal::FaultStorage faults(DefaultStorage());
     if (rank == last) faults.FailReadsFrom(1);
     HfLoadOptions o;
-    o.storage = &faults;
+    o.load.storage = &faults;
     Result<LoadResult> r = LoadFromHf(rs.state, model.dir, *llama, *world, o);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), StatusCode::kIOError) << r.status().ToString();

@@ -1,0 +1,203 @@
+#include "src/checkpoint/load_source.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "src/base/guard.h"
+#include "src/checkpoint/cooperative.h"
+#include "src/checkpoint/reader.h"
+#include "src/checkpoint/requests.h"
+#include "src/geometry/view.h"
+#include "src/plan/load_plan.h"
+
+namespace shardpoint::internal {
+namespace {
+
+void SortUnique(std::vector<std::string>* v) {
+  std::sort(v->begin(), v->end());
+  v->erase(std::unique(v->begin(), v->end()), v->end());
+}
+
+const ObjectRecord* FindObject(const Manifest& m, const Object& o) {
+  auto it = std::lower_bound(m.objects.begin(), m.objects.end(), o,
+                             [](const ObjectRecord& r, const Object& q) {
+                               return std::tie(r.key, r.index) < std::tie(q.key, q.index);
+                             });
+  if (it == m.objects.end() || it->key != o.key || it->index != o.index) return nullptr;
+  return &*it;
+}
+
+// Checks this rank's requests against the index; marks requested tensors
+// and objects (by key) in `wanted` (tensors first, then objects).
+Status CheckRequests(const Source& src, const State& state, const LoadOptions& options,
+                     std::vector<std::string>* missing, std::string* wanted) {
+  const Manifest& m = src.index;
+  wanted->assign(m.tensors.size() + m.objects.size(), '\0');
+  for (const LocalTensor& lt : state.tensors) {
+    for (const Segment& seg : lt.segments) {
+      int64_t t = m.FindTensor(seg.key);
+      if (t < 0) {
+        missing->push_back(seg.key);
+        continue;
+      }
+      (*wanted)[t] = 1;
+      const TensorRecord& rec = m.tensors[t];
+      if (rec.dtype != lt.dtype && !options.allow_dtype_conversion) {
+        return InvalidArgumentError("tensor '" + seg.key + "': requested dtype " +
+                                    std::string(DTypeName(lt.dtype)) + " but the " + src.kind +
+                                    " holds " + std::string(DTypeName(rec.dtype)) +
+                                    " (allow_dtype_conversion converts)");
+      }
+      const bool shape_ok =
+          rec.shape == seg.global_shape ||
+          (options.allow_shape_mismatch && rec.shape.size() == seg.global_shape.size());
+      if (!shape_ok) {
+        return InvalidArgumentError("tensor '" + seg.key + "': requested global shape " +
+                                    ShapeToString(seg.global_shape) + " but the " + src.kind +
+                                    " holds " + ShapeToString(rec.shape) +
+                                    (rec.shape.size() == seg.global_shape.size()
+                                         ? " (allow_shape_mismatch loads the overlap)"
+                                         : ""));
+      }
+    }
+  }
+  for (const Object& o : state.objects) {
+    const std::string name = o.index.empty() ? o.key : o.key + ShapeToString(o.index);
+    if (!src.has_objects) {
+      missing->push_back(name + " (objects are not in " + src.kind + "s)");
+      continue;
+    }
+    if (!FindObject(m, o)) {
+      missing->push_back(name);
+      continue;
+    }
+    for (size_t i = 0; i < m.objects.size(); ++i) {
+      if (m.objects[i].key == o.key) (*wanted)[m.tensors.size() + i] = 1;
+    }
+  }
+  if (src.has_objects && state.common && !m.has_common && !options.common_optional) {
+    missing->push_back("<common>");
+  }
+  SortUnique(missing);
+  return OkStatus();
+}
+
+Status LoadObjects(const Source& src, State& state, DataFiles* files, bool verify, uint64_t* bytes,
+                   uint64_t* requests) {
+  if (!src.has_objects) return OkStatus();
+  const Manifest& m = src.index;
+  for (Object& o : state.objects) {
+    const ObjectRecord* r = FindObject(m, o);
+    if (!r) continue;
+    // The size comes from disk: bound it by the file before allocating.
+    SP_ASSIGN_OR_RETURN(const ReadableFile* file, files->Get(r->file));
+    SP_ASSIGN_OR_RETURN(uint64_t file_size, file->Size());
+    if (r->offset > file_size || r->nbytes > file_size - r->offset) {
+      return DataLossError("object '" + o.key + "' in '" + m.files[r->file] + "': bytes [" +
+                           std::to_string(r->offset) + ", " +
+                           std::to_string(r->offset + r->nbytes) + ") lie beyond the end of the " +
+                           std::to_string(file_size) + "-byte file");
+    }
+    o.bytes.resize(r->nbytes);
+    const std::string what = "object '" + o.key + "'";
+    if (verify) {
+      SP_RETURN_IF_ERROR(
+          ReadVerified(files, m, r->file, r->offset, r->nbytes, r->checksum, what, o.bytes.data()));
+    } else {
+      Status read = file->ReadAt(r->offset, r->nbytes, o.bytes.data());
+      if (!read.ok()) return read.WithContext(what);
+    }
+    *bytes += r->nbytes;
+    ++*requests;
+  }
+  if (state.common) {
+    // Absent and not reported missing only under common_optional.
+    state.common = m.has_common ? std::optional<std::string>(m.common) : std::nullopt;
+  }
+  state.metadata_json = m.metadata_json;
+  return OkStatus();
+}
+
+// Sets every element of `v` to zero bytes (the part of a padded tensor that
+// the source does not hold).
+void ZeroFill(const View& v) {
+  const std::vector<char> zero(v.elem_size, 0);
+  StridedCopy(v,
+              View{const_cast<char*>(zero.data()), v.elem_size, v.shape, Shape(v.shape.size(), 0)});
+}
+
+}  // namespace
+
+Result<LoadResult> LoadFromSource(State& state, const Source& src, Comm& comm,
+                                  const LoadOptions& options, const std::string& what) {
+  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  const Manifest& m = src.index;
+
+  // 1 and 2. Requests. Missing keys travel with the bitmaps, so that a strict
+  // load names every rank's missing keys and the unexpected ones in one error.
+  LoadResult result;
+  std::string wanted;
+  Status s = Guarded(what + ": checking the requests", [&] {
+    return CheckRequests(src, state, options, &result.missing_keys, &wanted);
+  });
+  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
+  Result<GatheredRequests> gathered = GatherRequests(comm, wanted, result.missing_keys);
+  s = gathered.status();
+  if (s.ok()) {
+    for (size_t i : gathered->unrequested) {
+      result.unexpected_keys.push_back(i < m.tensors.size() ? m.tensors[i].key
+                                                            : m.objects[i - m.tensors.size()].key);
+    }
+    SortUnique(&result.unexpected_keys);
+    s = RequestsError(src.name, gathered->missing, options.allow_missing_keys,
+                      result.unexpected_keys, options.allow_unexpected_keys);
+  }
+  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
+
+  // 3. Reads: planned on every rank, then executed alone or cooperatively.
+  Result<LoadPlan> plan = Guarded(what + ": planning", [&]() -> Result<LoadPlan> {
+    if (src.encoding != ChunkEncoding::kRawLittleEndian) {
+      return InternalError(src.name + ": chunk encoding not supported by the load pipeline");
+    }
+    SP_ASSIGN_OR_RETURN(std::vector<Region> regions, BuildRegions(state.tensors));
+    return PlanLoad(m, regions, options.allow_shape_mismatch);
+  });
+  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, plan.status()));
+  for (const View& v : plan->zero_fill) ZeroFill(v);
+  ThreadPool pool(std::max(1, options.io_threads));
+  DataFiles files(storage, src.dir, &m);
+  ReadOptions read_options;
+  read_options.verify_checksums = options.verify_checksums && src.has_checksums;
+  read_options.staging_bytes = static_cast<size_t>(std::max<uint64_t>(1, options.read_slice_bytes));
+  read_options.gap_bytes = options.read_gap_bytes;
+  if (options.cooperative && comm.size() > 1) {
+    // CooperativeLoad agrees on its own errors: every rank returns the same.
+    CooperativeStats coop;
+    SP_RETURN_IF_ERROR(CooperativeLoad(m, *plan, comm, &files, &pool, read_options,
+                                       options.cooperative_round_bytes, &coop));
+    result.bytes_read = coop.bytes_read;
+    result.bytes_received = coop.bytes_received;
+    result.requests = coop.requests;
+    result.bytes_needed = coop.bytes_needed;
+    s = OkStatus();
+  } else {
+    ReadStats read;
+    s = Guarded(what + ": reading",
+                [&] { return ExecuteLoadPlan(m, *plan, &files, &pool, read_options, &read); });
+    result.bytes_read = read.bytes.load();
+    result.requests = read.requests.load();
+    result.bytes_needed = read.needed.load();
+  }
+  if (s.ok()) {
+    uint64_t object_bytes = 0;
+    s = Guarded(what + ": reading objects", [&] {
+      return LoadObjects(src, state, &files, src.has_checksums, &object_bytes, &result.requests);
+    });
+    result.bytes_read += object_bytes;
+    result.bytes_needed += object_bytes;
+  }
+  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
+  return result;
+}
+
+}  // namespace shardpoint::internal

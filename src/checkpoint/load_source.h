@@ -1,0 +1,35 @@
+// The load pipeline: fills every rank's State from a Source (src/source/
+// source.h), whatever kind of checkpoint it came from. Load (shardpoint and
+// DCP checkpoints) and LoadFromHf (HF models) each build their Source and call
+// it; nothing else loads.
+//
+//   1. every rank checks its requests against the index: missing keys,
+//      dtype, global shape (each an error naming the key, unless allowed);
+//                                                            (agree)
+//   2. the ranks all-gather bitmaps of the stored tensors and objects they
+//      requested, with their missing keys: stored keys no rank asked for are
+//      unexpected (sorted, unique), and one error names the missing and the
+//      unexpected keys (unless allowed);                     (agree)
+//   3. every rank plans its reads (only the byte runs of its own boxes, in
+//      covering ranges of whole checksummed blocks), zero-fills what reaches
+//      past a stored tensor (allow_shape_mismatch), and reads alone or
+//      cooperatively (LoadOptions::cooperative) in slices of
+//      read_slice_bytes, verifying checksums where the source has them;
+//      then objects and common state.                        (agree)
+// Every local step is Guarded: an exception (bad_alloc included) becomes a
+// Status that goes through the agreement, so a failure on any rank is every
+// rank's error and no rank hangs.
+#pragma once
+
+#include "shardpoint/checkpoint.h"
+#include "src/source/source.h"
+
+namespace shardpoint::internal {
+
+// Collective. REQUIRES: every rank passes an identical `src` (e.g. decoded
+// from bytes one rank read and broadcast) and the same options. `what`
+// prefixes step names in errors ("load", "HF load").
+Result<LoadResult> LoadFromSource(State& state, const Source& src, Comm& comm,
+                                  const LoadOptions& options, const std::string& what);
+
+}  // namespace shardpoint::internal

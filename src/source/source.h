@@ -1,0 +1,56 @@
+// A source: the index of stored chunks that a load reads, whatever wrote them.
+//
+// Every kind of checkpoint the load pipeline (src/checkpoint/load_source.h)
+// reads is first turned into a Source:
+//   * a shardpoint checkpoint: its manifest, as is (src/checkpoint/load.cc);
+//   * a PyTorch DCP directory: the index src/dcp/ builds from `.metadata`,
+//     chunks pointing at raw tensor bytes inside the .distcp files, no
+//     checksums (src/checkpoint/load.cc, src/dcp/dcp_dir.h);
+//   * an HF model directory under a mapping: one chunk per piece of an HF
+//     tensor, pointing at its byte range in a .safetensors file, no checksums
+//     (src/hf/source.cc).
+// The producer validates what it read (bounds, overflow, names) before it
+// builds the index; the pipeline then treats every source alike: request
+// checks, unexpected keys, plan, reads (alone or cooperative), zero fill,
+// objects.
+//
+// The index reuses the manifest's records (src/format/manifest.h):
+//   tensors   key, dtype, global shape; sorted by key, keys unique
+//   chunks    box in the global tensor, file (index into `files`), absolute
+//             byte range [offset, offset + nbytes) in that file, checksum
+//             and block checksums; sorted by box, disjoint, tiling the tensor
+//   files     names relative to `dir`, opened through the load's Storage
+//   objects, common, metadata_json   shardpoint checkpoints (DCP: byte items)
+// A Source is a plain value: built once per rank (from bytes every rank
+// agreed on), then only read, from any number of threads.
+#pragma once
+
+#include <string>
+
+#include "src/format/manifest.h"
+
+namespace shardpoint::internal {
+
+// How a chunk's bytes encode its elements.
+enum class ChunkEncoding {
+  // The row-major elements of the chunk's box in the tensor's dtype,
+  // little-endian, nothing else (shardpoint, safetensors, DCP raw storages).
+  kRawLittleEndian,
+};
+
+struct Source {
+  std::string dir;   // the files are relative to it
+  std::string kind;  // "checkpoint", "HF model": "requested dtype X but the <kind> holds Y"
+  std::string name;  // errors name the source so: "checkpoint 'x'", "HF model 'x' (mapping 'm')"
+  Manifest index;
+  // The chunks' (and objects') checksum fields hold checksums of their bytes.
+  // False: there is nothing to verify (HF, DCP); the fields are 0.
+  bool has_checksums = true;
+  // The source kind can hold objects, a common blob and user metadata. False:
+  // every requested object is a missing key, and State::common and
+  // State::metadata_json are left as they are.
+  bool has_objects = true;
+  ChunkEncoding encoding = ChunkEncoding::kRawLittleEndian;
+};
+
+}  // namespace shardpoint::internal
