@@ -125,5 +125,46 @@ TEST(DcpCliTest, ConvertToShardpointThenLoadBitForBit) {
   std::filesystem::remove_all(out);
 }
 
+// DCP -> DCP through the CLI: the written directory verifies (structure,
+// coverage, every CRC-32), loads bit for bit with its byte item as stored,
+// and a second run to the same destination is refused, naming it.
+TEST(DcpCliTest, ConvertToDcpVerifiesLoadsAndRefusesAnExistingDestination) {
+  const std::string out = ::testing::TempDir() + "sp_dcp_todcp_" + std::to_string(::getpid());
+  std::filesystem::remove_all(out);
+  CliRun r = RunCli("convert --to dcp " + Fixture() + " " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("(PyTorch DCP) -> " + out + " (PyTorch DCP): 3 tensors"));
+  CliRun v = RunCli("verify " + out);
+  EXPECT_EQ(v.exit_code, 0) << v.out;
+  auto load = [](const std::string& dir, std::vector<float>* w, std::string* blob) {
+    State st;
+    LocalTensor t;
+    t.dtype = DType::kF32;
+    t.shape = {5, 3};
+    t.data = w->data();
+    t.segments.push_back({"w", {5, 3}, Box::Whole({5, 3}), {0, 0}});
+    st.tensors.push_back(t);
+    st.objects.push_back({"blob", "", {}, {}});
+    std::unique_ptr<Comm> comm = MakeSingleComm();
+    LoadOptions o;
+    o.allow_unexpected_keys = true;
+    Result<LoadResult> lr = Load(st, dir, *comm, o);
+    *blob = st.objects[0].bytes;
+    return lr.status();
+  };
+  std::vector<float> w(15), w0(15);
+  std::string blob, blob0;
+  ASSERT_TRUE(load(out, &w, &blob).ok());
+  ASSERT_TRUE(load(Fixture(), &w0, &blob0).ok());
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(w[i], static_cast<float>(i));
+  EXPECT_EQ(blob, blob0);
+  EXPECT_FALSE(blob.empty());
+
+  CliRun again = RunCli("convert --to dcp " + Fixture() + " " + out);
+  EXPECT_EQ(again.exit_code, 2) << again.out;
+  EXPECT_THAT(again.out, HasSubstr("'" + out + "' exists"));
+  std::filesystem::remove_all(out);
+}
+
 }  // namespace
 }  // namespace shardpoint
