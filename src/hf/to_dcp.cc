@@ -3,7 +3,8 @@
 // streaming. Every stored chunk becomes one DCP tensor item (a torch.save
 // archive) in the .distcp file named after the chunk's source file; objects
 // become byte items (their bytes as stored). Written into "<dst>.partial",
-// .metadata last, then renamed to <dst>: a directory named <dst> is complete.
+// .metadata last, then renamed to <dst>: a directory named <dst> is complete
+// (on failure the partial directory is removed).
 #include <chrono>
 #include <map>
 
@@ -113,49 +114,57 @@ Result<ExportHfStats> ConvertToDcp(const std::string& src_dir, const std::string
   const std::string w = dcp_dir + ".partial";
   SP_ASSIGN_OR_RETURN(bool stale, storage->Exists(w));
   if (stale) SP_RETURN_IF_ERROR(storage->RemoveAll(w));
-  SP_RETURN_IF_ERROR(storage->CreateDirs(w));
-  std::vector<std::unique_ptr<WritableFile>> out_files(files.size());
-  std::vector<WritableFile*> raw(files.size());
-  for (const auto& [n, f] : files) {
-    SP_ASSIGN_OR_RETURN(out_files[f.index], storage->NewWritableFile(JoinPath(w, f.name), {}));
-    SP_RETURN_IF_ERROR(out_files[f.index]->Truncate(f.size));
-    raw[f.index] = out_files[f.index].get();
-  }
-  std::vector<uint32_t> crcs;
-  StreamOptions so{options.threads, options.block_bytes, false, options.progress};
-  so.crc32s = &crcs;
-  SP_RETURN_IF_ERROR(StreamTensors(src, storage, raw, outs, so, nullptr));
-  for (size_t i = 0; i < items.size(); ++i) {
-    for (const auto& [at, bytes] : items[i].layout.OtherBytes(crcs[i])) {
-      SP_RETURN_IF_ERROR(
-          raw[items[i].file]->WriteAt(items[i].offset + at, bytes.data(), bytes.size()));
+  // On any failure the partial directory goes: nothing named <dst> appears.
+  Status written = [&]() -> Status {
+    SP_RETURN_IF_ERROR(storage->CreateDirs(w));
+    std::vector<std::unique_ptr<WritableFile>> out_files(files.size());
+    std::vector<WritableFile*> raw(files.size());
+    for (const auto& [n, f] : files) {
+      SP_ASSIGN_OR_RETURN(out_files[f.index], storage->NewWritableFile(JoinPath(w, f.name), {}));
+      SP_RETURN_IF_ERROR(out_files[f.index]->Truncate(f.size));
+      raw[f.index] = out_files[f.index].get();
     }
-  }
-  DataFiles data(storage, src.dir, &src.m);
-  for (const ObjectOut& x : objects) {
-    const ObjectRecord& o = *x.o;
-    std::string bytes(o.nbytes, '\0');
-    SP_ASSIGN_OR_RETURN(const ReadableFile* in, data.Get(o.file));
-    if (!bytes.empty()) SP_RETURN_IF_ERROR(in->ReadAt(o.offset, bytes.size(), bytes.data()));
-    if (src.checksums && Checksum64(bytes.data(), bytes.size()) != o.checksum) {
-      return DataLossError("'" + src_dir + "' object '" + o.key + "': checksum mismatch in '" +
-                           in->path() + "' bytes [" + std::to_string(o.offset) + ", +" +
-                           std::to_string(o.nbytes) + ")");
+    std::vector<uint32_t> crcs;
+    StreamOptions so{options.threads, options.block_bytes, false, options.progress};
+    so.crc32s = &crcs;
+    SP_RETURN_IF_ERROR(StreamTensors(src, storage, raw, outs, so, nullptr));
+    for (size_t i = 0; i < items.size(); ++i) {
+      for (const auto& [at, bytes] : items[i].layout.OtherBytes(crcs[i])) {
+        SP_RETURN_IF_ERROR(
+            raw[items[i].file]->WriteAt(items[i].offset + at, bytes.data(), bytes.size()));
+      }
     }
-    SP_RETURN_IF_ERROR(raw[x.f->index]->WriteAt(x.offset, bytes.data(), bytes.size()));
+    DataFiles data(storage, src.dir, &src.m);
+    for (const ObjectOut& x : objects) {
+      const ObjectRecord& o = *x.o;
+      std::string bytes(o.nbytes, '\0');
+      SP_ASSIGN_OR_RETURN(const ReadableFile* in, data.Get(o.file));
+      if (!bytes.empty()) SP_RETURN_IF_ERROR(in->ReadAt(o.offset, bytes.size(), bytes.data()));
+      if (src.checksums && Checksum64(bytes.data(), bytes.size()) != o.checksum) {
+        return DataLossError("'" + src_dir + "' object '" + o.key + "': checksum mismatch in '" +
+                             in->path() + "' bytes [" + std::to_string(o.offset) + ", +" +
+                             std::to_string(o.nbytes) + ")");
+      }
+      SP_RETURN_IF_ERROR(raw[x.f->index]->WriteAt(x.offset, bytes.data(), bytes.size()));
+    }
+    for (auto& f : out_files) {
+      SP_RETURN_IF_ERROR(f->Sync());
+      SP_RETURN_IF_ERROR(f->Close());
+    }
+    {
+      SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> m,
+                          storage->NewWritableFile(JoinPath(w, kDcpMetadataName), {}));
+      SP_RETURN_IF_ERROR(m->WriteAt(0, metadata.data(), metadata.size()));
+      SP_RETURN_IF_ERROR(m->Sync());
+      SP_RETURN_IF_ERROR(m->Close());
+    }
+    SP_RETURN_IF_ERROR(storage->SyncDir(w));
+    return OkStatus();
+  }();
+  if (!written.ok()) {
+    storage->RemoveAll(w).IgnoreError();
+    return written;
   }
-  for (auto& f : out_files) {
-    SP_RETURN_IF_ERROR(f->Sync());
-    SP_RETURN_IF_ERROR(f->Close());
-  }
-  {
-    SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> m,
-                        storage->NewWritableFile(JoinPath(w, kDcpMetadataName), {}));
-    SP_RETURN_IF_ERROR(m->WriteAt(0, metadata.data(), metadata.size()));
-    SP_RETURN_IF_ERROR(m->Sync());
-    SP_RETURN_IF_ERROR(m->Close());
-  }
-  SP_RETURN_IF_ERROR(storage->SyncDir(w));
   SP_RETURN_IF_ERROR(storage->Rename(w, dcp_dir));
   const size_t slash = dcp_dir.find_last_of('/');
   SP_RETURN_IF_ERROR(

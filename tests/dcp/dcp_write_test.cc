@@ -205,5 +205,30 @@ TEST(DcpWriteTest, DTypeTorch113LacksIsRefusedNamingTheKey) {
   std::filesystem::remove_all(sp);
 }
 
+// A corrupt source chunk fails the conversion with the checksum error, and
+// neither <dst> nor <dst>.partial is left behind.
+TEST(DcpWriteTest, CorruptSourceFailsAndLeavesNothing) {
+  const std::string sp = Temp("sp_bad"), dcp = Temp("dcp_bad");
+  Saved s;
+  std::vector<std::vector<char>> scratch;
+  SaveFixture(sp, s, &scratch);
+  bool flipped = false;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(sp + "/data")) {
+    if (!e.is_regular_file()) continue;
+    Result<std::string> b = DefaultStorage()->ReadFileToString(e.path().string());
+    ASSERT_TRUE(b.ok());
+    b->back() ^= 0x40;  // the last data byte of the file
+    ASSERT_TRUE(DefaultStorage()->WriteStringToFile(e.path().string(), *b).ok());
+    flipped = true;
+  }
+  ASSERT_TRUE(flipped);
+  Result<ExportHfStats> r = ConvertToDcp(sp, dcp, HfMapping{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(dcp));
+  EXPECT_FALSE(std::filesystem::exists(dcp + ".partial"));
+  std::filesystem::remove_all(sp);
+}
+
 }  // namespace
 }  // namespace shardpoint
