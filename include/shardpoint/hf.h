@@ -183,6 +183,17 @@ Result<ExportHfStats> ConvertHfToShardpoint(const std::string& hf_dir, const std
                                             const HfMapping& mapping,
                                             const ExportHfOptions& options = {});
 
+// Offline any checkpoint (shardpoint, HF model, PyTorch DCP) -> a PyTorch
+// DCP directory in torch 1.13's layout (`.metadata` + `__<n>_0.distcp`), which
+// torch.distributed(._shard).checkpoint loads: one tensor item per stored
+// chunk, unsharded objects as byte items (their bytes as stored; DCP's
+// load_state_dict torch.loads them). Streams like ExportHf (max_shard_size is
+// not used). FailedPrecondition if `dcp_dir` exists, for a dtype torch 1.13
+// lacks (U16, U32, U64, F8) and for sharded objects, naming it. Common state
+// and user metadata are not written (DCP has no place for them).
+Result<ExportHfStats> ConvertToDcp(const std::string& src_dir, const std::string& dcp_dir,
+                                   const HfMapping& mapping, const ExportHfOptions& options = {});
+
 struct DiffEntry {
   enum Kind { kEqual, kDifferent, kOnlyA, kOnlyB, kMismatch };
   std::string key;

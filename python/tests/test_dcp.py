@@ -3,6 +3,7 @@ processes) loaded by shardpoint under other layouts, bit for bit."""
 
 import io
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -82,3 +83,43 @@ def test_bytes_item_is_what_dcp_stored(dcp_dir):
 def test_missing_key_is_a_typed_error(dcp_dir):
     with pytest.raises(sp.NotFoundError, match="nope"):
         sp.load({"nope": torch.zeros(1)}, dcp_dir, sp.single())
+
+
+def cli():
+    """The shardpoint CLI built beside the package (or on PATH)."""
+    from conftest import package_dir
+    built = os.path.join(os.path.dirname(package_dir()), "shardpoint")
+    return built if os.path.isfile(built) else shutil.which("shardpoint")
+
+
+def test_real_dcp_loads_what_convert_to_dcp_wrote(dcp_dir, tmp_path, request):
+    # Once (not per fixture layout): two gloo processes cost seconds.
+    if request.node.callspec.params["dcp_dir"] != (3, False):
+        pytest.skip("runs once, on the 3-rank fixture")
+    exe = cli()
+    if exe is None:
+        pytest.skip("the shardpoint CLI is not built beside the package nor on PATH")
+    # A shardpoint checkpoint in a layout DCP never saw: emb rows 0:7 | 7:10,
+    # col columns 0:4 | 4:7, from 2 ranks.
+    spd = str(tmp_path / "sp")
+    rows, cols = [(0, 7), (7, 10)], [(0, 4), (4, 7)]
+
+    def save(r, comm):
+        (r0, r1), (c0, c1) = rows[r], cols[r]
+        sd = {"emb": sp.ShardedTensor("emb", G["emb"][r0:r1].clone(), [10, 4], [r0, 0]),
+              "col": sp.ShardedTensor("col", G["col"][:, c0:c1].contiguous(), [6, 7], [0, c0]),
+              "bias": G["bias"], "ids": G["ids"]}
+        sp.save(sd, spd, comm)
+
+    run_ranks(2, save)
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    for src, dst in ((spd, a), (dcp_dir, b)):  # b: DCP -> DCP keeps the byte item
+        r = subprocess.run([exe, "convert", "--to", "dcp", src, dst], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "(PyTorch DCP)" in r.stdout
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "dcp_load.py")
+    r = subprocess.run([PYTHON, script, str(free_port()), "2", a, "+" + b], capture_output=True,
+                       text=True, env=subprocess_env(), timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "dcp_load: ok" in r.stdout

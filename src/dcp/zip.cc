@@ -217,4 +217,31 @@ uint32_t Crc32(uint32_t crc, const char* data, size_t n) {
   return ~crc;
 }
 
+namespace {
+
+// Product of two polynomials modulo the CRC-32 polynomial, in the reflected
+// bit order zip's CRC uses (bit 31 is x^0).
+uint32_t MulModP(uint32_t a, uint32_t b) {
+  uint32_t p = 0;
+  for (uint32_t bit = 0x80000000u; bit != 0; bit >>= 1) {
+    if (a & bit) p ^= b;
+    b = (b & 1) ? (b >> 1) ^ 0xEDB88320u : b >> 1;  // b *= x
+  }
+  return p;
+}
+
+}  // namespace
+
+uint32_t Crc32Combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  // crc(A || B) = crc_a * x^(8 len_b) + crc_b: the pre- and post-inversions
+  // of both cancel out.
+  uint32_t power = 0x80000000u;   // x^0
+  uint32_t square = 0x00800000u;  // x^8
+  for (uint64_t n = len_b; n != 0; n >>= 1) {
+    if (n & 1) power = MulModP(power, square);
+    square = MulModP(square, square);
+  }
+  return MulModP(crc_a, power) ^ crc_b;
+}
+
 }  // namespace shardpoint::internal

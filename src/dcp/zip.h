@@ -42,5 +42,8 @@ Result<std::vector<ZipEntry>> ReadZipDirectory(uint64_t size, const ZipReadAt& r
 
 // CRC-32 (IEEE, as zip uses), continued from `crc` (0 to start).
 uint32_t Crc32(uint32_t crc, const char* data, size_t n);
+// The CRC-32 of A followed by B, from crc_a, crc_b and B's length (so blocks
+// checksummed in parallel give the checksum of the whole).
+uint32_t Crc32Combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
 }  // namespace shardpoint::internal

@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 
+#include "src/dcp/zip.h"
 #include "src/format/checksum.h"
 #include "src/io/thread_pool.h"
 
@@ -52,12 +53,13 @@ Status StreamTensors(const MappedSource& src, Storage* storage,
            (b.end - b.begin) * DTypeSize(tensors[b.tensor].dtype);
   });
   if (checksums) checksums->assign(tensors.size(), Checksum64(nullptr, 0));
+  std::vector<uint32_t> unit_crcs(options.crc32s ? units.size() : 0);
 
   DataFiles data(storage, src.dir, &src.index);
   std::mutex mu;
   uint64_t done = 0;
   ThreadPool pool(std::max(1, options.threads - 1));
-  return ParallelFor(&pool, static_cast<int64_t>(units.size()), [&](int64_t u) -> Status {
+  Status status = ParallelFor(&pool, static_cast<int64_t>(units.size()), [&](int64_t u) -> Status {
     const Unit& unit = units[u];
     const OutTensor& t = tensors[unit.tensor];
     const size_t es = DTypeSize(t.dtype);
@@ -72,6 +74,7 @@ Status StreamTensors(const MappedSource& src, Storage* storage,
       if (!s.ok()) return s.WithContext("writing '" + t.name + "'");
     }
     if (checksums) (*checksums)[unit.tensor] = Checksum64(buf.get(), nbytes);
+    if (options.crc32s) unit_crcs[u] = Crc32(0, buf.get(), nbytes);
     SP_RETURN_IF_ERROR(files[t.file]->WriteAt(t.offset + unit.begin * es, buf.get(), nbytes));
     buf.reset();
     if (options.progress) {
@@ -81,6 +84,21 @@ Status StreamTensors(const MappedSource& src, Storage* storage,
     }
     return OkStatus();
   });
+  if (!status.ok() || !options.crc32s) return status;
+  // Each tensor's units, in order of their elements, combined.
+  std::vector<size_t> order(units.size());
+  for (size_t u = 0; u < units.size(); ++u) order[u] = u;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::pair{units[a].tensor, units[a].begin} < std::pair{units[b].tensor, units[b].begin};
+  });
+  options.crc32s->assign(tensors.size(), 0);
+  for (size_t u : order) {
+    const uint64_t n = static_cast<uint64_t>(units[u].end - units[u].begin) *
+                       DTypeSize(tensors[units[u].tensor].dtype);
+    uint32_t& crc = (*options.crc32s)[units[u].tensor];
+    crc = Crc32Combine(crc, unit_crcs[u], n);
+  }
+  return OkStatus();
 }
 
 }  // namespace shardpoint::internal

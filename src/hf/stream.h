@@ -38,6 +38,9 @@ struct StreamOptions {
   // Compute Checksum64 of every output tensor (each is then one block).
   bool checksums = false;
   HfProgress progress;
+  // If set: gets the CRC-32 (zip's) of every output tensor's bytes, computed
+  // block by block and combined (DCP's torch.save archives need them).
+  std::vector<uint32_t>* crc32s = nullptr;
 };
 
 // Writes every tensor; `checksums` (if requested) gets one per tensor.

@@ -10,22 +10,30 @@ namespace shardpoint::tools {
 
 std::function<int()> AddConvert(CLI::App& app) {
   struct Args {
-    std::string src, dst, max_shard = "5GB", dtype;
+    std::string src, dst, max_shard = "5GB", dtype, to;
     HfFlags hf;
     bool quiet = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
-      "convert", "offline conversion: an HF model to a shardpoint checkpoint, or back");
-  cmd->add_option("src", a->src, "HF model or shardpoint checkpoint directory")->required();
+      "convert",
+      "offline conversion: an HF model or PyTorch DCP directory to a shardpoint checkpoint, "
+      "a shardpoint checkpoint to an HF model, or any of them to PyTorch DCP (--to dcp)");
+  cmd->add_option("src", a->src, "HF model, PyTorch DCP or shardpoint checkpoint directory")
+      ->required();
   cmd->add_option("dst", a->dst, "output directory")->required();
   cmd->add_option("--max-shard-size", a->max_shard, "to HF: data bytes per file")
       ->default_val("5GB");
   cmd->add_option("--dtype", a->dtype, "convert floating tensors, e.g. bf16");
+  cmd->add_option("--to", a->to,
+                  "dcp: write a PyTorch DCP directory (torch 1.13 layout, see docs/dcp.md); "
+                  "default: shardpoint <-> HF by what SRC is")
+      ->check(CLI::IsMember({"dcp"}));
   a->hf.Add(cmd);
   AddQuiet(cmd, a->quiet);
   SetExamples(cmd, {"shardpoint convert Llama-3-8B/ ckpt/iter_0000000 --mapping llama",
-                    "shardpoint convert ckpt/iter_0001000 hf_out --mapping llama"});
+                    "shardpoint convert ckpt/iter_0001000 hf_out --mapping llama",
+                    "shardpoint convert --to dcp ckpt/iter_0001000 dcp_out"});
   return [cmd, a]() -> int {
     if (!*cmd) return -1;
     auto fail = [](const Status& s) {
@@ -50,18 +58,20 @@ std::function<int()> AddConvert(CLI::App& app) {
     }
     Result<bool> manifest = DefaultStorage()->Exists(a->src + "/manifest");
     if (!manifest.ok()) return fail(manifest.status());
-    const bool to_hf = *manifest;
-    Result<ExportHfStats> st = to_hf ? ExportHf(a->src, a->dst, *mapping, o)
-                                     : ConvertHfToShardpoint(a->src, a->dst, *mapping, o);
+    const bool to_dcp = a->to == "dcp";
+    const bool to_hf = *manifest && !to_dcp;
+    Result<ExportHfStats> st = to_dcp  ? ConvertToDcp(a->src, a->dst, *mapping, o)
+                               : to_hf ? ExportHf(a->src, a->dst, *mapping, o)
+                                       : ConvertHfToShardpoint(a->src, a->dst, *mapping, o);
     if (!st.ok()) return fail(st.status());
     if (a->quiet) return 0;
     // A PyTorch DCP directory (.metadata) converts like an HF model (docs/dcp.md).
     Result<bool> dcp = DefaultStorage()->Exists(a->src + "/.metadata");
-    const char* from = to_hf ? "shardpoint" : (dcp.ok() && *dcp ? "PyTorch DCP" : "HF");
+    const char* from = *manifest ? "shardpoint" : (dcp.ok() && *dcp ? "PyTorch DCP" : "HF");
+    const char* to = to_dcp ? "PyTorch DCP" : to_hf ? "HF" : "shardpoint";
     std::printf("converted %s (%s) -> %s (%s): %lld tensors, %s, %.2f s, peak RSS %s\n",
-                a->src.c_str(), from, a->dst.c_str(), to_hf ? "HF" : "shardpoint",
-                static_cast<long long>(st->tensors), HumanBytes(st->bytes).c_str(), st->seconds,
-                HumanBytes(PeakRssBytes()).c_str());
+                a->src.c_str(), from, a->dst.c_str(), to, static_cast<long long>(st->tensors),
+                HumanBytes(st->bytes).c_str(), st->seconds, HumanBytes(PeakRssBytes()).c_str());
     return 0;
   };
 }

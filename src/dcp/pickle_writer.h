@@ -1,0 +1,46 @@
+// The smallest pickle writer DCP needs: protocol 2 opcodes for the values
+// torch 1.13's DCP pickles (`.metadata`) and torch.save's data.pkl of a
+// tensor. The caller emits opcodes in order, as a pickler would; no memo is
+// written (every object is emitted once, globals again where repeated).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "shardpoint/box.h"
+
+namespace shardpoint::internal {
+
+class PickleWriter {
+ public:
+  PickleWriter();  // writes PROTO 2
+
+  void Global(std::string_view module, std::string_view name);  // GLOBAL
+  void Str(std::string_view s);                                 // BINUNICODE
+  void Int(int64_t v);                                          // BININT1/BININT/LONG1
+  void Bool(bool v);                                            // NEWTRUE/NEWFALSE
+  void None();
+  void Mark();
+  void Tuple();                   // TUPLE: the items since the last Mark
+  void IntTuple(const Shape& s);  // a tuple of ints
+  void EmptyTuple();
+  void EmptyDict();
+  void EmptyList();
+  void SetItems();   // SETITEMS: key/value pairs since the last Mark into the dict below
+  void Appends();    // APPENDS: items since the last Mark into the list below
+  void NewObj();     // NEWOBJ: cls args -> cls.__new__(cls, *args)
+  void Reduce();     // REDUCE: callable args -> callable(*args)
+  void Build();      // BUILD: obj state -> obj with state applied
+  void BinPersId();  // BINPERSID: the persistent id on the stack
+
+  // Appends STOP and returns the pickle.
+  std::string Finish() &&;
+
+ private:
+  void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  void U32(uint32_t v);
+  std::string out_;
+};
+
+}  // namespace shardpoint::internal

@@ -1,0 +1,181 @@
+// ConvertToDcp: any source (a shardpoint checkpoint, an HF model, a DCP
+// directory) -> a PyTorch DCP directory in torch 1.13's layout, offline and
+// streaming. Every stored chunk becomes one DCP tensor item (a torch.save
+// archive) in the .distcp file named after the chunk's source file; objects
+// become byte items (their bytes as stored). Written into "<dst>.partial",
+// .metadata last, then renamed to <dst>: a directory named <dst> is complete
+// (on failure the partial directory is removed).
+#include <chrono>
+#include <map>
+
+#include "shardpoint/hf.h"
+#include "src/checkpoint/commit.h"
+#include "src/checkpoint/reader.h"
+#include "src/dcp/metadata_writer.h"
+#include "src/dcp/tensor_item_writer.h"
+#include "src/format/checksum.h"
+#include "src/hf/stream.h"
+
+namespace shardpoint {
+
+using namespace internal;
+
+namespace {
+
+struct DcpFile {
+  std::string name;  // "__<n>_0.distcp"
+  uint64_t size = 0;
+  int index = 0;  // in the list of files written
+};
+
+struct Item {
+  TensorItemLayout layout;
+  int file = 0;
+  uint64_t offset = 0;  // of the archive in its file
+};
+
+}  // namespace
+
+Result<ExportHfStats> ConvertToDcp(const std::string& src_dir, const std::string& dcp_dir,
+                                   const HfMapping& mapping, const ExportHfOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  SP_ASSIGN_OR_RETURN(bool exists, storage->Exists(dcp_dir));
+  if (exists) {
+    return FailedPreconditionError("'" + dcp_dir +
+                                   "' exists: convert --to dcp writes a new directory only");
+  }
+  SP_ASSIGN_OR_RETURN(Source src, OpenSource(storage, src_dir, mapping, options.variables));
+
+  // The plan: items, their files and offsets, the metadata.
+  std::map<uint32_t, DcpFile> files;  // by source file index
+  auto place = [&](uint32_t source_file, uint64_t bytes) {
+    DcpFile& f = files[source_file];
+    if (f.name.empty()) {
+      f.name = "__" + std::to_string(source_file) + "_0.distcp";
+      f.index = static_cast<int>(files.size()) - 1;
+    }
+    const uint64_t at = f.size;
+    f.size += bytes;
+    return std::pair<DcpFile*, uint64_t>{&f, at};
+  };
+  DcpMetadata md;
+  std::vector<Item> items;
+  std::vector<OutTensor> outs;
+  for (const TensorRecord& t : src.m.tensors) {
+    DcpTensorMeta tm;
+    tm.fqn = t.key;
+    tm.dtype = options.dtype && IsFloatDType(t.dtype) ? *options.dtype : t.dtype;
+    tm.shape = t.shape;
+    for (const ChunkRecord& c : t.chunks) {
+      Result<TensorItemLayout> l = TensorItemLayout::Plan(tm.dtype, c.box.shape);
+      if (!l.ok()) return l.status().WithContext("'" + src_dir + "' tensor '" + t.key + "'");
+      auto [f, at] = place(c.file, l->size());
+      md.storage[{t.key, c.box.offset}] = {f->name, at, l->size(), {}};
+      outs.push_back(
+          {t.key, tm.dtype, c.box.num_elements(), 0, at + l->data_offset(), {{t.key, c.box, 0}}});
+      items.push_back({std::move(*l), 0, at});
+      tm.chunks.push_back(c.box);
+    }
+    md.tensors.push_back(std::move(tm));
+  }
+  struct ObjectOut {
+    const ObjectRecord* o;
+    DcpFile* f;
+    uint64_t offset;
+  };
+  std::vector<ObjectOut> objects;
+  for (const ObjectRecord& o : src.m.objects) {
+    if (!o.index.empty()) {
+      return FailedPreconditionError("'" + src_dir + "' object '" + o.key + "' is sharded over " +
+                                     ShapeToString(o.grid) +
+                                     ": DCP byte items have no shard index (not converted)");
+    }
+    auto [f, at] = place(o.file, o.nbytes);
+    md.bytes.push_back(o.key);
+    md.storage[{o.key, Shape{}}] = {f->name, at, o.nbytes, {}};
+    objects.push_back({&o, f, at});
+  }
+  std::sort(md.bytes.begin(), md.bytes.end());
+  SP_ASSIGN_OR_RETURN(std::string metadata, EncodeDcpMetadata(md));
+  // DcpFile pointers are stable (std::map); fix the items' file indices.
+  {
+    size_t i = 0;
+    for (const TensorRecord& t : src.m.tensors) {
+      for (const ChunkRecord& c : t.chunks) {
+        items[i].file = files[c.file].index;
+        outs[i].file = items[i].file;
+        ++i;
+      }
+    }
+  }
+
+  // Write into <dst>.partial, then rename.
+  const std::string w = dcp_dir + ".partial";
+  SP_ASSIGN_OR_RETURN(bool stale, storage->Exists(w));
+  if (stale) SP_RETURN_IF_ERROR(storage->RemoveAll(w));
+  // On any failure the partial directory goes: nothing named <dst> appears.
+  Status written = [&]() -> Status {
+    SP_RETURN_IF_ERROR(storage->CreateDirs(w));
+    std::vector<std::unique_ptr<WritableFile>> out_files(files.size());
+    std::vector<WritableFile*> raw(files.size());
+    for (const auto& [n, f] : files) {
+      SP_ASSIGN_OR_RETURN(out_files[f.index], storage->NewWritableFile(JoinPath(w, f.name), {}));
+      SP_RETURN_IF_ERROR(out_files[f.index]->Truncate(f.size));
+      raw[f.index] = out_files[f.index].get();
+    }
+    std::vector<uint32_t> crcs;
+    StreamOptions so{options.threads, options.block_bytes, false, options.progress};
+    so.crc32s = &crcs;
+    SP_RETURN_IF_ERROR(StreamTensors(src, storage, raw, outs, so, nullptr));
+    for (size_t i = 0; i < items.size(); ++i) {
+      for (const auto& [at, bytes] : items[i].layout.OtherBytes(crcs[i])) {
+        SP_RETURN_IF_ERROR(
+            raw[items[i].file]->WriteAt(items[i].offset + at, bytes.data(), bytes.size()));
+      }
+    }
+    DataFiles data(storage, src.dir, &src.m);
+    for (const ObjectOut& x : objects) {
+      const ObjectRecord& o = *x.o;
+      std::string bytes(o.nbytes, '\0');
+      SP_ASSIGN_OR_RETURN(const ReadableFile* in, data.Get(o.file));
+      if (!bytes.empty()) SP_RETURN_IF_ERROR(in->ReadAt(o.offset, bytes.size(), bytes.data()));
+      if (src.checksums && Checksum64(bytes.data(), bytes.size()) != o.checksum) {
+        return DataLossError("'" + src_dir + "' object '" + o.key + "': checksum mismatch in '" +
+                             in->path() + "' bytes [" + std::to_string(o.offset) + ", +" +
+                             std::to_string(o.nbytes) + ")");
+      }
+      SP_RETURN_IF_ERROR(raw[x.f->index]->WriteAt(x.offset, bytes.data(), bytes.size()));
+    }
+    for (auto& f : out_files) {
+      SP_RETURN_IF_ERROR(f->Sync());
+      SP_RETURN_IF_ERROR(f->Close());
+    }
+    {
+      SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> m,
+                          storage->NewWritableFile(JoinPath(w, kDcpMetadataName), {}));
+      SP_RETURN_IF_ERROR(m->WriteAt(0, metadata.data(), metadata.size()));
+      SP_RETURN_IF_ERROR(m->Sync());
+      SP_RETURN_IF_ERROR(m->Close());
+    }
+    SP_RETURN_IF_ERROR(storage->SyncDir(w));
+    return OkStatus();
+  }();
+  if (!written.ok()) {
+    storage->RemoveAll(w).IgnoreError();
+    return written;
+  }
+  SP_RETURN_IF_ERROR(storage->Rename(w, dcp_dir));
+  const size_t slash = dcp_dir.find_last_of('/');
+  SP_RETURN_IF_ERROR(
+      storage->SyncDir(slash == std::string::npos ? "." : dcp_dir.substr(0, slash + 1)));
+
+  ExportHfStats stats;
+  stats.files = static_cast<int>(files.size());
+  stats.tensors = static_cast<int64_t>(md.tensors.size());
+  for (const auto& [n, f] : files) stats.bytes += f.size;
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+}  // namespace shardpoint
