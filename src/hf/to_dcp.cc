@@ -45,7 +45,7 @@ Result<ExportHfStats> ConvertToDcp(const std::string& src_dir, const std::string
     return FailedPreconditionError("'" + dcp_dir +
                                    "' exists: convert --to dcp writes a new directory only");
   }
-  SP_ASSIGN_OR_RETURN(Source src, OpenSource(storage, src_dir, mapping, options.variables));
+  SP_ASSIGN_OR_RETURN(MappedSource src, OpenSource(storage, src_dir, mapping, options.variables));
 
   // The plan: items, their files and offsets, the metadata.
   std::map<uint32_t, DcpFile> files;  // by source file index
@@ -62,7 +62,7 @@ Result<ExportHfStats> ConvertToDcp(const std::string& src_dir, const std::string
   DcpMetadata md;
   std::vector<Item> items;
   std::vector<OutTensor> outs;
-  for (const TensorRecord& t : src.m.tensors) {
+  for (const TensorRecord& t : src.index.tensors) {
     DcpTensorMeta tm;
     tm.fqn = t.key;
     tm.dtype = options.dtype && IsFloatDType(t.dtype) ? *options.dtype : t.dtype;
@@ -85,7 +85,7 @@ Result<ExportHfStats> ConvertToDcp(const std::string& src_dir, const std::string
     uint64_t offset;
   };
   std::vector<ObjectOut> objects;
-  for (const ObjectRecord& o : src.m.objects) {
+  for (const ObjectRecord& o : src.index.objects) {
     if (!o.index.empty()) {
       return FailedPreconditionError("'" + src_dir + "' object '" + o.key + "' is sharded over " +
                                      ShapeToString(o.grid) +
@@ -101,7 +101,7 @@ Result<ExportHfStats> ConvertToDcp(const std::string& src_dir, const std::string
   // DcpFile pointers are stable (std::map); fix the items' file indices.
   {
     size_t i = 0;
-    for (const TensorRecord& t : src.m.tensors) {
+    for (const TensorRecord& t : src.index.tensors) {
       for (const ChunkRecord& c : t.chunks) {
         items[i].file = files[c.file].index;
         outs[i].file = items[i].file;
@@ -134,13 +134,13 @@ Result<ExportHfStats> ConvertToDcp(const std::string& src_dir, const std::string
             raw[items[i].file]->WriteAt(items[i].offset + at, bytes.data(), bytes.size()));
       }
     }
-    DataFiles data(storage, src.dir, &src.m);
+    DataFiles data(storage, src.dir, &src.index);
     for (const ObjectOut& x : objects) {
       const ObjectRecord& o = *x.o;
       std::string bytes(o.nbytes, '\0');
       SP_ASSIGN_OR_RETURN(const ReadableFile* in, data.Get(o.file));
       if (!bytes.empty()) SP_RETURN_IF_ERROR(in->ReadAt(o.offset, bytes.size(), bytes.data()));
-      if (src.checksums && Checksum64(bytes.data(), bytes.size()) != o.checksum) {
+      if (src.has_checksums && Checksum64(bytes.data(), bytes.size()) != o.checksum) {
         return DataLossError("'" + src_dir + "' object '" + o.key + "': checksum mismatch in '" +
                              in->path() + "' bytes [" + std::to_string(o.offset) + ", +" +
                              std::to_string(o.nbytes) + ")");
