@@ -1,5 +1,5 @@
-// libFuzzer target for the stored-zip directory reader and the torch.save
-// tensor locator. Built and replayed over fuzz/corpus/dcp_zip/ by
+// libFuzzer target for the stored-zip directory reader, the torch.save
+// tensor locator and Megatron's common.pt renderer. Built and replayed over fuzz/corpus/dcp_zip/ by
 // fuzz/CMakeLists.txt (libFuzzer under SHARDPOINT_FUZZ; see fuzz/README.md).
 //
 // The input is one archive. Every entry found lies inside it; every failure
@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "src/dcp/tensor_item.h"
+#include "src/dcp/torch_dist.h"
 #include "src/dcp/zip.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -36,5 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Result<TensorItemBytes> t = LocateTensorItem(size, read, "fuzz");
   check(t.status());
   if (t.ok() && (t->offset > size || t->nbytes > size - t->offset)) std::abort();
+  check(
+      CommonPtToJson(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz").status());
   return 0;
 }

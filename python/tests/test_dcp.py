@@ -86,10 +86,14 @@ def test_missing_key_is_a_typed_error(dcp_dir):
 
 
 def cli():
-    """The shardpoint CLI built beside the package (or on PATH)."""
+    """The shardpoint CLI: bundled in an installed package, built beside the
+    package (a build tree), or on PATH."""
     from conftest import package_dir
-    built = os.path.join(os.path.dirname(package_dir()), "shardpoint")
-    return built if os.path.isfile(built) else shutil.which("shardpoint")
+    from shardpoint import _cli
+    for path in (_cli.binary(), os.path.join(os.path.dirname(package_dir()), "shardpoint")):
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return shutil.which("shardpoint")
 
 
 def test_real_dcp_loads_what_convert_to_dcp_wrote(dcp_dir, tmp_path, request):
@@ -98,7 +102,7 @@ def test_real_dcp_loads_what_convert_to_dcp_wrote(dcp_dir, tmp_path, request):
         pytest.skip("runs once, on the 3-rank fixture")
     exe = cli()
     if exe is None:
-        pytest.skip("the shardpoint CLI is not built beside the package nor on PATH")
+        pytest.skip("no shardpoint CLI: not in the package, beside it, nor on PATH")
     # A shardpoint checkpoint in a layout DCP never saw: emb rows 0:7 | 7:10,
     # col columns 0:4 | 4:7, from 2 ranks.
     spd = str(tmp_path / "sp")

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "src/dcp/tensor_item.h"
+#include "src/dcp/torch_dist.h"
 
 namespace shardpoint::internal {
 namespace {
@@ -156,6 +159,19 @@ Result<DcpIndex> ReadDcpIndex(Storage* storage, const std::string& dir) {
     o.offset = it->second.offset;
     o.nbytes = it->second.length;
     idx.m.objects.push_back(std::move(o));
+  }
+  // Megatron torch_dist: metadata.json and common.pt become the metadata
+  // (rendered, for inspect) and the common state (as stored).
+  SP_ASSIGN_OR_RETURN(std::optional<TorchDistInfo> td, ReadTorchDist(storage, dir));
+  if (td) {
+    nlohmann::ordered_json md;
+    md["megatron_torch_dist"]["metadata.json"] = nlohmann::ordered_json::parse(td->config_json);
+    if (td->has_common) {
+      md["megatron_torch_dist"]["common.pt"] = nlohmann::ordered_json::parse(td->common_json);
+      idx.m.has_common = true;
+      idx.m.common = std::move(td->common_bytes);
+    }
+    idx.m.metadata_json = md.dump();
   }
   return idx;
 }

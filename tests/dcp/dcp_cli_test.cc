@@ -234,5 +234,17 @@ TEST(DcpCliTest, DiffNamesAFlippedTensorAndAMissingFile) {
   std::filesystem::remove_all(out);
 }
 
+TEST(DcpCliTest, InspectShowsMegatronTorchDistMetadataAndCommon) {
+  std::string dir = Fixture();
+  dir = dir.substr(0, dir.rfind('/')) + "/megatron_torch_dist";
+  CliRun r = RunCli("inspect " + dir);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("decoder.layers.mlp.linear_fc1.weight"));
+  EXPECT_THAT(r.out, HasSubstr("Megatron torch_dist checkpoint: "));
+  EXPECT_THAT(r.out, HasSubstr("\"__class__\":\"argparse.Namespace\""));
+  CliRun v = RunCli("verify " + dir);
+  EXPECT_EQ(v.exit_code, 0) << v.out;
+}
+
 }  // namespace
 }  // namespace shardpoint

@@ -78,6 +78,11 @@ std::function<int()> AddInspect(CLI::App& app) {
       } else {
         std::cout << (i > 0 ? "\n" : "") << InspectTable(*d, dir);
         if (IsDcpDir(dir)) std::cout << "PyTorch DCP checkpoint (no checksums)\n";
+        // Megatron torch_dist: metadata.json and common.pt, rendered (docs/dcp.md).
+        if (IsDcpDir(dir) &&
+            d->metadata_json.find("\"megatron_torch_dist\"") != std::string::npos) {
+          std::cout << "Megatron torch_dist checkpoint: " << d->metadata_json << "\n";
+        }
       }
     }
     return rc;
