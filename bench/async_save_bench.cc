@@ -31,7 +31,7 @@
 #include "shardpoint/async_save.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/comm.h"
-#include "src/testing/transformer.h"
+#include "tests/testing/transformer.h"
 
 namespace fs = std::filesystem;
 using namespace shardpoint;

@@ -43,7 +43,7 @@
 #include "bench/network_storage.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/comm.h"
-#include "src/testing/transformer.h"
+#include "tests/testing/transformer.h"
 
 namespace fs = std::filesystem;
 using namespace shardpoint;

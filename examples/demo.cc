@@ -9,7 +9,7 @@
 #include <string>
 
 #include "shardpoint/checkpoint.h"
-#include "src/testing/transformer.h"
+#include "tests/testing/transformer.h"
 
 namespace sp = shardpoint;
 using sp::internal::ParallelConfig;

@@ -1,6 +1,6 @@
 """The sharded state every peer saves and loads.
 
-A transformer-like model (Megatron names, as src/testing/transformer.cc): bf16
+A transformer-like model (Megatron names, as tests/testing/transformer.cc): bf16
 parameters and, per parameter, fp32 main parameter, Adam exp_avg and
 exp_avg_sq (14 bytes per parameter), tensor-parallel over W ranks. Layouts:
 

@@ -11,7 +11,7 @@
 
 #include "src/format/manifest.h"
 #include "src/io/fault_storage.h"
-#include "src/testing/transformer.h"
+#include "tests/testing/transformer.h"
 
 namespace shardpoint {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "shardpoint/checkpoint.h"
 #include "src/plan/plan_cache.h"
-#include "src/testing/transformer.h"
+#include "tests/testing/transformer.h"
 
 namespace shardpoint {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "shardpoint/checkpoint.h"
-#include "src/testing/transformer.h"
+#include "tests/testing/transformer.h"
 
 namespace shardpoint {
 namespace {

@@ -14,8 +14,8 @@
 #include "shardpoint/layout_dtensor.h"
 #include "shardpoint/layout_fused.h"
 #include "shardpoint/layout_megatron.h"
-#include "src/testing/reference.h"
 #include "tests/testing/ranks.h"
+#include "tests/testing/reference.h"
 
 namespace shardpoint {
 namespace {

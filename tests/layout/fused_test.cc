@@ -10,8 +10,8 @@
 #include "shardpoint/layout_fused.h"
 #include "shardpoint/layout_state.h"
 #include "src/plan/regions.h"
-#include "src/testing/reference.h"
 #include "tests/testing/ranks.h"
+#include "tests/testing/reference.h"
 
 namespace shardpoint {
 namespace {

@@ -10,8 +10,8 @@
 
 #include "shardpoint/layout.h"
 #include "shardpoint/layout_megatron.h"
-#include "src/testing/reference.h"
 #include "tests/testing/ranks.h"
+#include "tests/testing/reference.h"
 
 namespace shardpoint {
 namespace {

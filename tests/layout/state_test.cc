@@ -11,8 +11,8 @@
 #include "shardpoint/layout.h"
 #include "shardpoint/layout_megatron.h"
 #include "shardpoint/layout_state.h"
-#include "src/testing/reference.h"
 #include "tests/testing/ranks.h"
+#include "tests/testing/reference.h"
 
 namespace shardpoint {
 namespace {

@@ -14,8 +14,8 @@
 #include "shardpoint/async_save.h"
 #include "shardpoint/manager.h"
 #include "shardpoint/mpi_comm.h"
-#include "src/testing/transformer.h"
 #include "tests/mpi/mpi_test_main.h"
+#include "tests/testing/transformer.h"
 
 namespace shardpoint {
 namespace {

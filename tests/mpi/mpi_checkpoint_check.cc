@@ -11,8 +11,8 @@
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/layout.h"
 #include "src/io/fault_storage.h"
-#include "src/testing/transformer.h"
 #include "tests/mpi/mpi_test_main.h"
+#include "tests/testing/transformer.h"
 
 namespace shardpoint {
 namespace {

@@ -24,8 +24,8 @@
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/mpi_comm.h"
 #include "src/base/bytes.h"
-#include "src/testing/reference.h"
-#include "src/testing/transformer.h"
+#include "tests/testing/reference.h"
+#include "tests/testing/transformer.h"
 
 namespace shardpoint {
 namespace {

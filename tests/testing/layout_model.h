@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "shardpoint/state.h"
-#include "src/testing/reference.h"
 #include "tests/testing/ranks.h"
+#include "tests/testing/reference.h"
 
 namespace shardpoint::testing {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "shardpoint/state.h"
-#include "src/testing/reference.h"
+#include "tests/testing/reference.h"
 
 namespace shardpoint::testing {
 

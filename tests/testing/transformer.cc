@@ -1,4 +1,4 @@
-#include "src/testing/transformer.h"
+#include "tests/testing/transformer.h"
 
 #include <functional>
 

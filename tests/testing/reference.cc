@@ -1,4 +1,4 @@
-#include "src/testing/reference.h"
+#include "tests/testing/reference.h"
 
 #include <cstring>
 #include <random>
