@@ -4,8 +4,8 @@
 #include <map>
 #include <tuple>
 
-#include "src/base/bytes.h"
 #include "src/base/guard.h"
+#include "src/checkpoint/piece_message.h"
 #include "src/geometry/view.h"
 
 namespace shardpoint::internal {
@@ -38,59 +38,35 @@ struct Group {
 };
 
 // This rank's shareable pieces: stored dtype == requested dtype, and not
-// needed twice by this rank. Encoded as: private bytes, count, then per piece
-// its index and identity.
+// needed twice by this rank (src/checkpoint/piece_message.h).
 std::string EncodeShareable(const LoadPlan& plan, std::vector<bool>* shareable) {
   std::map<Identity, int> seen;
   for (const ReadPiece& p : plan.pieces) {
     if (p.src_dtype == p.dst_dtype) ++seen[IdentityOf(p)];
   }
   shareable->assign(plan.pieces.size(), false);
-  uint64_t private_bytes = 0, count = 0;
-  ByteWriter body;
+  PieceMessage msg;
   for (size_t i = 0; i < plan.pieces.size(); ++i) {
     const ReadPiece& p = plan.pieces[i];
     if (p.src_dtype != p.dst_dtype || seen[IdentityOf(p)] != 1) {
-      private_bytes += p.nbytes;
+      msg.private_bytes += p.nbytes;
       continue;
     }
     (*shareable)[i] = true;
-    ++count;
-    body.I64(static_cast<int64_t>(i));
-    body.I64(p.tensor);
-    body.I64(p.chunk);
-    body.Ints(p.in_chunk.offset);
-    body.Ints(p.in_chunk.shape);
-    body.U8(static_cast<uint8_t>(p.dst_dtype));
-    body.U64(p.nbytes);
+    msg.pieces.push_back(SharedPiece{static_cast<int64_t>(i), p.tensor, p.chunk, p.in_chunk,
+                                     static_cast<uint8_t>(p.dst_dtype), p.nbytes});
   }
-  ByteWriter w;
-  w.U64(private_bytes);
-  w.U64(count);
-  w.Raw(body.str().data(), body.str().size());
-  return std::move(w.str());
+  return EncodePieceMessage(msg);
 }
 
 Status DecodeInto(const std::string& bytes, int rank, std::map<Identity, Group>* groups,
                   uint64_t* private_bytes) {
-  ByteReader r(bytes, "cooperative load pieces of rank " + std::to_string(rank));
-  uint64_t count;
-  SP_RETURN_IF_ERROR(r.U64(private_bytes));
-  SP_RETURN_IF_ERROR(r.Count(&count, 8 * 4 + 3));
-  for (uint64_t i = 0; i < count; ++i) {
-    int64_t piece;
-    Identity id;
-    uint64_t nbytes;
-    SP_RETURN_IF_ERROR(r.I64(&piece));
-    SP_RETURN_IF_ERROR(r.I64(&id.tensor));
-    SP_RETURN_IF_ERROR(r.I64(&id.chunk));
-    SP_RETURN_IF_ERROR(r.Ints(&id.in_chunk.offset));
-    SP_RETURN_IF_ERROR(r.Ints(&id.in_chunk.shape));
-    SP_RETURN_IF_ERROR(r.U8(&id.dtype));
-    SP_RETURN_IF_ERROR(r.U64(&nbytes));
-    Group& g = (*groups)[id];
-    g.nbytes = nbytes;
-    g.holders.push_back(Holder{rank, piece});
+  SP_ASSIGN_OR_RETURN(PieceMessage msg, DecodePieceMessage(bytes, rank));
+  *private_bytes = msg.private_bytes;
+  for (SharedPiece& p : msg.pieces) {
+    Group& g = (*groups)[Identity{p.tensor, p.chunk, std::move(p.in_chunk), p.dtype}];
+    g.nbytes = p.nbytes;
+    g.holders.push_back(Holder{rank, p.piece});
   }
   return OkStatus();
 }

@@ -19,8 +19,8 @@
 #include <memory>
 
 #include "shardpoint/checkpoint.h"
-#include "src/base/bytes.h"
 #include "src/base/guard.h"
+#include "src/checkpoint/checksum_message.h"
 #include "src/checkpoint/commit.h"
 #include "src/checkpoint/replica_check.h"
 #include "src/checkpoint/writer.h"
@@ -30,41 +30,6 @@
 namespace shardpoint {
 namespace internal {
 namespace {
-
-// Item (then replica) checksums, then each item's block checksums.
-std::string EncodeChecksums(const std::vector<uint64_t>& sums,
-                            const std::vector<std::vector<uint64_t>>& blocks) {
-  ByteWriter w;
-  w.U64(sums.size());
-  w.Raw(sums.data(), sums.size() * 8);
-  w.U64(blocks.size());
-  for (const std::vector<uint64_t>& b : blocks) {
-    w.U64(b.size());
-    w.Raw(b.data(), b.size() * 8);
-  }
-  return std::move(w.str());
-}
-
-Result<std::vector<uint64_t>> DecodeChecksums(std::string_view bytes, size_t expected, int rank,
-                                              std::vector<std::vector<uint64_t>>* blocks) {
-  ByteReader r(bytes, "checksums from rank " + std::to_string(rank));
-  uint64_t n;
-  SP_RETURN_IF_ERROR(r.Count(&n, 8));
-  if (n != expected) {
-    return InternalError("rank " + std::to_string(rank) + " sent " + std::to_string(n) +
-                         " checksums, expected " + std::to_string(expected));
-  }
-  std::vector<uint64_t> sums(n);
-  SP_RETURN_IF_ERROR(r.Raw(sums.data(), n * 8));
-  SP_RETURN_IF_ERROR(r.Count(&n, 8));
-  blocks->resize(n);
-  for (std::vector<uint64_t>& b : *blocks) {
-    SP_RETURN_IF_ERROR(r.Count(&n, 8));
-    b.resize(n);
-    SP_RETURN_IF_ERROR(r.Raw(b.data(), n * 8));
-  }
-  return sums;
-}
 
 // Fills the checksums of rank r's items into the manifest.
 void ApplyChecksums(const RankFile& rf, const std::vector<uint64_t>& sums,
