@@ -389,9 +389,10 @@ int main(int argc, char** argv) {
 
   std::printf(
       "crash_trials: %d trials (%d at a random time, %d at a metadata call of %lld), "
-      "%d mpirun -np 4 trials; %lld + %lld iterations acknowledged, none lost; %d complete "
-      "checkpoints verified and loaded bit for bit; %d failures\n",
+      "%d mpirun -np 4 trials; newest acknowledged iteration %s (mpirun jobs: %s), none lost; "
+      "%d complete checkpoints verified and loaded bit for bit; %d failures\n",
       time_kills + call_kills, time_kills, call_kills, static_cast<long long>(calls), mpi_done,
-      static_cast<long long>(acked), static_cast<long long>(mpi_acked), checked, failures);
+      acked < 0 ? "none" : std::to_string(acked).c_str(),
+      mpi_acked < 0 ? "none" : std::to_string(mpi_acked).c_str(), checked, failures);
   return failures == 0 ? 0 : 1;
 }
