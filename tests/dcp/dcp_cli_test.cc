@@ -7,7 +7,9 @@
 
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <map>
 
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/comm.h"
@@ -231,6 +233,111 @@ TEST(DcpCliTest, DiffNamesAFlippedTensorAndAMissingFile) {
   EXPECT_EQ(e.exit_code, 2) << e.out;
   EXPECT_THAT(e.out, HasSubstr(idx->m.files[c.file]));
   std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(out);
+}
+
+// export-hf --mapping megatron_llama of a Megatron-Core torch_dist checkpoint
+// whose per-layer tensors are stacked over layers (make_megatron_fixture.py
+// --llama: tensor i holds 1000 i + flat index). The HF model is read back by
+// the HF loader (identity names) and every value is checked against the
+// Megatron layout computed here: linear_qkv rows per group j of 4 (q heads
+// 2j, 2j+1), 2 (k), 2 (v); linear_fc1 gate rows then up rows; the padded
+// vocabulary (12 rows) cut to vocab_size 10.
+TEST(DcpCliTest, ExportHfMegatronLlamaUnstacksLayersBitForBit) {
+  std::string dir = Fixture();
+  dir = dir.substr(0, dir.rfind('/')) + "/megatron_llama_torch_dist";
+  const std::string out = ::testing::TempDir() + "sp_mega_hf_" + std::to_string(::getpid());
+  std::filesystem::remove_all(out);
+  const std::string sets =
+      " --set num_attention_heads=4 --set num_key_value_heads=2 --set vocab_size=10";
+  CliRun r = RunCli("export-hf " + dir + " " + out + " --mapping megatron_llama" + sets);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("21 tensors"));
+
+  State st;
+  std::map<std::string, std::vector<float>> f32;
+  auto add = [&st, &f32](const std::string& name, const Shape& shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<float>& v = f32[name];
+    v.assign(static_cast<size_t>(n), -1.0f);
+    LocalTensor t;
+    t.dtype = DType::kF32;
+    t.shape = shape;
+    t.data = v.data();
+    t.segments.push_back({name, shape, Box::Whole(shape), Shape(shape.size(), 0)});
+    st.tensors.push_back(t);
+  };
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {8});
+    add(p + "self_attn.q_proj.weight", {8, 8});
+    add(p + "self_attn.k_proj.weight", {4, 8});
+    add(p + "self_attn.v_proj.weight", {4, 8});
+    add(p + "self_attn.o_proj.weight", {8, 8});
+    add(p + "post_attention_layernorm.weight", {8});
+    add(p + "mlp.gate_proj.weight", {6, 8});
+    add(p + "mlp.up_proj.weight", {6, 8});
+    add(p + "mlp.down_proj.weight", {8, 6});
+  }
+  add("model.norm.weight", {8});
+  add("lm_head.weight", {10, 8});
+  std::vector<uint16_t> emb(80, 0xffff);
+  LocalTensor et;
+  et.dtype = DType::kBF16;
+  et.shape = {10, 8};
+  et.data = emb.data();
+  et.segments.push_back({"model.embed_tokens.weight", {10, 8}, Box::Whole({10, 8}), {0, 0}});
+  st.tensors.push_back(et);
+  std::unique_ptr<Comm> comm = MakeSingleComm();
+  Result<LoadResult> lr = LoadFromHf(st, out, IdentityHfMapping(), *comm);
+  ASSERT_TRUE(lr.ok()) << lr.status().ToString();
+
+  // Source tensor i, layer l, row, column of a [L, rows, cols] key.
+  auto src = [](int i, int l, int rows, int cols, int row, int col) {
+    return static_cast<float>(1000 * i + (l * rows + row) * cols + col);
+  };
+  auto check = [&f32](const std::string& name, int rows, int cols, auto want) {
+    const std::vector<float>& v = f32.at(name);
+    for (int a = 0; a < rows; ++a) {
+      for (int c = 0; c < cols; ++c) {
+        ASSERT_EQ(v[a * cols + c], want(a, c)) << name << " [" << a << ", " << c << "]";
+      }
+    }
+  };
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    check(p + "input_layernorm.weight", 1, 8, [&](int, int c) { return src(1, l, 1, 8, 0, c); });
+    // q row a: head a / 2, group a / 4, row a % 4 of the group's q rows.
+    check(p + "self_attn.q_proj.weight", 8, 8,
+          [&](int a, int c) { return src(2, l, 16, 8, (a / 4) * 8 + a % 4, c); });
+    check(p + "self_attn.k_proj.weight", 4, 8,
+          [&](int a, int c) { return src(2, l, 16, 8, (a / 2) * 8 + 4 + a % 2, c); });
+    check(p + "self_attn.v_proj.weight", 4, 8,
+          [&](int a, int c) { return src(2, l, 16, 8, (a / 2) * 8 + 6 + a % 2, c); });
+    check(p + "self_attn.o_proj.weight", 8, 8, [&](int a, int c) { return src(3, l, 8, 8, a, c); });
+    check(p + "post_attention_layernorm.weight", 1, 8,
+          [&](int, int c) { return src(4, l, 1, 8, 0, c); });
+    check(p + "mlp.gate_proj.weight", 6, 8, [&](int a, int c) { return src(5, l, 12, 8, a, c); });
+    check(p + "mlp.up_proj.weight", 6, 8, [&](int a, int c) { return src(5, l, 12, 8, 6 + a, c); });
+    check(p + "mlp.down_proj.weight", 8, 6, [&](int a, int c) { return src(6, l, 8, 6, a, c); });
+  }
+  check("model.norm.weight", 1, 8, [&](int, int c) { return src(7, 0, 1, 8, 0, c); });
+  check("lm_head.weight", 10, 8, [&](int a, int c) { return src(8, 0, 12, 8, a, c); });
+  for (int k = 0; k < 80; ++k) {
+    float f = 0.25f * static_cast<float>(k);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    ASSERT_EQ(emb[k], static_cast<uint16_t>(bits >> 16)) << "embed_tokens flat " << k;
+  }
+
+  // Without the head counts the qkv rule cannot split: a typed error naming
+  // the variable; nothing is written for a Megatron key no rule maps.
+  std::filesystem::remove_all(out);
+  CliRun nov =
+      RunCli("export-hf " + dir + " " + out + " --mapping megatron_llama --set vocab_size=10");
+  EXPECT_EQ(nov.exit_code, 2) << nov.out;
+  EXPECT_THAT(nov.out, HasSubstr("num_attention_heads"));
   std::filesystem::remove_all(out);
 }
 

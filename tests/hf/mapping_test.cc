@@ -74,7 +74,7 @@ TEST(HfMappingParse, SyntaxErrorNamesLineAndColumn) {
 }
 
 TEST(HfMapping, ShippedRulesParse) {
-  for (const char* f : {"rules/llama.json", "rules/qwen_moe.json"}) {
+  for (const char* f : {"rules/llama.json", "rules/megatron_llama.json", "rules/qwen_moe.json"}) {
     Result<HfMapping> m = ReadHfMapping(RepoPath(f));
     ASSERT_TRUE(m.ok()) << f << ": " << m.status().ToString();
     EXPECT_FALSE(m->rules.empty());
@@ -84,7 +84,8 @@ TEST(HfMapping, ShippedRulesParse) {
 // The shipped rules are built into the library: the same rules as the files,
 // without reading rules/ (a moved or installed binary has them).
 TEST(HfMapping, ShippedRulesAreBuiltIn) {
-  EXPECT_EQ(ShippedHfMappingNames(), (std::vector<std::string>{"llama", "qwen_moe"}));
+  EXPECT_EQ(ShippedHfMappingNames(),
+            (std::vector<std::string>{"llama", "megatron_llama", "qwen_moe"}));
   for (const std::string& name : ShippedHfMappingNames()) {
     Result<HfMapping> built_in = ShippedHfMapping(name);
     ASSERT_TRUE(built_in.ok()) << name << ": " << built_in.status().ToString();
@@ -100,7 +101,8 @@ TEST(HfMapping, ShippedRulesAreBuiltIn) {
   Result<HfMapping> none = ShippedHfMapping("gpt9");
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(none.status().message(), "no shipped mapping named 'gpt9' (shipped: llama, qwen_moe)");
+  EXPECT_EQ(none.status().message(),
+            "no shipped mapping named 'gpt9' (shipped: llama, megatron_llama, qwen_moe)");
 }
 
 std::vector<HfMeta> Metas(const std::vector<HfTensor>& ts) {

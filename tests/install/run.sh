@@ -21,7 +21,8 @@ for f in bin/shardpoint include/shardpoint/checkpoint.h include/shardpoint/comm.
          lib/libshardpoint.a lib/cmake/shardpoint/shardpointConfig.cmake \
          lib/cmake/shardpoint/shardpointConfigVersion.cmake \
          lib/cmake/shardpoint/shardpointTargets.cmake lib/pkgconfig/shardpoint.pc \
-         share/shardpoint/rules/llama.json share/shardpoint/rules/qwen_moe.json; do
+         share/shardpoint/rules/llama.json share/shardpoint/rules/qwen_moe.json \
+         share/shardpoint/rules/megatron_llama.json; do
   [ -e "$prefix/$f" ] || { echo "install: missing $f"; exit 1; }
 done
 if find "$prefix" -path '*/src/*' | grep -q .; then
