@@ -98,8 +98,12 @@ Result<std::string> EncodeDcpMetadata(const DcpMetadata& md) {
     p.Str("storage_data");
     p.EmptyDict();
     p.Mark();
-    for (const auto& [key, info] : md.storage) {
-      const auto& [fqn, offset] = key;
+    for (const auto& entry : md.storage) {
+      // Plain references, not structured bindings: lambdas below capture
+      // them (clang before 16 cannot capture a structured binding).
+      const std::string& fqn = entry.first.first;
+      const auto& offset = entry.first.second;
+      const auto& info = entry.second;
       // The chunk's index among its tensor's chunks (None for a byte item).
       int64_t index = -1;
       auto t =
