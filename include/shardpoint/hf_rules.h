@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "shardpoint/hf.h"
+#include "shardpoint/hf_mapping.h"
 
 namespace shardpoint {
 

@@ -1,0 +1,65 @@
+// Offline conversions, streaming block by block with bounded memory: a
+// checkpoint (shardpoint, HF, PyTorch DCP / Megatron torch_dist) to a Hugging
+// Face model (ExportHf), an HF model to a shardpoint checkpoint
+// (ConvertHfToShardpoint), and any of them to a PyTorch DCP directory
+// (ConvertToDcp). Local (one process).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "shardpoint/dtype.h"
+#include "shardpoint/hf_mapping.h"
+#include "shardpoint/status.h"
+#include "shardpoint/storage.h"
+
+namespace shardpoint {
+
+// Progress of long operations: bytes done of total (called from worker
+// threads, serialized).
+using HfProgress = std::function<void(uint64_t done, uint64_t total)>;
+
+struct ExportHfOptions {
+  Storage* storage = nullptr;
+  uint64_t max_shard_size = 5'000'000'000;
+  std::optional<DType> dtype;             // convert floating tensors to this dtype
+  int threads = 4;                        // tensors in flight
+  size_t block_bytes = size_t{64} << 20;  // a tensor is read and written in blocks of this size
+  std::map<std::string, int64_t> variables;
+  HfProgress progress;
+};
+struct ExportHfStats {
+  int files = 0;
+  int64_t tensors = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+};
+// Writes the checkpoint at `ckpt_dir` (or an HF model dir) as an HF model at
+// `out_dir`, streaming block by block: memory stays near threads *
+// block_bytes. Variables come also from the checkpoint's metadata
+// ({"hf": {"config": {...}}}, stored by ConvertHfToShardpoint), and that
+// config is written back as config.json.
+Result<ExportHfStats> ExportHf(const std::string& ckpt_dir, const std::string& out_dir,
+                               const HfMapping& mapping, const ExportHfOptions& options = {});
+
+// Offline HF -> shardpoint: one data file, one chunk per row block of each
+// mapped tensor; config.json kept in the metadata. Streams like ExportHf.
+Result<ExportHfStats> ConvertHfToShardpoint(const std::string& hf_dir, const std::string& ckpt_dir,
+                                            const HfMapping& mapping,
+                                            const ExportHfOptions& options = {});
+
+// Offline any checkpoint (shardpoint, HF model, PyTorch DCP) -> a PyTorch
+// DCP directory in torch 1.13's layout (`.metadata` + `__<n>_0.distcp`), which
+// torch.distributed(._shard).checkpoint loads: one tensor item per stored
+// chunk, unsharded objects as byte items (their bytes as stored; DCP's
+// load_state_dict torch.loads them). Streams like ExportHf (max_shard_size is
+// not used). FailedPrecondition if `dcp_dir` exists, for a dtype torch 1.13
+// lacks (U16, U32, U64, F8) and for sharded objects, naming it. Common state
+// and user metadata are not written (DCP has no place for them).
+Result<ExportHfStats> ConvertToDcp(const std::string& src_dir, const std::string& dcp_dir,
+                                   const HfMapping& mapping, const ExportHfOptions& options = {});
+
+}  // namespace shardpoint

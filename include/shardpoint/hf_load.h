@@ -1,0 +1,80 @@
+// A Hugging Face model as the source of a sharded load.
+//
+// Every mapped shardpoint tensor is a set of pieces, each a box of the global
+// tensor held by a contiguous byte range of an HF file, so a sharded load
+// reads only the bytes of its own shards, through the same load pipeline as
+// Load (docs/architecture.md). DescribeHf says what a model provides, HfShard
+// cuts a rank's shard of it, LoadFromHf (collective) fills every rank's state.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/comm.h"
+#include "shardpoint/hf_mapping.h"
+#include "shardpoint/state.h"
+#include "shardpoint/status.h"
+#include "shardpoint/storage.h"
+#include "shardpoint/tensor.h"
+
+namespace shardpoint {
+
+// What an HF model provides, in shardpoint keys.
+struct HfKeyInfo {
+  std::string key;
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::string split;              // the rule's hint ("replicated" if unmatched)
+  int64_t heads = 0, groups = 0;  // gqa rules
+  std::vector<std::string> hf;    // the HF tensors it is made of
+};
+
+struct HfOptions {
+  Storage* storage = nullptr;
+  // Variables for the rules (over config.json and the mapping's defaults).
+  std::map<std::string, int64_t> variables;
+};
+Result<std::vector<HfKeyInfo>> DescribeHf(const std::string& hf_dir, const HfMapping& mapping,
+                                          const HfOptions& options = {});
+
+// Tensor, expert parallel coordinates for HfShard.
+struct HfParallel {
+  int tp_rank = 0, tp_size = 1;
+  int ep_rank = 0, ep_size = 1;
+};
+// The Megatron-style local tensor of `info` at `data` following its hint:
+// column/vocab/gqa = ColumnParallel, row = RowParallel, replicated =
+// WholeTensor, swiglu = SwiGluFc1 over one [2F, ...] key, experts_swiglu =
+// FusedGateUpExperts, experts_row / experts_column = StackedExperts split on
+// the expert's dim 1 / 0. `dtype` is the local dtype.
+Result<LocalTensor> HfShard(const HfKeyInfo& info, DType dtype, void* data, const HfParallel& p);
+
+// Load's options with the defaults of an HF load: every rank reads only the
+// bytes of its own boxes (cooperative off, no gap bridging). HF files carry
+// no checksums, so verify_checksums has nothing to check.
+inline LoadOptions HfDefaultLoadOptions() {
+  LoadOptions o;
+  o.cooperative = false;
+  o.read_gap_bytes = 0;
+  return o;
+}
+
+struct HfLoadOptions {
+  // Storage, threads, allow_* checks, read slices, cooperative reads: as Load.
+  LoadOptions load = HfDefaultLoadOptions();
+  // Mapping variables ({vocab_size}, ...) beyond those of config.json.
+  std::map<std::string, int64_t> variables;
+};
+// Collective: fills every rank's state from the HF model at `hf_dir`. Rank 0
+// reads the headers and broadcasts them (one collective); every rank maps
+// them, then the load runs exactly as Load's (the same pipeline): requested
+// keys checked (missing, unexpected, dtype, shape), each rank reads the byte
+// runs of its own boxes (or, with load.cooperative, each needed byte is read
+// once in all and sent to the ranks that need it).
+Result<LoadResult> LoadFromHf(State& state, const std::string& hf_dir, const HfMapping& mapping,
+                              Comm& comm, const HfLoadOptions& options = {});
+
+}  // namespace shardpoint
