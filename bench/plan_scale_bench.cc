@@ -262,7 +262,7 @@ int main(int argc, char** argv) {
   SavePlanCache cache;
   StorePlan(cache, HashContributions(encoded), std::make_shared<SavePlan>(std::move(plan)));
   double t3 = Now();
-  std::shared_ptr<SavePlan> hit = LookupPlan(cache, HashContributions(encoded));
+  std::shared_ptr<const SavePlan> hit = LookupPlan(cache, HashContributions(encoded));
   double t4 = Now();
   if (!hit) Die("the plan cache missed on identical contributions");
   std::printf("  cached plan (hash + lookup):     %8.3f s\n", t4 - t3);

@@ -56,7 +56,15 @@ inline Status FailedPreconditionError(std::string m) {
 }
 inline Status InternalError(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
 
+namespace internal {
+// Prints "shardpoint: Result accessed without a value: <status>" to stderr
+// and aborts: reading the value of an error is a bug in the caller.
+[[noreturn]] void DieOnResultWithoutValue(const Status& status);
+}  // namespace internal
+
 // A value or an error. REQUIRES: a Result is never constructed from an OK Status.
+// value(), operator* and operator-> are checked: on an error they abort with
+// the status text (as TensorStore's Result does), never read an empty value.
 template <typename T>
 class [[nodiscard]] Result {
  public:
@@ -67,15 +75,26 @@ class [[nodiscard]] Result {
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T& operator*() & { return *value_; }
-  const T& operator*() const& { return *value_; }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
+  T& value() & { return Checked(); }
+  const T& value() const& { return Checked(); }
+  T&& value() && { return std::move(Checked()); }
+  T& operator*() & { return Checked(); }
+  const T& operator*() const& { return Checked(); }
+  T* operator->() { return &Checked(); }
+  const T* operator->() const { return &Checked(); }
 
  private:
+  T& Checked() {
+    if (!value_.has_value()) [[unlikely]]
+      internal::DieOnResultWithoutValue(status_);
+    return *value_;
+  }
+  const T& Checked() const {
+    if (!value_.has_value()) [[unlikely]]
+      internal::DieOnResultWithoutValue(status_);
+    return *value_;
+  }
+
   Status status_;
   std::optional<T> value_;
 };

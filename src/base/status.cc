@@ -1,5 +1,8 @@
 #include "shardpoint/status.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace shardpoint {
 
 const char* StatusCodeName(StatusCode code) {
@@ -32,4 +35,14 @@ Status Status::WithContext(const std::string& context) const {
   return Status(code_, context + ": " + message_);
 }
 
+namespace internal {
+
+void DieOnResultWithoutValue(const Status& status) {
+  std::fprintf(stderr, "shardpoint: Result accessed without a value: %s\n",
+               status.ToString().c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+}  // namespace internal
 }  // namespace shardpoint

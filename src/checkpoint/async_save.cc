@@ -18,6 +18,7 @@
 #include <cstring>
 #include <future>
 
+#include "src/base/checked.h"
 #include "src/geometry/view.h"
 #include "src/io/staging_memory.h"
 
@@ -51,12 +52,12 @@ size_t AlignUp(size_t n) {
 Result<uint64_t> HeldBytes(const LocalTensor& t) {
   SP_RETURN_IF_ERROR(ValidateLocalTensor(t));
   const int64_t n = t.flat ? t.flat->size() : Box::Whole(t.shape).num_elements();
-  uint64_t bytes;
-  if (__builtin_mul_overflow(static_cast<uint64_t>(n), DTypeSize(t.dtype), &bytes)) {
+  std::optional<uint64_t> bytes = CheckedMul<uint64_t>(n, DTypeSize(t.dtype));
+  if (!bytes) {
     return InvalidArgumentError("local tensor of shape " + ShapeToString(t.shape) +
                                 " overflows a byte count");
   }
-  return bytes;
+  return *bytes;
 }
 
 // Each tensor's offset in the pool (`offsets`, if not null) and the bytes

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "shardpoint/checkpoint.h"
+#include "shardpoint/layout.h"
 #include "src/plan/plan_cache.h"
 #include "tests/testing/transformer.h"
 
@@ -68,6 +69,59 @@ TEST(PlanCache, UnchangedStructureReusesThePlanOnEveryRank) {
   save(ParallelConfig{4, 1, 1, true}, "c", 3, &cached);  // new structure
   EXPECT_EQ(cached, std::vector<bool>(4, false));
   EXPECT_EQ(caches[0].misses(), 2);
+}
+
+// Each save fills checksums, common state and metadata into its own copy of
+// the manifest: the cached plan stays as planned, and a later save that hits
+// it stores only its own values.
+TEST(PlanCache, SavesNeverChangeTheCachedManifest) {
+  auto mem = NewMemStorage();
+  SavePlanCache cache;
+  auto comm = MakeSingleComm();
+  std::vector<float> w(64);
+  auto save = [&](const std::string& dir, float fill, std::optional<std::string> common,
+                  const std::string& metadata) {
+    std::fill(w.begin(), w.end(), fill);
+    State state;
+    state.tensors.push_back(WholeTensor("w", DType::kF32, w.data(), {8, 8}));
+    state.common = std::move(common);
+    state.metadata_json = metadata;
+    SaveOptions o;
+    o.storage = mem.get();
+    o.plan_cache = &cache;
+    Result<SaveStats> st = Save(state, dir, *comm, o);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    const internal::Manifest& cached = cache.impl().plan->manifest;
+    EXPECT_FALSE(cached.has_common);
+    EXPECT_TRUE(cached.common.empty());
+    EXPECT_TRUE(cached.metadata_json.empty());
+    for (const internal::TensorRecord& t : cached.tensors) {
+      for (const internal::ChunkRecord& c : t.chunks) {
+        EXPECT_EQ(c.checksum, 0u);
+        EXPECT_TRUE(c.block_sums.empty());
+      }
+    }
+  };
+  save("a", 1.0f, std::string("iteration 1"), "{\"step\": 1}");
+  save("b", 2.0f, std::nullopt, "");  // a hit: must not inherit a's common or metadata
+  EXPECT_EQ(cache.hits(), 1);
+
+  State back;
+  std::vector<float> r(64, 0.0f);
+  back.tensors.push_back(WholeTensor("w", DType::kF32, r.data(), {8, 8}));
+  back.common = std::string("untouched");
+  LoadOptions lo;
+  lo.storage = mem.get();
+  lo.common_optional = true;
+  ASSERT_TRUE(Load(back, "b", *comm, lo).ok());
+  EXPECT_EQ(r, std::vector<float>(64, 2.0f));
+  EXPECT_EQ(back.common, std::nullopt) << "b holds no common state";
+  EXPECT_EQ(back.metadata_json, "");
+  back.common = std::string();
+  ASSERT_TRUE(Load(back, "a", *comm, lo).ok());
+  EXPECT_EQ(r, std::vector<float>(64, 1.0f));
+  EXPECT_EQ(back.common, std::optional<std::string>("iteration 1"));
+  EXPECT_EQ(back.metadata_json, "{\"step\": 1}");
 }
 
 }  // namespace

@@ -94,20 +94,20 @@ namespace {
 // Decodes the gathered contributions and plans, or reuses the cached plan
 // when the gathered bytes are unchanged. The plan is deterministic, so a rank
 // whose cache is cold computes the same plan as ranks that hit.
-Result<std::shared_ptr<SavePlan>> PlanFromGathered(const std::vector<std::string>& all,
-                                                   SavePlanCache* cache, bool list_replicas) {
+Result<std::shared_ptr<const SavePlan>> PlanFromGathered(const std::vector<std::string>& all,
+                                                         SavePlanCache* cache, bool list_replicas) {
   PlanKey key;
   if (cache) {
     key = HashContributions(all);
     key.lo ^= list_replicas;  // a plan without replica lists cannot verify them
-    if (std::shared_ptr<SavePlan> hit = LookupPlan(*cache, key)) return hit;
+    if (std::shared_ptr<const SavePlan> hit = LookupPlan(*cache, key)) return hit;
   }
   std::vector<Contribution> contributions(all.size());
   for (size_t r = 0; r < all.size(); ++r) {
     SP_ASSIGN_OR_RETURN(contributions[r], DecodeContribution(all[r], static_cast<int>(r)));
   }
   SP_ASSIGN_OR_RETURN(SavePlan plan, PlanSave(contributions, list_replicas));
-  auto shared = std::make_shared<SavePlan>(std::move(plan));
+  std::shared_ptr<const SavePlan> shared = std::make_shared<const SavePlan>(std::move(plan));
   if (cache) StorePlan(*cache, key, shared);
   return shared;
 }
@@ -167,7 +167,7 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   const auto plan_start = std::chrono::steady_clock::now();
   std::vector<std::string> all;
   SP_RETURN_IF_ERROR(comm.AllGather(EncodeContribution(*mine), &all));
-  Result<std::shared_ptr<SavePlan>> plan = Guarded("save: planning", [&] {
+  Result<std::shared_ptr<const SavePlan>> plan = Guarded("save: planning", [&] {
     return PlanFromGathered(all, options.plan_cache, options.verify_replicas);
   });
   all.clear();
@@ -205,7 +205,8 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   s = OkStatus();
   if (rank == 0)
     s = Guarded("save: committing '" + dir + "'", [&]() -> Status {
-      Manifest& m = (*plan)->manifest;
+      // This save's own copy: the plan may be the cache's, shared by later saves.
+      Manifest m = (*plan)->manifest;
       std::vector<std::vector<uint64_t>> replica_sums(all.size());
       for (size_t r = 0; r < all.size(); ++r) {
         const RankFile& file = (*plan)->ranks[r];

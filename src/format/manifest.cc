@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "src/base/bytes.h"
+#include "src/base/checked.h"
 #include "src/base/hex.h"
 #include "src/format/checksum.h"
 
@@ -183,9 +184,7 @@ Status Decoder::Tensor(size_t num_files, TensorRecord* t) {
   SP_RETURN_IF_ERROR(ReadRank(what, &rank));
   if (!r_.Dims(rank, &t->shape).ok()) return Truncated(what + " shape");
   Result<int64_t> numel = CheckedNumElements(t->shape);
-  uint64_t nbytes;
-  if (!numel.ok() ||
-      __builtin_mul_overflow(static_cast<uint64_t>(*numel), DTypeSize(t->dtype), &nbytes)) {
+  if (!numel.ok() || !CheckedMul<uint64_t>(*numel, DTypeSize(t->dtype))) {
     return Error(what + " has invalid shape " + ShapeToString(t->shape) +
                  " (negative or overflowing)");
   }
@@ -231,8 +230,7 @@ Status Decoder::Chunk(const TensorRecord& t, size_t i, uint64_t elem_size, size_
     return fail("file index " + std::to_string(c->file) + " but there are " +
                 std::to_string(num_files) + " files");
   }
-  uint64_t end;
-  if (__builtin_add_overflow(c->offset, c->nbytes, &end)) {
+  if (!CheckedAdd(c->offset, c->nbytes)) {
     return fail("byte range offset " + std::to_string(c->offset) + " + " +
                 std::to_string(c->nbytes) + " overflows");
   }
@@ -285,8 +283,7 @@ Status Decoder::Object(size_t num_files, ObjectRecord* o) {
     return Error(where + " has file index " + std::to_string(o->file) + " but there are " +
                  std::to_string(num_files) + " files");
   }
-  uint64_t end;
-  if (__builtin_add_overflow(o->offset, o->nbytes, &end)) {
+  if (!CheckedAdd(o->offset, o->nbytes)) {
     return Error(where + " byte range offset " + std::to_string(o->offset) + " + " +
                  std::to_string(o->nbytes) + " overflows");
   }

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
+#include "src/base/checked.h"
+
 namespace shardpoint::internal {
 namespace {
 
@@ -105,11 +107,12 @@ Status DecodeEntry(const std::string& name, const Json& j, uint64_t data_size,
     e->shape.push_back(static_cast<int64_t>(v));
   }
   Result<int64_t> numel = CheckedNumElements(e->shape);
-  uint64_t nbytes;
-  if (!numel.ok() ||
-      __builtin_mul_overflow(static_cast<uint64_t>(*numel), DTypeSize(e->dtype), &nbytes)) {
+  const std::optional<uint64_t> bytes =
+      numel.ok() ? CheckedMul<uint64_t>(*numel, DTypeSize(e->dtype)) : std::nullopt;
+  if (!bytes) {
     return DataLossError(where + "byte size of shape " + ShapeToString(e->shape) + " overflows");
   }
+  const uint64_t nbytes = *bytes;
 
   auto off_it = j.find("data_offsets");
   if (off_it == j.end() || !off_it->is_array() || off_it->size() != 2 ||

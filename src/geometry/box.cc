@@ -2,7 +2,12 @@
 
 #include <algorithm>
 
+#include "src/base/checked.h"
+
 namespace shardpoint {
+
+using internal::CheckedAdd;
+using internal::CheckedMul;
 
 int64_t Box::num_elements() const {
   int64_t n = 1;
@@ -23,12 +28,11 @@ std::string Box::ToString() const {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i) s += ", ";
-    int64_t end;
     // Error messages print untrusted boxes, so the end is overflow-checked.
+    std::optional<int64_t> end = CheckedAdd(offset[i], shape[i]);
     s += std::to_string(offset[i]) + ":" +
-         (__builtin_add_overflow(offset[i], shape[i], &end)
-              ? "(" + std::to_string(offset[i]) + "+" + std::to_string(shape[i]) + ")"
-              : std::to_string(end));
+         (end ? std::to_string(*end)
+              : "(" + std::to_string(offset[i]) + "+" + std::to_string(shape[i]) + ")");
   }
   return s + "]";
 }
@@ -37,10 +41,12 @@ Result<int64_t> CheckedNumElements(const Shape& shape) {
   int64_t n = 1;
   for (int64_t s : shape) {
     if (s < 0) return InvalidArgumentError("negative extent in shape " + ShapeToString(shape));
-    if (__builtin_mul_overflow(n, s, &n)) {
+    std::optional<int64_t> product = CheckedMul(n, s);
+    if (!product) {
       return InvalidArgumentError("element count of shape " + ShapeToString(shape) +
                                   " overflows int64");
     }
+    n = *product;
   }
   return n;
 }
@@ -76,9 +82,8 @@ Status ValidateBoxInShape(const Box& box, const Shape& shape) {
                                 ShapeToString(shape) + " has rank " + std::to_string(shape.size()));
   }
   for (size_t d = 0; d < shape.size(); ++d) {
-    int64_t end;
-    if (box.offset[d] < 0 || box.shape[d] < 0 ||
-        __builtin_add_overflow(box.offset[d], box.shape[d], &end) || end > shape[d]) {
+    std::optional<int64_t> end = CheckedAdd(box.offset[d], box.shape[d]);
+    if (box.offset[d] < 0 || box.shape[d] < 0 || !end || *end > shape[d]) {
       return InvalidArgumentError("box " + box.ToString() + " lies outside shape " +
                                   ShapeToString(shape) + " in dim " + std::to_string(d));
     }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "shardpoint/tensor.h"
+#include "src/base/checked.h"
 #include "src/base/limits.h"
 
 namespace shardpoint {
@@ -134,14 +135,17 @@ Status ValidateLocalTensor(const LocalTensor& t) {
     // The furthest element must be addressable: sum of (extent-1)*stride.
     int64_t last = 0;
     for (size_t d = 0; d < t.shape.size(); ++d) {
-      int64_t step;
-      if (t.strides[d] < 0 ||
-          (t.shape[d] > 0 && (__builtin_mul_overflow(t.shape[d] - 1, t.strides[d], &step) ||
-                              __builtin_add_overflow(last, step, &last)))) {
+      std::optional<int64_t> end = last;
+      if (t.shape[d] > 0) {
+        std::optional<int64_t> step = internal::CheckedMul(t.shape[d] - 1, t.strides[d]);
+        end = step ? internal::CheckedAdd(last, *step) : std::nullopt;
+      }
+      if (t.strides[d] < 0 || !end) {
         return InvalidArgumentError("local tensor strides " + ShapeToString(t.strides) +
                                     " are negative or overflow for shape " +
                                     ShapeToString(t.shape));
       }
+      last = *end;
     }
   }
   if (t.flat && (t.flat->begin < 0 || t.flat->begin > t.flat->end || t.flat->end > *numel)) {

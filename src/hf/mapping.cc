@@ -5,6 +5,8 @@
 #include <cctype>
 #include <unordered_map>
 
+#include "src/geometry/gqa.h"
+
 namespace shardpoint::internal {
 namespace {
 
@@ -50,7 +52,7 @@ Result<MappedKey> Expand(const CompiledRule& r, const Bindings& b, const std::ve
   };
   std::vector<Local> local;
   Shape shape;
-  if (r.rule.fuse == "concat") {
+  if (r.fuse == HfFuse::kConcat) {
     const size_t rank = parts[0].size();
     const int d = r.rule.dim;
     if (static_cast<size_t>(d) >= rank && parts.size() > 1) {
@@ -84,7 +86,7 @@ Result<MappedKey> Expand(const CompiledRule& r, const Bindings& b, const std::ve
                                   "divisible by them (heads " +
                                   std::to_string(h) + ", groups " + std::to_string(g) + ")");
     }
-    const int64_t dim = parts[1][0] / g, hpg = h / g;
+    const int64_t dim = parts[1][0] / g;
     const Shape tail = Tail(q);
     if (q[0] != h * dim || parts[1] != parts[2] || Tail(parts[1]) != tail) {
       return InvalidArgumentError(where + ": q " + ShapeToString(q) + ", k " +
@@ -96,15 +98,11 @@ Result<MappedKey> Expand(const CompiledRule& r, const Bindings& b, const std::ve
     shape = q;
     shape[0] = (h + 2 * g) * dim;
     for (int64_t j = 0; j < g; ++j) {
-      const int64_t base = j * (hpg + 2) * dim;
-      const int64_t rows[3] = {hpg * dim, dim, dim};
-      const int64_t src[3] = {j * hpg * dim, j * dim, j * dim};
-      const int64_t dst[3] = {base, base + hpg * dim, base + (hpg + 1) * dim};
-      for (size_t i = 0; i < 3; ++i) {
+      for (const GqaRun& run : GqaGroupRuns(h, g, dim, j)) {
         Box box = Box::Whole(q);
-        box.offset[0] = dst[i];
-        box.shape[0] = rows[i];
-        local.push_back({i, src[i] * row, box});
+        box.offset[0] = run.dst_row;
+        box.shape[0] = run.rows;
+        local.push_back({static_cast<size_t>(run.part), run.src_row * row, box});
       }
     }
   }
@@ -131,7 +129,7 @@ Result<MappedKey> Expand(const CompiledRule& r, const Bindings& b, const std::ve
       mk.pieces.push_back({names[l.part], l.offset, std::move(box)});
     }
   }
-  if (r.rule.fuse == "gqa") {
+  if (r.fuse == HfFuse::kGqa) {
     SP_ASSIGN_OR_RETURN(mk.info.heads, Resolve(r.rule.heads, vars, where));
     SP_ASSIGN_OR_RETURN(mk.info.groups, Resolve(r.rule.groups, vars, where));
   }
@@ -294,15 +292,15 @@ Result<std::vector<MappedKey>> MapKeysToHf(const HfMapping& mapping,
       const Shape s = stacked ? Tail(k.shape) : k.shape;
       const size_t n = rule->hf.size();
       std::vector<Shape> parts(n, s);
-      if (rule->rule.fuse == "gqa") {
+      if (rule->fuse == HfFuse::kGqa) {
         SP_ASSIGN_OR_RETURN(int64_t h, Resolve(rule->rule.heads, vars, where));
         SP_ASSIGN_OR_RETURN(int64_t g, Resolve(rule->rule.groups, vars, where));
         if (s.empty() || h <= 0 || g <= 0 || s[0] % (h + 2 * g) != 0) {
           return InvalidArgumentError(where + ": rows are not (heads + 2 * groups) * head_dim");
         }
         const int64_t d = s[0] / (h + 2 * g);
-        parts[0][0] = h * d;
-        parts[1][0] = parts[2][0] = g * d;
+        const std::array<int64_t, 3> rows = GqaPartRows(h, g, d);
+        for (size_t i = 0; i < 3; ++i) parts[i][0] = rows[i];
       } else if (n > 1) {
         const int d = rule->rule.dim;
         if (static_cast<size_t>(d) >= s.size()) {

@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardpoint/hf.h"
@@ -35,8 +37,30 @@ struct MappedKey {
   std::vector<HfMeta> hf_tensors;  // the HF tensors it is made of, in rule order
 };
 
+// How a rule's HF parts make the key ("fuse" in mapping files).
+enum class HfFuse { kConcat, kGqa };
+// A rule's layout hint ("split"; HfShard, include/shardpoint/hf.h).
+enum class HfSplit {
+  kReplicated,
+  kColumn,
+  kRow,
+  kVocab,
+  kSwiglu,
+  kGqa,
+  kExpertsSwiglu,
+  kExpertsRow,
+  kExpertsColumn,
+};
+// The kinds as mapping files spell them; nullopt for any other string. The
+// strings are parsed here only (once per rule by CompileMapping, once per
+// key by HfShard); everything else switches on the enums.
+std::optional<HfFuse> ParseHfFuse(std::string_view s);
+std::optional<HfSplit> ParseHfSplit(std::string_view s);
+
 struct CompiledRule {
   HfRule rule;
+  HfFuse fuse = HfFuse::kConcat;
+  HfSplit split = HfSplit::kReplicated;
   NamePattern sp;
   std::vector<NamePattern> hf;
 };

@@ -10,10 +10,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-const std::set<std::string> kSplits = {"replicated",     "column",      "row",
-                                       "vocab",          "swiglu",      "gqa",
-                                       "experts_swiglu", "experts_row", "experts_column"};
-
 Status IntOrName(const Json& j, std::string* out) {
   if (j.is_number_integer()) {
     *out = std::to_string(j.get<int64_t>());
@@ -151,6 +147,30 @@ Result<HfMapping> ReadHfMapping(const std::string& path, Storage* storage) {
 
 namespace internal {
 
+std::optional<HfFuse> ParseHfFuse(std::string_view s) {
+  if (s == "concat") return HfFuse::kConcat;
+  if (s == "gqa") return HfFuse::kGqa;
+  return std::nullopt;
+}
+
+std::optional<HfSplit> ParseHfSplit(std::string_view s) {
+  static constexpr std::pair<std::string_view, HfSplit> kNames[] = {
+      {"replicated", HfSplit::kReplicated},
+      {"column", HfSplit::kColumn},
+      {"row", HfSplit::kRow},
+      {"vocab", HfSplit::kVocab},
+      {"swiglu", HfSplit::kSwiglu},
+      {"gqa", HfSplit::kGqa},
+      {"experts_swiglu", HfSplit::kExpertsSwiglu},
+      {"experts_row", HfSplit::kExpertsRow},
+      {"experts_column", HfSplit::kExpertsColumn},
+  };
+  for (const auto& [name, split] : kNames) {
+    if (s == name) return split;
+  }
+  return std::nullopt;
+}
+
 Result<std::vector<CompiledRule>> CompileMapping(const HfMapping& mapping) {
   std::vector<CompiledRule> out;
   for (size_t i = 0; i < mapping.rules.size(); ++i) {
@@ -158,11 +178,13 @@ Result<std::vector<CompiledRule>> CompileMapping(const HfMapping& mapping) {
     auto fail = [&](const std::string& msg) {
       return InvalidArgumentError(RuleName(i, r) + ": " + msg);
     };
-    if (r.fuse != "concat" && r.fuse != "gqa") return fail("\"fuse\" must be concat or gqa");
-    if (r.fuse == "gqa" && (r.hf.size() != 3 || r.heads.empty() || r.groups.empty())) {
+    const std::optional<HfFuse> fuse = ParseHfFuse(r.fuse);
+    if (!fuse) return fail("\"fuse\" must be concat or gqa");
+    if (*fuse == HfFuse::kGqa && (r.hf.size() != 3 || r.heads.empty() || r.groups.empty())) {
       return fail("gqa needs hf [q, k, v], \"heads\" and \"groups\"");
     }
-    if (!kSplits.count(r.split)) return fail("unknown split hint '" + r.split + "'");
+    const std::optional<HfSplit> split = ParseHfSplit(r.split);
+    if (!split) return fail("unknown split hint '" + r.split + "'");
     if (r.dim < 0) return fail("\"dim\" must be >= 0");
     if (!r.sizes.empty() && r.sizes.size() != r.hf.size()) {
       return fail("\"sizes\" needs one entry per hf part");
@@ -170,7 +192,7 @@ Result<std::vector<CompiledRule>> CompileMapping(const HfMapping& mapping) {
     if (!r.rows.empty() && (r.hf.size() != 1 || !r.stack.empty())) {
       return fail("\"rows\" needs a rename rule (one hf tensor, no stack)");
     }
-    CompiledRule c{r, {}, {}};
+    CompiledRule c{r, *fuse, *split, {}, {}};
     Result<NamePattern> sp = NamePattern::Parse(r.sp);
     if (!sp.ok()) return fail(sp.status().message());
     c.sp = *sp;

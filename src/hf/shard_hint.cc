@@ -3,6 +3,7 @@
 #include "shardpoint/layout.h"
 #include "shardpoint/layout_fused.h"
 #include "shardpoint/layout_megatron.h"
+#include "src/hf/mapping.h"
 
 namespace shardpoint {
 
@@ -16,29 +17,35 @@ Result<LocalTensor> HfShard(const HfKeyInfo& info, DType dtype, void* data, cons
     }
     return OkStatus();
   };
-  if (h == "replicated") return WholeTensor(info.key, dtype, data, s);
-  if (h == "column" || h == "vocab" || h == "gqa") {
-    SP_RETURN_IF_ERROR(need_rank(1));
-    return ColumnParallel(info.key, dtype, data, s, p.tp_rank, p.tp_size);
-  }
-  if (h == "row") {
-    if (s.size() < 2) return WholeTensor(info.key, dtype, data, s);  // a row-parallel bias
-    return RowParallel(info.key, dtype, data, s, p.tp_rank, p.tp_size);
-  }
-  if (h == "swiglu") {
-    SP_RETURN_IF_ERROR(need_rank(1));
-    return SwiGluFc1(info.key, info.key, dtype, data, s[0] / 2, Shape(s.begin() + 1, s.end()),
-                     p.tp_rank, p.tp_size);
+  const std::optional<internal::HfSplit> split = internal::ParseHfSplit(h);
+  if (!split) {
+    return InvalidArgumentError("key '" + info.key + "': unknown split hint '" + h + "'");
   }
   ExpertParallel ep{static_cast<int>(s.empty() ? 0 : s[0]), p.ep_rank, p.ep_size};
-  if (h == "experts_swiglu") {
-    SP_RETURN_IF_ERROR(need_rank(3));
-    return FusedGateUpExperts(info.key, dtype, data, s[1] / 2, s[2], ep, p.tp_rank, p.tp_size);
-  }
-  if (h == "experts_row" || h == "experts_column") {
-    SP_RETURN_IF_ERROR(need_rank(3));
-    return StackedExperts(info.key, dtype, data, Shape(s.begin() + 1, s.end()),
-                          h == "experts_row" ? 1 : 0, ep, p.tp_rank, p.tp_size);
+  switch (*split) {
+    case internal::HfSplit::kReplicated:
+      return WholeTensor(info.key, dtype, data, s);
+    case internal::HfSplit::kColumn:
+    case internal::HfSplit::kVocab:
+    case internal::HfSplit::kGqa:
+      SP_RETURN_IF_ERROR(need_rank(1));
+      return ColumnParallel(info.key, dtype, data, s, p.tp_rank, p.tp_size);
+    case internal::HfSplit::kRow:
+      if (s.size() < 2) return WholeTensor(info.key, dtype, data, s);  // a row-parallel bias
+      return RowParallel(info.key, dtype, data, s, p.tp_rank, p.tp_size);
+    case internal::HfSplit::kSwiglu:
+      SP_RETURN_IF_ERROR(need_rank(1));
+      return SwiGluFc1(info.key, info.key, dtype, data, s[0] / 2, Shape(s.begin() + 1, s.end()),
+                       p.tp_rank, p.tp_size);
+    case internal::HfSplit::kExpertsSwiglu:
+      SP_RETURN_IF_ERROR(need_rank(3));
+      return FusedGateUpExperts(info.key, dtype, data, s[1] / 2, s[2], ep, p.tp_rank, p.tp_size);
+    case internal::HfSplit::kExpertsRow:
+    case internal::HfSplit::kExpertsColumn:
+      SP_RETURN_IF_ERROR(need_rank(3));
+      return StackedExperts(info.key, dtype, data, Shape(s.begin() + 1, s.end()),
+                            *split == internal::HfSplit::kExpertsRow ? 1 : 0, ep, p.tp_rank,
+                            p.tp_size);
   }
   return InvalidArgumentError("key '" + info.key + "': unknown split hint '" + h + "'");
 }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "shardpoint/layout.h"
+#include "src/base/checked.h"
 
 namespace shardpoint {
 namespace {
@@ -86,10 +87,12 @@ Result<LocalTensor> SplitTensorSizes(std::string key, DType dtype, void* data, S
   }
   int64_t total = 0, begin = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] < 0 || __builtin_add_overflow(total, sizes[i], &total)) {
+    std::optional<int64_t> sum = internal::CheckedAdd(total, sizes[i]);
+    if (sizes[i] < 0 || !sum) {
       return InvalidArgumentError("'" + key + "': split sizes " + ShapeToString(sizes) +
                                   " contain a negative size or overflow");
     }
+    total = *sum;
     if (static_cast<int>(i) + 1 == index) begin = total;
   }
   if (total != global_shape[dim]) {
@@ -146,9 +149,9 @@ Result<LocalTensor> Concat(std::vector<LocalTensor> parts, int dim, void* data) 
       s.local_offset[dim] += out.shape[dim];
       out.segments.push_back(std::move(s));
     }
-    if (__builtin_add_overflow(out.shape[dim], p.shape[dim], &out.shape[dim])) {
-      return InvalidArgumentError(what + ": concatenated size overflows");
-    }
+    std::optional<int64_t> extent = internal::CheckedAdd(out.shape[dim], p.shape[dim]);
+    if (!extent) return InvalidArgumentError(what + ": concatenated size overflows");
+    out.shape[dim] = *extent;
   }
   SP_RETURN_IF_ERROR(ValidateLocalTensor(out).WithContext("Concat"));
   return out;

@@ -5,6 +5,7 @@
 
 #include "shardpoint/layout.h"
 #include "shardpoint/layout_flat.h"
+#include "src/base/checked.h"
 
 namespace shardpoint {
 namespace {
@@ -31,9 +32,11 @@ Result<FlatBufferLayout> PlanFlatBuffer(const std::vector<LocalTensor>& params, 
     pos = RoundUp(pos, align);
     l.offsets.push_back(pos);
     l.sizes.push_back(n);
-    if (__builtin_add_overflow(pos, n, &pos) || pos > (int64_t{1} << 60)) {
+    std::optional<int64_t> end = internal::CheckedAdd(pos, n);
+    if (!end || *end > (int64_t{1} << 60)) {
       return InvalidArgumentError(what + ": buffer size overflows");
     }
+    pos = *end;
   }
   l.total = RoundUp(pos, align * dp_size);
   l.shard_size = l.total / dp_size;

@@ -1,9 +1,11 @@
 // Fused weights: TP shards of several components concatenated along one dim.
+#include <array>
 #include <string>
 #include <utility>
 
 #include "shardpoint/layout.h"
 #include "shardpoint/layout_fused.h"
+#include "src/geometry/gqa.h"
 
 namespace shardpoint {
 
@@ -81,18 +83,22 @@ Result<LocalTensor> GqaQkv(const std::string& q_key, const std::string& k_key,
                                 " query groups do not split over TP rank " +
                                 std::to_string(tp_rank) + " of " + std::to_string(tp_size));
   }
-  const int64_t per_group = dims.heads / dims.groups, d = dims.head_dim;
   const int64_t local_groups = dims.groups / tp_size;
+  const std::array<int64_t, 3> part_rows =
+      internal::GqaPartRows(dims.heads, dims.groups, dims.head_dim);
+  const std::string* keys[3] = {&q_key, &k_key, &v_key};
   auto shape = [&](int64_t rows) {
     Shape s{rows};
     s.insert(s.end(), trailing.begin(), trailing.end());
     return s;
   };
+  // The local groups' runs, in fused order.
   std::vector<FusedPart> parts;
   for (int64_t g = tp_rank * local_groups; g < (tp_rank + 1) * local_groups; ++g) {
-    parts.push_back({q_key, shape(dims.heads * d), g * per_group * d, per_group * d});
-    parts.push_back({k_key, shape(dims.groups * d), g * d, d});
-    parts.push_back({v_key, shape(dims.groups * d), g * d, d});
+    for (const internal::GqaRun& r :
+         internal::GqaGroupRuns(dims.heads, dims.groups, dims.head_dim, g)) {
+      parts.push_back({*keys[r.part], shape(part_rows[r.part]), r.src_row, r.rows});
+    }
   }
   // Each part is already this rank's: place them without a further TP split.
   return FusedShard(dtype, data, parts, 0, 0, 1);

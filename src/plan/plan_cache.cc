@@ -30,7 +30,7 @@ PlanKey HashContributions(const std::vector<std::string>& encoded) {
   return PlanKey{h.low64, h.high64};
 }
 
-std::shared_ptr<SavePlan> LookupPlan(SavePlanCache& cache, const PlanKey& key) {
+std::shared_ptr<const SavePlan> LookupPlan(SavePlanCache& cache, const PlanKey& key) {
   SavePlanCacheImpl& c = cache.impl();
   if (c.valid && c.key == key) {
     ++c.hits;
@@ -40,7 +40,7 @@ std::shared_ptr<SavePlan> LookupPlan(SavePlanCache& cache, const PlanKey& key) {
   return nullptr;
 }
 
-void StorePlan(SavePlanCache& cache, const PlanKey& key, std::shared_ptr<SavePlan> plan) {
+void StorePlan(SavePlanCache& cache, const PlanKey& key, std::shared_ptr<const SavePlan> plan) {
   SavePlanCacheImpl& c = cache.impl();
   c.valid = plan != nullptr;
   c.key = key;

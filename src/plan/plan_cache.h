@@ -23,14 +23,14 @@ PlanKey HashContributions(const std::vector<std::string>& encoded);
 struct SavePlanCacheImpl {
   bool valid = false;
   PlanKey key;
-  // Save fills the manifest's checksums, common blob and metadata in place
-  // on every use (all of them, so nothing stale survives a save).
-  std::shared_ptr<SavePlan> plan;
+  // Never changed once stored: each save fills the checksums, common blob and
+  // metadata into its own copy of the manifest.
+  std::shared_ptr<const SavePlan> plan;
   int64_t hits = 0, misses = 0;
 };
 
 // The cached plan if `key` matches (counts a hit), else nullptr (counts a miss).
-std::shared_ptr<SavePlan> LookupPlan(SavePlanCache& cache, const PlanKey& key);
-void StorePlan(SavePlanCache& cache, const PlanKey& key, std::shared_ptr<SavePlan> plan);
+std::shared_ptr<const SavePlan> LookupPlan(SavePlanCache& cache, const PlanKey& key);
+void StorePlan(SavePlanCache& cache, const PlanKey& key, std::shared_ptr<const SavePlan> plan);
 
 }  // namespace shardpoint::internal

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "src/base/checked.h"
 #include "src/geometry/flat_range.h"
 
 namespace shardpoint::internal {
@@ -85,9 +86,9 @@ Status CheckTiling(const std::string& key, const Shape& shape, const std::vector
   const int64_t total = Box::Whole(shape).num_elements();
   int64_t covered = 0;
   for (const Box& b : boxes) {
-    if (__builtin_add_overflow(covered, b.num_elements(), &covered)) {
-      return InvalidArgumentError("tensor '" + key + "': boxes overflow the element count");
-    }
+    std::optional<int64_t> sum = CheckedAdd(covered, b.num_elements());
+    if (!sum) return InvalidArgumentError("tensor '" + key + "': boxes overflow the element count");
+    covered = *sum;
   }
   if (!boxes.empty()) SP_RETURN_IF_ERROR(CheckDisjoint(key, boxes, describe));
   if (covered != total) {
