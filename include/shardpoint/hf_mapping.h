@@ -51,6 +51,9 @@ struct HfMapping {
   std::map<std::string, int64_t> variables;
   // HF tensors no rule matches keep their name (true) or are an error (false).
   bool keep_unmatched = true;
+  // Export only: keys starting with one of these prefixes are left out of the
+  // HF model (e.g. "optimizer." in a Megatron checkpoint).
+  std::vector<std::string> skip;
 };
 
 // Parses a mapping file's JSON; InvalidArgument naming `source` and the rule.

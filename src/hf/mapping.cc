@@ -269,6 +269,10 @@ Result<std::vector<MappedKey>> MapKeysToHf(const HfMapping& mapping,
   std::vector<MappedKey> out;
   std::unordered_map<std::string, std::string> produced;  // HF name -> key
   for (const HfMeta& k : keys) {
+    if (std::any_of(mapping.skip.begin(), mapping.skip.end(),
+                    [&k](const std::string& p) { return k.name.rfind(p, 0) == 0; })) {
+      continue;  // not part of the HF model (optimizer state, say)
+    }
     const CompiledRule* rule = nullptr;
     std::optional<Bindings> b;
     for (const CompiledRule& r : rules) {

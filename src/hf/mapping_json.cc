@@ -114,6 +114,13 @@ Result<HfMapping> ParseHfMapping(std::string_view text, const std::string& sourc
       m.name = v.get<std::string>();
     } else if (k == "keep_unmatched" && v.is_boolean()) {
       m.keep_unmatched = v.get<bool>();
+    } else if (k == "skip" && v.is_array()) {
+      for (const Json& x : v) {
+        if (!x.is_string() || x.get_ref<const std::string&>().empty()) {
+          return InvalidArgumentError(where + "\"skip\" must hold non-empty strings");
+        }
+        m.skip.push_back(x.get<std::string>());
+      }
     } else if (k == "variables" && v.is_object()) {
       for (auto vi = v.begin(); vi != v.end(); ++vi) {
         if (!vi.value().is_number_integer()) {

@@ -332,12 +332,61 @@ TEST(DcpCliTest, ExportHfMegatronLlamaUnstacksLayersBitForBit) {
   }
 
   // Without the head counts the qkv rule cannot split: a typed error naming
-  // the variable; nothing is written for a Megatron key no rule maps.
+  // the variable.
   std::filesystem::remove_all(out);
   CliRun nov =
       RunCli("export-hf " + dir + " " + out + " --mapping megatron_llama --set vocab_size=10");
   EXPECT_EQ(nov.exit_code, 2) << nov.out;
   EXPECT_THAT(nov.out, HasSubstr("num_attention_heads"));
+  std::filesystem::remove_all(out);
+}
+
+// The first Megatron fixture also holds optimizer state: megatron_llama
+// leaves optimizer.* out ("skip") and exports the stacked linear_fc1
+// (100 l + 3 r + c, [2, 4, 3]) as per-layer gate (rows 0-1) and up (rows 2-3).
+TEST(DcpCliTest, ExportHfMegatronLlamaSkipsOptimizerState) {
+  std::string dir = Fixture();
+  dir = dir.substr(0, dir.rfind('/')) + "/megatron_torch_dist";
+  const std::string out = ::testing::TempDir() + "sp_mega_opt_" + std::to_string(::getpid());
+  std::filesystem::remove_all(out);
+  CliRun r =
+      RunCli("export-hf " + dir + " " + out + " --mapping megatron_llama --set vocab_size=4");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("5 tensors"));
+  std::vector<float> w(4 * 6, -1.0f);
+  State st;
+  for (int l = 0; l < 2; ++l) {
+    for (int part = 0; part < 2; ++part) {
+      const std::string name = "model.layers." + std::to_string(l) + ".mlp." +
+                               (part == 0 ? "gate_proj" : "up_proj") + ".weight";
+      LocalTensor t;
+      t.dtype = DType::kF32;
+      t.shape = {2, 3};
+      t.data = w.data() + (l * 2 + part) * 6;
+      t.segments.push_back({name, {2, 3}, Box::Whole({2, 3}), {0, 0}});
+      st.tensors.push_back(t);
+    }
+  }
+  std::vector<uint16_t> emb(8, 0xffff);
+  LocalTensor et;
+  et.dtype = DType::kBF16;
+  et.shape = {4, 2};
+  et.data = emb.data();
+  et.segments.push_back({"model.embed_tokens.weight", {4, 2}, Box::Whole({4, 2}), {0, 0}});
+  st.tensors.push_back(et);
+  std::unique_ptr<Comm> comm = MakeSingleComm();
+  Result<LoadResult> lr = LoadFromHf(st, out, IdentityHfMapping(), *comm);
+  ASSERT_TRUE(lr.ok()) << lr.status().ToString();
+  // bf16 of 0.25 k, k = 0..7.
+  EXPECT_EQ(
+      emb, (std::vector<uint16_t>{0x0000, 0x3e80, 0x3f00, 0x3f40, 0x3f80, 0x3fa0, 0x3fc0, 0x3fe0}));
+  for (int l = 0; l < 2; ++l) {
+    for (int row = 0; row < 4; ++row) {
+      for (int c = 0; c < 3; ++c) {
+        EXPECT_EQ(w[(l * 4 + row) * 3 + c], static_cast<float>(100 * l + 3 * row + c));
+      }
+    }
+  }
   std::filesystem::remove_all(out);
 }
 

@@ -53,6 +53,8 @@ TEST(HfMappingParse, Errors) {
   err(R"({"variables": {"x": "y"}})", "not an integer");
   err(R"({"rules": [{"sp": "a", "hf": ["b", "c"], "rows": "vocab_size"}]})", "rename rule");
   err(R"({"rules": [{"sp": "a", "hf": "b", "rows": []}]})", "rows");
+  err(R"({"skip": ["optimizer.", 3]})", "\"skip\" must hold non-empty strings");
+  err(R"({"skip": [""]})", "\"skip\" must hold non-empty strings");
   EXPECT_TRUE(ParseHfMapping(R"({"name": "x", // comments are allowed
       "rules": []})")
                   .ok());
