@@ -5,6 +5,7 @@
 
 #include "src/base/hex.h"
 #include "src/format/checksum.h"
+#include "src/format/json_depth.h"
 #include "src/format/manifest.h"
 
 namespace shardpoint::internal {
@@ -89,26 +90,7 @@ std::string ManifestToJson(const Manifest& m, int indent) {
 Status CheckMetadataJson(const std::string& text) {
   if (text.empty()) return OkStatus();
   // Depth first, on the text, before the parser builds anything that deep.
-  int depth = 0, max_depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  if (max_depth > kMaxMetadataDepth) {
+  if (JsonMaxDepth(text) > kMaxMetadataDepth) {
     return InvalidArgumentError("metadata_json nests deeper than " +
                                 std::to_string(kMaxMetadataDepth) + " levels");
   }

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "src/base/checked.h"
+#include "src/format/json_depth.h"
 
 namespace shardpoint::internal {
 namespace {
@@ -40,30 +41,6 @@ std::string Prefix(const std::string& file) { return "safetensors file '" + file
 
 std::string Range(uint64_t begin, uint64_t end) {
   return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
-}
-
-// Nesting depth of `json` outside strings (no allocation, one pass).
-int MaxDepth(std::string_view json) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : json) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return max_depth;
 }
 
 bool IsUnsigned(const Json& j, uint64_t max, uint64_t* out) {
@@ -285,7 +262,7 @@ Result<SafetensorsHeader> DecodeSafetensorsHeader(std::string_view json, uint64_
   const uint64_t data_size = file_size - header.data_start;
 
   // Stage 2: parse (no exceptions; duplicate top-level names detected on the way).
-  if (MaxDepth(json) > kMaxJsonDepth) {
+  if (JsonMaxDepth(json) > kMaxJsonDepth) {
     return DataLossError(Prefix(file) + "header JSON nests deeper than " +
                          std::to_string(kMaxJsonDepth) + " (bytes " + Range(8, header.data_start) +
                          ")");
