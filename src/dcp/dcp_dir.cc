@@ -171,7 +171,7 @@ Result<DcpIndex> ReadDcpIndex(Storage* storage, const std::string& dir) {
       idx.m.has_common = true;
       idx.m.common = std::move(td->common_bytes);
     }
-    idx.m.metadata_json = md.dump();
+    idx.m.metadata_json = md.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   }
   return idx;
 }

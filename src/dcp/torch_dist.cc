@@ -118,7 +118,7 @@ Result<std::string> CommonPtToJson(std::string_view bytes, const std::string& wh
                       ParsePickle(
                           bytes.substr(pkl->data_offset, pkl->size),
                           [](std::string_view, std::string_view) { return true; }, what));
-  return Renderer(t).Render(t.root, 0).dump();
+  return Renderer(t).Render(t.root, 0).dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 Result<std::optional<TorchDistInfo>> ReadTorchDist(Storage* storage, const std::string& dir) {

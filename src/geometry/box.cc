@@ -25,6 +25,13 @@ std::string ShapeToString(const Shape& shape) {
 }
 
 std::string Box::ToString() const {
+  if (offset.size() != shape.size()) {  // untrusted boxes reach error messages
+    std::string s = "offset [";
+    for (size_t i = 0; i < offset.size(); ++i) s += (i ? ", " : "") + std::to_string(offset[i]);
+    s += "] shape [";
+    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+  }
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i) s += ", ";
