@@ -15,34 +15,14 @@
 #include "shardpoint/manager.h"
 #include "src/checkpoint/commit.h"
 #include "src/io/mem_storage.h"
+#include "tests/testing/throwing_storage.h"
 
 namespace shardpoint {
 namespace {
 
 using ::testing::HasSubstr;
 
-// Throws std::bad_alloc from file opens whose path contains `needle`, as an
-// allocation that fails deep inside a step would.
-class ThrowingStorage : public StorageWrapper {
- public:
-  ThrowingStorage(Storage* base, std::string needle) : StorageWrapper(base), needle_(needle) {}
-  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
-                                                        const WriteFileOptions& o) override {
-    if (path.find(needle_) != std::string::npos) throw std::bad_alloc();
-    return StorageWrapper::NewWritableFile(path, o);
-  }
-  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
-    if (path.find(needle_) != std::string::npos) throw std::bad_alloc();
-    return StorageWrapper::NewReadableFile(path);
-  }
-  Result<std::vector<std::string>> ListDir(const std::string& path) override {
-    if (path.find(needle_) != std::string::npos) throw std::bad_alloc();
-    return StorageWrapper::ListDir(path);
-  }
-
- private:
-  const std::string needle_;
-};
+using testing::ThrowingStorage;
 
 constexpr int kRanks = 3;
 

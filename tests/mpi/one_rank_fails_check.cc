@@ -11,30 +11,14 @@
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/manager.h"
 #include "tests/mpi/mpi_test_main.h"
+#include "tests/testing/throwing_storage.h"
 
 namespace shardpoint {
 namespace {
 
 using ::testing::HasSubstr;
 
-// Throws std::bad_alloc from file opens whose path contains `needle`.
-class ThrowingStorage : public StorageWrapper {
- public:
-  explicit ThrowingStorage(std::string needle)
-      : StorageWrapper(DefaultStorage()), needle_(std::move(needle)) {}
-  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
-                                                        const WriteFileOptions& o) override {
-    if (path.find(needle_) != std::string::npos) throw std::bad_alloc();
-    return StorageWrapper::NewWritableFile(path, o);
-  }
-  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
-    if (path.find(needle_) != std::string::npos) throw std::bad_alloc();
-    return StorageWrapper::NewReadableFile(path);
-  }
-
- private:
-  const std::string needle_;
-};
+using testing::ThrowingStorage;
 
 std::string SharedTempDir(Comm& comm) {
   std::string dir;
@@ -69,7 +53,7 @@ TEST(OneRankFails, EveryCollectiveReturnsTheErrorOnEveryRank) {
   Rows mine(rank, n);
 
   // Save: the last rank cannot open its data file.
-  ThrowingStorage throwing("/data/");
+  ThrowingStorage throwing(DefaultStorage(), "/data/");
   SaveOptions so;
   so.storage = rank == bad ? static_cast<Storage*>(&throwing) : DefaultStorage();
   Status s = Save(mine.state, root + "/bad", *world, so).status();
@@ -90,7 +74,7 @@ TEST(OneRankFails, EveryCollectiveReturnsTheErrorOnEveryRank) {
   }
 
   // The manager: rank 0 cannot write the tracker.
-  ThrowingStorage no_tracker("latest");
+  ThrowingStorage no_tracker(DefaultStorage(), "latest");
   ManagerOptions mo;
   mo.storage = rank == 0 ? static_cast<Storage*>(&no_tracker) : DefaultStorage();
   auto m = CheckpointManager::Open(root + "/run", *world, mo);
