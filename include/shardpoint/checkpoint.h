@@ -103,14 +103,14 @@ struct LoadOptions {
   // 5% of the needed ones: fewer, larger requests on network filesystems.
   // Default 256 KiB; 0 reads no unneeded bytes except whole verified blocks.
   uint64_t read_gap_bytes = uint64_t{256} << 10;
-  // When several ranks need the same stored bytes (replicas, e.g. the DP
-  // copies of a TP shard), one rank reads them and sends them to the others
-  // over the Comm (bytes move in bounded rounds). Costs one all-gather of
-  // every rank's read list. Must be the same on every rank. Default true (for
-  // shared filesystems, where reads are the bottleneck); false: every rank
-  // reads everything it needs from storage, which is faster on one machine
-  // with local NVMe or a warm page cache, where re-reading costs less than
-  // the exchange.
+  // Block exchange: when several ranks need bytes of the same verified
+  // block (replicas, e.g. the DP copies of a TP shard, or strips of a chunk
+  // saved along another dim), exactly one of them reads and verifies the
+  // block and sends every other rank the bytes it needs from it over the
+  // Comm (in bounded rounds): the ranks together read each needed block
+  // once, each about 1/N. Costs one all-gather of every rank's read list.
+  // Must be the same on every rank. Default true; false: every rank reads
+  // (and verifies) every block it needs from storage itself.
   bool cooperative = true;
   // Upper bound of the bytes moved between ranks per cooperative round (all
   // ranks together, plus at most one piece). Default 256 MiB.
@@ -123,8 +123,10 @@ struct LoadResult {
   uint64_t bytes_read = 0;                   // from storage, by this rank
   uint64_t bytes_received = 0;               // from other ranks (cooperative load)
   // Read requests (ReadAt calls) this rank made to storage, and the bytes of
-  // the pieces it read them for: bytes_read / bytes_needed is the read
-  // amplification (whole checksummed blocks, bridged gaps).
+  // the pieces it read them for (cooperative: the bytes any rank needs in
+  // the blocks it read; summed over ranks, the needed stored bytes):
+  // bytes_read / bytes_needed is the read amplification (whole checksummed
+  // blocks, bridged gaps).
   uint64_t requests = 0;
   uint64_t bytes_needed = 0;
   double seconds = 0;

@@ -424,7 +424,8 @@ class LoadResult:
     (the stored common value, None if absent); ``metadata`` (the stored dict or
     None); ``bytes_read`` (from storage by this rank), ``bytes_received`` (from
     other ranks, cooperative load), ``requests`` (read calls this rank made to
-    storage), ``bytes_needed`` (the bytes of the pieces it read them for:
+    storage), ``bytes_needed`` (the bytes of the pieces it read them for; in
+    a cooperative load, the bytes any rank needs in the blocks it read:
     ``bytes_read / bytes_needed`` is the read amplification of widening to
     whole checksum blocks and bridging small gaps) and ``seconds``."""
 
@@ -524,8 +525,9 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     ``allow_shape_mismatch``: load the overlap of a tensor whose
     global shape changed (vocab padding), zero the rest. ``raw_objects``: return
     object bytes as stored, undecoded. ``cooperative`` (the same on every
-    rank): bytes that several ranks need are read by one and sent to the
-    others over the comm; default None = on for the C++ comms (single, thread
+    rank): each checksummed block that several ranks need bytes of is read
+    and verified by one of them, which sends the others their bytes over the
+    comm; default None = on for the C++ comms (single, thread
     comms), off for comms implemented in Python (the torch.distributed and
     mpi4py adapters, subclasses), whose exchanges copy every byte through the
     interpreter. ``read_slice_bytes``: bytes read at once per I/O

@@ -1,9 +1,9 @@
 // The cooperative load's piece message: what every rank all-gathers at the
 // start of CooperativeLoad (src/checkpoint/cooperative.h), so that every rank
-// computes the same assignment of shared reads.
+// computes the same assignment of block reads.
 //
-//   u64 private_bytes       bytes this rank reads alone
-//   u64 count, then per shareable piece:
+//   u64 private_bytes       unused by the block exchange (0)
+//   u64 count, then per piece of the rank's plan:
 //     i64 piece             index into the sender's LoadPlan::pieces
 //     i64 tensor, i64 chunk the stored chunk (indices into the manifest)
 //     ints offset, ints shape   the piece's box inside the chunk (u8 rank + i64s)

@@ -1,6 +1,7 @@
 #include "src/checkpoint/reader.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -79,19 +80,28 @@ Status VerifyBlocks(const Manifest& m, int64_t tensor, int64_t chunk, uint64_t a
   return OkStatus();
 }
 
-// A piece with its run pattern, for scattering.
+// A piece with its run pattern, for scattering; or a part of another rank's
+// piece (cooperative load), packed into `packed` instead of a destination.
 struct PieceRuns {
   const ReadPiece* p;
   RunPattern runs;
   uint64_t run_bytes;
   bool contiguous;  // one run, same dtype, contiguous destination: can take reads in place
   uint64_t begin;   // chunk-relative byte where its first run starts
+  // Only chunk-relative bytes [lo, hi) are placed.
+  uint64_t lo = 0, hi = UINT64_MAX;
+  char* packed = nullptr;  // a part: flat element f goes to packed[f - flat_base]
+  int64_t flat_base = 0;
 };
 
-// Places the bytes of chunk-relative range [a, b), held at `mem`, that `pr`
-// needs. a and b are multiples of the element size.
-void Scatter(const Manifest& m, const PieceRuns& pr, uint64_t a, uint64_t b, const char* mem,
-             std::vector<char>* scratch) {
+// Calls fn(from, to, flat) for each run of `pr` inside chunk-relative bytes
+// [a, b) (clipped to [pr.lo, pr.hi)): bytes [from, to) of the chunk are
+// elements [flat, ...) of the piece.
+template <typename Fn>
+void ForRunsIn(const Manifest& m, const PieceRuns& pr, uint64_t a, uint64_t b, Fn fn) {
+  a = std::max(a, pr.lo);
+  b = std::min(b, pr.hi);
+  if (a >= b) return;
   const ReadPiece& p = *pr.p;
   const Shape& cs = m.tensors[p.tensor].chunks[p.chunk].box.shape;
   const uint64_t es = DTypeSize(p.src_dtype);
@@ -112,16 +122,30 @@ void Scatter(const Manifest& m, const PieceRuns& pr, uint64_t a, uint64_t b, con
     const uint64_t s = start(i);
     if (s >= b) break;
     const uint64_t from = std::max(s, a), to = std::min(s + pr.run_bytes, b);
-    const int64_t flat = i * pr.runs.run_elements + static_cast<int64_t>((from - s) / es);
+    fn(from, to, i * pr.runs.run_elements + static_cast<int64_t>((from - s) / es));
+  }
+}
+
+// Places the bytes of chunk-relative range [a, b), held at `mem`, that `pr`
+// needs. a and b are multiples of the element size.
+void Scatter(const Manifest& m, const PieceRuns& pr, uint64_t a, uint64_t b, const char* mem,
+             std::vector<char>* scratch) {
+  const ReadPiece& p = *pr.p;
+  const uint64_t es = DTypeSize(p.src_dtype);
+  ForRunsIn(m, pr, a, b, [&](uint64_t from, uint64_t to, int64_t flat) {
     const int64_t count = static_cast<int64_t>((to - from) / es);
     const char* src = mem + (from - a);
+    if (pr.packed) {
+      std::memcpy(pr.packed + (flat - pr.flat_base) * es, src, to - from);
+      return;
+    }
     if (p.src_dtype != p.dst_dtype) {
       scratch->resize(count * DTypeSize(p.dst_dtype));
       ConvertElements(p.src_dtype, src, p.dst_dtype, scratch->data(), count);
       src = scratch->data();
     }
     ScatterFlatRange(p.dst, flat, flat + count, src);
-  }
+  });
 }
 
 // One request's worth of a chunk: chunk-relative bytes [a, b).
@@ -140,24 +164,20 @@ struct Task {
   bool stream = false;
 };
 
+using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;
+
 // Needed chunk-relative byte ranges of the pieces of one chunk, sorted and
 // merged where adjacent or overlapping.
-std::vector<std::pair<uint64_t, uint64_t>> NeededRanges(const std::vector<PieceRuns>& prs,
-                                                        const Shape& chunk_shape,
-                                                        uint64_t* needed) {
-  std::vector<std::pair<uint64_t, uint64_t>> out;
+Ranges NeededRanges(const Manifest& m, const std::vector<PieceRuns>& prs) {
+  Ranges out;
   for (const PieceRuns& pr : prs) {
-    const ReadPiece& p = *pr.p;
-    const uint64_t es = DTypeSize(p.src_dtype);
-    *needed += p.nbytes;
-    for (int64_t i = 0; i < pr.runs.runs; ++i) {
-      const uint64_t s = static_cast<uint64_t>(RunStart(chunk_shape, p.in_chunk, pr.runs, i)) * es;
-      if (!out.empty() && out.back().second == s) {
-        out.back().second = s + pr.run_bytes;
+    ForRunsIn(m, pr, 0, UINT64_MAX, [&](uint64_t from, uint64_t to, int64_t) {
+      if (!out.empty() && out.back().second == from) {
+        out.back().second = to;
       } else {
-        out.push_back({s, s + pr.run_bytes});
+        out.push_back({from, to});
       }
-    }
+    });
   }
   std::sort(out.begin(), out.end());
   std::vector<std::pair<uint64_t, uint64_t>> merged;
@@ -171,6 +191,21 @@ std::vector<std::pair<uint64_t, uint64_t>> NeededRanges(const std::vector<PieceR
   return merged;
 }
 
+// The parts of sorted, disjoint `x` inside sorted, disjoint `y`.
+Ranges Intersect(const Ranges& x, const Ranges& y) {
+  Ranges out;
+  for (size_t i = 0, j = 0; i < x.size() && j < y.size();) {
+    const uint64_t a = std::max(x[i].first, y[j].first), b = std::min(x[i].second, y[j].second);
+    if (a < b) out.push_back({a, b});
+    if (x[i].second < y[j].second) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  return out;
+}
+
 struct Range2 {
   uint32_t file;
   uint64_t begin, end;  // absolute file bytes
@@ -180,14 +215,27 @@ struct Range2 {
 
 // Builds the tasks of a plan: covering ranges (whole blocks when verifying),
 // small gaps merged within the bound, cut into requests of at most a slice.
+// With `spans` (per group: sorted, disjoint chunk-relative ranges on the
+// verification block grid when verifying), only those are read, and
+// `needed` counts the needed bytes inside them once each.
 std::vector<Task> BuildTasks(const Manifest& m, const std::vector<std::vector<PieceRuns>>& groups,
-                             const ReadOptions& options, uint64_t* needed) {
+                             const std::vector<Ranges>* spans, const ReadOptions& options,
+                             uint64_t* needed) {
   std::vector<Range2> ranges;
-  for (const std::vector<PieceRuns>& g : groups) {
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const std::vector<PieceRuns>& g = groups[gi];
     const ReadPiece& p0 = *g[0].p;
     const ChunkRecord& c = m.tensors[p0.tensor].chunks[p0.chunk];
     const uint64_t block = options.verify_checksums ? VerifyBlock(m, c) : 0;
-    for (auto [a, b] : NeededRanges(g, c.box.shape, needed)) {
+    Ranges want = NeededRanges(m, g);
+    if (spans) {
+      want = Intersect(want, (*spans)[gi]);
+      for (const auto& [a, b] : want) *needed += b - a;
+      if (block) want = (*spans)[gi];
+    } else {
+      for (const PieceRuns& pr : g) *needed += pr.p->nbytes;
+    }
+    for (auto [a, b] : want) {
       if (block) {
         a = a / block * block;
         b = std::min(c.nbytes, (b + block - 1) / block * block);
@@ -327,15 +375,13 @@ Status RunTask(const Manifest& m, const Task& t,
   return OkStatus();
 }
 
-}  // namespace
-
-Status ExecuteLoadPlan(const Manifest& m, const LoadPlan& plan, DataFiles* files, ThreadPool* pool,
-                       const ReadOptions& options, ReadStats* stats) {
-  // The pieces of each chunk.
+// The pieces (and parts) of each chunk.
+struct Groups {
   std::map<std::pair<int64_t, int64_t>, size_t> group_of;
   std::vector<std::vector<PieceRuns>> groups;
-  for (const ReadPiece& p : plan.pieces) {
-    if (p.nbytes == 0) continue;
+
+  PieceRuns* Add(const Manifest& m, const ReadPiece& p) {
+    if (p.nbytes == 0) return nullptr;
     auto [it, fresh] = group_of.try_emplace({p.tensor, p.chunk}, groups.size());
     if (fresh) groups.emplace_back();
     const ChunkRecord& c = m.tensors[p.tensor].chunks[p.chunk];
@@ -345,13 +391,62 @@ Status ExecuteLoadPlan(const Manifest& m, const LoadPlan& plan, DataFiles* files
     pr.begin = static_cast<uint64_t>(RunStart(c.box.shape, p.in_chunk, pr.runs, 0)) * es;
     pr.contiguous = pr.runs.runs == 1 && p.src_dtype == p.dst_dtype && p.dst.IsContiguous();
     groups[it->second].push_back(pr);
+    return &groups[it->second].back();
   }
+};
+
+Status Execute(const Manifest& m, const Groups& g, const std::vector<Ranges>* spans,
+               DataFiles* files, ThreadPool* pool, const ReadOptions& options, ReadStats* stats) {
   uint64_t needed = 0;
-  const std::vector<Task> tasks = BuildTasks(m, groups, options, &needed);
+  const std::vector<Task> tasks = BuildTasks(m, g.groups, spans, options, &needed);
   stats->needed.fetch_add(needed);
   return ParallelFor(pool, static_cast<int64_t>(tasks.size()), [&](int64_t i) {
-    return RunTask(m, tasks[i], group_of, groups, files, options, stats);
+    return RunTask(m, tasks[i], g.group_of, g.groups, files, options, stats);
   });
+}
+
+}  // namespace
+
+Status ExecuteLoadPlan(const Manifest& m, const LoadPlan& plan, DataFiles* files, ThreadPool* pool,
+                       const ReadOptions& options, ReadStats* stats) {
+  Groups g;
+  for (const ReadPiece& p : plan.pieces) g.Add(m, p);
+  return Execute(m, g, nullptr, files, pool, options, stats);
+}
+
+Status ExecuteSpans(const Manifest& m, const std::vector<const ReadPiece*>& own,
+                    const std::vector<PiecePart>& parts, const std::vector<ChunkSpan>& spans,
+                    DataFiles* files, ThreadPool* pool, const ReadOptions& options,
+                    ReadStats* stats) {
+  Groups g;
+  for (const ReadPiece* p : own) g.Add(m, *p);
+  for (const PiecePart& part : parts) {
+    PieceRuns* pr = g.Add(m, part.piece);
+    if (!pr) continue;
+    pr->contiguous = false;
+    pr->lo = part.a;
+    pr->hi = part.b;
+    pr->packed = part.out;
+    pr->flat_base = part.flat_base;
+  }
+  std::vector<Ranges> by_group(g.groups.size());
+  for (const ChunkSpan& s : spans) {
+    auto it = g.group_of.find({s.tensor, s.chunk});
+    if (it != g.group_of.end()) by_group[it->second].push_back({s.a, s.b});
+  }
+  for (Ranges& r : by_group) {
+    std::sort(r.begin(), r.end());
+    Ranges merged;
+    for (const auto& x : r) {
+      if (!merged.empty() && merged.back().second >= x.first) {
+        merged.back().second = std::max(merged.back().second, x.second);
+      } else {
+        merged.push_back(x);
+      }
+    }
+    r = std::move(merged);
+  }
+  return Execute(m, g, &by_group, files, pool, options, stats);
 }
 
 Status ReadVerified(DataFiles* files, const Manifest& m, uint32_t file, uint64_t offset,

@@ -56,6 +56,34 @@ struct ReadStats {
 Status ExecuteLoadPlan(const Manifest& m, const LoadPlan& plan, DataFiles* files, ThreadPool* pool,
                        const ReadOptions& options, ReadStats* stats);
 
+// Chunk-relative bytes [a, b) of chunk `chunk` of tensor `tensor`.
+struct ChunkSpan {
+  int64_t tensor = 0, chunk = 0;
+  uint64_t a = 0, b = 0;
+};
+
+// A part of another rank's piece that this rank reads for it (cooperative
+// load): the piece's elements inside chunk-relative bytes [a, b), flat
+// elements [flat_base, ...) of the piece, go packed (stored dtype, in flat
+// order) to `out`. piece.src_dtype == piece.dst_dtype; piece.dst is unused.
+struct PiecePart {
+  ReadPiece piece;
+  uint64_t a = 0, b = 0;
+  int64_t flat_base = 0;
+  char* out = nullptr;
+};
+
+// Reads `spans` (whole verification blocks when verifying; else only the
+// bytes some piece or part needs inside them) and places their bytes: into
+// the destinations of the `own` pieces (only their bytes inside the spans)
+// and into the parts. Every block is verified before its bytes are placed.
+// stats->needed counts the bytes inside the spans that a piece or part
+// needs, once each.
+Status ExecuteSpans(const Manifest& m, const std::vector<const ReadPiece*>& own,
+                    const std::vector<PiecePart>& parts, const std::vector<ChunkSpan>& spans,
+                    DataFiles* files, ThreadPool* pool, const ReadOptions& options,
+                    ReadStats* stats);
+
 // Reads `nbytes` at `offset` of manifest file `file` into dst and checks the
 // checksum: for objects.
 Status ReadVerified(DataFiles* files, const Manifest& m, uint32_t file, uint64_t offset,

@@ -50,6 +50,30 @@ int64_t RunStart(const Shape& chunk_shape, const Box& in_chunk, const RunPattern
   return RowMajorIndex(chunk_shape, idx);
 }
 
+int64_t ElementsBefore(const Shape& chunk_shape, const Box& in_chunk, int64_t linear) {
+  const int64_t total = in_chunk.num_elements();
+  int64_t chunk_elements = 1;
+  for (int64_t d : chunk_shape) chunk_elements *= d;
+  if (total == 0 || linear <= 0) return 0;
+  if (linear >= chunk_elements) return total;
+  // Unravel `linear`; count the box elements before it dim by dim: those whose
+  // leading coordinates equal its own and whose next one is smaller.
+  const size_t n = chunk_shape.size();
+  Shape idx(n, 0);
+  for (size_t d = n; d-- > 0;) {
+    idx[d] = linear % chunk_shape[d];
+    linear /= chunk_shape[d];
+  }
+  int64_t count = 0, inner = total;
+  for (size_t d = 0; d < n; ++d) {
+    inner /= in_chunk.shape[d];
+    const int64_t lo = in_chunk.offset[d];
+    count += std::clamp<int64_t>(idx[d] - lo, 0, in_chunk.shape[d]) * inner;
+    if (idx[d] < lo || idx[d] >= lo + in_chunk.shape[d]) break;
+  }
+  return count;
+}
+
 Result<LoadPlan> PlanLoad(const Manifest& m, const std::vector<Region>& regions,
                           bool allow_shape_mismatch) {
   LoadPlan plan;

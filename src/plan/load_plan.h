@@ -54,5 +54,10 @@ struct RunPattern {
 RunPattern RunsOf(const Shape& chunk_shape, const Box& in_chunk);
 // The chunk-relative linear element index where run i starts.
 int64_t RunStart(const Shape& chunk_shape, const Box& in_chunk, const RunPattern& p, int64_t i);
+// The number of elements of `in_chunk` whose chunk-relative row-major index
+// is below `linear` (0 <= linear <= the chunk's element count), in O(rank):
+// the elements of a piece that lie in chunk elements [a, b) are its flat
+// range [ElementsBefore(a), ElementsBefore(b)).
+int64_t ElementsBefore(const Shape& chunk_shape, const Box& in_chunk, int64_t linear);
 
 }  // namespace shardpoint::internal

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "src/geometry/flat_range.h"
@@ -69,6 +70,32 @@ TEST(RunsTest, RunsCoverExactlyTheBoxForRandomBoxes) {
       want.push_back(RowMajorIndex(shape, idx));
     }
     ASSERT_EQ(got, want) << ShapeToString(shape) << " " << in.ToString();
+  }
+}
+
+TEST(RunsTest, ElementsBeforeCountsTheBoxElementsBelowEveryIndex) {
+  std::mt19937 rng(7);
+  for (int iter = 0; iter < 500; ++iter) {
+    Shape shape(rng() % 5);
+    for (auto& s : shape) s = 1 + rng() % 4;
+    Box in;
+    for (int64_t s : shape) {
+      int64_t a = rng() % s, b = a + 1 + rng() % (s - a);
+      in.offset.push_back(a);
+      in.shape.push_back(b - a);
+    }
+    std::vector<int64_t> members;  // ascending: row-major order of the box
+    for (int64_t i = 0; i < in.num_elements(); ++i) {
+      Shape idx = UnravelIndex(in.shape, i);
+      for (size_t d = 0; d < idx.size(); ++d) idx[d] += in.offset[d];
+      members.push_back(RowMajorIndex(shape, idx));
+    }
+    const int64_t total = Box::Whole(shape).num_elements();
+    for (int64_t l = 0; l <= total; ++l) {
+      const int64_t want = std::lower_bound(members.begin(), members.end(), l) - members.begin();
+      ASSERT_EQ(ElementsBefore(shape, in, l), want)
+          << ShapeToString(shape) << " " << in.ToString() << " at " << l;
+    }
   }
 }
 

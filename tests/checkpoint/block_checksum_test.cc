@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 
@@ -54,6 +55,48 @@ class CountingStorage : public StorageWrapper {
 
    private:
     CountingStorage* s_;
+  };
+};
+
+// Records which byte ranges of which files one rank read.
+class RecordingStorage : public StorageWrapper {
+ public:
+  explicit RecordingStorage(Storage* base) : StorageWrapper(base) {}
+  struct Read {
+    std::string path;
+    uint64_t offset, n;
+  };
+  std::vector<Read> reads;  // one rank, one I/O thread
+
+  bool ReadByte(const std::string& suffix, uint64_t at) const {
+    for (const Read& r : reads) {
+      if (r.path.size() >= suffix.size() &&
+          r.path.compare(r.path.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+          r.offset <= at && at < r.offset + r.n) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& p) override {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, base()->NewReadableFile(p));
+    return std::unique_ptr<ReadableFile>(new File(std::move(f), this, p));
+  }
+
+ private:
+  class File : public ReadableFileWrapper {
+   public:
+    File(std::unique_ptr<ReadableFile> f, RecordingStorage* s, std::string path)
+        : ReadableFileWrapper(std::move(f)), s_(s), path_(std::move(path)) {}
+    Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
+      s_->reads.push_back({path_, offset, n});
+      return ReadableFileWrapper::ReadAt(offset, n, dst);
+    }
+
+   private:
+    RecordingStorage* s_;
+    std::string path_;
   };
 };
 
@@ -257,6 +300,101 @@ TEST_F(BlockChecksumTest, ReshardedLoadsAreExactAlongEveryDim) {
 }
 
 TEST_F(BlockChecksumTest, FlippedByteFailsEveryResharding) { FlipsFailEveryLoad(14, 6); }
+
+TEST_F(BlockChecksumTest, CooperativeLoadReadsEachNeededBlockOnce) {
+  // Saved along dim 0 by 2 ranks; loaded along every dim by 2-4 ranks (and
+  // with two replicas of each part): the ranks together read each stored
+  // block once (every stored byte is needed here) and each about 1/N of
+  // them, where reading alone makes every rank read the blocks covering its
+  // strips (along dims 1 and 2: every block).
+  uint64_t stored = 0;
+  for (const TensorRecord& t : manifest_.tensors) {
+    for (const ChunkRecord& c : t.chunks) stored += c.nbytes;
+  }
+  for (int dim = 0; dim < 3; ++dim) {
+    for (int parts : {2, 3, 4}) {
+      for (int copies : {1, 2}) {
+        SCOPED_TRACE("dim " + std::to_string(dim) + " parts " + std::to_string(parts) + " copies " +
+                     std::to_string(copies));
+        const int world = parts * copies;
+        std::vector<LoadResult> res;
+        ASSERT_TRUE(LoadAlong(dim, parts, world, true, &res).ok());
+        uint64_t read = 0, needed = 0, received = 0;
+        for (int r = 0; r < world; ++r) {
+          read += res[r].bytes_read;
+          needed += res[r].bytes_needed;
+          received += res[r].bytes_received;
+          // Balanced to within one span of the largest chunk (1.5 MiB).
+          EXPECT_LE(res[r].bytes_read, stored / world + (uint64_t{3} << 19)) << "rank " << r;
+        }
+        EXPECT_EQ(read, stored);
+        EXPECT_EQ(needed, stored);
+        // Only the same layout (dim 0, 2 parts) needs nothing from another rank.
+        EXPECT_EQ(received == 0, dim == 0 && parts == 2 && copies == 1) << received;
+        if (dim > 0 && copies == 1) {
+          ASSERT_TRUE(LoadAlong(dim, parts, world, false, &res).ok());
+          uint64_t alone = 0;
+          for (const LoadResult& r : res) alone += r.bytes_read;
+          EXPECT_EQ(alone, parts * stored);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(BlockChecksumTest, FlipInABlockReadForAnotherRankFailsEveryRank) {
+  // Loaded along dim 1 by 3 ranks, every block is needed by every rank and
+  // read by one: a flipped byte is detected by the rank that reads its block
+  // and every rank fails with that error, naming key, chunk, file and range.
+  std::mt19937_64 rng(20261123);
+  for (int trial = 0; trial < 4; ++trial) {
+    const TensorRecord& t = manifest_.tensors[rng() % manifest_.tensors.size()];
+    const size_t ci = rng() % t.chunks.size();
+    const ChunkRecord& c = t.chunks[ci];
+    const uint64_t rel = rng() % c.nbytes;
+    const uint64_t b0 = rel / manifest_.block_size * manifest_.block_size;
+    const uint64_t b1 = std::min(c.nbytes, b0 + manifest_.block_size);
+    const std::string range =
+        "bytes [" + std::to_string(c.offset + b0) + ", " + std::to_string(c.offset + b1) + ")";
+    SCOPED_TRACE(t.key + " chunk " + std::to_string(ci) + " byte " + std::to_string(rel));
+    FlipByte(manifest_.files[c.file], c.offset + rel);
+
+    constexpr int kWorld = 3;
+    std::vector<TestRank> dst(kWorld);
+    std::vector<std::unique_ptr<RecordingStorage>> storage;
+    for (int r = 0; r < kWorld; ++r) {
+      Build(&dst[r], 1, r, kWorld, false);
+      storage.push_back(std::make_unique<RecordingStorage>(DefaultStorage()));
+    }
+    const std::vector<Status> st = RunThreadRanks(kWorld, [&](Comm& comm) {
+      LoadOptions o;
+      o.io_threads = 1;
+      o.storage = storage[comm.rank()].get();
+      return Load(dst[comm.rank()].state, dir_, comm, o).status();
+    });
+    int readers = 0, reader = -1;
+    for (int r = 0; r < kWorld; ++r) {
+      if (storage[r]->ReadByte(manifest_.files[c.file], c.offset + rel)) {
+        ++readers;
+        reader = r;
+      }
+    }
+    ASSERT_EQ(readers, 1) << "the flipped block is read by exactly one rank";
+    for (int r = 0; r < kWorld; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      ASSERT_EQ(st[r].code(), StatusCode::kDataLoss) << st[r].ToString();
+      EXPECT_NE(st[r].message().find("rank " + std::to_string(reader) + ": "), std::string::npos)
+          << st[r].message();
+      EXPECT_NE(st[r].message().find("tensor '" + t.key + "' chunk " + std::to_string(ci)),
+                std::string::npos)
+          << st[r].message();
+      EXPECT_NE(st[r].message().find(manifest_.files[c.file]), std::string::npos);
+      EXPECT_NE(st[r].message().find(range), std::string::npos) << st[r].message();
+    }
+    FlipByte(manifest_.files[c.file], c.offset + rel);  // restore
+  }
+  ASSERT_TRUE(LoadAlong(1, 3, 3, true).ok());
+}
 
 TEST_F(BlockChecksumTest, Version1StillLoadsAndVerifiesWholeChunks) {
   MakeVersion1();

@@ -333,7 +333,7 @@ TEST_P(HfLoadMpi, TpShardsBitExactAndOnlyOwnBytesRead) {
   EXPECT_EQ(total, split + n * replicated);
 
   // Cooperative (opted in; HF loads run Load's pipeline): the same bytes, but
-  // each replicated tensor is read by one rank and sent to the others.
+  // each needed byte is read by one rank and sent to the others needing it.
   RankState co;
   for (const HfKeyInfo& info : *infos) ASSERT_TRUE(co.Add(info, HfParallel{rank, n}).ok());
   HfLoadOptions oc;
@@ -352,8 +352,12 @@ TEST_P(HfLoadMpi, TpShardsBitExactAndOnlyOwnBytesRead) {
   for (const std::string& b : Gathered(*world, std::to_string(r->bytes_received))) {
     received += std::stoull(b);
   }
+  // Each needed byte is read once in all; a rank reads the needed bytes of
+  // its 1 MiB units for every rank that needs them and sends them the parts:
+  // at least the other ranks' copies of the replicated tensors.
   EXPECT_EQ(read, split + replicated);
-  EXPECT_EQ(received, (n - 1) * replicated);
+  EXPECT_GE(received, (n - 1) * replicated);
+  EXPECT_LE(received, (n - 1) * replicated + split);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, HfLoadMpi, ::testing::Values(DType::kF32, DType::kBF16),
