@@ -17,10 +17,19 @@
 // an IOError Status naming the method and the exception (it must not unwind
 // through the C++ library), and the library turns that into an error on every
 // rank. rank() and size() are asked once and cached.
+//
+// Checked here, as the C++ comms do, so that every Python comm behaves alike
+// (the conformance suite runs on them: python/tests/test_comm_conformance.py):
+// a root out of range is InvalidArgument without calling Python; an
+// all_to_all with the wrong number of payloads still takes part, so that
+// every rank fails with InvalidArgument instead of the others hanging. For
+// that each payload all_to_all carries starts with one byte of its own: 0, or
+// 1 from a rank with bad arguments (then the byte is all it sends).
 #include "shardpoint/comm.h"
 
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <string>
 
 #include "python/src/bindings.h"
@@ -52,6 +61,7 @@ class PyComm : public Comm {
     });
   }
   Status Gather(std::string_view mine, int root, std::vector<std::string>* all) override {
+    SP_RETURN_IF_ERROR(CheckRoot(root));
     return Call("gather", [&](const py::function& f) {
       py::object out = f(py::bytes(mine.data(), mine.size()), root);
       if (rank() != root) return;
@@ -63,6 +73,7 @@ class PyComm : public Comm {
     });
   }
   Status Broadcast(std::string* data, int root) override {
+    SP_RETURN_IF_ERROR(CheckRoot(root));
     return Call("broadcast", [&](const py::function& f) {
       py::object out = f(py::bytes(*data), root);
       if (!py::isinstance<py::bytes>(out)) throw std::runtime_error("did not return bytes");
@@ -79,34 +90,83 @@ class PyComm : public Comm {
       has = static_cast<bool>(py::get_override(static_cast<const Comm*>(this), "all_to_all"));
     }
     if (!has) return Comm::AllToAll(send, recv);
-    if (static_cast<int>(send.size()) != size()) {
-      return InvalidArgumentError("AllToAll: " + std::to_string(send.size()) + " messages for " +
-                                  std::to_string(size()) + " ranks");
-    }
-    return Call("all_to_all", [&](const py::function& f) {
+    const bool bad = static_cast<int>(send.size()) != size() || recv == nullptr;
+    int bad_sender = -1;
+    SP_RETURN_IF_ERROR(Call("all_to_all", [&](const py::function& f) {
       py::list out;
-      for (const std::string& s : send) out.append(py::bytes(s));
-      *recv = ToStrings(f(out), "all_to_all");
-      if (static_cast<int>(recv->size()) != size()) {
-        throw std::runtime_error("returned " + std::to_string(recv->size()) + " items for " +
+      for (int r = 0; r < size(); ++r) {
+        out.append(bad ? py::bytes("\1", 1) : Flagged(send[r]));
+      }
+      py::object got = f(out);
+      py::sequence items = Sequence(got, "all_to_all");
+      if (static_cast<int>(items.size()) != size()) {
+        throw std::runtime_error("returned " + std::to_string(items.size()) + " items for " +
                                  std::to_string(size()) + " ranks");
       }
-    });
+      std::vector<std::string> parts(size());
+      for (int r = 0; r < size(); ++r) {
+        std::string_view item = Bytes(items[r], "all_to_all");
+        if (item.empty()) {
+          throw std::runtime_error("lost the payload from rank " + std::to_string(r) +
+                                   " (an empty item; each one carries at least one byte)");
+        }
+        if (item[0] != '\0') {
+          if (bad_sender < 0) bad_sender = r;
+          continue;
+        }
+        parts[r].assign(item.substr(1));
+      }
+      if (!bad && bad_sender < 0) *recv = std::move(parts);
+    }));
+    if (bad) {
+      return InvalidArgumentError("AllToAll: expected " + std::to_string(size()) +
+                                  " payloads and an output, got " + std::to_string(send.size()));
+    }
+    if (bad_sender >= 0) {
+      return InvalidArgumentError("AllToAll: rank " + std::to_string(bad_sender) +
+                                  " passed bad arguments (one payload per rank and an output)");
+    }
+    return OkStatus();
   }
 
  private:
-  static std::vector<std::string> ToStrings(const py::object& list, const char* name) {
+  static py::sequence Sequence(const py::object& list, const char* name) {
     if (!py::isinstance<py::list>(list) && !py::isinstance<py::tuple>(list)) {
       throw std::runtime_error(std::string("did not return a list of bytes"));
     }
-    std::vector<std::string> v;
-    for (py::handle h : list) {
-      if (!py::isinstance<py::bytes>(h)) {
-        throw std::runtime_error(std::string(name) + " returned a list with a non-bytes item");
-      }
-      v.push_back(std::string(py::reinterpret_borrow<py::bytes>(h)));
+    return py::reinterpret_borrow<py::sequence>(list);
+  }
+  // The bytes of h, valid while h lives.
+  static std::string_view Bytes(py::handle h, const char* name) {
+    if (!py::isinstance<py::bytes>(h)) {
+      throw std::runtime_error(std::string(name) + " returned a list with a non-bytes item");
     }
+    char* data = nullptr;
+    Py_ssize_t n = 0;
+    if (PyBytes_AsStringAndSize(h.ptr(), &data, &n) != 0) throw py::error_already_set();
+    return std::string_view(data, static_cast<size_t>(n));
+  }
+  static std::vector<std::string> ToStrings(const py::object& list, const char* name) {
+    std::vector<std::string> v;
+    for (py::handle h : Sequence(list, name)) v.emplace_back(Bytes(h, name));
     return v;
+  }
+  // A 0 byte, then s (one copy, like py::bytes(s)).
+  static py::bytes Flagged(const std::string& s) {
+    PyObject* b = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(s.size() + 1));
+    if (b == nullptr) throw py::error_already_set();
+    char* data = PyBytes_AS_STRING(b);
+    data[0] = '\0';
+    if (!s.empty()) std::memcpy(data + 1, s.data(), s.size());
+    return py::reinterpret_steal<py::bytes>(b);
+  }
+
+  Status CheckRoot(int root) const {
+    if (root < 0 || root >= size()) {
+      return InvalidArgumentError("root " + std::to_string(root) + " out of range for " +
+                                  std::to_string(size()) + " ranks");
+    }
+    return OkStatus();
   }
 
   template <typename F>

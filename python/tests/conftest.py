@@ -38,10 +38,32 @@ def package_dir():
     return os.path.dirname(os.path.dirname(os.path.abspath(shardpoint.__file__)))
 
 
+def native_module_dir():
+    """Where the test-only module _shardpoint_testing lies (never in the package):
+    $SHARDPOINT_TESTING_DIR (tests/install/pip.sh), else <build>/python_testing
+    beside the build's package."""
+    return os.environ.get("SHARDPOINT_TESTING_DIR") or os.path.join(
+        os.path.dirname(package_dir()), "python_testing")
+
+
+def native_module():
+    """The test-only module _shardpoint_testing (python/tests/native/)."""
+    where = native_module_dir()
+    if where not in sys.path:
+        sys.path.insert(0, where)
+    try:
+        import _shardpoint_testing
+    except ImportError as e:
+        pytest.fail(f"{e}: build it beside the package (cmake --build <build> --target "
+                    f"_shardpoint_testing; SHARDPOINT_PYTHON_TESTING=ON) or set "
+                    f"SHARDPOINT_TESTING_DIR (looked in {where})")
+    return _shardpoint_testing
+
+
 def subprocess_env():
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([package_dir(), env.get("PYTHONPATH", "")]).rstrip(
-        os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [package_dir(), native_module_dir(), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["OMPI_MCA_btl_vader_single_copy_mechanism"] = "none"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")

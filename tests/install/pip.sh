@@ -7,7 +7,8 @@
 #      `pip install --no-index --no-build-isolation .` into it (offline);
 #   3. from a directory where the source tree's python/shardpoint is not
 #      importable: the package imports from the venv, `shardpoint --version`
-#      runs, and the whole pytest suite runs against the installed package.
+#      runs, and the whole pytest suite runs against the installed package
+#      (with the tests' own module _shardpoint_testing, built beside it).
 # Both builds share one CMake build directory (SHARDPOINT_CMAKE_BUILD_DIR,
 # default build-pip/), so the second one compiles nothing. Extra CMake
 # arguments: SHARDPOINT_CMAKE_ARGS (e.g. the flags of build-test/ for ccache hits).
@@ -36,6 +37,7 @@ need = ["shardpoint/__init__.py", "shardpoint/_cli.py", "shardpoint/_bin/shardpo
 missing = [n for n in need if n not in names]
 missing += [] if any(n.startswith("shardpoint/_shardpoint") and n.endswith(".so") for n in names) \
     else ["shardpoint/_shardpoint*.so"]
+missing += [f"no test code, but it has {n}" for n in names if "_shardpoint_testing" in n]
 ep = [n for n in names if n.endswith("entry_points.txt")]
 if missing or not ep:
     sys.exit(f"wheel lacks {missing or 'entry_points.txt'}: {names}")
@@ -78,7 +80,18 @@ pyver=$("$venv/bin/python" -c "import shardpoint; print(shardpoint.__version__)"
 [ "$pyver" = "$version" ] || { echo "shardpoint.__version__ $pyver != CMake's $version"; exit 1; }
 echo "   wheel + install: $(( $(date +%s) - start )) s"
 
+# The tests' test-only module (_shardpoint_testing: the Comm conformance suite
+# on the Python adapters), never in the wheel: built in the same CMake build
+# directory as the installed module, from the same libshardpoint.a (one
+# source file to compile), and found through SHARDPOINT_TESTING_DIR.
+echo "-- the tests' module _shardpoint_testing (not in the package)"
+cmake -S "$repo" -B "$SHARDPOINT_CMAKE_BUILD_DIR" -DSHARDPOINT_PYTHON_TESTING=ON \
+  >"$work/testing.log" 2>&1 &&
+  cmake --build "$SHARDPOINT_CMAKE_BUILD_DIR" -j"$(nproc)" --target _shardpoint_testing \
+  >>"$work/testing.log" 2>&1 || { tail -40 "$work/testing.log"; exit 1; }
+
 echo "-- pytest against the installed package"
 SHARDPOINT_TEST_INSTALLED="$venv" OMPI_MCA_btl_vader_single_copy_mechanism=none \
+SHARDPOINT_TESTING_DIR="$SHARDPOINT_CMAKE_BUILD_DIR/python_testing" \
 PYTHONDONTWRITEBYTECODE=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider "$repo/python/tests"
 echo "Python package: OK ($(( $(date +%s) - start )) s)"
