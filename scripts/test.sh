@@ -68,8 +68,9 @@ if [ "${SHARDPOINT_SKIP_TSAN:-0}" != 1 ]; then
     -DSHARDPOINT_TSAN=ON -DSHARDPOINT_BENCH=OFF -DSHARDPOINT_PYTHON=OFF >/dev/null
   cmake --build build-tsan -j"$jobs" --target shardpoint_tsan_tests
   stage "threaded tests under ThreadSanitizer"
-  # Thread comm, agreement, thread pool, async save, manager, and multi-rank
-  # save/load over thread ranks (cooperative load on).
+  # Comm conformance on thread comms, thread comm, agreement, thread pool,
+  # async save, manager, and multi-rank save/load over thread ranks
+  # (cooperative load on).
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/tsan/shardpoint_tsan_tests
 fi
 stage "all stages passed"
