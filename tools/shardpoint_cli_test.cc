@@ -5,10 +5,7 @@
 // bars only on a terminal and never in --json), and docs/cli.md against --help.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,6 +15,7 @@
 
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/verify.h"
+#include "tests/testing/run_command.h"
 
 #if !defined(SP_CLI_PATH) || !defined(SP_VERSION) || !defined(SP_SOURCE_DIR)
 #error "SP_CLI_PATH (the shardpoint binary), SP_VERSION, SP_SOURCE_DIR must be defined by the build"
@@ -30,24 +28,12 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr
-};
+using CliRun = ::shardpoint::testing::CommandResult;
 
 // `redirect`: " 2>&1" both streams, " 2>/dev/null" stdout only,
 // " 2>&1 >/dev/null" stderr only.
 CliRun RunCli(const std::string& args, const std::string& redirect = " 2>&1") {
-  CliRun r;
-  const std::string cmd = std::string(SP_CLI_PATH) + " " + args + redirect;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return ::shardpoint::testing::RunCommand(std::string(SP_CLI_PATH) + " " + args + redirect);
 }
 
 class CliTest : public ::testing::Test {
@@ -230,16 +216,8 @@ TEST_F(CliTest, QuietPrintsOnlyFaults) {
 TEST_F(CliTest, ProgressBarOnlyOnATerminalNeverInJson) {
   if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "no script(1)";
   auto on_tty = [&](const std::string& args) {
-    CliRun r;
-    const std::string cmd = "script -qec '" + std::string(SP_CLI_PATH) + " " + args + "' /dev/null";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    if (!p) return r;
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-    const int status = ::pclose(p);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
+    return ::shardpoint::testing::RunCommand("script -qec '" + std::string(SP_CLI_PATH) + " " +
+                                             args + "' /dev/null");
   };
   CliRun r = on_tty("verify " + dir_);
   EXPECT_EQ(r.exit_code, 0) << r.out;

@@ -3,10 +3,8 @@
 // on damaged copies.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
+#include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -16,6 +14,7 @@
 #include "shardpoint/hf.h"
 #include "src/checkpoint/verify_dcp.h"
 #include "src/dcp/dcp_dir.h"
+#include "tests/testing/run_command.h"
 
 #ifndef SP_CLI_PATH
 #error "SP_CLI_PATH (the shardpoint binary) must be defined by the build"
@@ -35,22 +34,10 @@ std::string Fixture() {
   return std::filesystem::absolute(dir).string();
 }
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;
-};
+using CliRun = ::shardpoint::testing::CommandResult;
 
 CliRun RunCli(const std::string& args) {
-  CliRun r;
-  const std::string cmd = std::string(SP_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return ::shardpoint::testing::RunCommand(std::string(SP_CLI_PATH) + " " + args + " 2>&1");
 }
 
 // A copy of the fixture in a temporary directory.

@@ -2,15 +2,13 @@
 #include "tools/lib/hf_common.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <string>
 
 #include "shardpoint/hf_rules.h"
+#include "tests/testing/run_command.h"
 
 #ifndef SP_CLI_PATH
 #error "SP_CLI_PATH (the shardpoint binary) must be defined by the build"
@@ -62,14 +60,9 @@ TEST_F(MappingFlagTest, MovedBinaryStillHasTheShippedRules) {
   fs::permissions(moved, fs::perms::owner_all);
   const std::string cmd = "cd " + root_ + "/cwd && " + moved + " export-hf " + root_ +
                           "/no_such_ckpt " + root_ + "/out --mapping llama 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = ::pclose(p);
-  EXPECT_NE(WEXITSTATUS(status), 0);
+  const ::shardpoint::testing::CommandResult run = ::shardpoint::testing::RunCommand(cmd);
+  const std::string& out = run.out;
+  EXPECT_NE(run.exit_code, 0) << out;
   EXPECT_EQ(out.find("read llama"), std::string::npos) << out;
   EXPECT_EQ(out.find("mapping"), std::string::npos) << out;
   EXPECT_NE(out.find("no_such_ckpt"), std::string::npos) << out;
