@@ -70,7 +70,10 @@ if [ "${SHARDPOINT_SKIP_TSAN:-0}" != 1 ]; then
   stage "threaded tests under ThreadSanitizer"
   # Comm conformance on thread comms, thread comm, agreement, thread pool,
   # async save, manager, and multi-rank save/load over thread ranks
-  # (cooperative load on).
-  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build-tsan/tests/tsan/shardpoint_tsan_tests
+  # (cooperative load on). The 64 MiB conformance case is left out here: under
+  # TSan it is ~50 s of instrumented memcpy and no thread interplay the other
+  # cases lack.
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    build-tsan/tests/tsan/shardpoint_tsan_tests --gtest_filter='-*CommConformance.LargePayloads*'
 fi
 stage "all stages passed"
