@@ -6,16 +6,22 @@
 //                   [--net LATENCY_MS,GB_PER_S | --net off] [--pause S]
 //
 // Saves a transformer-like model held by R ranks (threads) as TP=R, loads it back
-// into the same layout and resharded (TP=R/2 x PP=2). Every rep runs these steps,
+// into the same layout, resharded (TP=R/2 x PP=2) and along the other dim (TP=R,
+// every matrix cut along the dim it was not saved cut along, so each rank needs a
+// strip of every saved shard), the last with cooperative load (the block exchange,
+// the default) and without (every rank reads the blocks covering its strips
+// itself). Every rep runs these steps,
 // in an order rotated by one step per rep (so each kind of load follows each other):
 //   - save, then at once a same-layout load ("right after save");
 //   - save, then at once a resharded load;
 //   - save without preallocation, then at once a same-layout load;
 //   - pause S s, drop caches, same-layout load; the same resharded;
 //   - pause S s, POSIX_FADV_DONTNEED on the data files only, same-layout load;
+//   - pause S s, drop caches, other-dim load cooperative; the same without;
 //   - network model (--net, default 0.5 ms per request, 1 GB/s per client, all R
 //     ranks one client: one node's mount): save; drop caches, same-layout load;
-//     drop caches, resharded load.
+//     drop caches, resharded load; drop caches, other-dim load cooperative; the
+//     same without.
 // "Drop caches" is `sync; echo 3 > /proc/sys/vm/drop_caches` when writable (root),
 // else POSIX_FADV_DONTNEED on the data files (printed). Every load right after a
 // save also gets POSIX_FADV_DONTNEED on its files first, as before (an O_DIRECT
@@ -36,6 +42,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -93,6 +100,41 @@ std::vector<RankState> BuildAll(const ModelConfig& m, const ParallelConfig& p, b
   });
   for (const auto& s : st)
     if (!s.ok()) Die("BuildRankState: " + s.ToString());
+  return out;
+}
+
+// Rank `rank`'s state for the other-dim load: every matrix that `p` cuts
+// along one dim is cut into as many parts along another (dim 1 for a cut
+// along dim 0, else dim 0); the rest as `p` holds it. Tensors only.
+RankState OtherDim(const ModelConfig& m, const ParallelConfig& p, int rank) {
+  Result<RankState> saved = BuildRankState(m, p, rank);
+  if (!saved.ok()) Die("BuildRankState: " + saved.status().ToString());
+  RankState out;
+  for (const LocalTensor& t : saved->state.tensors) {
+    if (t.segments.size() != 1 || t.flat) Die("other dim: unexpected tensor layout");
+    const Segment& seg = t.segments[0];
+    Box box = seg.global_box;
+    const Shape& shape = seg.global_shape;
+    for (size_t d = 0; d < shape.size() && shape.size() >= 2; ++d) {
+      if (box.shape[d] == shape[d]) continue;
+      const int64_t parts = shape[d] / box.shape[d], part = box.offset[d] / box.shape[d];
+      const size_t e = d == 0 ? 1 : 0;
+      box.offset[d] = 0;
+      box.shape[d] = shape[d];
+      box.offset[e] = shape[e] * part / parts;
+      box.shape[e] = shape[e] * (part + 1) / parts - box.offset[e];
+      break;
+    }
+    const size_t bytes = static_cast<size_t>(box.num_elements()) * DTypeSize(t.dtype);
+    out.buffers.emplace_back(new char[std::max<size_t>(1, bytes)]());
+    LocalTensor lt;
+    lt.dtype = t.dtype;
+    lt.data = out.buffers.back().get();
+    lt.shape = box.shape;
+    lt.segments.push_back({seg.key, shape, box, Shape(shape.size(), 0)});
+    out.state.tensors.push_back(std::move(lt));
+    out.bytes += bytes;
+  }
   return out;
 }
 
@@ -247,6 +289,42 @@ int main(int argc, char** argv) {
     }
     return dst;
   };
+  // Other-dim loads; the loaded bytes of every rank hashed, so that the
+  // cooperative and the plain load can be compared.
+  std::map<bool, std::vector<size_t>> other_hashes;
+  bool other_equal = true;
+  auto load_other = [&](const std::string& name, bench::NetworkStorage* storage, bool coop) {
+    std::vector<RankState> dst(flags.ranks);
+    for (int r = 0; r < flags.ranks; ++r) dst[r] = OtherDim(model, save_layout, r);
+    LoadOptions lo;
+    lo.io_threads = flags.threads;
+    lo.storage = storage;
+    lo.cooperative = coop;
+    lo.allow_unexpected_keys = true;  // the saved per-rank objects
+    lo.common_optional = true;
+    std::vector<LoadResult> res(dst.size());
+    double t0 = Now();
+    auto st = RunThreadRanks(flags.ranks, [&](Comm& c) -> Status {
+      SP_ASSIGN_OR_RETURN(res[c.rank()], Load(dst[c.rank()].state, ckpt, c, lo));
+      return OkStatus();
+    });
+    double dt = Now() - t0;
+    for (const auto& s : st)
+      if (!s.ok()) Die(name + ": " + s.ToString());
+    gbps[name].push_back(payload / dt / 1e9);
+    Count c;
+    for (const LoadResult& r : res)
+      c.requests += r.requests, c.bytes += r.bytes_read, c.needed += r.bytes_needed;
+    counts[name] = c;
+    std::vector<size_t> h;
+    for (const RankState& r : dst)
+      for (const LocalTensor& t : r.state.tensors)
+        h.push_back(std::hash<std::string_view>()(
+            std::string_view(static_cast<const char*>(t.data), Bytes(t))));
+    auto [it, fresh] = other_hashes.try_emplace(coop, h);
+    other_equal &= it->second == h;
+    if (other_hashes.size() == 2) other_equal &= other_hashes[false] == other_hashes[true];
+  };
   auto pause = [&] { std::this_thread::sleep_for(std::chrono::duration<double>(pause_s)); };
 
   const char* kSave = "Save";
@@ -260,6 +338,10 @@ int main(int argc, char** argv) {
   const char* kNetSave = "net: Save";
   const char* kNetSame = "net: Load same (caches dropped)";
   const char* kNetResh = "net: Load resharded (dropped)";
+  const char* kOtherCoop = "Load other dim, pause + drop caches";
+  const char* kOtherAlone = "Load other dim, cooperative off";
+  const char* kNetOtherCoop = "net: Load other dim (dropped)";
+  const char* kNetOtherAlone = "net: Load other dim, coop off";
   std::vector<std::function<void()>> steps = {
       [&] {
         save(kSave, &local, true);
@@ -298,6 +380,16 @@ int main(int argc, char** argv) {
                         Bytes(src[r].state.tensors[b]));
         gbps["memcpy (1 thread)"].push_back(state_bytes / (Now() - m0) / 1e9);
       },
+      [&] {
+        pause();
+        drop_caches(true);
+        load_other(kOtherCoop, &local, true);
+      },
+      [&] {
+        pause();
+        drop_caches(true);
+        load_other(kOtherAlone, &local, false);
+      },
   };
   if (net) {
     steps.push_back([&] { save(kNetSave, &remote, true); });
@@ -308,6 +400,14 @@ int main(int argc, char** argv) {
     steps.push_back([&] {
       drop_caches(true);
       load(kNetResh, &remote, true);
+    });
+    steps.push_back([&] {
+      drop_caches(true);
+      load_other(kNetOtherCoop, &remote, true);
+    });
+    steps.push_back([&] {
+      drop_caches(true);
+      load_other(kNetOtherAlone, &remote, false);
     });
   }
 
@@ -333,7 +433,9 @@ int main(int argc, char** argv) {
       "(default); every save goes to a fresh directory\n",
       global_drop ? "echo 3 > /proc/sys/vm/drop_caches" : "POSIX_FADV_DONTNEED (not root)",
       pause_s);
-  std::printf("same-layout loads equal the saved bytes: %s\n\n", all_equal ? "yes" : "NO");
+  std::printf("same-layout loads equal the saved bytes: %s\n", all_equal ? "yes" : "NO");
+  std::printf("other-dim loads, cooperative on and off, load the same bytes: %s\n\n",
+              other_equal ? "yes" : "NO");
   std::printf("%-36s %11s %7s %9s %9s   %s\n", "operation", "median GB/s", "vs fio", "requests",
               "read/need", "all reps (GB/s)");
   const char* order[] = {"fio write (O_DIRECT)",
@@ -346,9 +448,13 @@ int main(int argc, char** argv) {
                          kSameFadvise,
                          kReshAfter,
                          kReshDropped,
+                         kOtherCoop,
+                         kOtherAlone,
                          kNetSave,
                          kNetSame,
                          kNetResh,
+                         kNetOtherCoop,
+                         kNetOtherAlone,
                          "memcpy (1 thread)"};
   for (const char* name : order) {
     auto it = gbps.find(name);
@@ -396,5 +502,5 @@ int main(int argc, char** argv) {
     std::error_code ec;
     fs::remove(dir, ec);
   }
-  return all_equal ? 0 : 1;
+  return all_equal && other_equal ? 0 : 1;
 }

@@ -113,7 +113,9 @@ struct LoadOptions {
   // (and verifies) every block it needs from storage itself.
   bool cooperative = true;
   // Upper bound of the bytes moved between ranks per cooperative round (all
-  // ranks together, plus at most one piece). Default 256 MiB.
+  // ranks together, plus at most one span of a quarter of it); the reads of
+  // the next round run during a round's exchange, so up to two rounds are
+  // held. Default 256 MiB.
   uint64_t cooperative_round_bytes = uint64_t{256} << 20;
 };
 

@@ -1,8 +1,11 @@
 #include "src/checkpoint/cooperative.h"
 
 #include <algorithm>
+#include <future>
 #include <map>
+#include <memory>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "src/base/guard.h"
@@ -32,13 +35,17 @@ struct ChunkNeeds {
   std::vector<Need> needs;  // by rank, then in that rank's plan order
 };
 
-// Consecutive units of one chunk with the same ranks needing bytes in them
-// and the same preferred readers (those needing at least half as much as
-// the one that needs most).
-struct Run {
-  size_t chunk = 0;
-  uint64_t k0 = 0, k1 = 0;  // units [k0, k1)
+// The ranks needing bytes of one unit (a verification block), ascending, and
+// its preferred readers: those needing at least half as much of it as the
+// rank that needs most.
+struct UnitNeeds {
   std::vector<int> holders, preferred;
+};
+
+// The units of one chunk that some rank needs: [lo, lo + units.size()).
+struct ChunkUnits {
+  uint64_t lo = 0;
+  std::vector<UnitNeeds> units;
 };
 
 // Chunk-relative bytes [a, b), read by one rank.
@@ -67,7 +74,7 @@ std::string EncodePlan(const LoadPlan& plan) {
   return EncodePieceMessage(msg);
 }
 
-// Every rank's pieces by chunk, in (tensor, chunk) order.
+// Every rank's pieces by chunk, in file order.
 Status DecodePlans(const Manifest& m, const std::vector<std::string>& all, bool verify,
                    std::vector<ChunkNeeds>* out) {
   std::map<std::pair<int64_t, int64_t>, ChunkNeeds> by_chunk;
@@ -94,6 +101,12 @@ Status DecodePlans(const Manifest& m, const std::vector<std::string>& all, bool 
     }
   }
   for (auto& [key, cn] : by_chunk) out->push_back(std::move(cn));
+  // File order, so that runs continue across chunks stored back to back.
+  std::stable_sort(out->begin(), out->end(), [&](const ChunkNeeds& x, const ChunkNeeds& y) {
+    const ChunkRecord& cx = m.tensors[x.tensor].chunks[x.chunk];
+    const ChunkRecord& cy = m.tensors[y.tensor].chunks[y.chunk];
+    return std::tie(cx.file, cx.offset) < std::tie(cy.file, cy.offset);
+  });
   return OkStatus();
 }
 
@@ -101,14 +114,13 @@ uint64_t UnitBytes(const ChunkRecord& c, uint64_t unit, uint64_t k0, uint64_t k1
   return std::min(c.nbytes, k1 * unit) - std::min(c.nbytes, k0 * unit);
 }
 
-// The runs of chunk `ci`; adds the bytes of units only one rank needs to
-// that rank's load.
-void RunsOfChunk(const Manifest& m, const std::vector<ChunkNeeds>& chunks, size_t ci,
-                 std::vector<Run>* runs, std::vector<uint64_t>* load) {
-  const ChunkNeeds& cn = chunks[ci];
-  const ChunkRecord& c = m.tensors[cn.tensor].chunks[cn.chunk];
+const ChunkRecord& RecordOf(const Manifest& m, const ChunkNeeds& cn) {
+  return m.tensors[cn.tensor].chunks[cn.chunk];
+}
+
+ChunkUnits UnitsOf(const Manifest& m, const ChunkNeeds& cn) {
+  const ChunkRecord& c = RecordOf(m, cn);
   const Shape& cs = c.box.shape;
-  // Per unit, the bytes each rank needs in it (rank ascending).
   uint64_t lo = UINT64_MAX, hi = 0;
   std::vector<std::pair<uint64_t, uint64_t>> extent;  // per need: its units [first, last)
   for (const Need& need : cn.needs) {
@@ -121,61 +133,43 @@ void RunsOfChunk(const Manifest& m, const std::vector<ChunkNeeds>& chunks, size_
     lo = std::min(lo, extent.back().first);
     hi = std::max(hi, extent.back().second);
   }
-  if (lo >= hi) return;
-  std::vector<std::vector<std::pair<int, uint64_t>>> units(hi - lo);
+  ChunkUnits out;
+  if (lo >= hi) return out;
+  out.lo = lo;
+  // Per unit, the bytes each rank needs in it (rank ascending).
+  std::vector<std::vector<std::pair<int, uint64_t>>> bytes(hi - lo);
   for (size_t i = 0; i < cn.needs.size(); ++i) {
     const Need& need = cn.needs[i];
     for (uint64_t k = extent[i].first; k < extent[i].second; ++k) {
       const auto [fa, fb] =
           FlatIn(cs, cn, need, k * cn.unit, std::min(c.nbytes, (k + 1) * cn.unit));
       if (fb <= fa) continue;
-      auto& u = units[k - lo];
-      const uint64_t bytes = static_cast<uint64_t>(fb - fa) * cn.es;
+      auto& u = bytes[k - lo];
+      const uint64_t n = static_cast<uint64_t>(fb - fa) * cn.es;
       if (!u.empty() && u.back().first == need.rank) {
-        u.back().second += bytes;
+        u.back().second += n;
       } else {
-        u.push_back({need.rank, bytes});
+        u.push_back({need.rank, n});
       }
     }
   }
-  Run cur;
-  bool open = false;
-  auto close = [&] {
-    if (!open) return;
-    if (cur.holders.size() == 1) (*load)[cur.holders[0]] += UnitBytes(c, cn.unit, cur.k0, cur.k1);
-    runs->push_back(std::move(cur));
-    cur = Run{};
-    open = false;
-  };
-  for (uint64_t k = lo; k < hi; ++k) {
-    const auto& u = units[k - lo];
-    if (u.empty()) {
-      close();
-      continue;
-    }
-    std::vector<int> holders, preferred;
+  out.units.resize(hi - lo);
+  for (size_t k = 0; k < bytes.size(); ++k) {
     uint64_t most = 0;
-    for (const auto& [r, b] : u) most = std::max(most, b);
-    for (const auto& [r, b] : u) {
-      holders.push_back(r);
-      if (2 * b >= most) preferred.push_back(r);
+    for (const auto& [r, n] : bytes[k]) most = std::max(most, n);
+    for (const auto& [r, n] : bytes[k]) {
+      out.units[k].holders.push_back(r);
+      if (2 * n >= most) out.units[k].preferred.push_back(r);
     }
-    if (open && holders == cur.holders && preferred == cur.preferred) {
-      cur.k1 = k + 1;
-      continue;
-    }
-    close();
-    cur = Run{ci, k, k + 1, std::move(holders), std::move(preferred)};
-    open = true;
   }
-  close();
+  return out;
 }
 
-// Units [k0, k1) of a run read by `reader`, as spans of at most `cap` bytes.
+// Units [k0, k1) of chunk ci read by `reader`, as spans of at most `cap` bytes.
 void AddSpans(const Manifest& m, const std::vector<ChunkNeeds>& chunks, size_t ci, uint64_t k0,
               uint64_t k1, int reader, uint64_t cap, std::vector<Span>* spans) {
   const ChunkNeeds& cn = chunks[ci];
-  const ChunkRecord& c = m.tensors[cn.tensor].chunks[cn.chunk];
+  const ChunkRecord& c = RecordOf(m, cn);
   const uint64_t per = std::max<uint64_t>(1, cap / cn.unit);
   for (uint64_t k = k0; k < k1; k += per) {
     Span s{ci, k * cn.unit, std::min(c.nbytes, std::min(k1, k + per) * cn.unit), reader, 0};
@@ -188,60 +182,61 @@ void AddSpans(const Manifest& m, const std::vector<ChunkNeeds>& chunks, size_t c
   }
 }
 
-// Every rank computes the same spans: units one rank needs are its reads;
-// the units of a shared run go to its preferred readers, cut into contiguous
-// shares that bring the least loaded of them level (water filling).
+// Every rank computes the same spans, walking the units in file order: a
+// unit one rank needs is its read; a shared unit goes to the reader of the
+// previous unit while that one is a preferred reader of it and stays within
+// `slack` bytes of the least loaded preferred reader, else to the least
+// loaded one. So reads stay contiguous (few large requests) and the loads
+// level out to within `slack` (a unit at least).
 std::vector<Span> AssignSpans(const Manifest& m, const std::vector<ChunkNeeds>& chunks, int n,
                               uint64_t cap) {
-  std::vector<Run> runs;
+  std::vector<ChunkUnits> units;
   std::vector<uint64_t> load(n, 0);
-  for (size_t ci = 0; ci < chunks.size(); ++ci) RunsOfChunk(m, chunks, ci, &runs, &load);
+  uint64_t total = 0;
+  for (const ChunkNeeds& cn : chunks) {
+    units.push_back(UnitsOf(m, cn));
+    const ChunkUnits& cu = units.back();
+    const ChunkRecord& c = RecordOf(m, cn);
+    for (size_t k = 0; k < cu.units.size(); ++k) {
+      const uint64_t ub = UnitBytes(c, cn.unit, cu.lo + k, cu.lo + k + 1);
+      if (cu.units[k].holders.size() == 1) load[cu.units[k].holders[0]] += ub;
+      if (!cu.units[k].holders.empty()) total += ub;
+    }
+  }
+  const uint64_t slack = std::clamp<uint64_t>(total / (16 * static_cast<uint64_t>(n)), 1, cap);
   std::vector<Span> spans;
-  for (const Run& run : runs) {
-    const ChunkNeeds& cn = chunks[run.chunk];
-    const ChunkRecord& c = m.tensors[cn.tensor].chunks[cn.chunk];
-    if (run.holders.size() == 1) {
-      AddSpans(m, chunks, run.chunk, run.k0, run.k1, run.holders[0], cap, &spans);
-      continue;
-    }
-    std::vector<int> s = run.preferred;
-    std::stable_sort(s.begin(), s.end(), [&](int x, int y) { return load[x] < load[y]; });
-    const uint64_t total = UnitBytes(c, cn.unit, run.k0, run.k1);
-    // The level W that the `used` least loaded readers reach together.
-    uint64_t sum = total, level = 0;
-    size_t used = s.size();
-    for (size_t i = 1; i <= s.size(); ++i) {
-      sum += load[s[i - 1]];
-      level = sum / i;
-      if (i == s.size() || level <= load[s[i]]) {
-        used = i;
-        break;
+  int prev = -1;
+  for (size_t ci = 0; ci < chunks.size(); ++ci) {
+    const ChunkNeeds& cn = chunks[ci];
+    const ChunkRecord& c = RecordOf(m, cn);
+    const ChunkUnits& cu = units[ci];
+    uint64_t start = 0;
+    int reader = -1;
+    for (size_t k = 0; k <= cu.units.size(); ++k) {
+      int next = -1;
+      if (k < cu.units.size() && !cu.units[k].holders.empty()) {
+        const UnitNeeds& u = cu.units[k];
+        if (u.holders.size() == 1) {
+          next = u.holders[0];
+        } else {
+          const uint64_t ub = UnitBytes(c, cn.unit, cu.lo + k, cu.lo + k + 1);
+          int least = u.preferred[0];
+          for (int r : u.preferred) {
+            if (load[r] < load[least]) least = r;
+          }
+          const bool stay =
+              std::find(u.preferred.begin(), u.preferred.end(), prev) != u.preferred.end() &&
+              load[prev] + ub <= load[least] + std::max(slack, ub);
+          next = stay ? prev : least;
+          load[next] += ub;
+        }
       }
-    }
-    std::vector<uint64_t> bound(used);  // cumulative shares
-    uint64_t cum = 0;
-    for (size_t j = 0; j < used; ++j) {
-      cum += level - std::min(level, load[s[j]]);
-      bound[j] = j + 1 == used ? total : std::min(cum, total);
-    }
-    // Each unit to the reader whose share holds its middle byte.
-    uint64_t k = run.k0, before = 0;
-    while (k < run.k1) {
-      const uint64_t ub = UnitBytes(c, cn.unit, k, k + 1);
-      size_t j = 0;
-      while (j + 1 < used && bound[j] <= before + ub / 2) ++j;
-      uint64_t end = k + 1, bytes = ub;
-      for (before += ub; end < run.k1; ++end) {
-        const uint64_t next = UnitBytes(c, cn.unit, end, end + 1);
-        size_t jj = 0;
-        while (jj + 1 < used && bound[jj] <= before + next / 2) ++jj;
-        if (jj != j) break;
-        before += next;
-        bytes += next;
+      if (next != reader) {
+        if (reader >= 0) AddSpans(m, chunks, ci, cu.lo + start, cu.lo + k, reader, cap, &spans);
+        start = k;
+        reader = next;
       }
-      AddSpans(m, chunks, run.chunk, k, end, s[j], cap, &spans);
-      load[s[j]] += bytes;
-      k = end;
+      if (next >= 0) prev = next;
     }
   }
   return spans;
@@ -253,7 +248,7 @@ std::vector<Span> AssignSpans(const Manifest& m, const std::vector<ChunkNeeds>& 
 Status ReadRound(const Manifest& m, const LoadPlan& plan, const std::vector<ChunkNeeds>& chunks,
                  const std::vector<Span>& spans, size_t r0, size_t r1, int me, DataFiles* files,
                  ThreadPool* pool, const ReadOptions& options, std::vector<std::string>* send,
-                 ReadStats* read, CooperativeStats* stats) {
+                 ReadStats* read, uint64_t* sent) {
   std::vector<ChunkSpan> mine;
   std::vector<PiecePart> parts;
   std::set<size_t> own_chunks;
@@ -291,7 +286,7 @@ Status ReadRound(const Manifest& m, const LoadPlan& plan, const std::vector<Chun
     if (pass == 0) {
       for (size_t r = 0; r < send->size(); ++r) {
         (*send)[r].resize(size[r]);
-        stats->bytes_sent += size[r];
+        *sent += size[r];
       }
     }
   }
@@ -365,32 +360,70 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
   all.clear();
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
 
-  // Rounds of spans whose sends stay within round_bytes (plus one span).
+  // Rounds of spans whose sends stay within round_bytes (plus one span), and
+  // within 1/8 of all sends (at least 8 MiB), so that reads and exchanges
+  // overlap in a small load too.
+  uint64_t all_sends = 0;
+  for (const Span& sp : spans) all_sends += sp.send;
+  round_bytes = std::min(round_bytes, std::max(all_sends / 8, uint64_t{8} << 20));
+  struct Round {
+    size_t r0, r1;
+    uint64_t send;
+  };
+  std::vector<Round> rounds;
   for (size_t r0 = 0; r0 < spans.size();) {
-    size_t r1 = r0;
-    uint64_t round = 0;
-    while (r1 < spans.size() && (r1 == r0 || round + spans[r1].send <= round_bytes)) {
-      round += spans[r1].send;
-      ++r1;
+    Round r{r0, r0, 0};
+    while (r.r1 < spans.size() && (r.r1 == r0 || r.send + spans[r.r1].send <= round_bytes)) {
+      r.send += spans[r.r1].send;
+      ++r.r1;
     }
-    std::vector<std::string> send(n), recv;
+    rounds.push_back(r);
+    r0 = r.r1;
+  }
+  // A round's reads, run while the previous round's bytes move.
+  struct Reads {
+    std::vector<std::string> send;
     ReadStats read;
-    s = Guarded("cooperative load: reading", [&] {
-      return ReadRound(m, plan, chunks, spans, r0, r1, me, files, pool, options, &send, &read,
-                       stats);
+    uint64_t sent = 0;
+    Status status;
+  };
+  auto read_round = [&](const Round& r, Reads* out) {
+    out->send.resize(n);
+    out->status = Guarded("cooperative load: reading", [&] {
+      return ReadRound(m, plan, chunks, spans, r.r0, r.r1, me, files, pool, options, &out->send,
+                       &out->read, &out->sent);
     });
-    stats->bytes_read += read.bytes.load();
-    stats->requests += read.requests.load();
-    stats->bytes_needed += read.needed.load();
-    SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
-    if (round > 0) {
-      SP_RETURN_IF_ERROR(comm.AllToAll(send, &recv));
-      send.clear();
-      s = Guarded("cooperative load: placing received bytes",
-                  [&] { return PlaceRound(m, plan, chunks, spans, r0, r1, me, recv, stats); });
+  };
+  std::unique_ptr<Reads> cur(new Reads);
+  if (!rounds.empty()) read_round(rounds[0], cur.get());
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    stats->bytes_read += cur->read.bytes.load();
+    stats->requests += cur->read.requests.load();
+    stats->bytes_needed += cur->read.needed.load();
+    stats->bytes_sent += cur->sent;
+    SP_RETURN_IF_ERROR(AgreeOnStatus(comm, cur->status));
+    // The next round's reads go ahead (into other destination bytes than
+    // this round's placing), on another thread: at most two rounds' sends
+    // are held. Declared after `next`, `ahead` is waited for first on return.
+    std::unique_ptr<Reads> next;
+    std::future<void> ahead;
+    if (i + 1 < rounds.size()) {
+      next.reset(new Reads);
+      Reads* out = next.get();
+      const Round& r = rounds[i + 1];
+      ahead = std::async(std::launch::async, [&read_round, &r, out] { read_round(r, out); });
+    }
+    if (rounds[i].send > 0) {
+      std::vector<std::string> recv;
+      SP_RETURN_IF_ERROR(comm.AllToAll(cur->send, &recv));
+      cur->send.clear();
+      s = Guarded("cooperative load: placing received bytes", [&] {
+        return PlaceRound(m, plan, chunks, spans, rounds[i].r0, rounds[i].r1, me, recv, stats);
+      });
       SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
     }
-    r0 = r1;
+    if (ahead.valid()) ahead.wait();
+    cur = std::move(next);
   }
   return OkStatus();
 }

@@ -4,19 +4,23 @@
 // together read each needed stored block once, and each reads about 1/N.
 //
 // Collective; every rank computes the same assignment from the all-gathered
-// plans (src/checkpoint/piece_message.h): each chunk's blocks (the
-// verification block; 1 MiB units when nothing is verified) are grouped into
-// runs of consecutive blocks with the same ranks needing them; a block one
-// rank needs is its read; a shared run goes to its preferred readers (the
-// ranks needing at least half as much of it as the one needing most), cut
-// into contiguous spans that bring the least loaded of them level. Spans move
+// plans (src/checkpoint/piece_message.h), walking the blocks (the
+// verification block; 1 MiB units when nothing is verified) in file order:
+// a block one rank needs is its read; a block several need goes to one of its
+// preferred readers (the ranks needing at least half as much of it as the one
+// needing most): the reader of the previous block while it stays within a
+// slack (1/16 of an even share, at least a block, at most round_bytes / 4) of
+// the least loaded preferred reader, else the least loaded one; so reads stay
+// contiguous (few large requests) and each rank reads about 1/N. Bytes move
 // in rounds: each rank reads its spans of a round (verifying every block
 // before placing bytes), keeps its own bytes and packs the other ranks'
-// (their pieces' elements inside the span, in flat order), then one AllToAll;
-// a round's sends stay within `round_bytes` (plus one span of at most
-// round_bytes / 4), so memory stays bounded whatever the checkpoint size.
-// Every step is agreed on: a failure on one rank (a checksum mismatch in a
-// block it read for others included) is every rank's error.
+// (their pieces' elements inside the span, in flat order); one AllToAll
+// moves them while the next round's reads run on another thread. A round's
+// sends stay within `round_bytes` (and 1/8 of all sends, at least 8 MiB;
+// plus one span of at most round_bytes / 4), two rounds at most are held:
+// memory stays bounded whatever the checkpoint size. Every step is agreed
+// on: a failure on one rank (a checksum mismatch in a block it read for
+// others included) is every rank's error.
 #pragma once
 
 #include <cstdint>
