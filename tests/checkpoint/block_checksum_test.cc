@@ -12,6 +12,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "shardpoint/checkpoint.h"
 #include "src/checkpoint/commit.h"
@@ -312,31 +313,29 @@ TEST_F(BlockChecksumTest, CooperativeLoadReadsEachNeededBlockOnce) {
     for (const ChunkRecord& c : t.chunks) stored += c.nbytes;
   }
   for (int dim = 0; dim < 3; ++dim) {
-    for (int parts : {2, 3, 4}) {
-      for (int copies : {1, 2}) {
-        SCOPED_TRACE("dim " + std::to_string(dim) + " parts " + std::to_string(parts) + " copies " +
-                     std::to_string(copies));
-        const int world = parts * copies;
-        std::vector<LoadResult> res;
-        ASSERT_TRUE(LoadAlong(dim, parts, world, true, &res).ok());
-        uint64_t read = 0, needed = 0, received = 0;
-        for (int r = 0; r < world; ++r) {
-          read += res[r].bytes_read;
-          needed += res[r].bytes_needed;
-          received += res[r].bytes_received;
-          // Balanced to within one span of the largest chunk (1.5 MiB).
-          EXPECT_LE(res[r].bytes_read, stored / world + (uint64_t{3} << 19)) << "rank " << r;
-        }
-        EXPECT_EQ(read, stored);
-        EXPECT_EQ(needed, stored);
-        // Only the same layout (dim 0, 2 parts) needs nothing from another rank.
-        EXPECT_EQ(received == 0, dim == 0 && parts == 2 && copies == 1) << received;
-        if (dim > 0 && copies == 1) {
-          ASSERT_TRUE(LoadAlong(dim, parts, world, false, &res).ok());
-          uint64_t alone = 0;
-          for (const LoadResult& r : res) alone += r.bytes_read;
-          EXPECT_EQ(alone, parts * stored);
-        }
+    for (auto [parts, copies] : {std::pair{2, 1}, {3, 1}, {4, 1}, {3, 2}}) {
+      SCOPED_TRACE("dim " + std::to_string(dim) + " parts " + std::to_string(parts) + " copies " +
+                   std::to_string(copies));
+      const int world = parts * copies;
+      std::vector<LoadResult> res;
+      ASSERT_TRUE(LoadAlong(dim, parts, world, true, &res).ok());
+      uint64_t read = 0, needed = 0, received = 0;
+      for (int r = 0; r < world; ++r) {
+        read += res[r].bytes_read;
+        needed += res[r].bytes_needed;
+        received += res[r].bytes_received;
+        // Balanced to within one span of the largest chunk (1.5 MiB).
+        EXPECT_LE(res[r].bytes_read, stored / world + (uint64_t{3} << 19)) << "rank " << r;
+      }
+      EXPECT_EQ(read, stored);
+      EXPECT_EQ(needed, stored);
+      // Only the same layout (dim 0, 2 parts) needs nothing from another rank.
+      EXPECT_EQ(received == 0, dim == 0 && parts == 2 && copies == 1) << received;
+      if (dim > 0 && parts == 3 && copies == 1) {
+        ASSERT_TRUE(LoadAlong(dim, parts, world, false, &res).ok());
+        uint64_t alone = 0;
+        for (const LoadResult& r : res) alone += r.bytes_read;
+        EXPECT_EQ(alone, parts * stored);
       }
     }
   }
