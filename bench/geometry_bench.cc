@@ -10,7 +10,7 @@
 
 #include "src/geometry/view.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_geometry {
 namespace {
 
 constexpr int64_t kRows = 4096;
@@ -70,6 +70,6 @@ void BM_StridedCopyTransposed(benchmark::State& state) {
 BENCHMARK(BM_StridedCopyTransposed)->Arg(2)->Arg(4)->UseRealTime();
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_geometry
 
 BENCHMARK_MAIN();

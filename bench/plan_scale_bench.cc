@@ -32,8 +32,25 @@
 #include "src/plan/regions.h"
 #include "src/plan/save_plan.h"
 
+using shardpoint::internal_format::DecodeManifest;
+using shardpoint::internal_format::EncodeManifest;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_plan::BuildRegions;
+using shardpoint::internal_plan::Contribution;
+using shardpoint::internal_plan::DecodeContribution;
+using shardpoint::internal_plan::EncodeContribution;
+using shardpoint::internal_plan::HashContributions;
+using shardpoint::internal_plan::LoadPlan;
+using shardpoint::internal_plan::LookupPlan;
+using shardpoint::internal_plan::ObjectDesc;
+using shardpoint::internal_plan::PlanLoad;
+using shardpoint::internal_plan::PlanSave;
+using shardpoint::internal_plan::Region;
+using shardpoint::internal_plan::SavePlan;
+using shardpoint::internal_plan::StorePlan;
+
 using namespace shardpoint;
-using namespace shardpoint::internal;
 
 namespace {
 

@@ -54,11 +54,11 @@
 
 namespace fs = std::filesystem;
 using namespace shardpoint;
-using shardpoint::internal::BuildRankState;
-using shardpoint::internal::ModelConfig;
-using shardpoint::internal::ModelTensors;
-using shardpoint::internal::ParallelConfig;
-using shardpoint::internal::RankState;
+using testing::BuildRankState;
+using testing::ModelConfig;
+using testing::ModelTensors;
+using testing::ParallelConfig;
+using testing::RankState;
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include "tests/testing/transformer.h"
 
 namespace sp = shardpoint;
-using sp::internal::ParallelConfig;
+using sp::testing::ParallelConfig;
 
 namespace {
 
@@ -36,7 +36,7 @@ sp::Status FirstError(const std::vector<sp::Status>& all) {
 
 int main(int argc, char** argv) {
   std::string dir = argc > 1 ? argv[1] : "demo_ckpt";
-  sp::internal::ModelConfig model;
+  sp::testing::ModelConfig model;
   if (const char* s = std::getenv("SHARDPOINT_DEMO_SCALE")) {
     int k = std::max(1, std::atoi(s));
     model.hidden *= k;
@@ -50,20 +50,20 @@ int main(int argc, char** argv) {
       model.layers, static_cast<long long>(model.hidden), static_cast<long long>(model.ffn),
       static_cast<long long>(model.vocab));
   auto t0 = std::chrono::steady_clock::now();
-  const sp::internal::RefModel ref = sp::internal::MakeReference(model, /*seed=*/20261122);
+  const sp::testing::RefModel ref = sp::testing::MakeReference(model, /*seed=*/20261122);
   uint64_t model_bytes = 0;
   for (const auto& [key, t] : ref) model_bytes += t.bytes.size();
   std::printf("  %zu global tensors, %.1f MiB (reference built in %.2f s)\n", ref.size(),
               model_bytes / 1048576.0, Seconds(t0));
 
   // Save.
-  std::vector<sp::internal::RankState> src(save_layout.world());
+  std::vector<sp::testing::RankState> src(save_layout.world());
   uint64_t held = 0;
   for (int r = 0; r < save_layout.world(); ++r) {
-    auto rs = sp::internal::BuildRankState(model, save_layout, r);
+    auto rs = sp::testing::BuildRankState(model, save_layout, r);
     if (!rs.ok()) return Fail("building the save layout", rs.status());
     src[r] = std::move(*rs);
-    if (auto s = sp::internal::FillFromReference(ref, src[r].state.tensors); !s.ok()) {
+    if (auto s = sp::testing::FillFromReference(ref, src[r].state.tensors); !s.ok()) {
       return Fail("filling rank " + std::to_string(r), s);
     }
     held += src[r].bytes;
@@ -93,9 +93,9 @@ int main(int argc, char** argv) {
   src.clear();
 
   // Load into another layout.
-  std::vector<sp::internal::RankState> dst(load_layout.world());
+  std::vector<sp::testing::RankState> dst(load_layout.world());
   for (int r = 0; r < load_layout.world(); ++r) {
-    auto rs = sp::internal::BuildRankState(model, load_layout, r);
+    auto rs = sp::testing::BuildRankState(model, load_layout, r);
     if (!rs.ok()) return Fail("building the load layout", rs.status());
     dst[r] = std::move(*rs);
     for (sp::Object& o : dst[r].state.objects) o.bytes.clear();
@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
   t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < load_layout.world(); ++r) {
     const sp::State& st = dst[r].state;
-    if (auto c = sp::internal::CheckAgainstReference(ref, st.tensors); !c.ok()) {
+    if (auto c = sp::testing::CheckAgainstReference(ref, st.tensors); !c.ok()) {
       return Fail("verification of rank " + std::to_string(r), c);
     }
     if (st.objects[0].bytes != "rng-of-rank-" + std::to_string(r) ||

@@ -13,8 +13,10 @@
 
 #include "src/checkpoint/checksum_message.h"
 
+using shardpoint::internal_checkpoint::DecodeChecksums;
+using shardpoint::internal_checkpoint::EncodeChecksums;
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace shardpoint::internal;
   if (size == 0) return 0;
   const size_t expected = data[0];
   std::string_view in(reinterpret_cast<const char*>(data) + 1, size - 1);

@@ -11,8 +11,12 @@
 
 #include "src/plan/save_plan.h"
 
+using shardpoint::internal_plan::Contribution;
+using shardpoint::internal_plan::DecodeContribution;
+using shardpoint::internal_plan::EncodeContribution;
+using shardpoint::internal_plan::PlanSave;
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace shardpoint::internal;
   std::string_view in(reinterpret_cast<const char*>(data), size);
   shardpoint::Result<Contribution> c = DecodeContribution(in, 1);
   if (!c.ok()) return 0;

@@ -12,6 +12,10 @@
 #include "src/dcp/pickle.h"
 #include "src/dcp/tensor_item.h"
 
+using shardpoint::internal_dcp::DecodeDcpMetadata;
+using shardpoint::internal_dcp::DecodeTensorPickle;
+using shardpoint::internal_dcp::ParsePickle;
+
 namespace {
 
 void Check(const shardpoint::Status& s) {
@@ -24,7 +28,6 @@ void Check(const shardpoint::Status& s) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace shardpoint::internal;
   std::string_view in(reinterpret_cast<const char*>(data), size);
   Check(ParsePickle(
             in, [](std::string_view, std::string_view) { return true; }, "fuzz")

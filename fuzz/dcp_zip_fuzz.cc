@@ -13,9 +13,15 @@
 #include "src/dcp/torch_dist.h"
 #include "src/dcp/zip.h"
 
+using shardpoint::internal_dcp::CommonPtToJson;
+using shardpoint::internal_dcp::LocateTensorItem;
+using shardpoint::internal_dcp::ReadZipDirectory;
+using shardpoint::internal_dcp::TensorItemBytes;
+using shardpoint::internal_dcp::ZipEntry;
+using shardpoint::internal_dcp::ZipReadAt;
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace shardpoint;
-  using namespace shardpoint::internal;
   ZipReadAt read = [&](uint64_t off, size_t n, char* dst) -> Status {
     if (off > size || n > size - off) std::abort();  // the reader asked outside the archive
     std::memcpy(dst, data + off, n);

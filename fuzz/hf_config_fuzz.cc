@@ -8,6 +8,13 @@
 #include "shardpoint/hf.h"
 #include "src/hf/mapping.h"
 
+using shardpoint::internal_hf::HfMeta;
+using shardpoint::internal_hf::MapHfToKeys;
+using shardpoint::internal_hf::MapKeysToHf;
+using shardpoint::internal_hf::MappedKey;
+using shardpoint::internal_hf::ResolveVars;
+using shardpoint::internal_hf::Vars;
+
 namespace {
 
 const shardpoint::HfMapping& Mapping() {
@@ -33,7 +40,6 @@ const shardpoint::HfMapping& Mapping() {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace shardpoint::internal;
   std::string config(reinterpret_cast<const char*>(data), size);
   shardpoint::Result<Vars> vars = ResolveVars(Mapping(), config, {});
   if (!vars.ok()) return 0;

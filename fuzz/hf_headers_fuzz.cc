@@ -15,6 +15,9 @@
 
 #include "src/hf/hf_dir.h"
 
+using shardpoint::internal_hf::DecodeHfHeaders;
+using shardpoint::internal_hf::HfDirIndex;
+
 namespace {
 
 // The blob's framing (see ReadHfHeaders), little-endian: u32 file count;
@@ -43,7 +46,6 @@ std::string FrameOneFile(std::string_view index_json) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace shardpoint::internal;
   if (size == 0) return 0;
   std::string_view in(reinterpret_cast<const char*>(data) + 1, size - 1);
   std::string blob = (data[0] & 1) ? std::string(in) : FrameOneFile(in);

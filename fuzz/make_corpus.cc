@@ -98,22 +98,22 @@ void HfModel(const fs::path& out, const fs::path& tmp) {
   o.max_shard_size = 64;  // several files and an index
   o.config_json = config;
   Check(sp::WriteHfModel(dir.string(), t, o));
-  sp::Result<std::string> blob = sp::internal::ReadHfHeaders(sp::DefaultStorage(), dir.string());
+  sp::Result<std::string> blob = sp::internal_hf::ReadHfHeaders(sp::DefaultStorage(), dir.string());
   Check(blob.status());
   Put(out / "hf_headers", "blob", "\x01" + *blob);  // odd first byte: the whole blob
-  Put(out / "hf_headers", "index", "\x00" + Slurp(dir / sp::internal::kHfIndexName));
+  Put(out / "hf_headers", "index", "\x00" + Slurp(dir / sp::internal_hf::kHfIndexName));
   Put(out / "hf_config", "config", config);
   Put(out / "safetensors", "hf_file", Slurp(dir / "model-00001-of-00002.safetensors"));
 }
 
 void Contribution(const fs::path& out) {
-  sp::internal::Contribution c;
+  sp::internal_plan::Contribution c;
   c.regions.push_back({"layer.weight", sp::DType::kF32, {6, 4}, sp::Box{{3, 0}, {3, 4}}});
   c.regions.push_back({"layer.bias", sp::DType::kBF16, {4}, sp::Box{{0}, {4}}});
   c.regions.push_back({"empty", sp::DType::kF32, {0, 4}, sp::Box{}});
   c.objects.push_back({"rng", {1}, {2}, 8});
   c.objects.push_back({"opt", {}, {}, 100});
-  Put(out / "contribution", "two_regions", sp::internal::EncodeContribution(c));
+  Put(out / "contribution", "two_regions", sp::internal_plan::EncodeContribution(c));
 }
 
 void AllToAll(const fs::path& out) {

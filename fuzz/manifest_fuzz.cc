@@ -12,10 +12,14 @@
 #include "src/format/checksum.h"
 #include "src/format/manifest.h"
 
+using shardpoint::internal_format::DecodeManifest;
+using shardpoint::internal_format::EncodeManifest;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::ManifestToJson;
+
 namespace {
 
 void DecodeOne(const std::string& bytes) {
-  using namespace shardpoint::internal;
   shardpoint::Result<Manifest> r = DecodeManifest(bytes, "fuzz");
   if (!r.ok()) {
     if (r.status().code() != shardpoint::StatusCode::kDataLoss) std::abort();
@@ -33,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (bytes.size() >= 16) {
     std::memcpy(bytes.data(), "SHRDPNT\0\1\0\0\0", 12);  // magic and version 1
     bytes.append(8, '\0');
-    uint64_t sum = shardpoint::internal::Checksum64(bytes.data(), bytes.size() - 8);
+    uint64_t sum = shardpoint::internal_format::Checksum64(bytes.data(), bytes.size() - 8);
     std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
     DecodeOne(bytes);
   }

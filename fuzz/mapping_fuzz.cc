@@ -10,8 +10,15 @@
 #include "shardpoint/hf.h"
 #include "src/hf/mapping.h"
 
+using shardpoint::internal_hf::CompileMapping;
+using shardpoint::internal_hf::HfMeta;
+using shardpoint::internal_hf::MapHfToKeys;
+using shardpoint::internal_hf::MapKeysToHf;
+using shardpoint::internal_hf::MappedKey;
+using shardpoint::internal_hf::ResolveVars;
+using shardpoint::internal_hf::Vars;
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace shardpoint::internal;
   std::string_view text(reinterpret_cast<const char*>(data), size);
   shardpoint::Result<shardpoint::HfMapping> m = shardpoint::ParseHfMapping(text, "fuzz");
   if (!m.ok()) return 0;

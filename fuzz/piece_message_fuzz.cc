@@ -10,8 +10,12 @@
 
 #include "src/checkpoint/piece_message.h"
 
+using shardpoint::internal_checkpoint::DecodePieceMessage;
+using shardpoint::internal_checkpoint::EncodePieceMessage;
+using shardpoint::internal_checkpoint::PieceMessage;
+using shardpoint::internal_checkpoint::SharedPiece;
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace shardpoint::internal;
   std::string_view in(reinterpret_cast<const char*>(data), size);
   shardpoint::Result<PieceMessage> m = DecodePieceMessage(in, 2);
   if (!m.ok()) {

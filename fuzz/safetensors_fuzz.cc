@@ -10,8 +10,13 @@
 
 #include "src/format/safetensors.h"
 
+using shardpoint::internal_format::DecodeSafetensorsHeader;
+using shardpoint::internal_format::DecodeSafetensorsHeaderLength;
+using shardpoint::internal_format::EncodeSafetensorsHeader;
+using shardpoint::internal_format::SafetensorsEntry;
+using shardpoint::internal_format::SafetensorsHeader;
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace shardpoint::internal;
   std::string_view file(reinterpret_cast<const char*>(data), size);
   shardpoint::Result<uint64_t> n = DecodeSafetensorsHeaderLength(file.substr(0, 8), size, "fuzz");
   if (!n.ok()) return 0;

@@ -7,7 +7,10 @@ Usage: check_layers.py [REPO_ROOT]     check the tree
 
 Scanned: src/<module>/** (the module is the directory), include/ (public headers:
 no src/ include at all), tools/** (module "tools"), python/src/** (module
-"python"). Only `#include "src/<module>/..."` and `#include "tests/..."` lines
+"python"). Code under src/<module>/ declares its internals in namespace
+shardpoint::internal_<module> (or nested `namespace internal_<module>` inside
+shardpoint), never another module's; nothing anywhere says `using namespace`
+of an internal namespace (using-declarations name what they use). Only `#include "src/<module>/..."` and `#include "tests/..."` lines
 matter: product code (anything but *_test.cc) never includes tests/.
 """
 import os
@@ -15,6 +18,8 @@ import re
 import sys
 import tempfile
 
+NAMESPACE = re.compile(r'^\s*namespace\s+([A-Za-z0-9_:]+)\s*\{')
+USING_NS = re.compile(r'^\s*using\s+namespace\s+(shardpoint::)?internal\w*\s*;')
 INCLUDE = re.compile(r'^\s*#\s*include\s+"((src)/([A-Za-z0-9_]+)/[^"]*|tests/[^"]*)"')
 SOURCE_EXT = (".h", ".hh", ".hpp", ".cc", ".cpp", ".cxx")
 
@@ -99,6 +104,17 @@ def check(root):
         is_test = path.endswith("_test.cc")
         with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
             for n, line in enumerate(f, 1):
+                u = USING_NS.match(line)
+                if u:
+                    errors.append(f"{path}:{n}: 'using namespace' of an internal namespace "
+                                  f"(name what you use with using-declarations)")
+                ns = NAMESPACE.match(line)
+                if ns and mod not in (None, "tools", "python"):
+                    parts = ns.group(1).split("::")
+                    bad = [p for p in parts if p.startswith("internal") and p != "internal_" + mod]
+                    if bad:
+                        errors.append(f"{path}:{n}: namespace '{ns.group(1)}' in module '{mod}' "
+                                      f"(its internals live in shardpoint::internal_{mod})")
                 m = INCLUDE.match(line)
                 if not m:
                     continue
@@ -115,6 +131,13 @@ def check(root):
                     errors.append(f"{where}: '{mod}' may not include '{dep}' "
                                   f"(scripts/layers.txt allows: "
                                   f"{' '.join(sorted(allowed.get(mod, ()))) or 'nothing'})")
+    for rel in ("tests", "bench", "fuzz"):
+        for path in files_under(root, rel):
+            with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
+                for n, line in enumerate(f, 1):
+                    if USING_NS.match(line):
+                        errors.append(f"{path}:{n}: 'using namespace' of an internal namespace "
+                                      f"(name what you use with using-declarations)")
     return errors
 
 
@@ -134,7 +157,8 @@ def self_test():
     layers = "base:\nplan: base\ncheckpoint: base plan\ntools: checkpoint\npython:\n"
     clean = {
         "src/base/a.h": "#pragma once\n",
-        "src/plan/p.cc": '#include "src/base/a.h"\n#include "src/plan/p.h"\n',
+        "src/plan/p.cc": '#include "src/base/a.h"\n#include "src/plan/p.h"\n'
+                         'namespace shardpoint::internal_plan {\n}\n',
         "src/checkpoint/c.cc": '#include "src/plan/p.h"\n#include <vector>\n',
         "src/checkpoint/c_test.cc": '#include "tests/testing/x.h"\n',
         "include/shardpoint/x.h": '#include "shardpoint/y.h"\n',
@@ -149,6 +173,14 @@ def self_test():
          layers, "product code includes test code"),
         ("python includes src", {"python/src/m.cc": '  #  include "src/plan/p.h"\n'},
          layers, "'python' may not include 'plan'"),
+        ("other module's namespace", {"src/plan/r.cc": "namespace shardpoint::internal_base {\n"},
+         layers, "namespace 'shardpoint::internal_base' in module 'plan'"),
+        ("shared internal namespace", {"src/plan/s.cc": "namespace shardpoint {\nnamespace internal {\n"},
+         layers, "namespace 'internal' in module 'plan'"),
+        ("using namespace in a test", {"tests/plan/t_test.cc": "using namespace shardpoint::internal;\n"},
+         layers, "'using namespace' of an internal namespace"),
+        ("using namespace internal", {"tools/u.cc": "  using namespace shardpoint::internal_plan;\n"},
+         layers, "'using namespace' of an internal namespace"),
         ("module missing from layers", {"src/dcp/d.cc": "\n"}, layers,
          "src/dcp/ is not in scripts/layers.txt"),
     ]

@@ -51,10 +51,10 @@
 #include "shardpoint/checkpoint.h"
 
 namespace shardpoint {
-namespace internal {
+namespace internal_checkpoint {
 struct AsyncJob;
 struct StagingPool;
-}  // namespace internal
+}  // namespace internal_checkpoint
 
 struct AsyncSaverOptions {
   // Upper bound on the staging pool, in bytes. A state larger than this fails
@@ -88,8 +88,8 @@ class SaveHandle {
 
  private:
   friend class AsyncSaver;
-  explicit SaveHandle(std::shared_ptr<internal::AsyncJob> job) : job_(std::move(job)) {}
-  std::shared_ptr<internal::AsyncJob> job_;
+  explicit SaveHandle(std::shared_ptr<internal_checkpoint::AsyncJob> job) : job_(std::move(job)) {}
+  std::shared_ptr<internal_checkpoint::AsyncJob> job_;
 };
 
 class AsyncSaver {
@@ -129,8 +129,8 @@ class AsyncSaver {
 
  private:
   AsyncSaverOptions options_;
-  std::unique_ptr<internal::StagingPool> pool_;
-  std::shared_ptr<internal::AsyncJob> pending_;
+  std::unique_ptr<internal_checkpoint::StagingPool> pool_;
+  std::shared_ptr<internal_checkpoint::AsyncJob> pending_;
   std::thread thread_;
 };
 

@@ -18,7 +18,7 @@
 #include <memory>
 
 namespace shardpoint {
-namespace internal {
+namespace internal_plan {
 struct SavePlanCacheImpl;
 }
 
@@ -35,10 +35,10 @@ class SavePlanCache {
   void Clear();
 
   // For the library (src/plan/plan_cache.h).
-  internal::SavePlanCacheImpl& impl() { return *impl_; }
+  internal_plan::SavePlanCacheImpl& impl() { return *impl_; }
 
  private:
-  std::unique_ptr<internal::SavePlanCacheImpl> impl_;
+  std::unique_ptr<internal_plan::SavePlanCacheImpl> impl_;
 };
 
 }  // namespace shardpoint

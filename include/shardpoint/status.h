@@ -56,11 +56,11 @@ inline Status FailedPreconditionError(std::string m) {
 }
 inline Status InternalError(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
 
-namespace internal {
+namespace internal_base {
 // Prints "shardpoint: Result accessed without a value: <status>" to stderr
 // and aborts: reading the value of an error is a bug in the caller.
 [[noreturn]] void DieOnResultWithoutValue(const Status& status);
-}  // namespace internal
+}  // namespace internal_base
 
 // A value or an error. REQUIRES: a Result is never constructed from an OK Status.
 // value(), operator* and operator-> are checked: on an error they abort with
@@ -86,12 +86,12 @@ class [[nodiscard]] Result {
  private:
   T& Checked() {
     if (!value_.has_value()) [[unlikely]]
-      internal::DieOnResultWithoutValue(status_);
+      internal_base::DieOnResultWithoutValue(status_);
     return *value_;
   }
   const T& Checked() const {
     if (!value_.has_value()) [[unlikely]]
-      internal::DieOnResultWithoutValue(status_);
+      internal_base::DieOnResultWithoutValue(status_);
     return *value_;
   }
 

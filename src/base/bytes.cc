@@ -2,7 +2,7 @@
 
 #include <bit>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_base {
 
 static_assert(std::endian::native == std::endian::little,
               "shardpoint encodes little-endian by memcpy; big-endian hosts are not supported");
@@ -100,4 +100,4 @@ Status ByteReader::ExpectEnd() const {
                        std::to_string(pos_));
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_base

@@ -28,7 +28,7 @@
 #include "shardpoint/status.h"
 #include "src/base/limits.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_base {
 
 class ByteWriter {
  public:
@@ -94,4 +94,4 @@ class ByteReader {
   std::string what_;
 };
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_base

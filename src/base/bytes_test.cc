@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_base {
 namespace {
 
 void ExpectDataLoss(const Status& s, const std::string& needle) {
@@ -201,4 +201,4 @@ TEST(BytesTest, WriterRefusesStringLongerThanItsLengthPrefix) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_base

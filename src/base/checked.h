@@ -7,7 +7,7 @@
 #include <optional>
 #include <type_traits>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_base {
 
 template <typename T>
 [[nodiscard]] std::optional<T> CheckedAdd(T a, T b) {
@@ -25,4 +25,4 @@ template <typename T>
   return r;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_base

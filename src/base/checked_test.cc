@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <limits>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_base {
 namespace {
 
 TEST(CheckedTest, AddInRangeAndAtTheEdges) {
@@ -27,4 +27,4 @@ TEST(CheckedTest, MulInRangeAndAtTheEdges) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_base

@@ -1,6 +1,6 @@
 #include "src/base/guard.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_base {
 
 Status StatusFromCurrentException(const std::string& step) {
   try {
@@ -14,4 +14,4 @@ Status StatusFromCurrentException(const std::string& step) {
   }
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_base

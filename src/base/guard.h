@@ -14,7 +14,7 @@
 
 #include "shardpoint/status.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_base {
 
 // The Status for the exception being handled. REQUIRES: called in a catch.
 Status StatusFromCurrentException(const std::string& step);
@@ -29,4 +29,4 @@ auto Guarded(const std::string& step, F&& f) -> decltype(f()) {
   }
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_base

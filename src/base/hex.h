@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_base {
 
 // 16 lower-case hex digits.
 inline std::string Hex16(uint64_t v) {
@@ -14,4 +14,4 @@ inline std::string Hex16(uint64_t v) {
   return s;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_base

@@ -35,7 +35,7 @@ Status Status::WithContext(const std::string& context) const {
   return Status(code_, context + ": " + message_);
 }
 
-namespace internal {
+namespace internal_base {
 
 void DieOnResultWithoutValue(const Status& status) {
   std::fprintf(stderr, "shardpoint: Result accessed without a value: %s\n",
@@ -44,5 +44,5 @@ void DieOnResultWithoutValue(const Status& status) {
   std::abort();
 }
 
-}  // namespace internal
+}  // namespace internal_base
 }  // namespace shardpoint

@@ -22,8 +22,16 @@
 #include "src/geometry/view.h"
 #include "src/io/staging_memory.h"
 
+using shardpoint::internal_base::CheckedMul;
+using shardpoint::internal_checkpoint::AsyncJob;
+using shardpoint::internal_checkpoint::StagingPool;
+using shardpoint::internal_geometry::ContiguousView;
+using shardpoint::internal_geometry::StridedCopy;
+using shardpoint::internal_geometry::View;
+using shardpoint::internal_io::StagingMemory;
+
 namespace shardpoint {
-namespace internal {
+namespace internal_checkpoint {
 
 struct StagingPool {
   StagingMemory memory;  // grown, never shrunk: reused by every save
@@ -134,9 +142,13 @@ Status Stage(const State& state, const AsyncSaverOptions& options, StagingPool* 
 }
 
 }  // namespace
-}  // namespace internal
+}  // namespace internal_checkpoint
 
-using namespace internal;
+using internal_checkpoint::CheckBound;
+using internal_checkpoint::Grow;
+using internal_checkpoint::PoolLayout;
+using internal_checkpoint::Since;
+using internal_checkpoint::Stage;
 
 bool SaveHandle::Done() const {
   return job_ && job_->result.wait_for(std::chrono::seconds(0)) == std::future_status::ready;

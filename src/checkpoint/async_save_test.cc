@@ -13,28 +13,30 @@
 #include "src/io/fault_storage.h"
 #include "tests/testing/transformer.h"
 
+using shardpoint::testing::ParallelConfig;
+
 namespace shardpoint {
 namespace {
 
-using internal::ParallelConfig;
 using ::testing::HasSubstr;
+using testing::ParallelConfig;
 
-const internal::ModelConfig kModel{4, 64, 192, 500};
+const testing::ModelConfig kModel{4, 64, 192, 500};
 
-std::vector<internal::RankState> Build(const ParallelConfig& p, const internal::RefModel* ref) {
-  std::vector<internal::RankState> out(p.world());
+std::vector<testing::RankState> Build(const ParallelConfig& p, const testing::RefModel* ref) {
+  std::vector<testing::RankState> out(p.world());
   for (int r = 0; r < p.world(); ++r) {
-    auto rs = internal::BuildRankState(kModel, p, r);
+    auto rs = testing::BuildRankState(kModel, p, r);
     EXPECT_TRUE(rs.ok()) << rs.status().ToString();
     out[r] = std::move(*rs);
     if (ref) {
-      EXPECT_TRUE(internal::FillFromReference(*ref, out[r].state.tensors).ok());
+      EXPECT_TRUE(testing::FillFromReference(*ref, out[r].state.tensors).ok());
     }
   }
   return out;
 }
 
-void Scribble(internal::RankState& rs) {
+void Scribble(testing::RankState& rs) {
   for (const LocalTensor& t : rs.state.tensors) {
     int64_t n = t.flat ? t.flat->size() : Box::Whole(t.shape).num_elements();
     std::memset(t.data, 0xAB, static_cast<size_t>(n) * DTypeSize(t.dtype));
@@ -51,8 +53,8 @@ Status First(const std::vector<Status>& all) {
 }
 
 // Loads `dir` into one rank (TP=1) and compares with `ref`.
-Status LoadAndCheck(Storage* storage, const std::string& dir, const internal::RefModel& ref) {
-  std::vector<internal::RankState> dst = Build(ParallelConfig{1, 1, 1, false}, nullptr);
+Status LoadAndCheck(Storage* storage, const std::string& dir, const testing::RefModel& ref) {
+  std::vector<testing::RankState> dst = Build(ParallelConfig{1, 1, 1, false}, nullptr);
   dst[0].state.objects.clear();
   dst[0].state.common = "";
   LoadOptions o;
@@ -61,13 +63,13 @@ Status LoadAndCheck(Storage* storage, const std::string& dir, const internal::Re
   auto comm = MakeSingleComm();
   SP_RETURN_IF_ERROR(Load(dst[0].state, dir, *comm, o).status());
   if (*dst[0].state.common != "{\"iteration\": 1000}") return InternalError("common changed");
-  return internal::CheckAgainstReference(ref, dst[0].state.tensors);
+  return testing::CheckAgainstReference(ref, dst[0].state.tensors);
 }
 
 TEST(AsyncSave, TensorsModifiedRightAfterTheCallAreSavedAsTheyWere) {
-  const internal::RefModel ref = internal::MakeReference(kModel, 7);
+  const testing::RefModel ref = testing::MakeReference(kModel, 7);
   const ParallelConfig p{2, 1, 2, true};
-  std::vector<internal::RankState> src = Build(p, &ref);
+  std::vector<testing::RankState> src = Build(p, &ref);
   auto mem = NewMemStorage();
   SaveOptions o;
   o.storage = mem.get();
@@ -118,11 +120,11 @@ TEST(AsyncSave, StridedTensorIsStagedByValue) {
 }
 
 TEST(AsyncSave, WriteErrorSurfacesAtWaitOnEveryRankAndNothingIsCommitted) {
-  const internal::RefModel ref = internal::MakeReference(kModel, 8);
+  const testing::RefModel ref = testing::MakeReference(kModel, 8);
   const ParallelConfig p{2, 1, 1, false};
-  std::vector<internal::RankState> src = Build(p, &ref);
+  std::vector<testing::RankState> src = Build(p, &ref);
   auto mem = NewMemStorage();
-  internal::FaultStorage faults(mem.get());
+  internal_io::FaultStorage faults(mem.get());
   faults.FailWritesFrom(2);
   SaveOptions o;
   o.storage = &faults;
@@ -137,12 +139,12 @@ TEST(AsyncSave, WriteErrorSurfacesAtWaitOnEveryRankAndNothingIsCommitted) {
     EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
     EXPECT_THAT(s.ToString(), HasSubstr("injected"));
   }
-  EXPECT_FALSE(*mem->Exists(std::string("ckpt/") + internal::kManifestName));
+  EXPECT_FALSE(*mem->Exists(std::string("ckpt/") + internal_format::kManifestName));
 }
 
 TEST(AsyncSave, StagingBoundOnOneRankFailsEveryRankAtWait) {
   const ParallelConfig p{2, 1, 1, false};
-  std::vector<internal::RankState> src = Build(p, nullptr);
+  std::vector<testing::RankState> src = Build(p, nullptr);
   auto mem = NewMemStorage();
   SaveOptions o;
   o.storage = mem.get();
@@ -155,13 +157,13 @@ TEST(AsyncSave, StagingBoundOnOneRankFailsEveryRankAtWait) {
     EXPECT_THAT(s.ToString(), HasSubstr("rank 1"));
     EXPECT_THAT(s.ToString(), HasSubstr("max_staging_bytes"));
   }
-  EXPECT_FALSE(*mem->Exists(std::string("ckpt/") + internal::kManifestName));
+  EXPECT_FALSE(*mem->Exists(std::string("ckpt/") + internal_format::kManifestName));
 }
 
 TEST(AsyncSave, SecondSaveWaitsForTheFirstAndReusesThePool) {
-  const internal::RefModel ref = internal::MakeReference(kModel, 9);
+  const testing::RefModel ref = testing::MakeReference(kModel, 9);
   const ParallelConfig p{1, 1, 2, true};
-  std::vector<internal::RankState> src = Build(p, &ref);
+  std::vector<testing::RankState> src = Build(p, &ref);
   auto mem = NewMemStorage();
   SaveOptions o;
   o.storage = mem.get();
@@ -182,9 +184,9 @@ TEST(AsyncSave, SecondSaveWaitsForTheFirstAndReusesThePool) {
 }
 
 TEST(AsyncSave, ReservedPoolIsUsedByTheFirstSaveAndEveryLaterOne) {
-  const internal::RefModel ref = internal::MakeReference(kModel, 11);
+  const testing::RefModel ref = testing::MakeReference(kModel, 11);
   const ParallelConfig p{2, 1, 1, false};
-  std::vector<internal::RankState> src = Build(p, &ref);
+  std::vector<testing::RankState> src = Build(p, &ref);
   auto mem = NewMemStorage();
   SaveOptions o;
   o.storage = mem.get();
@@ -224,10 +226,10 @@ TEST(AsyncSave, ReservedPoolIsUsedByTheFirstSaveAndEveryLaterOne) {
 }
 
 TEST(AsyncSave, BoundHoldsForReserveAndSavesAndALargerStateGrowsAnUnboundedPool) {
-  const internal::RefModel ref = internal::MakeReference(kModel, 13);
+  const testing::RefModel ref = testing::MakeReference(kModel, 13);
   const ParallelConfig p{1, 1, 1, false};
-  std::vector<internal::RankState> small = Build(ParallelConfig{2, 1, 1, false}, &ref);
-  std::vector<internal::RankState> large = Build(p, &ref);  // TP=1: twice the bytes
+  std::vector<testing::RankState> small = Build(ParallelConfig{2, 1, 1, false}, &ref);
+  std::vector<testing::RankState> large = Build(p, &ref);  // TP=1: twice the bytes
   auto mem = NewMemStorage();
   SaveOptions o;
   o.storage = mem.get();
@@ -252,7 +254,7 @@ TEST(AsyncSave, BoundHoldsForReserveAndSavesAndALargerStateGrowsAnUnboundedPool)
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
   EXPECT_THAT(s.ToString(), HasSubstr("max_staging_bytes"));
   EXPECT_EQ(bounded.pool_bytes(), pool);
-  EXPECT_FALSE(*mem->Exists(std::string("over/") + internal::kManifestName));
+  EXPECT_FALSE(*mem->Exists(std::string("over/") + internal_format::kManifestName));
 
   // Unbounded: a state larger than the reserved pool grows it, and saves right.
   AsyncSaver grows;
@@ -267,7 +269,7 @@ TEST(AsyncSave, BoundHoldsForReserveAndSavesAndALargerStateGrowsAnUnboundedPool)
 
 TEST(AsyncSave, LogReportsSavedOnlyAfterTheCommit) {
   const ParallelConfig p{2, 1, 1, false};
-  std::vector<internal::RankState> src = Build(p, nullptr);
+  std::vector<testing::RankState> src = Build(p, nullptr);
   auto mem = NewMemStorage();
   std::mutex mu;
   std::vector<std::string> lines;
@@ -278,7 +280,7 @@ TEST(AsyncSave, LogReportsSavedOnlyAfterTheCommit) {
     std::lock_guard<std::mutex> lock(mu);
     lines.push_back(line);
     if (line.find("saved checkpoint") != std::string::npos) {
-      committed_when_reported = *mem->Exists(std::string("ckpt/") + internal::kManifestName);
+      committed_when_reported = *mem->Exists(std::string("ckpt/") + internal_format::kManifestName);
     }
   };
   ASSERT_TRUE(First(RunThreadRanks(p.world(), [&](Comm& comm) -> Status {

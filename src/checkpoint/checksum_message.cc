@@ -2,7 +2,10 @@
 
 #include "src/base/bytes.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_base::ByteReader;
+using shardpoint::internal_base::ByteWriter;
+
+namespace shardpoint::internal_checkpoint {
 
 std::string EncodeChecksums(const std::vector<uint64_t>& sums,
                             const std::vector<std::vector<uint64_t>>& blocks) {
@@ -44,4 +47,4 @@ Result<std::vector<uint64_t>> DecodeChecksums(std::string_view bytes, size_t exp
   return sums;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

@@ -16,7 +16,7 @@
 
 #include "shardpoint/status.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_checkpoint {
 
 std::string EncodeChecksums(const std::vector<uint64_t>& sums,
                             const std::vector<std::vector<uint64_t>>& blocks);
@@ -25,4 +25,4 @@ std::string EncodeChecksums(const std::vector<uint64_t>& sums,
 Result<std::vector<uint64_t>> DecodeChecksums(std::string_view bytes, size_t expected, int rank,
                                               std::vector<std::vector<uint64_t>>* blocks);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

@@ -24,7 +24,13 @@
 // checkpoint, never a manifest whose data is gone.
 #include "src/checkpoint/commit.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_format::DecodeManifest;
+using shardpoint::internal_format::EncodeManifest;
+using shardpoint::internal_format::kDataDir;
+using shardpoint::internal_format::kManifestName;
+using shardpoint::internal_format::Manifest;
+
+namespace shardpoint::internal_checkpoint {
 namespace {
 
 std::string Parent(const std::string& path) {
@@ -121,4 +127,4 @@ Result<Manifest> ReadManifest(Storage* storage, const std::string& dir) {
   return DecodeManifest(bytes, JoinPath(dir, kManifestName));
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

@@ -6,7 +6,7 @@
 #include "shardpoint/storage.h"
 #include "src/format/manifest.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_checkpoint {
 
 std::string JoinPath(const std::string& dir, const std::string& name);
 
@@ -20,7 +20,7 @@ Result<std::string> PrepareDirectory(Storage* storage, const std::string& dir, b
 
 // Rank 0, after every rank's data file in `write_dir` is durable. See commit.cc.
 Status CommitCheckpoint(Storage* storage, const std::string& dir, const std::string& write_dir,
-                        const Manifest& manifest);
+                        const internal_format::Manifest& manifest);
 
 // Removes checkpoint directory `dir` so that no crash at any point leaves it
 // looking complete without its data: removes `dir`/manifest, fsyncs `dir`,
@@ -39,6 +39,6 @@ Status RemoveFailedSave(Storage* storage, const std::string& dir, const std::str
 // The bytes of `dir`/manifest. NotFound if there is none.
 Result<std::string> ReadManifestBytes(Storage* storage, const std::string& dir);
 // Reads and decodes `dir`/manifest. NotFound if there is none.
-Result<Manifest> ReadManifest(Storage* storage, const std::string& dir);
+Result<internal_format::Manifest> ReadManifest(Storage* storage, const std::string& dir);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

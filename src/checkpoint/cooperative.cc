@@ -14,7 +14,21 @@
 #include "src/geometry/view_range.h"
 #include "src/plan/load_plan.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_base::Guarded;
+using shardpoint::internal_format::ChunkRecord;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::VerifyBlock;
+using shardpoint::internal_geometry::ConvertElements;
+using shardpoint::internal_geometry::ScatterFlatRange;
+using shardpoint::internal_io::ThreadPool;
+using shardpoint::internal_plan::ElementsBefore;
+using shardpoint::internal_plan::LoadPlan;
+using shardpoint::internal_plan::ReadPiece;
+using shardpoint::internal_plan::RunPattern;
+using shardpoint::internal_plan::RunsOf;
+using shardpoint::internal_plan::RunStart;
+
+namespace shardpoint::internal_checkpoint {
 namespace {
 
 // The assignment unit where nothing is verified (a DCP or HF source, or
@@ -428,4 +442,4 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
   return OkStatus();
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

@@ -28,7 +28,7 @@
 #include "shardpoint/comm.h"
 #include "src/checkpoint/reader.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_checkpoint {
 
 struct CooperativeStats {
   uint64_t bytes_read = 0;      // from storage by this rank
@@ -38,8 +38,8 @@ struct CooperativeStats {
   uint64_t bytes_needed = 0;    // needed bytes (by any rank) in the blocks this rank read
 };
 
-Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, DataFiles* files,
-                       ThreadPool* pool, const ReadOptions& options, uint64_t round_bytes,
-                       CooperativeStats* stats);
+Status CooperativeLoad(const internal_format::Manifest& m, const internal_plan::LoadPlan& plan,
+                       Comm& comm, DataFiles* files, internal_io::ThreadPool* pool,
+                       const ReadOptions& options, uint64_t round_bytes, CooperativeStats* stats);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

@@ -7,7 +7,16 @@
 #include "src/format/safetensors.h"
 #include "src/plan/save_plan.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_format::ChunkRecord;
+using shardpoint::internal_format::EncodeDataFileHeader;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::ObjectRecord;
+using shardpoint::internal_format::SafetensorsEntry;
+using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_plan::ChunkEntryName;
+using shardpoint::internal_plan::ObjectEntryName;
+
+namespace shardpoint::internal_checkpoint {
 
 std::string ImpliedDataFileHeader(const Manifest& m, uint32_t file) {
   // The writers lay items out by element size (largest first), tensors
@@ -56,4 +65,4 @@ std::string ImpliedDataFileHeader(const Manifest& m, uint32_t file) {
   return EncodeDataFileHeader(entries);
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

@@ -20,12 +20,12 @@ namespace {
 // The manifest of `dir` as 'S' + its bytes, or for a DCP directory 'D' + the
 // encoding of the index built from it.
 Result<std::string> ReadIndexBytes(Storage* storage, const std::string& dir) {
-  SP_ASSIGN_OR_RETURN(bool dcp, internal::IsDcpDir(storage, dir));
+  SP_ASSIGN_OR_RETURN(bool dcp, internal_dcp::IsDcpDir(storage, dir));
   if (dcp) {
-    SP_ASSIGN_OR_RETURN(internal::DcpIndex idx, internal::ReadDcpIndex(storage, dir));
-    return "D" + internal::EncodeDcpManifest(idx.m);
+    SP_ASSIGN_OR_RETURN(internal_dcp::DcpIndex idx, internal_dcp::ReadDcpIndex(storage, dir));
+    return "D" + internal_dcp::EncodeDcpManifest(idx.m);
   }
-  SP_ASSIGN_OR_RETURN(std::string bytes, internal::ReadManifestBytes(storage, dir));
+  SP_ASSIGN_OR_RETURN(std::string bytes, internal_checkpoint::ReadManifestBytes(storage, dir));
   return "S" + bytes;
 }
 
@@ -38,31 +38,33 @@ Result<LoadResult> LoadCollective(State& state, const std::string& dir, Comm& co
   std::string bytes;
   Status s;
   if (comm.rank() == 0) {
-    Result<std::string> read = internal::Guarded("load: reading the manifest",
-                                                 [&] { return ReadIndexBytes(storage, dir); });
+    Result<std::string> read = internal_base::Guarded("load: reading the manifest",
+                                                      [&] { return ReadIndexBytes(storage, dir); });
     s = read.status();
     if (read.ok()) bytes = std::move(*read);
   }
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
   SP_RETURN_IF_ERROR(comm.Broadcast(&bytes, 0));
   const bool dcp = !bytes.empty() && bytes[0] == 'D';
-  Result<internal::Manifest> manifest = internal::Guarded("load: decoding the manifest", [&] {
-    return dcp ? internal::DecodeDcpManifest(std::string_view(bytes).substr(1), dir)
-               : internal::DecodeManifest(std::string_view(bytes).substr(1),
-                                          internal::JoinPath(dir, internal::kManifestName));
-  });
+  Result<internal_format::Manifest> manifest =
+      internal_base::Guarded("load: decoding the manifest", [&] {
+        return dcp ? internal_dcp::DecodeDcpManifest(std::string_view(bytes).substr(1), dir)
+                   : internal_format::DecodeManifest(
+                         std::string_view(bytes).substr(1),
+                         internal_checkpoint::JoinPath(dir, internal_format::kManifestName));
+      });
   bytes.clear();
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, manifest.status()));
 
   // 2. The pipeline.
-  internal::Source src;
+  internal_source::Source src;
   src.dir = dir;
   src.kind = "checkpoint";
   src.name = "checkpoint '" + dir + "'";
   src.has_checksums = !dcp;
   src.index = std::move(*manifest);
   SP_ASSIGN_OR_RETURN(LoadResult result,
-                      internal::LoadFromSource(state, src, comm, options, "load"));
+                      internal_checkpoint::LoadFromSource(state, src, comm, options, "load"));
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
@@ -73,7 +75,7 @@ Result<LoadResult> LoadCollective(State& state, const std::string& dir, Comm& co
 // follows); this catches what a collective call itself throws.
 Result<LoadResult> Load(State& state, const std::string& dir, Comm& comm,
                         const LoadOptions& options) {
-  return internal::Guarded("load", [&] { return LoadCollective(state, dir, comm, options); });
+  return internal_base::Guarded("load", [&] { return LoadCollective(state, dir, comm, options); });
 }
 
 }  // namespace shardpoint

@@ -10,7 +10,21 @@
 #include "src/geometry/view.h"
 #include "src/plan/load_plan.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_base::Guarded;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::ObjectRecord;
+using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_geometry::StridedCopy;
+using shardpoint::internal_geometry::View;
+using shardpoint::internal_io::ThreadPool;
+using shardpoint::internal_plan::BuildRegions;
+using shardpoint::internal_plan::LoadPlan;
+using shardpoint::internal_plan::PlanLoad;
+using shardpoint::internal_plan::Region;
+using shardpoint::internal_source::ChunkEncoding;
+using shardpoint::internal_source::Source;
+
+namespace shardpoint::internal_checkpoint {
 namespace {
 
 void SortUnique(std::vector<std::string>* v) {
@@ -200,4 +214,4 @@ Result<LoadResult> LoadFromSource(State& state, const Source& src, Comm& comm,
   return result;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

@@ -24,12 +24,12 @@
 #include "shardpoint/checkpoint.h"
 #include "src/source/source.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_checkpoint {
 
 // Collective. REQUIRES: every rank passes an identical `src` (e.g. decoded
 // from bytes one rank read and broadcast) and the same options. `what`
 // prefixes step names in errors ("load", "HF load").
-Result<LoadResult> LoadFromSource(State& state, const Source& src, Comm& comm,
+Result<LoadResult> LoadFromSource(State& state, const internal_source::Source& src, Comm& comm,
                                   const LoadOptions& options, const std::string& what);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

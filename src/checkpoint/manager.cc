@@ -7,7 +7,7 @@
 // A crash before 2 leaves the previous `latest` (and maybe latest.tmp, which
 // the next update overwrites); after 2 the new one. Either way `latest`
 // names a complete checkpoint. Retention runs after 3 and removes each
-// checkpoint manifest first (internal::RemoveCheckpoint), so a crash inside
+// checkpoint manifest first (internal_checkpoint::RemoveCheckpoint), so a crash inside
 // it only leaves extra directories behind, none of them with a manifest and
 // without its data.
 #include "shardpoint/manager.h"
@@ -21,7 +21,7 @@
 namespace shardpoint {
 namespace {
 
-using internal::JoinPath;
+using internal_checkpoint::JoinPath;
 
 constexpr char kTracker[] = "latest";
 constexpr char kLockName[] = ".lock";
@@ -79,7 +79,7 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(const std::st
   std::unique_ptr<CheckpointManager> m(new CheckpointManager(root, options));
   Status s;
   if (comm.rank() == 0)
-    s = internal::Guarded("opening '" + root + "'", [&]() -> Status {
+    s = internal_base::Guarded("opening '" + root + "'", [&]() -> Status {
       SP_RETURN_IF_ERROR(m->storage_->CreateDirs(root));
       if (!options.lock) return OkStatus();
       Result<std::unique_ptr<FileLock>> lock = m->storage_->LockFile(JoinPath(root, kLockName));
@@ -108,8 +108,8 @@ Result<std::vector<int64_t>> CheckpointManager::CompleteIterations() const {
   for (const std::string& name : names) {
     std::optional<int64_t> it = ParseIteration(name);
     if (!it) continue;
-    SP_ASSIGN_OR_RETURN(bool complete,
-                        storage_->Exists(JoinPath(JoinPath(root_, name), internal::kManifestName)));
+    SP_ASSIGN_OR_RETURN(bool complete, storage_->Exists(JoinPath(JoinPath(root_, name),
+                                                                 internal_format::kManifestName)));
     if (complete) out.push_back(*it);
   }
   std::sort(out.begin(), out.end());
@@ -139,13 +139,13 @@ Status CheckpointManager::MarkCommitted(int64_t iteration, Comm& comm) {
   if (s.ok() && comm.rank() == 0) {
     // The tracker: write, fsync, rename, fsync the directory.
     const std::string tmp = JoinPath(root_, std::string(kTracker) + ".tmp");
-    s = internal::Guarded("updating the tracker", [&]() -> Status {
+    s = internal_base::Guarded("updating the tracker", [&]() -> Status {
       SP_RETURN_IF_ERROR(storage_->WriteStringToFile(tmp, std::to_string(iteration) + "\n"));
       SP_RETURN_IF_ERROR(storage_->Rename(tmp, JoinPath(root_, kTracker)));
       return storage_->SyncDir(root_);
     });
     if (s.ok()) {
-      s = internal::Guarded("retention", [&] { return ApplyRetention(iteration); });
+      s = internal_base::Guarded("retention", [&] { return ApplyRetention(iteration); });
       if (!s.ok()) {
         s = Status(s.code(), "checkpoint '" + PathFor(iteration) + "' committed and '" +
                                  JoinPath(root_, kTracker) +
@@ -172,7 +172,7 @@ Status CheckpointManager::ApplyRetention(int64_t iteration) {
   const size_t keep = static_cast<size_t>(options_.keep_last);
   for (size_t i = 0; i + keep < complete.size(); ++i) {
     if (complete[i] == iteration) continue;
-    SP_RETURN_IF_ERROR(internal::RemoveCheckpoint(storage_, PathFor(complete[i])));
+    SP_RETURN_IF_ERROR(internal_checkpoint::RemoveCheckpoint(storage_, PathFor(complete[i])));
   }
   SP_ASSIGN_OR_RETURN(std::vector<std::string> names, storage_->ListDir(root_));
   for (const std::string& name : names) {
@@ -210,7 +210,7 @@ Result<std::optional<int64_t>> CheckpointManager::AgreeOnLatest(Comm& comm) cons
   Status s;
   if (comm.rank() == 0) {
     Result<std::optional<int64_t>> latest =
-        internal::Guarded("finding the latest checkpoint", [&] { return LatestComplete(); });
+        internal_base::Guarded("finding the latest checkpoint", [&] { return LatestComplete(); });
     s = latest.status();
     if (s.ok() && *latest) chosen = std::to_string(**latest);
   }

@@ -111,7 +111,7 @@ TEST_F(ManagerTest, RetentionKeepsTheNewestNAndRemovesKilledSaves) {
 }
 
 TEST_F(ManagerTest, FailedSaveNeverCostsTheNewestCompleteCheckpoint) {
-  internal::FaultStorage faults(mem_.get());
+  internal_io::FaultStorage faults(mem_.get());
   auto m = Open(1, &faults);
   SaveAt(*m, 100);
   faults.FailWritesFrom(faults.writes() + 1);
@@ -127,7 +127,7 @@ TEST_F(ManagerTest, FailedSaveNeverCostsTheNewestCompleteCheckpoint) {
 }
 
 TEST_F(ManagerTest, TrackerFailureSaysTheCheckpointCommitted) {
-  internal::FaultStorage faults(mem_.get());
+  internal_io::FaultStorage faults(mem_.get());
   auto m = Open(0, &faults);
   SaveAt(*m, 100);
   faults.FailRenameTo("/latest");

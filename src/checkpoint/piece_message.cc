@@ -2,7 +2,10 @@
 
 #include "src/base/bytes.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_base::ByteReader;
+using shardpoint::internal_base::ByteWriter;
+
+namespace shardpoint::internal_checkpoint {
 
 std::string EncodePieceMessage(const PieceMessage& m) {
   ByteWriter w;
@@ -49,4 +52,4 @@ Result<PieceMessage> DecodePieceMessage(std::string_view bytes, int rank) {
   return m;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

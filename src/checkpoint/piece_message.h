@@ -23,7 +23,7 @@
 #include "shardpoint/box.h"
 #include "shardpoint/status.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_checkpoint {
 
 struct SharedPiece {
   int64_t piece = 0;
@@ -41,4 +41,4 @@ struct PieceMessage {
 std::string EncodePieceMessage(const PieceMessage& m);
 Result<PieceMessage> DecodePieceMessage(std::string_view bytes, int rank);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

@@ -5,7 +5,7 @@
 
 #include "src/checkpoint/checksum_message.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_checkpoint {
 namespace {
 
 using ::testing::HasSubstr;
@@ -98,4 +98,4 @@ TEST(ChecksumMessage, TruncatedAndTrailingRefused) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

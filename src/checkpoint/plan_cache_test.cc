@@ -9,17 +9,20 @@
 #include "src/plan/plan_cache.h"
 #include "tests/testing/transformer.h"
 
+using shardpoint::testing::ParallelConfig;
+
 namespace shardpoint {
 namespace {
 
-using internal::ParallelConfig;
+using testing::ParallelConfig;
 
-const internal::ModelConfig kModel{2, 32, 64, 100};
+const testing::ModelConfig kModel{2, 32, 64, 100};
 
 TEST(PlanCache, HashCoversRankBoundaries) {
-  EXPECT_FALSE(internal::HashContributions({"ab", "c"}) ==
-               internal::HashContributions({"a", "bc"}));
-  EXPECT_TRUE(internal::HashContributions({"ab", "c"}) == internal::HashContributions({"ab", "c"}));
+  EXPECT_FALSE(internal_plan::HashContributions({"ab", "c"}) ==
+               internal_plan::HashContributions({"a", "bc"}));
+  EXPECT_TRUE(internal_plan::HashContributions({"ab", "c"}) ==
+              internal_plan::HashContributions({"ab", "c"}));
 }
 
 TEST(PlanCache, UnchangedStructureReusesThePlanOnEveryRank) {
@@ -28,13 +31,13 @@ TEST(PlanCache, UnchangedStructureReusesThePlanOnEveryRank) {
   std::vector<SavePlanCache> caches(p.world());
   auto save = [&](const ParallelConfig& layout, const std::string& dir, uint64_t seed,
                   std::vector<bool>* cached) {
-    const internal::RefModel ref = internal::MakeReference(kModel, seed);
-    std::vector<internal::RankState> src(layout.world());
+    const testing::RefModel ref = testing::MakeReference(kModel, seed);
+    std::vector<testing::RankState> src(layout.world());
     for (int r = 0; r < layout.world(); ++r) {
-      auto rs = internal::BuildRankState(kModel, layout, r);
+      auto rs = testing::BuildRankState(kModel, layout, r);
       ASSERT_TRUE(rs.ok());
       src[r] = std::move(*rs);
-      ASSERT_TRUE(internal::FillFromReference(ref, src[r].state.tensors).ok());
+      ASSERT_TRUE(testing::FillFromReference(ref, src[r].state.tensors).ok());
     }
     cached->assign(layout.world(), false);
     for (const Status& s : RunThreadRanks(layout.world(), [&](Comm& comm) -> Status {
@@ -48,16 +51,16 @@ TEST(PlanCache, UnchangedStructureReusesThePlanOnEveryRank) {
       ASSERT_TRUE(s.ok()) << s.ToString();
     }
     // Load back into one rank and compare.
-    auto built = internal::BuildRankState(kModel, ParallelConfig{1, 1, 1, false}, 0);
+    auto built = testing::BuildRankState(kModel, ParallelConfig{1, 1, 1, false}, 0);
     ASSERT_TRUE(built.ok());
-    internal::RankState dst = std::move(*built);
+    testing::RankState dst = std::move(*built);
     dst.state.objects.clear();
     LoadOptions lo;
     lo.storage = mem.get();
     lo.allow_unexpected_keys = true;
     auto comm = MakeSingleComm();
     ASSERT_TRUE(Load(dst.state, dir, *comm, lo).ok());
-    Status c = internal::CheckAgainstReference(ref, dst.state.tensors);
+    Status c = testing::CheckAgainstReference(ref, dst.state.tensors);
     ASSERT_TRUE(c.ok()) << c.ToString();
   };
   std::vector<bool> cached;
@@ -91,12 +94,12 @@ TEST(PlanCache, SavesNeverChangeTheCachedManifest) {
     o.plan_cache = &cache;
     Result<SaveStats> st = Save(state, dir, *comm, o);
     ASSERT_TRUE(st.ok()) << st.status().ToString();
-    const internal::Manifest& cached = cache.impl().plan->manifest;
+    const internal_format::Manifest& cached = cache.impl().plan->manifest;
     EXPECT_FALSE(cached.has_common);
     EXPECT_TRUE(cached.common.empty());
     EXPECT_TRUE(cached.metadata_json.empty());
-    for (const internal::TensorRecord& t : cached.tensors) {
-      for (const internal::ChunkRecord& c : t.chunks) {
+    for (const internal_format::TensorRecord& t : cached.tensors) {
+      for (const internal_format::ChunkRecord& c : t.chunks) {
         EXPECT_EQ(c.checksum, 0u);
         EXPECT_TRUE(c.block_sums.empty());
       }

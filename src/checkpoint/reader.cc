@@ -11,7 +11,23 @@
 #include "src/geometry/convert.h"
 #include "src/geometry/view_range.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_format::Checksum64;
+using shardpoint::internal_format::ChecksumState;
+using shardpoint::internal_format::ChunkRecord;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_format::VerifyBlock;
+using shardpoint::internal_geometry::ConvertElements;
+using shardpoint::internal_geometry::ScatterFlatRange;
+using shardpoint::internal_io::ParallelFor;
+using shardpoint::internal_io::ThreadPool;
+using shardpoint::internal_plan::LoadPlan;
+using shardpoint::internal_plan::ReadPiece;
+using shardpoint::internal_plan::RunPattern;
+using shardpoint::internal_plan::RunsOf;
+using shardpoint::internal_plan::RunStart;
+
+namespace shardpoint::internal_checkpoint {
 
 struct DataFiles::Impl {
   Storage* storage;
@@ -500,4 +516,4 @@ Status CheckStored(DataFiles* files, const Manifest& m, uint32_t file, uint64_t 
   return OkStatus();
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

@@ -20,12 +20,12 @@
 #include "src/io/thread_pool.h"
 #include "src/plan/load_plan.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_checkpoint {
 
 // The data files of a checkpoint, opened on first use. Thread-safe.
 class DataFiles {
  public:
-  DataFiles(Storage* storage, std::string dir, const Manifest* m);
+  DataFiles(Storage* storage, std::string dir, const internal_format::Manifest* m);
   ~DataFiles();
   Result<const ReadableFile*> Get(uint32_t file);
 
@@ -53,8 +53,9 @@ struct ReadStats {
 
 // REQUIRES: plan computed against `m`. Errors name the key, chunk, file and
 // byte range.
-Status ExecuteLoadPlan(const Manifest& m, const LoadPlan& plan, DataFiles* files, ThreadPool* pool,
-                       const ReadOptions& options, ReadStats* stats);
+Status ExecuteLoadPlan(const internal_format::Manifest& m, const internal_plan::LoadPlan& plan,
+                       DataFiles* files, internal_io::ThreadPool* pool, const ReadOptions& options,
+                       ReadStats* stats);
 
 // Chunk-relative bytes [a, b) of chunk `chunk` of tensor `tensor`.
 struct ChunkSpan {
@@ -67,7 +68,7 @@ struct ChunkSpan {
 // elements [flat_base, ...) of the piece, go packed (stored dtype, in flat
 // order) to `out`. piece.src_dtype == piece.dst_dtype; piece.dst is unused.
 struct PiecePart {
-  ReadPiece piece;
+  internal_plan::ReadPiece piece;
   uint64_t a = 0, b = 0;
   int64_t flat_base = 0;
   char* out = nullptr;
@@ -79,15 +80,17 @@ struct PiecePart {
 // and into the parts. Every block is verified before its bytes are placed.
 // stats->needed counts the bytes inside the spans that a piece or part
 // needs, once each.
-Status ExecuteSpans(const Manifest& m, const std::vector<const ReadPiece*>& own,
+Status ExecuteSpans(const internal_format::Manifest& m,
+                    const std::vector<const internal_plan::ReadPiece*>& own,
                     const std::vector<PiecePart>& parts, const std::vector<ChunkSpan>& spans,
-                    DataFiles* files, ThreadPool* pool, const ReadOptions& options,
+                    DataFiles* files, internal_io::ThreadPool* pool, const ReadOptions& options,
                     ReadStats* stats);
 
 // Reads `nbytes` at `offset` of manifest file `file` into dst and checks the
 // checksum: for objects.
-Status ReadVerified(DataFiles* files, const Manifest& m, uint32_t file, uint64_t offset,
-                    uint64_t nbytes, uint64_t checksum, const std::string& what, char* dst);
+Status ReadVerified(DataFiles* files, const internal_format::Manifest& m, uint32_t file,
+                    uint64_t offset, uint64_t nbytes, uint64_t checksum, const std::string& what,
+                    char* dst);
 
 // Checks the checksum of `nbytes` at `offset` of manifest file `file`, and
 // each of its block checksums (blocks of m.block_size; none if empty),
@@ -95,9 +98,9 @@ Status ReadVerified(DataFiles* files, const Manifest& m, uint32_t file, uint64_t
 // it uses);
 // `on_slice(n)` is called after each slice of n bytes (may be empty). For
 // `verify`: a chunk of any size in bounded memory.
-Status CheckStored(DataFiles* files, const Manifest& m, uint32_t file, uint64_t offset,
-                   uint64_t nbytes, uint64_t checksum, const std::vector<uint64_t>& block_sums,
-                   const std::string& what, size_t slice_bytes,
-                   const std::function<void(uint64_t)>& on_slice);
+Status CheckStored(DataFiles* files, const internal_format::Manifest& m, uint32_t file,
+                   uint64_t offset, uint64_t nbytes, uint64_t checksum,
+                   const std::vector<uint64_t>& block_sums, const std::string& what,
+                   size_t slice_bytes, const std::function<void(uint64_t)>& on_slice);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

@@ -6,7 +6,22 @@
 #include "src/format/checksum.h"
 #include "src/geometry/view.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_format::Checksum64;
+using shardpoint::internal_format::ChecksumState;
+using shardpoint::internal_format::ChunkRecord;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::ObjectRecord;
+using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_geometry::ContiguousView;
+using shardpoint::internal_geometry::StridedCopy;
+using shardpoint::internal_geometry::View;
+using shardpoint::internal_io::ParallelFor;
+using shardpoint::internal_io::ThreadPool;
+using shardpoint::internal_plan::RankFile;
+using shardpoint::internal_plan::Region;
+using shardpoint::internal_plan::WriteItem;
+
+namespace shardpoint::internal_checkpoint {
 namespace {
 
 constexpr size_t kScratchBytes = 4 << 20;
@@ -102,4 +117,4 @@ Status CompareReplicas(const Manifest& m, const std::vector<RankFile>& ranks,
   return OkStatus();
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

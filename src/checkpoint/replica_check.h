@@ -12,19 +12,21 @@
 #include "src/io/thread_pool.h"
 #include "src/plan/save_plan.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_checkpoint {
 
 // XXH3-64 of the elements of `v` in row-major order (equal to Checksum64 of
 // the same bytes laid out contiguously).
-uint64_t ChecksumView(const View& v);
+uint64_t ChecksumView(const internal_geometry::View& v);
 
 // The checksums of rf.replicas, in order, computed on `pool`.
-std::vector<uint64_t> ReplicaChecksums(const RankFile& rf, const std::vector<Region>& regions,
-                                       const State& state, ThreadPool* pool);
+std::vector<uint64_t> ReplicaChecksums(const internal_plan::RankFile& rf,
+                                       const std::vector<internal_plan::Region>& regions,
+                                       const State& state, internal_io::ThreadPool* pool);
 
 // Rank 0, after the writers' checksums are in `m`: InvalidArgument naming the
 // key, box, both ranks and both checksums at the first replica that differs.
-Status CompareReplicas(const Manifest& m, const std::vector<RankFile>& ranks,
+Status CompareReplicas(const internal_format::Manifest& m,
+                       const std::vector<internal_plan::RankFile>& ranks,
                        const std::vector<std::vector<uint64_t>>& replica_sums);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

@@ -4,7 +4,10 @@
 
 #include "src/base/bytes.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_base::ByteReader;
+using shardpoint::internal_base::ByteWriter;
+
+namespace shardpoint::internal_checkpoint {
 
 Result<GatheredRequests> GatherRequests(Comm& comm, const std::string& wanted,
                                         const std::vector<std::string>& missing) {
@@ -63,4 +66,4 @@ Status RequestsError(const std::string& source, const std::vector<std::string>& 
   return OkStatus();
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

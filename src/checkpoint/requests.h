@@ -11,7 +11,7 @@
 #include "shardpoint/comm.h"
 #include "shardpoint/status.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_checkpoint {
 
 struct GatheredRequests {
   std::vector<std::string> missing;  // requested by some rank, not stored (sorted, unique)
@@ -34,4 +34,4 @@ Status RequestsError(const std::string& source, const std::vector<std::string>& 
                      bool allow_missing, const std::vector<std::string>& unexpected,
                      bool allow_unexpected);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

@@ -27,8 +27,41 @@
 #include "src/plan/plan_cache.h"
 #include "src/plan/save_plan.h"
 
+using shardpoint::internal_base::Guarded;
+using shardpoint::internal_checkpoint::CommitCheckpoint;
+using shardpoint::internal_checkpoint::CompareReplicas;
+using shardpoint::internal_checkpoint::DecodeChecksums;
+using shardpoint::internal_checkpoint::EncodeChecksums;
+using shardpoint::internal_checkpoint::JoinPath;
+using shardpoint::internal_checkpoint::PrepareDirectory;
+using shardpoint::internal_checkpoint::RemoveFailedSave;
+using shardpoint::internal_checkpoint::ReplicaChecksums;
+using shardpoint::internal_checkpoint::WriteDataFile;
+using shardpoint::internal_checkpoint::WriterOptions;
+using shardpoint::internal_format::CheckMetadataJson;
+using shardpoint::internal_format::ChunkRecord;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_geometry::ContiguousView;
+using shardpoint::internal_geometry::View;
+using shardpoint::internal_io::ThreadPool;
+using shardpoint::internal_plan::BuildRegions;
+using shardpoint::internal_plan::Contribution;
+using shardpoint::internal_plan::DecodeContribution;
+using shardpoint::internal_plan::EncodeContribution;
+using shardpoint::internal_plan::HashContributions;
+using shardpoint::internal_plan::LookupPlan;
+using shardpoint::internal_plan::ObjectDesc;
+using shardpoint::internal_plan::PlanKey;
+using shardpoint::internal_plan::PlanSave;
+using shardpoint::internal_plan::RankFile;
+using shardpoint::internal_plan::Region;
+using shardpoint::internal_plan::SavePlan;
+using shardpoint::internal_plan::StorePlan;
+using shardpoint::internal_plan::WriteItem;
+
 namespace shardpoint {
-namespace internal {
+namespace internal_checkpoint {
 namespace {
 
 // Fills the checksums of rank r's items into the manifest.
@@ -85,9 +118,11 @@ Result<Contribution> MakeContribution(const State& state, const std::vector<Regi
   return c;
 }
 
-}  // namespace internal
+}  // namespace internal_checkpoint
 
-using namespace internal;
+using internal_checkpoint::ApplyChecksums;
+using internal_checkpoint::MakeContribution;
+using internal_checkpoint::Sources;
 
 namespace {
 

@@ -11,7 +11,21 @@
 #include "src/plan/save_plan.h"
 #include "src/plan/tiling.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_format::ChunkRecord;
+using shardpoint::internal_format::DecodeSafetensorsHeader;
+using shardpoint::internal_format::DecodeSafetensorsHeaderLength;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::ObjectRecord;
+using shardpoint::internal_format::SafetensorsEntry;
+using shardpoint::internal_format::SafetensorsHeader;
+using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_io::ParallelFor;
+using shardpoint::internal_io::ThreadPool;
+using shardpoint::internal_plan::CheckTiling;
+using shardpoint::internal_plan::ChunkEntryName;
+using shardpoint::internal_plan::ObjectEntryName;
+
+namespace shardpoint::internal_checkpoint {
 namespace {
 
 std::string ChunkWhere(const Manifest& m, const TensorRecord& t, size_t i) {
@@ -202,4 +216,4 @@ Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir,
   return report;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

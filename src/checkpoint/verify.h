@@ -11,10 +11,10 @@
 #include "shardpoint/verify.h"
 #include "src/format/manifest.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_checkpoint {
 
 struct VerifyReport {
-  Manifest manifest;
+  internal_format::Manifest manifest;
   int64_t chunks_checked = 0;
   int64_t objects_checked = 0;
   uint64_t bytes_checked = 0;
@@ -39,4 +39,4 @@ struct VerifyOptions {
 Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir,
                                       const VerifyOptions& options = {});
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

@@ -13,27 +13,27 @@
 namespace shardpoint {
 namespace {
 
-CheckpointDescription Describe(const internal::Manifest& m) {
+CheckpointDescription Describe(const internal_format::Manifest& m) {
   CheckpointDescription d;
   d.format_version = m.version;
   d.files = m.files;
   d.tensors.reserve(m.tensors.size());
-  for (const internal::TensorRecord& t : m.tensors) {
+  for (const internal_format::TensorRecord& t : m.tensors) {
     TensorDescription td{t.key, t.dtype, t.shape, {}};
     td.chunks.reserve(t.chunks.size());
-    for (const internal::ChunkRecord& c : t.chunks) {
+    for (const internal_format::ChunkRecord& c : t.chunks) {
       td.chunks.push_back(ChunkDescription{c.box, c.file, c.offset, c.nbytes, c.checksum});
     }
     d.tensors.push_back(std::move(td));
   }
   d.objects.reserve(m.objects.size());
-  for (const internal::ObjectRecord& o : m.objects) {
+  for (const internal_format::ObjectRecord& o : m.objects) {
     d.objects.push_back(ObjectDescription{o.key, o.index, o.grid, o.file, o.offset, o.nbytes});
   }
   d.has_common = m.has_common;
   d.common_bytes = m.common.size();
   d.metadata_json = m.metadata_json;
-  d.json = internal::ManifestToJson(m);
+  d.json = internal_format::ManifestToJson(m);
   return d;
 }
 
@@ -49,25 +49,25 @@ Result<CheckpointDescription> DescribeCheckpoint(const std::string& dir,
                                                  const DescribeOptions& options) {
   Storage* storage = options.storage ? options.storage : DefaultStorage();
   // A PyTorch DCP directory (docs/dcp.md) is described from its index.
-  if (Result<bool> dcp = internal::IsDcpDir(storage, dir); dcp.ok() && *dcp) {
-    SP_ASSIGN_OR_RETURN(internal::DcpIndex idx, internal::ReadDcpIndex(storage, dir));
+  if (Result<bool> dcp = internal_dcp::IsDcpDir(storage, dir); dcp.ok() && *dcp) {
+    SP_ASSIGN_OR_RETURN(internal_dcp::DcpIndex idx, internal_dcp::ReadDcpIndex(storage, dir));
     return Describe(idx.m);
   }
-  SP_ASSIGN_OR_RETURN(internal::Manifest m, internal::ReadManifest(storage, dir));
+  SP_ASSIGN_OR_RETURN(internal_format::Manifest m, internal_checkpoint::ReadManifest(storage, dir));
   return Describe(m);
 }
 
 Result<VerifyReport> VerifyCheckpoint(const std::string& dir, const VerifyOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  internal::VerifyOptions o;
+  internal_checkpoint::VerifyOptions o;
   o.threads = options.threads;
   o.slice_bytes = options.slice_bytes;
   o.progress = options.progress;
   Storage* storage = options.storage ? options.storage : DefaultStorage();
-  Result<bool> dcp = internal::IsDcpDir(storage, dir);
-  SP_ASSIGN_OR_RETURN(internal::VerifyReport r, dcp.ok() && *dcp
-                                                    ? internal::VerifyDcp(storage, dir, o)
-                                                    : internal::VerifyCheckpoint(storage, dir, o));
+  Result<bool> dcp = internal_dcp::IsDcpDir(storage, dir);
+  SP_ASSIGN_OR_RETURN(internal_checkpoint::VerifyReport r,
+                      dcp.ok() && *dcp ? internal_checkpoint::VerifyDcp(storage, dir, o)
+                                       : internal_checkpoint::VerifyCheckpoint(storage, dir, o));
   VerifyReport report;
   report.tensors = static_cast<int64_t>(r.manifest.tensors.size());
   report.chunks_checked = r.chunks_checked;

@@ -8,7 +8,17 @@
 #include "src/dcp/zip.h"
 #include "src/plan/tiling.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_dcp::Crc32;
+using shardpoint::internal_dcp::DcpCheckedEntry;
+using shardpoint::internal_dcp::DcpIndex;
+using shardpoint::internal_dcp::kDcpMetadataName;
+using shardpoint::internal_dcp::ReadDcpIndex;
+using shardpoint::internal_format::ChunkRecord;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_plan::CheckTiling;
+
+namespace shardpoint::internal_checkpoint {
 
 Result<VerifyReport> VerifyDcp(Storage* storage, const std::string& dir,
                                const VerifyOptions& options) {
@@ -89,4 +99,4 @@ Result<VerifyReport> VerifyDcp(Storage* storage, const std::string& dir,
   return report;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

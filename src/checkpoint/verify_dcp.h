@@ -10,7 +10,7 @@
 #include "shardpoint/storage.h"
 #include "src/checkpoint/verify.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_checkpoint {
 
 // Faults go in the report (an index that cannot be built is one fault);
 // errors only for I/O on `.metadata` itself. `options` as VerifyCheckpoint
@@ -18,4 +18,4 @@ namespace shardpoint::internal {
 Result<VerifyReport> VerifyDcp(Storage* storage, const std::string& dir,
                                const VerifyOptions& options = {});
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

@@ -11,7 +11,16 @@
 #include "shardpoint/checkpoint.h"
 #include "src/checkpoint/commit.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_format::ChunkRecord;
+using shardpoint::internal_format::EncodeManifest;
+using shardpoint::internal_format::kFormatVersion;
+using shardpoint::internal_format::kManifestName;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::ManifestToJson;
+using shardpoint::internal_format::ObjectRecord;
+using shardpoint::internal_format::TensorRecord;
+
+namespace shardpoint::internal_checkpoint {
 namespace {
 
 using ::testing::HasSubstr;
@@ -330,4 +339,4 @@ TEST_F(VerifyTest, DescribeMatchesTheManifest) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

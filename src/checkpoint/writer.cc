@@ -7,7 +7,16 @@
 #include "src/geometry/view_range.h"
 #include "src/io/aligned_buffer.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_format::ChecksumState;
+using shardpoint::internal_geometry::GatherFlatRange;
+using shardpoint::internal_geometry::View;
+using shardpoint::internal_io::AlignedBuffer;
+using shardpoint::internal_io::kDirectIoAlignment;
+using shardpoint::internal_io::ThreadPool;
+using shardpoint::internal_plan::RankFile;
+using shardpoint::internal_plan::WriteItem;
+
+namespace shardpoint::internal_checkpoint {
 namespace {
 
 uint64_t RoundUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
@@ -136,4 +145,4 @@ Result<std::vector<uint64_t>> WriteDataFile(Storage* storage, const std::string&
   return stream.Digests();
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

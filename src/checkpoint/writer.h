@@ -11,7 +11,7 @@
 #include "src/io/thread_pool.h"
 #include "src/plan/save_plan.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_checkpoint {
 
 struct WriterOptions {
   size_t staging_bytes = size_t{8} << 20;  // per buffer; rounded up to 4096
@@ -30,8 +30,10 @@ struct WriterOptions {
 // REQUIRES: sources.size() == rf.items.size(); each item starts at a multiple
 // of its element size (PlanSave orders them so).
 Result<std::vector<uint64_t>> WriteDataFile(Storage* storage, const std::string& path,
-                                            const RankFile& rf, const std::vector<View>& sources,
-                                            ThreadPool* pool, const WriterOptions& options,
+                                            const internal_plan::RankFile& rf,
+                                            const std::vector<internal_geometry::View>& sources,
+                                            internal_io::ThreadPool* pool,
+                                            const WriterOptions& options,
                                             std::vector<std::vector<uint64_t>>* block_sums);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_checkpoint

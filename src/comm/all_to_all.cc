@@ -3,11 +3,14 @@
 #include "shardpoint/comm.h"
 #include "src/base/bytes.h"
 
+using shardpoint::internal_base::ByteReader;
+using shardpoint::internal_base::ByteWriter;
+
 namespace shardpoint {
 
 Status Comm::AllToAll(const std::vector<std::string>& send, std::vector<std::string>* recv) {
-  using internal::ByteReader;
-  using internal::ByteWriter;
+  using internal_base::ByteReader;
+  using internal_base::ByteWriter;
   const int n = size();
   // Take part even with bad arguments, so the other ranks do not hang.
   const bool bad = static_cast<int>(send.size()) != n || recv == nullptr;

@@ -11,7 +11,7 @@
 #include <vector>
 
 namespace shardpoint {
-namespace internal {
+namespace internal_comm {
 namespace {
 
 // MPI counts are ints; Broadcast goes in chunks, the gathers refuse.
@@ -187,7 +187,7 @@ class MpiComm final : public Comm {
 };
 
 }  // namespace
-}  // namespace internal
+}  // namespace internal_comm
 
 std::unique_ptr<Comm> MakeMpiComm(MPI_Comm comm) {
   int initialized = 0, finalized = 0;
@@ -202,7 +202,7 @@ std::unique_ptr<Comm> MakeMpiComm(MPI_Comm comm) {
     MPI_Comm_free(&dup);
     return nullptr;
   }
-  return std::make_unique<internal::MpiComm>(dup, rank, size);
+  return std::make_unique<internal_comm::MpiComm>(dup, rank, size);
 }
 
 }  // namespace shardpoint

@@ -4,7 +4,7 @@
 #include "shardpoint/comm.h"
 
 namespace shardpoint {
-namespace internal {
+namespace internal_comm {
 namespace {
 
 class SingleComm final : public Comm {
@@ -43,8 +43,8 @@ class SingleComm final : public Comm {
 };
 
 }  // namespace
-}  // namespace internal
+}  // namespace internal_comm
 
-std::unique_ptr<Comm> MakeSingleComm() { return std::make_unique<internal::SingleComm>(); }
+std::unique_ptr<Comm> MakeSingleComm() { return std::make_unique<internal_comm::SingleComm>(); }
 
 }  // namespace shardpoint

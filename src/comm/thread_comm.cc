@@ -5,7 +5,7 @@
 #include <utility>
 
 namespace shardpoint {
-namespace internal {
+namespace internal_comm {
 namespace {
 
 const char* OpName(CollectiveOp op) {
@@ -209,17 +209,17 @@ std::vector<std::unique_ptr<Comm>> MakeThreadGroupComms(const std::shared_ptr<Th
   return comms;
 }
 
-}  // namespace internal
+}  // namespace internal_comm
 
 std::vector<std::unique_ptr<Comm>> MakeThreadComms(int n) {
   if (n < 1) return {};
-  return internal::MakeThreadGroupComms(std::make_shared<internal::ThreadGroup>(n));
+  return internal_comm::MakeThreadGroupComms(std::make_shared<internal_comm::ThreadGroup>(n));
 }
 
 std::vector<Status> RunThreadRanks(int n, const std::function<Status(Comm&)>& fn) {
   if (n < 1) return {};
-  auto group = std::make_shared<internal::ThreadGroup>(n);
-  std::vector<std::unique_ptr<Comm>> comms = internal::MakeThreadGroupComms(group);
+  auto group = std::make_shared<internal_comm::ThreadGroup>(n);
+  std::vector<std::unique_ptr<Comm>> comms = internal_comm::MakeThreadGroupComms(group);
   std::vector<Status> statuses(n);
   std::vector<std::thread> threads;
   threads.reserve(n);

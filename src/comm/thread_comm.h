@@ -24,7 +24,7 @@
 #include "shardpoint/comm.h"
 #include "shardpoint/status.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_comm {
 
 enum class CollectiveOp : uint8_t { kAllGather, kGather, kBroadcast, kBarrier, kAllToAll };
 
@@ -88,4 +88,4 @@ class ThreadGroup {
 // rank from the group.
 std::vector<std::unique_ptr<Comm>> MakeThreadGroupComms(const std::shared_ptr<ThreadGroup>& group);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_comm

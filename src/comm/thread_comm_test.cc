@@ -14,7 +14,7 @@
 
 #include "shardpoint/comm.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_comm {
 namespace {
 
 // Runs fn on n rank threads and expects every rank to return OK.
@@ -193,4 +193,4 @@ TEST(ThreadComm, MismatchedRootsFail) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_comm

@@ -9,7 +9,14 @@
 #include "src/dcp/tensor_item.h"
 #include "src/dcp/torch_dist.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_format::ChunkRecord;
+using shardpoint::internal_format::DecodeManifest;
+using shardpoint::internal_format::EncodeManifest;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::ObjectRecord;
+using shardpoint::internal_format::TensorRecord;
+
+namespace shardpoint::internal_dcp {
 namespace {
 
 constexpr uint64_t kMaxMetadataBytes = uint64_t{1} << 30;
@@ -188,4 +195,4 @@ Result<Manifest> DecodeDcpManifest(std::string_view bytes, const std::string& di
   return m;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

@@ -17,7 +17,7 @@
 #include "src/dcp/metadata.h"
 #include "src/format/manifest.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 
 // A zip entry whose CRC-32 `verify` can check.
 struct DcpCheckedEntry {
@@ -32,7 +32,7 @@ struct DcpCheckedEntry {
 
 struct DcpIndex {
   DcpMetadata metadata;
-  Manifest m;                            // files are .distcp names relative to the dir
+  internal_format::Manifest m;           // files are .distcp names relative to the dir
   std::vector<DcpCheckedEntry> entries;  // the storage entry of every tensor chunk
 };
 
@@ -42,7 +42,7 @@ Result<bool> IsDcpDir(Storage* storage, const std::string& dir);
 Result<DcpIndex> ReadDcpIndex(Storage* storage, const std::string& dir);
 
 // The index as bytes for a broadcast (a manifest encoding) and back.
-std::string EncodeDcpManifest(const Manifest& m);
-Result<Manifest> DecodeDcpManifest(std::string_view bytes, const std::string& dir);
+std::string EncodeDcpManifest(const internal_format::Manifest& m);
+Result<internal_format::Manifest> DecodeDcpManifest(std::string_view bytes, const std::string& dir);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

@@ -6,7 +6,9 @@
 #include "src/base/limits.h"
 #include "src/dcp/pickle.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_base::kMaxRank;
+
+namespace shardpoint::internal_dcp {
 namespace {
 
 constexpr std::string_view kOld = "torch.distributed._shard.checkpoint.metadata";
@@ -279,4 +281,4 @@ Result<DcpMetadata> DecodeDcpMetadata(std::string_view bytes, const std::string&
   return md;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

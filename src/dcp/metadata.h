@@ -18,7 +18,7 @@
 #include "shardpoint/dtype.h"
 #include "shardpoint/status.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 
 inline constexpr char kDcpMetadataName[] = ".metadata";
 
@@ -53,4 +53,4 @@ Result<DType> DTypeFromTorchName(std::string_view full_name);
 // `what` names the file in errors.
 Result<DcpMetadata> DecodeDcpMetadata(std::string_view bytes, const std::string& what);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

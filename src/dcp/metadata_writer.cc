@@ -6,7 +6,7 @@
 #include "src/dcp/pickle_writer.h"
 #include "src/dcp/tensor_item_writer.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 namespace {
 
 constexpr std::string_view kMod = "torch.distributed._shard.checkpoint.metadata";
@@ -151,4 +151,4 @@ Result<std::string> EncodeDcpMetadata(const DcpMetadata& md) {
   return std::move(p).Finish();
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

@@ -11,10 +11,10 @@
 #include "shardpoint/status.h"
 #include "src/dcp/metadata.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 
 // FailedPrecondition for a dtype torch 1.13 lacks (naming the tensor);
 // InvalidArgument for storage entries that name no tensor chunk or byte item.
 Result<std::string> EncodeDcpMetadata(const DcpMetadata& md);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

@@ -15,7 +15,7 @@
 #include <cstring>
 #include <unordered_map>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 namespace {
 
 class Parser {
@@ -426,4 +426,4 @@ std::string Describe(const PickleTree& t, uint32_t v) {
   return "?";
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

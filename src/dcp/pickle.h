@@ -20,7 +20,7 @@
 
 #include "shardpoint/status.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 
 enum class PyKind : uint8_t {
   kNone,
@@ -71,4 +71,4 @@ uint32_t DictGet(const PickleTree& t, uint32_t dict, std::string_view key);
 // "module.name" of a kGlobal, or the kind for other values (for messages).
 std::string Describe(const PickleTree& t, uint32_t v);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

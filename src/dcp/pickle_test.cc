@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 namespace {
 
 bool AllowCollections(std::string_view module, std::string_view name) {
@@ -177,4 +177,4 @@ TEST(DcpPickleTest, StackGlobalOfNonStrings) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

@@ -1,6 +1,6 @@
 #include "src/dcp/pickle_writer.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 
 PickleWriter::PickleWriter() {
   U8(0x80);  // PROTO
@@ -64,4 +64,4 @@ std::string PickleWriter::Finish() && {
   return std::move(out_);
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

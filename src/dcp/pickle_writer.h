@@ -10,7 +10,7 @@
 
 #include "shardpoint/box.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 
 class PickleWriter {
  public:
@@ -43,4 +43,4 @@ class PickleWriter {
   std::string out_;
 };
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

@@ -5,7 +5,9 @@
 #include "src/base/limits.h"
 #include "src/dcp/pickle.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_base::kMaxRank;
+
+namespace shardpoint::internal_dcp {
 namespace {
 
 struct StorageType {
@@ -177,4 +179,4 @@ Result<TensorItemBytes> LocateTensorItem(uint64_t size, const ZipReadAt& read,
   return out;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

@@ -19,7 +19,7 @@
 #include "shardpoint/status.h"
 #include "src/dcp/zip.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 
 // What data.pkl says.
 struct TorchSavedTensor {
@@ -49,4 +49,4 @@ struct TensorItemBytes {
 Result<TensorItemBytes> LocateTensorItem(uint64_t size, const ZipReadAt& read,
                                          const std::string& what);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

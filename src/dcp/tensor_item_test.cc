@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 namespace {
 
 std::string Str(const std::string& s) {
@@ -114,4 +114,4 @@ TEST(DcpTensorItemTest, StorageIdOfAnotherShape) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

@@ -5,7 +5,7 @@
 #include "src/dcp/pickle_writer.h"
 #include "src/dcp/zip.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 namespace {
 
 struct TorchNames {
@@ -105,4 +105,4 @@ std::vector<std::pair<uint64_t, std::string>> TensorItemLayout::OtherBytes(
   return out;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

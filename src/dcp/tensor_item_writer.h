@@ -17,7 +17,7 @@
 #include "shardpoint/status.h"
 #include "src/dcp/zip_writer.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 
 // The typed storage class ("FloatStorage", ...) torch 1.13 saves `dtype`
 // with; FailedPrecondition for dtypes torch 1.13 has no storage for (U16,
@@ -48,4 +48,4 @@ class TensorItemLayout {
   std::vector<std::pair<size_t, std::string>> small_;  // entries written whole
 };
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

@@ -6,7 +6,7 @@
 #include "src/dcp/pickle.h"
 #include "src/dcp/zip.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -156,4 +156,4 @@ Result<std::optional<TorchDistInfo>> ReadTorchDist(Storage* storage, const std::
   return std::optional<TorchDistInfo>(std::move(info));
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

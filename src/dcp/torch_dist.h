@@ -18,7 +18,7 @@
 #include "shardpoint/status.h"
 #include "shardpoint/storage.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 
 inline constexpr char kTorchDistConfigName[] = "metadata.json";
 inline constexpr char kTorchDistCommonName[] = "common.pt";
@@ -40,4 +40,4 @@ Result<std::optional<TorchDistInfo>> ReadTorchDist(Storage* storage, const std::
 // common.pt (a torch.save archive) as JSON text. `what` names it in errors.
 Result<std::string> CommonPtToJson(std::string_view bytes, const std::string& what);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

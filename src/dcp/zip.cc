@@ -4,7 +4,7 @@
 #include <cstring>
 #include <set>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 namespace {
 
 constexpr uint32_t kEocdSig = 0x06054b50;
@@ -244,4 +244,4 @@ uint32_t Crc32Combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
   return MulModP(crc_a, power) ^ crc_b;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

@@ -20,7 +20,7 @@
 
 #include "shardpoint/status.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 
 struct ZipEntry {
   std::string name;
@@ -46,4 +46,4 @@ uint32_t Crc32(uint32_t crc, const char* data, size_t n);
 // checksummed in parallel give the checksum of the whole).
 uint32_t Crc32Combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

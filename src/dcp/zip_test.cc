@@ -7,7 +7,7 @@
 
 #include <cstring>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 namespace {
 
 struct Ent {
@@ -241,4 +241,4 @@ TEST(DcpZipTest, BadCentralHeaderSignature) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

@@ -1,6 +1,6 @@
 #include "src/dcp/zip_writer.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 namespace {
 
 constexpr uint64_t kLocalSize = 30, kCentralSize = 46;
@@ -141,4 +141,4 @@ std::string ZipLayout::Tail() const {
   return t;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

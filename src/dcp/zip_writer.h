@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_dcp {
 
 class ZipLayout {
  public:
@@ -43,4 +43,4 @@ class ZipLayout {
   uint64_t end_ = 0;  // where the next local header goes
 };
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_dcp

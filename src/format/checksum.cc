@@ -2,7 +2,7 @@
 
 #include <xxhash.h>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_format {
 
 uint64_t Checksum64(const void* data, size_t n) { return XXH3_64bits(data, n); }
 
@@ -35,4 +35,4 @@ uint64_t ChecksumState::Digest() const {
   return XXH3_64bits_digest(impl_->state);
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_format

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <memory>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_format {
 
 uint64_t Checksum64(const void* data, size_t n);
 
@@ -26,4 +26,4 @@ class ChecksumState {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_format

@@ -5,7 +5,7 @@
 #include <random>
 #include <string>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_format {
 namespace {
 
 TEST(Checksum, KnownValues) {
@@ -57,4 +57,4 @@ TEST(Checksum, ResetAndMove) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_format

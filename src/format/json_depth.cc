@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_format {
 
 int JsonMaxDepth(std::string_view json) {
   int depth = 0, max_depth = 0;
@@ -27,4 +27,4 @@ int JsonMaxDepth(std::string_view json) {
   return max_depth;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_format

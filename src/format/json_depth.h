@@ -6,11 +6,11 @@
 
 #include <string_view>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_format {
 
 // The deepest nesting of objects and arrays outside strings (escapes inside
 // strings understood); one pass, no allocation. Not a validator: unbalanced
 // brackets just give a depth.
 int JsonMaxDepth(std::string_view json);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_format

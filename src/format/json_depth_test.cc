@@ -4,7 +4,7 @@
 
 #include <string>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_format {
 namespace {
 
 TEST(JsonDepth, CountsObjectsAndArrays) {
@@ -24,4 +24,4 @@ TEST(JsonDepth, DeepNestingIsMeasuredWithoutParsing) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_format

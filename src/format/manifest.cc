@@ -12,7 +12,14 @@
 #include "src/base/hex.h"
 #include "src/format/checksum.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_base::ByteReader;
+using shardpoint::internal_base::ByteWriter;
+using shardpoint::internal_base::CheckedAdd;
+using shardpoint::internal_base::CheckedMul;
+using shardpoint::internal_base::Hex16;
+using shardpoint::internal_base::kMaxRank;
+
+namespace shardpoint::internal_format {
 namespace {
 
 constexpr char kMagic[8] = {'S', 'H', 'R', 'D', 'P', 'N', 'T', '\0'};
@@ -383,4 +390,4 @@ Result<Manifest> DecodeManifest(std::string_view bytes, const std::string& name)
   return m;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_format

@@ -16,7 +16,7 @@
 #include "shardpoint/dtype.h"
 #include "shardpoint/status.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_format {
 
 inline constexpr uint32_t kFormatVersion = 2;
 // Block size of the block checksums a save writes (docs/format.md says why).
@@ -92,4 +92,4 @@ std::string ManifestToJson(const Manifest& m, int indent = 2);
 // included, can decode it). InvalidArgument saying what is wrong and where.
 Status CheckMetadataJson(const std::string& text);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_format

@@ -8,7 +8,9 @@
 #include "src/format/json_depth.h"
 #include "src/format/manifest.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_base::Hex16;
+
+namespace shardpoint::internal_format {
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -104,4 +106,4 @@ Status CheckMetadataJson(const std::string& text) {
   return OkStatus();
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_format

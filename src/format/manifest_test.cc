@@ -9,7 +9,7 @@
 
 #include "src/format/checksum.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_format {
 namespace {
 
 const std::string kName = "/ckpt/step_10/manifest";
@@ -552,4 +552,4 @@ TEST(Manifest, MillionChunks) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_format

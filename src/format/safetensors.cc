@@ -8,7 +8,9 @@
 #include "src/base/checked.h"
 #include "src/format/json_depth.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_base::CheckedMul;
+
+namespace shardpoint::internal_format {
 namespace {
 
 using Json = nlohmann::json;
@@ -341,4 +343,4 @@ uint64_t AssignSafetensorsOffsets(std::vector<SafetensorsEntry>* entries) {
   return pos;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_format

@@ -19,7 +19,7 @@
 #include "shardpoint/status.h"
 #include "shardpoint/storage.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_format {
 
 inline constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;  // 100 MB, as safetensors
 
@@ -74,4 +74,4 @@ Result<SafetensorsHeader> ReadSafetensorsHeader(const ReadableFile& file, const 
 // REQUIRES: shapes whose byte sizes do not overflow.
 uint64_t AssignSafetensorsOffsets(std::vector<SafetensorsEntry>* entries);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_format

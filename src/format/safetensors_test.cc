@@ -4,7 +4,7 @@
 
 #include <random>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_format {
 namespace {
 
 const std::string kFile = "data/0.safetensors";
@@ -299,4 +299,4 @@ TEST(Safetensors, FuzzMutationsNeverCrash) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_format

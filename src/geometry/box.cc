@@ -4,10 +4,13 @@
 
 #include "src/base/checked.h"
 
+using shardpoint::internal_base::CheckedAdd;
+using shardpoint::internal_base::CheckedMul;
+
 namespace shardpoint {
 
-using internal::CheckedAdd;
-using internal::CheckedMul;
+using internal_base::CheckedAdd;
+using internal_base::CheckedMul;
 
 int64_t Box::num_elements() const {
   int64_t n = 1;

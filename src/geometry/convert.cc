@@ -19,7 +19,7 @@
 #include <limits>
 #include <utility>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_geometry {
 namespace {
 
 using Int = __int128;
@@ -286,4 +286,4 @@ void ConvertElements(DType from, const void* src, DType to, void* dst, int64_t n
       static_cast<const char*>(src), static_cast<char*>(dst), n);
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_geometry

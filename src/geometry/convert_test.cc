@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_geometry {
 namespace {
 
 // One element from -> to, by value.
@@ -256,4 +256,4 @@ TEST(ConvertTest, AllPairsConsistentViaF64) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_geometry

@@ -10,7 +10,7 @@
 
 #include <algorithm>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_geometry {
 namespace {
 
 // Appends the boxes of [begin, end) within the trailing dims shape[dim..],
@@ -96,4 +96,4 @@ std::vector<Box> FlatRangeToBoxes(const Shape& shape, int64_t begin, int64_t end
   return out;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_geometry

@@ -6,7 +6,7 @@
 
 #include "shardpoint/box.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_geometry {
 
 // Row-major element strides of `shape` (last dim stride 1).
 Shape RowMajorStrides(const Shape& shape);
@@ -20,4 +20,4 @@ Shape UnravelIndex(const Shape& shape, int64_t linear);
 // Empty range -> no boxes. REQUIRES: 0 <= begin <= end <= num_elements(shape).
 std::vector<Box> FlatRangeToBoxes(const Shape& shape, int64_t begin, int64_t end);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_geometry

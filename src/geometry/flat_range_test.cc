@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_geometry {
 namespace {
 
 TEST(RowMajorTest, StridesIndexUnravel) {
@@ -80,4 +80,4 @@ TEST(FlatRangeToBoxesTest, RandomizedExactCover) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_geometry

@@ -13,7 +13,7 @@
 #include <array>
 #include <cstdint>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_geometry {
 
 struct GqaRun {
   int part = 0;         // 0 q, 1 k, 2 v
@@ -38,4 +38,4 @@ inline std::array<int64_t, 3> GqaPartRows(int64_t heads, int64_t groups, int64_t
   return {heads * head_dim, groups * head_dim, groups * head_dim};
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_geometry

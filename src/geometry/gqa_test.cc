@@ -4,7 +4,7 @@
 
 #include <vector>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_geometry {
 namespace {
 
 // 4 query heads in 2 groups, head_dim 3: fused rows q0 q1 k0 v0 q2 q3 k1 v1.
@@ -57,4 +57,4 @@ TEST(GqaTest, RunsTileFusedAndParts) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_geometry

@@ -33,15 +33,15 @@ Status ValidateSegment(const Segment& s, const Shape& local_shape) {
     return InvalidArgumentError("segment with global box " + s.global_box.ToString() +
                                 " has an empty key");
   }
-  if (s.key.size() > internal::kMaxStrBytes) {
+  if (s.key.size() > internal_base::kMaxStrBytes) {
     return InvalidArgumentError("segment key of " + std::to_string(s.key.size()) +
                                 " bytes exceeds the format's " +
-                                std::to_string(internal::kMaxStrBytes));
+                                std::to_string(internal_base::kMaxStrBytes));
   }
-  if (s.global_shape.size() > internal::kMaxRank) {
+  if (s.global_shape.size() > internal_base::kMaxRank) {
     return InvalidArgumentError("segment '" + s.key + "' global shape has rank " +
                                 std::to_string(s.global_shape.size()) + ", more than " +
-                                std::to_string(internal::kMaxRank));
+                                std::to_string(internal_base::kMaxRank));
   }
   if (Result<int64_t> n = CheckedNumElements(s.global_shape); !n.ok()) {
     return n.status().WithContext("segment '" + s.key + "' global shape");
@@ -137,8 +137,8 @@ Status ValidateLocalTensor(const LocalTensor& t) {
     for (size_t d = 0; d < t.shape.size(); ++d) {
       std::optional<int64_t> end = last;
       if (t.shape[d] > 0) {
-        std::optional<int64_t> step = internal::CheckedMul(t.shape[d] - 1, t.strides[d]);
-        end = step ? internal::CheckedAdd(last, *step) : std::nullopt;
+        std::optional<int64_t> step = internal_base::CheckedMul(t.shape[d] - 1, t.strides[d]);
+        end = step ? internal_base::CheckedAdd(last, *step) : std::nullopt;
       }
       if (t.strides[d] < 0 || !end) {
         return InvalidArgumentError("local tensor strides " + ShapeToString(t.strides) +

@@ -15,7 +15,7 @@
 #include <cstring>
 #include <vector>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_geometry {
 namespace {
 
 // Dims after simplification. Stack storage for ordinary ranks; a heap
@@ -208,4 +208,4 @@ void StridedCopy(const View& dst, const View& src) {
   }
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_geometry

@@ -6,7 +6,7 @@
 
 #include "shardpoint/box.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_geometry {
 
 // A strided view: `shape` elements of `elem_size` bytes at `data`, with byte
 // strides per dim. Non-owning. A 0-d view is one element.
@@ -31,4 +31,4 @@ View ContiguousView(void* data, size_t elem_size, const Shape& shape);
 // merged and the innermost contiguous run is copied with memcpy.
 void StridedCopy(const View& dst, const View& src);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_geometry

@@ -2,7 +2,7 @@
 
 #include "src/geometry/flat_range.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_geometry {
 namespace {
 
 // The flat range [begin, end) of `v` as at most 2*ndim-1 sub-views, each
@@ -35,4 +35,4 @@ void ScatterFlatRange(const View& dst, int64_t begin, int64_t end, const char* s
   });
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_geometry

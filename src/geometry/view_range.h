@@ -6,7 +6,7 @@
 
 #include "src/geometry/view.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_geometry {
 
 // Copies elements [begin, end) of `src` (row-major order over src.shape) to
 // contiguous `dst`.
@@ -14,4 +14,4 @@ void GatherFlatRange(char* dst, const View& src, int64_t begin, int64_t end);
 // Copies contiguous `src` into elements [begin, end) of `dst` (row-major).
 void ScatterFlatRange(const View& dst, int64_t begin, int64_t end, const char* src);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_geometry

@@ -10,7 +10,7 @@
 
 #include "src/geometry/flat_range.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_geometry {
 namespace {
 
 // The reference: one element at a time, by multi-index.
@@ -180,4 +180,4 @@ TEST(StridedCopyTest, ManyDims) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_geometry

@@ -9,9 +9,16 @@
 #include "src/hf/source.h"
 #include "src/io/thread_pool.h"
 
-namespace shardpoint {
+using shardpoint::internal_checkpoint::DataFiles;
+using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_geometry::ConvertElements;
+using shardpoint::internal_hf::MappedSource;
+using shardpoint::internal_hf::OpenSource;
+using shardpoint::internal_hf::ReadBoxRange;
+using shardpoint::internal_io::ParallelFor;
+using shardpoint::internal_io::ThreadPool;
 
-using namespace internal;
+namespace shardpoint {
 
 bool DiffReport::equal() const {
   for (const DiffEntry& e : entries) {

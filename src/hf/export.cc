@@ -7,9 +7,29 @@
 #include "src/hf/hf_files.h"
 #include "src/hf/stream.h"
 
-namespace shardpoint {
+using shardpoint::internal_checkpoint::JoinPath;
+using shardpoint::internal_format::SafetensorsEntry;
+using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_hf::HfFilePlan;
+using shardpoint::internal_hf::HfMeta;
+using shardpoint::internal_hf::HfModelPlan;
+using shardpoint::internal_hf::HfPiece;
+using shardpoint::internal_hf::IsFloatDType;
+using shardpoint::internal_hf::kHfIndexName;
+using shardpoint::internal_hf::MapKeysToHf;
+using shardpoint::internal_hf::MappedKey;
+using shardpoint::internal_hf::MappedSource;
+using shardpoint::internal_hf::NaturalLess;
+using shardpoint::internal_hf::OpenSource;
+using shardpoint::internal_hf::OutPiece;
+using shardpoint::internal_hf::OutTensor;
+using shardpoint::internal_hf::PlanHfModel;
+using shardpoint::internal_hf::ResolveVars;
+using shardpoint::internal_hf::StreamOptions;
+using shardpoint::internal_hf::StreamTensors;
+using shardpoint::internal_hf::Vars;
 
-using namespace internal;
+namespace shardpoint {
 
 Result<ExportHfStats> ExportHf(const std::string& ckpt_dir, const std::string& out_dir,
                                const HfMapping& mapping, const ExportHfOptions& options) {

@@ -8,7 +8,15 @@
 #include "src/checkpoint/commit.h"
 #include "src/format/safetensors.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_base::ByteReader;
+using shardpoint::internal_base::ByteWriter;
+using shardpoint::internal_checkpoint::JoinPath;
+using shardpoint::internal_format::DecodeSafetensorsHeader;
+using shardpoint::internal_format::DecodeSafetensorsHeaderLength;
+using shardpoint::internal_format::SafetensorsEntry;
+using shardpoint::internal_format::SafetensorsHeader;
+
+namespace shardpoint::internal_hf {
 namespace {
 
 using Json = nlohmann::json;
@@ -153,4 +161,4 @@ Result<bool> IsHfDir(Storage* storage, const std::string& dir) {
   return false;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_hf

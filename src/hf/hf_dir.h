@@ -13,7 +13,7 @@
 #include "shardpoint/storage.h"
 #include "src/hf/mapping.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_hf {
 
 inline constexpr char kHfIndexName[] = "model.safetensors.index.json";
 inline constexpr char kHfSingleName[] = "model.safetensors";
@@ -38,4 +38,4 @@ Result<HfDirIndex> ScanHfDir(Storage* storage, const std::string& dir);
 // True if `dir` holds *.safetensors files (and no shardpoint manifest).
 Result<bool> IsHfDir(Storage* storage, const std::string& dir);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_hf

@@ -6,7 +6,19 @@
 #include "src/checkpoint/commit.h"
 #include "src/hf/hf_dir.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_checkpoint::JoinPath;
+using shardpoint::internal_format::AssignSafetensorsOffsets;
+using shardpoint::internal_format::EncodeSafetensorsHeader;
+using shardpoint::internal_format::SafetensorsEntry;
+using shardpoint::internal_hf::HfFilePlan;
+using shardpoint::internal_hf::HfMeta;
+using shardpoint::internal_hf::HfModelPlan;
+using shardpoint::internal_hf::kHfIndexName;
+using shardpoint::internal_hf::kHfSingleName;
+using shardpoint::internal_hf::NaturalLess;
+using shardpoint::internal_hf::PlanHfModel;
+
+namespace shardpoint::internal_hf {
 
 HfModelPlan PlanHfModel(const std::vector<HfMeta>& tensors, uint64_t max_shard_size,
                         const std::map<std::string, std::string>& metadata) {
@@ -49,11 +61,9 @@ HfModelPlan PlanHfModel(const std::vector<HfMeta>& tensors, uint64_t max_shard_s
   return plan;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_hf
 
 namespace shardpoint {
-
-using namespace internal;
 
 Status WriteHfModel(const std::string& dir, const std::vector<HfTensor>& tensors,
                     const HfWriteOptions& options) {

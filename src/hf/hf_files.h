@@ -11,12 +11,12 @@
 #include "src/format/safetensors.h"
 #include "src/hf/mapping.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_hf {
 
 struct HfFilePlan {
-  std::string name;                       // "model-00001-of-00003.safetensors"
-  std::vector<SafetensorsEntry> entries;  // offsets relative to the data region
-  std::string header;                     // 8-byte length + JSON (8-byte aligned)
+  std::string name;                                        // "model-00001-of-00003.safetensors"
+  std::vector<internal_format::SafetensorsEntry> entries;  // offsets relative to the data region
+  std::string header;                                      // 8-byte length + JSON (8-byte aligned)
   uint64_t data_bytes = 0;
 };
 
@@ -30,4 +30,4 @@ struct HfModelPlan {
 HfModelPlan PlanHfModel(const std::vector<HfMeta>& tensors, uint64_t max_shard_size,
                         const std::map<std::string, std::string>& metadata);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_hf

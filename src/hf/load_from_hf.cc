@@ -13,9 +13,17 @@
 #include "src/checkpoint/load_source.h"
 #include "src/hf/source.h"
 
-namespace shardpoint {
+using shardpoint::internal_base::Guarded;
+using shardpoint::internal_checkpoint::LoadFromSource;
+using shardpoint::internal_hf::DecodeHfHeaders;
+using shardpoint::internal_hf::HfDirIndex;
+using shardpoint::internal_hf::MappedKey;
+using shardpoint::internal_hf::MappedSource;
+using shardpoint::internal_hf::ReadHfHeaders;
+using shardpoint::internal_hf::ScanHfDir;
+using shardpoint::internal_hf::SourceFromHfIndex;
 
-using namespace internal;
+namespace shardpoint {
 
 namespace {
 

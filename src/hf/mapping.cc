@@ -7,7 +7,11 @@
 
 #include "src/geometry/gqa.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_geometry::GqaGroupRuns;
+using shardpoint::internal_geometry::GqaPartRows;
+using shardpoint::internal_geometry::GqaRun;
+
+namespace shardpoint::internal_hf {
 namespace {
 
 bool IsDecimal(const std::string& s) {
@@ -366,4 +370,4 @@ Result<std::vector<MappedKey>> MapKeysToHf(const HfMapping& mapping,
   return out;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_hf

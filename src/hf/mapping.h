@@ -15,7 +15,7 @@
 #include "shardpoint/hf.h"
 #include "src/hf/pattern.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_hf {
 
 using Vars = std::map<std::string, int64_t>;
 
@@ -84,4 +84,4 @@ Result<std::vector<MappedKey>> MapKeysToHf(const HfMapping& mapping,
 // "a.2.b" < "a.10.b": digit runs compare as numbers.
 bool NaturalLess(const std::string& a, const std::string& b);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_hf

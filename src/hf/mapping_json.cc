@@ -141,7 +141,7 @@ Result<HfMapping> ParseHfMapping(std::string_view text, const std::string& sourc
       return InvalidArgumentError(where + "unknown field or wrong type: \"" + k + "\"");
     }
   }
-  Result<std::vector<internal::CompiledRule>> compiled = internal::CompileMapping(m);
+  Result<std::vector<internal_hf::CompiledRule>> compiled = internal_hf::CompileMapping(m);
   if (!compiled.ok()) return InvalidArgumentError(where + compiled.status().message());
   return m;
 }
@@ -152,7 +152,7 @@ Result<HfMapping> ReadHfMapping(const std::string& path, Storage* storage) {
   return ParseHfMapping(text, path);
 }
 
-namespace internal {
+namespace internal_hf {
 
 std::optional<HfFuse> ParseHfFuse(std::string_view s) {
   if (s == "concat") return HfFuse::kConcat;
@@ -245,5 +245,5 @@ Result<Vars> ResolveVars(const HfMapping& mapping, const std::string& config_jso
   return v;
 }
 
-}  // namespace internal
+}  // namespace internal_hf
 }  // namespace shardpoint

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_hf {
 
 Result<NamePattern> NamePattern::Parse(std::string_view text) {
   NamePattern p;
@@ -82,4 +82,4 @@ std::vector<std::string> NamePattern::Vars() const {
   return v;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_hf

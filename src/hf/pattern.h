@@ -11,7 +11,7 @@
 
 #include "shardpoint/status.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_hf {
 
 using Bindings = std::map<std::string, int64_t>;
 
@@ -39,4 +39,4 @@ class NamePattern {
   std::vector<Token> tokens_;
 };
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_hf

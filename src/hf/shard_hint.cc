@@ -17,34 +17,34 @@ Result<LocalTensor> HfShard(const HfKeyInfo& info, DType dtype, void* data, cons
     }
     return OkStatus();
   };
-  const std::optional<internal::HfSplit> split = internal::ParseHfSplit(h);
+  const std::optional<internal_hf::HfSplit> split = internal_hf::ParseHfSplit(h);
   if (!split) {
     return InvalidArgumentError("key '" + info.key + "': unknown split hint '" + h + "'");
   }
   ExpertParallel ep{static_cast<int>(s.empty() ? 0 : s[0]), p.ep_rank, p.ep_size};
   switch (*split) {
-    case internal::HfSplit::kReplicated:
+    case internal_hf::HfSplit::kReplicated:
       return WholeTensor(info.key, dtype, data, s);
-    case internal::HfSplit::kColumn:
-    case internal::HfSplit::kVocab:
-    case internal::HfSplit::kGqa:
+    case internal_hf::HfSplit::kColumn:
+    case internal_hf::HfSplit::kVocab:
+    case internal_hf::HfSplit::kGqa:
       SP_RETURN_IF_ERROR(need_rank(1));
       return ColumnParallel(info.key, dtype, data, s, p.tp_rank, p.tp_size);
-    case internal::HfSplit::kRow:
+    case internal_hf::HfSplit::kRow:
       if (s.size() < 2) return WholeTensor(info.key, dtype, data, s);  // a row-parallel bias
       return RowParallel(info.key, dtype, data, s, p.tp_rank, p.tp_size);
-    case internal::HfSplit::kSwiglu:
+    case internal_hf::HfSplit::kSwiglu:
       SP_RETURN_IF_ERROR(need_rank(1));
       return SwiGluFc1(info.key, info.key, dtype, data, s[0] / 2, Shape(s.begin() + 1, s.end()),
                        p.tp_rank, p.tp_size);
-    case internal::HfSplit::kExpertsSwiglu:
+    case internal_hf::HfSplit::kExpertsSwiglu:
       SP_RETURN_IF_ERROR(need_rank(3));
       return FusedGateUpExperts(info.key, dtype, data, s[1] / 2, s[2], ep, p.tp_rank, p.tp_size);
-    case internal::HfSplit::kExpertsRow:
-    case internal::HfSplit::kExpertsColumn:
+    case internal_hf::HfSplit::kExpertsRow:
+    case internal_hf::HfSplit::kExpertsColumn:
       SP_RETURN_IF_ERROR(need_rank(3));
       return StackedExperts(info.key, dtype, data, Shape(s.begin() + 1, s.end()),
-                            *split == internal::HfSplit::kExpertsRow ? 1 : 0, ep, p.tp_rank,
+                            *split == internal_hf::HfSplit::kExpertsRow ? 1 : 0, ep, p.tp_rank,
                             p.tp_size);
   }
   return InvalidArgumentError("key '" + info.key + "': unknown split hint '" + h + "'");

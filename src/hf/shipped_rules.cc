@@ -7,16 +7,17 @@ namespace shardpoint {
 
 std::vector<std::string> ShippedHfMappingNames() {
   std::vector<std::string> names;
-  for (size_t i = 0; i < internal::kNumShippedRules; ++i) {
-    names.push_back(internal::kShippedRules[i].name);
+  for (size_t i = 0; i < internal_hf::kNumShippedRules; ++i) {
+    names.push_back(internal_hf::kShippedRules[i].name);
   }
   return names;
 }
 
 Result<HfMapping> ShippedHfMapping(const std::string& name) {
-  for (size_t i = 0; i < internal::kNumShippedRules; ++i) {
-    if (name == internal::kShippedRules[i].name) {
-      return ParseHfMapping(internal::kShippedRules[i].json, "rules/" + name + ".json (built in)");
+  for (size_t i = 0; i < internal_hf::kNumShippedRules; ++i) {
+    if (name == internal_hf::kShippedRules[i].name) {
+      return ParseHfMapping(internal_hf::kShippedRules[i].json,
+                            "rules/" + name + ".json (built in)");
     }
   }
   std::string known;

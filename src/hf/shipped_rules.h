@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_hf {
 
 struct ShippedRules {
   const char* name;  // the file name without .json
@@ -14,4 +14,4 @@ struct ShippedRules {
 extern const ShippedRules kShippedRules[];
 extern const size_t kNumShippedRules;
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_hf

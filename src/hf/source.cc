@@ -8,7 +8,23 @@
 #include "src/plan/load_plan.h"
 #include "src/plan/regions.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_checkpoint::DataFiles;
+using shardpoint::internal_checkpoint::ExecuteLoadPlan;
+using shardpoint::internal_checkpoint::ReadManifest;
+using shardpoint::internal_checkpoint::ReadOptions;
+using shardpoint::internal_checkpoint::ReadStats;
+using shardpoint::internal_dcp::DcpIndex;
+using shardpoint::internal_dcp::IsDcpDir;
+using shardpoint::internal_dcp::ReadDcpIndex;
+using shardpoint::internal_format::ChunkRecord;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_plan::BuildRegions;
+using shardpoint::internal_plan::LoadPlan;
+using shardpoint::internal_plan::PlanLoad;
+using shardpoint::internal_plan::Region;
+
+namespace shardpoint::internal_hf {
 
 Manifest BuildHfManifest(const HfDirIndex& idx, const std::vector<MappedKey>& mapped) {
   Manifest m;
@@ -115,4 +131,4 @@ Status ReadBoxRange(const MappedSource& src, DataFiles* files, const std::string
                          &stats);
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_hf

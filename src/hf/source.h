@@ -16,18 +16,19 @@
 #include "src/hf/mapping.h"
 #include "src/source/source.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_hf {
 
 // A Source (src/source/source.h: the index the load pipeline reads) plus
 // what the HF tools need beside it.
-struct MappedSource : Source {
+struct MappedSource : internal_source::Source {
   bool hf = false;
   std::vector<MappedKey> mapped;  // hf only, parallel to index.tensors
   std::string config_json;        // HF config.json, or the one kept in a checkpoint's metadata
 };
 
 // The manifest of an HF model under `mapped` (pure).
-Manifest BuildHfManifest(const HfDirIndex& idx, const std::vector<MappedKey>& mapped);
+internal_format::Manifest BuildHfManifest(const HfDirIndex& idx,
+                                          const std::vector<MappedKey>& mapped);
 
 // Opens `dir` as any kind (DCP if it holds `.metadata`, HF if IsHfDir).
 // Variables: see ResolveVars.
@@ -40,10 +41,11 @@ Result<MappedSource> SourceFromHfIndex(HfDirIndex idx, const std::string& dir,
 // Reads the row-major elements [begin, end) of box `box` of tensor `key` into
 // contiguous `dst` as `dtype` (converting). Checksums are verified for stored
 // chunks read whole (shardpoint sources only).
-Status ReadBoxRange(const MappedSource& src, DataFiles* files, const std::string& key,
-                    const Box& box, int64_t begin, int64_t end, DType dtype, char* dst);
+Status ReadBoxRange(const MappedSource& src, internal_checkpoint::DataFiles* files,
+                    const std::string& key, const Box& box, int64_t begin, int64_t end, DType dtype,
+                    char* dst);
 
 // The "hf": {"config": ...} object of a checkpoint's metadata, as JSON text.
 std::string ConfigFromMetadata(const std::string& metadata_json);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_hf

@@ -8,7 +8,14 @@
 #include "src/format/checksum.h"
 #include "src/io/thread_pool.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_checkpoint::DataFiles;
+using shardpoint::internal_dcp::Crc32;
+using shardpoint::internal_dcp::Crc32Combine;
+using shardpoint::internal_format::Checksum64;
+using shardpoint::internal_io::ParallelFor;
+using shardpoint::internal_io::ThreadPool;
+
+namespace shardpoint::internal_hf {
 namespace {
 
 struct Unit {
@@ -101,4 +108,4 @@ Status StreamTensors(const MappedSource& src, Storage* storage,
   return OkStatus();
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_hf

@@ -10,7 +10,7 @@
 #include "shardpoint/hf.h"
 #include "src/hf/source.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_hf {
 
 // F16, BF16, F32, F64 and the F8 types (what --dtype converts).
 bool IsFloatDType(DType d);
@@ -48,4 +48,4 @@ Status StreamTensors(const MappedSource& src, Storage* storage,
                      const std::vector<WritableFile*>& files, const std::vector<OutTensor>& tensors,
                      const StreamOptions& options, std::vector<uint64_t>* checksums);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_hf

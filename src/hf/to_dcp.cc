@@ -16,9 +16,25 @@
 #include "src/format/checksum.h"
 #include "src/hf/stream.h"
 
-namespace shardpoint {
+using shardpoint::internal_checkpoint::DataFiles;
+using shardpoint::internal_checkpoint::JoinPath;
+using shardpoint::internal_dcp::DcpMetadata;
+using shardpoint::internal_dcp::DcpTensorMeta;
+using shardpoint::internal_dcp::EncodeDcpMetadata;
+using shardpoint::internal_dcp::kDcpMetadataName;
+using shardpoint::internal_dcp::TensorItemLayout;
+using shardpoint::internal_format::Checksum64;
+using shardpoint::internal_format::ChunkRecord;
+using shardpoint::internal_format::ObjectRecord;
+using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_hf::IsFloatDType;
+using shardpoint::internal_hf::MappedSource;
+using shardpoint::internal_hf::OpenSource;
+using shardpoint::internal_hf::OutTensor;
+using shardpoint::internal_hf::StreamOptions;
+using shardpoint::internal_hf::StreamTensors;
 
-using namespace internal;
+namespace shardpoint {
 
 namespace {
 

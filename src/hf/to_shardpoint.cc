@@ -11,9 +11,25 @@
 #include "src/hf/stream.h"
 #include "src/plan/save_plan.h"
 
-namespace shardpoint {
+using shardpoint::internal_checkpoint::CommitCheckpoint;
+using shardpoint::internal_checkpoint::JoinPath;
+using shardpoint::internal_checkpoint::PrepareDirectory;
+using shardpoint::internal_format::AssignSafetensorsOffsets;
+using shardpoint::internal_format::ChunkRecord;
+using shardpoint::internal_format::EncodeDataFileHeader;
+using shardpoint::internal_format::kDataDir;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::SafetensorsEntry;
+using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_hf::IsFloatDType;
+using shardpoint::internal_hf::MappedSource;
+using shardpoint::internal_hf::OpenSource;
+using shardpoint::internal_hf::OutTensor;
+using shardpoint::internal_hf::StreamOptions;
+using shardpoint::internal_hf::StreamTensors;
+using shardpoint::internal_plan::ChunkEntryName;
 
-using namespace internal;
+namespace shardpoint {
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include <new>
 #include <utility>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_io {
 
 AlignedBuffer::AlignedBuffer(size_t size, size_t alignment) {
   if (size == 0) return;  // no allocation: data() stays null
@@ -30,4 +30,4 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
   return *this;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_io

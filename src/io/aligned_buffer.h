@@ -3,7 +3,7 @@
 
 #include <cstddef>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_io {
 
 inline constexpr size_t kDirectIoAlignment = 4096;
 
@@ -26,4 +26,4 @@ class AlignedBuffer {
   size_t size_ = 0;
 };
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_io

@@ -5,7 +5,7 @@
 
 #include "gtest/gtest.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_io {
 namespace {
 
 TEST(AlignedBufferTest, SizeIsRoundedUpAndDataAligned) {
@@ -41,4 +41,4 @@ TEST(AlignedBufferTest, MoveTransfersOwnership) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_io

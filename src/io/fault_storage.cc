@@ -2,7 +2,7 @@
 
 #include <utility>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_io {
 namespace {
 
 std::string Range(uint64_t offset, uint64_t n) {
@@ -110,4 +110,4 @@ Result<bool> FaultStorage::Exchange(const std::string& a, const std::string& b) 
   return StorageWrapper::Exchange(a, b);
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_io

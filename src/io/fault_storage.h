@@ -9,7 +9,7 @@
 
 #include "shardpoint/storage.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_io {
 
 // Wraps `base` (not owned; must outlive this). Counts calls and fails chosen
 // ones with IOError (message contains "injected"), as a disk would; every
@@ -54,4 +54,4 @@ class FaultStorage : public StorageWrapper {
   std::string fail_rename_suffix_;  // guarded by mu_
 };
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_io

@@ -3,7 +3,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_io {
 namespace {
 
 class FaultStorageTest : public ::testing::Test {
@@ -90,4 +90,4 @@ TEST_F(FaultStorageTest, ForwardsEverythingElse) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_io

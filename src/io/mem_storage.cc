@@ -10,7 +10,7 @@
 #include <utility>
 
 namespace shardpoint {
-namespace internal {
+namespace internal_io {
 
 // A file or a directory. Directory entries are guarded by MemStorage::mu_;
 // file bytes by the node's own mutex, so that file objects, which may outlive
@@ -396,8 +396,8 @@ Status MemStorage::UnlockFile(std::unique_ptr<FileLock> lock) {
   return s;
 }
 
-}  // namespace internal
+}  // namespace internal_io
 
-std::unique_ptr<Storage> NewMemStorage() { return std::make_unique<internal::MemStorage>(); }
+std::unique_ptr<Storage> NewMemStorage() { return std::make_unique<internal_io::MemStorage>(); }
 
 }  // namespace shardpoint

@@ -24,7 +24,7 @@
 
 #include "shardpoint/storage.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_io {
 
 struct MemNode;
 struct MemLockTable;
@@ -61,4 +61,4 @@ class MemStorage : public Storage {
   const std::shared_ptr<MemLockTable> locks_;  // shared with the FileLocks
 };
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_io

@@ -5,7 +5,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_io {
 namespace {
 
 class MemStorageTest : public ::testing::Test {
@@ -151,4 +151,4 @@ TEST(NewMemStorageTest, ReturnsAnEmptyStore) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_io

@@ -14,8 +14,8 @@
 namespace shardpoint {
 namespace {
 
-using internal::AlignedBuffer;
-using internal::kDirectIoAlignment;
+using internal_io::AlignedBuffer;
+using internal_io::kDirectIoAlignment;
 
 class PosixDirectTest : public ::testing::TestWithParam<std::string> {
  protected:

@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_io {
 
 Result<StagingMemory> StagingMemory::Map(size_t size, bool huge_pages, bool prefault) {
   StagingMemory m;
@@ -71,4 +71,4 @@ StagingMemory& StagingMemory::operator=(StagingMemory&& other) noexcept {
   return *this;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_io

@@ -8,7 +8,7 @@
 
 #include "shardpoint/status.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_io {
 
 inline constexpr size_t kHugePageSize = size_t{2} << 20;
 
@@ -36,4 +36,4 @@ class StagingMemory {
   bool huge_pages_ = false;
 };
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_io

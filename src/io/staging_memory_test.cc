@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_io {
 namespace {
 
 // How many of the pages of `m` are resident (mincore).
@@ -71,4 +71,4 @@ TEST(StagingMemoryTest, MoveTransfersTheMapping) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_io

@@ -9,7 +9,9 @@
 
 #include "src/base/guard.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_base::StatusFromCurrentException;
+
+namespace shardpoint::internal_io {
 
 ThreadPool::ThreadPool(int num_threads) {
   threads_.reserve(num_threads);
@@ -133,4 +135,4 @@ Status ParallelFor(ThreadPool* pool, int64_t n, const std::function<Status(int64
   return state->error;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_io

@@ -11,7 +11,7 @@
 
 #include "shardpoint/status.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_io {
 
 class ThreadPool {
  public:
@@ -38,4 +38,4 @@ class ThreadPool {
 // exception thrown by fn(i) is that index's error (StatusFromCurrentException).
 Status ParallelFor(ThreadPool* pool, int64_t n, const std::function<Status(int64_t)>& fn);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_io

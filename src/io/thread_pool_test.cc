@@ -7,7 +7,7 @@
 
 #include "gtest/gtest.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_io {
 namespace {
 
 TEST(ThreadPoolTest, SubmitReturnsTheStatus) {
@@ -112,4 +112,4 @@ TEST(ParallelForTest, CalledFromInsideASubmittedTask) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_io

@@ -87,7 +87,7 @@ Result<LocalTensor> SplitTensorSizes(std::string key, DType dtype, void* data, S
   }
   int64_t total = 0, begin = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    std::optional<int64_t> sum = internal::CheckedAdd(total, sizes[i]);
+    std::optional<int64_t> sum = internal_base::CheckedAdd(total, sizes[i]);
     if (sizes[i] < 0 || !sum) {
       return InvalidArgumentError("'" + key + "': split sizes " + ShapeToString(sizes) +
                                   " contain a negative size or overflow");
@@ -149,7 +149,7 @@ Result<LocalTensor> Concat(std::vector<LocalTensor> parts, int dim, void* data) 
       s.local_offset[dim] += out.shape[dim];
       out.segments.push_back(std::move(s));
     }
-    std::optional<int64_t> extent = internal::CheckedAdd(out.shape[dim], p.shape[dim]);
+    std::optional<int64_t> extent = internal_base::CheckedAdd(out.shape[dim], p.shape[dim]);
     if (!extent) return InvalidArgumentError(what + ": concatenated size overflows");
     out.shape[dim] = *extent;
   }

@@ -32,7 +32,7 @@ Result<FlatBufferLayout> PlanFlatBuffer(const std::vector<LocalTensor>& params, 
     pos = RoundUp(pos, align);
     l.offsets.push_back(pos);
     l.sizes.push_back(n);
-    std::optional<int64_t> end = internal::CheckedAdd(pos, n);
+    std::optional<int64_t> end = internal_base::CheckedAdd(pos, n);
     if (!end || *end > (int64_t{1} << 60)) {
       return InvalidArgumentError(what + ": buffer size overflows");
     }

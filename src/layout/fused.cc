@@ -85,7 +85,7 @@ Result<LocalTensor> GqaQkv(const std::string& q_key, const std::string& k_key,
   }
   const int64_t local_groups = dims.groups / tp_size;
   const std::array<int64_t, 3> part_rows =
-      internal::GqaPartRows(dims.heads, dims.groups, dims.head_dim);
+      internal_geometry::GqaPartRows(dims.heads, dims.groups, dims.head_dim);
   const std::string* keys[3] = {&q_key, &k_key, &v_key};
   auto shape = [&](int64_t rows) {
     Shape s{rows};
@@ -95,8 +95,8 @@ Result<LocalTensor> GqaQkv(const std::string& q_key, const std::string& k_key,
   // The local groups' runs, in fused order.
   std::vector<FusedPart> parts;
   for (int64_t g = tp_rank * local_groups; g < (tp_rank + 1) * local_groups; ++g) {
-    for (const internal::GqaRun& r :
-         internal::GqaGroupRuns(dims.heads, dims.groups, dims.head_dim, g)) {
+    for (const internal_geometry::GqaRun& r :
+         internal_geometry::GqaGroupRuns(dims.heads, dims.groups, dims.head_dim, g)) {
       parts.push_back({*keys[r.part], shape(part_rows[r.part]), r.src_row, r.rows});
     }
   }

@@ -10,7 +10,10 @@
 #include "src/base/bytes.h"
 #include "src/plan/save_plan.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_base::ByteReader;
+using shardpoint::internal_base::ByteWriter;
+
+namespace shardpoint::internal_plan {
 namespace {
 constexpr uint32_t kMagic = 0x31435053;  // "SPC1"
 }
@@ -90,4 +93,4 @@ Result<Contribution> DecodeContribution(std::string_view bytes, int rank) {
   return c;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_plan

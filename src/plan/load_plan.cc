@@ -5,7 +5,12 @@
 
 #include "src/geometry/flat_range.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_format::ChunkRecord;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_geometry::RowMajorIndex;
+
+namespace shardpoint::internal_plan {
 namespace {
 
 // Chunks of a tensor are sorted by box, hence by their start in dim 0. A
@@ -148,4 +153,4 @@ Result<LoadPlan> PlanLoad(const Manifest& m, const std::vector<Region>& regions,
   return plan;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_plan

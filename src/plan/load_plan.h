@@ -7,17 +7,17 @@
 #include "src/format/manifest.h"
 #include "src/plan/regions.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_plan {
 
 // The intersection of one stored chunk with one requested region. Its bytes
 // in the file are `runs` contiguous runs (row-major over the chunk), each of
 // `run_elements` elements; the executor reads each run (nothing else) and
 // places it at the matching flat range of `dst`.
 struct ReadPiece {
-  int64_t tensor = 0;  // manifest.tensors index
-  int64_t chunk = 0;   // its chunk index
-  Box in_chunk;        // the part read, relative to the chunk's box
-  View dst;            // destination, shape == in_chunk.shape
+  int64_t tensor = 0;           // manifest.tensors index
+  int64_t chunk = 0;            // its chunk index
+  Box in_chunk;                 // the part read, relative to the chunk's box
+  internal_geometry::View dst;  // destination, shape == in_chunk.shape
   DType src_dtype = DType::kF32;
   DType dst_dtype = DType::kF32;
   bool whole_chunk = false;  // in_chunk is the whole chunk: its checksum can be verified
@@ -28,7 +28,7 @@ struct LoadPlan {
   std::vector<ReadPiece> pieces;  // sorted by (file, offset) for sequential access
   // Destinations to set to zero before the reads: requested regions that reach
   // past the stored tensor's extent (allow_shape_mismatch only).
-  std::vector<View> zero_fill;
+  std::vector<internal_geometry::View> zero_fill;
   uint64_t bytes = 0;
 };
 
@@ -40,7 +40,7 @@ struct LoadPlan {
 // With `allow_shape_mismatch`, a region whose global shape differs from the
 // stored one (same rank) is read where it overlaps the stored extent and the
 // rest is listed in zero_fill; without it, such a region is InvalidArgument.
-Result<LoadPlan> PlanLoad(const Manifest& m, const std::vector<Region>& regions,
+Result<LoadPlan> PlanLoad(const internal_format::Manifest& m, const std::vector<Region>& regions,
                           bool allow_shape_mismatch = false);
 
 // The contiguous runs of `in_chunk` inside a chunk of shape `chunk_shape`:
@@ -60,4 +60,4 @@ int64_t RunStart(const Shape& chunk_shape, const Box& in_chunk, const RunPattern
 // range [ElementsBefore(a), ElementsBefore(b)).
 int64_t ElementsBefore(const Shape& chunk_shape, const Box& in_chunk, int64_t linear);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_plan

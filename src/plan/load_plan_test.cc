@@ -8,7 +8,14 @@
 
 #include "src/geometry/flat_range.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_format::ChunkRecord;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_geometry::ContiguousView;
+using shardpoint::internal_geometry::RowMajorIndex;
+using shardpoint::internal_geometry::UnravelIndex;
+
+namespace shardpoint::internal_plan {
 namespace {
 
 Manifest TwoChunks() {
@@ -150,4 +157,4 @@ TEST(PlanLoadTest, IndexFindsChunksAmongManyWithoutScanningAll) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_plan

@@ -4,7 +4,7 @@
 
 namespace shardpoint {
 
-SavePlanCache::SavePlanCache() : impl_(std::make_unique<internal::SavePlanCacheImpl>()) {}
+SavePlanCache::SavePlanCache() : impl_(std::make_unique<internal_plan::SavePlanCacheImpl>()) {}
 SavePlanCache::~SavePlanCache() = default;
 int64_t SavePlanCache::hits() const { return impl_->hits; }
 int64_t SavePlanCache::misses() const { return impl_->misses; }
@@ -13,7 +13,7 @@ void SavePlanCache::Clear() {
   impl_->plan.reset();
 }
 
-namespace internal {
+namespace internal_plan {
 
 PlanKey HashContributions(const std::vector<std::string>& encoded) {
   XXH3_state_t* state = XXH3_createState();
@@ -47,5 +47,5 @@ void StorePlan(SavePlanCache& cache, const PlanKey& key, std::shared_ptr<const S
   c.plan = std::move(plan);
 }
 
-}  // namespace internal
+}  // namespace internal_plan
 }  // namespace shardpoint

@@ -8,7 +8,7 @@
 #include "shardpoint/plan_cache.h"
 #include "src/plan/save_plan.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_plan {
 
 // 128-bit hash of every rank's encoded contribution, with the rank count and
 // each length mixed in (so contributions cannot shift between ranks).
@@ -33,4 +33,4 @@ struct SavePlanCacheImpl {
 std::shared_ptr<const SavePlan> LookupPlan(SavePlanCache& cache, const PlanKey& key);
 void StorePlan(SavePlanCache& cache, const PlanKey& key, std::shared_ptr<const SavePlan> plan);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_plan

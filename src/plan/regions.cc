@@ -2,7 +2,13 @@
 
 #include "src/geometry/flat_range.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_geometry::ContiguousView;
+using shardpoint::internal_geometry::FlatRangeToBoxes;
+using shardpoint::internal_geometry::RowMajorIndex;
+using shardpoint::internal_geometry::RowMajorStrides;
+using shardpoint::internal_geometry::View;
+
+namespace shardpoint::internal_plan {
 namespace {
 
 // The segment's extent in the local tensor: its global box shape prefixed
@@ -90,4 +96,4 @@ Result<std::vector<Region>> BuildRegions(const std::vector<LocalTensor>& tensors
   return out;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_plan

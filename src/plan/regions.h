@@ -8,7 +8,7 @@
 #include "shardpoint/state.h"
 #include "src/geometry/view.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_plan {
 
 // What a region is, without its memory: this is what ranks exchange.
 struct RegionDesc {
@@ -20,7 +20,7 @@ struct RegionDesc {
 
 struct Region {
   RegionDesc desc;
-  View view;  // shape == desc.box.shape; byte strides into the local tensor
+  internal_geometry::View view;  // shape == desc.box.shape; byte strides into the local tensor
 };
 
 // Validates every tensor (ValidateLocalTensor) and reduces it to regions: one
@@ -30,4 +30,4 @@ struct Region {
 // and shape are still known. Errors name the tensor index and key.
 Result<std::vector<Region>> BuildRegions(const std::vector<LocalTensor>& tensors);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_plan

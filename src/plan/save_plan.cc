@@ -7,7 +7,15 @@
 #include "src/format/safetensors.h"
 #include "src/plan/tiling.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_format::ChunkRecord;
+using shardpoint::internal_format::EncodeDataFileHeader;
+using shardpoint::internal_format::kDataDir;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::ObjectRecord;
+using shardpoint::internal_format::SafetensorsEntry;
+using shardpoint::internal_format::TensorRecord;
+
+namespace shardpoint::internal_plan {
 namespace {
 
 struct Holder {
@@ -246,4 +254,4 @@ Result<SavePlan> PlanSave(const std::vector<Contribution>& ranks, bool list_repl
   return plan;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_plan

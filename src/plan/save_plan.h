@@ -10,7 +10,7 @@
 #include "src/format/manifest.h"
 #include "src/plan/regions.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_plan {
 
 struct ObjectDesc {
   std::string key;
@@ -49,8 +49,8 @@ struct RankFile {
 };
 
 struct SavePlan {
-  Manifest manifest;            // checksums still 0; common/metadata not set
-  std::vector<RankFile> ranks;  // indexed by rank
+  internal_format::Manifest manifest;  // checksums still 0; common/metadata not set
+  std::vector<RankFile> ranks;         // indexed by rank
   uint64_t total_bytes = 0;
   bool lists_replicas = false;
 };
@@ -66,6 +66,6 @@ Result<SavePlan> PlanSave(const std::vector<Contribution>& ranks, bool list_repl
 
 // The name of a chunk's entry in its data file: "<key>@<chunk>".
 std::string ChunkEntryName(const std::string& key, int64_t chunk);
-std::string ObjectEntryName(const ObjectRecord& o);
+std::string ObjectEntryName(const internal_format::ObjectRecord& o);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_plan

@@ -5,7 +5,9 @@
 
 #include <random>
 
-namespace shardpoint::internal {
+using shardpoint::internal_format::EncodeManifest;
+
+namespace shardpoint::internal_plan {
 namespace {
 
 using ::testing::HasSubstr;
@@ -172,4 +174,4 @@ TEST(ContributionTest, RoundTripsAndRejectsTruncation) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_plan

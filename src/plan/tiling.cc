@@ -6,7 +6,11 @@
 #include "src/base/checked.h"
 #include "src/geometry/flat_range.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_base::CheckedAdd;
+using shardpoint::internal_geometry::RowMajorIndex;
+using shardpoint::internal_geometry::UnravelIndex;
+
+namespace shardpoint::internal_plan {
 namespace {
 
 std::string Describe(const std::vector<Box>& boxes, size_t i, const DescribeHolder& who) {
@@ -100,4 +104,4 @@ Status CheckTiling(const std::string& key, const Shape& shape, const std::vector
   return OkStatus();
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_plan

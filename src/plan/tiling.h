@@ -9,7 +9,7 @@
 #include "shardpoint/box.h"
 #include "shardpoint/status.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_plan {
 
 // Names who holds box i in error messages ("ranks 0, 2", "chunk 3 in data/1.safetensors").
 using DescribeHolder = std::function<std::string(size_t)>;
@@ -22,4 +22,4 @@ Status CheckTiling(const std::string& key, const Shape& shape, const std::vector
 
 std::string RanksToString(const std::vector<int>& ranks);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_plan

@@ -29,7 +29,7 @@
 
 #include "src/format/manifest.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::internal_source {
 
 // How a chunk's bytes encode its elements.
 enum class ChunkEncoding {
@@ -42,7 +42,7 @@ struct Source {
   std::string dir;   // the files are relative to it
   std::string kind;  // "checkpoint", "HF model": "requested dtype X but the <kind> holds Y"
   std::string name;  // errors name the source so: "checkpoint 'x'", "HF model 'x' (mapping 'm')"
-  Manifest index;
+  internal_format::Manifest index;
   // The chunks' (and objects') checksum fields hold checksums of their bytes.
   // False: there is nothing to verify (HF, DCP); the fields are 0.
   bool has_checksums = true;
@@ -53,4 +53,4 @@ struct Source {
   ChunkEncoding encoding = ChunkEncoding::kRawLittleEndian;
 };
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::internal_source

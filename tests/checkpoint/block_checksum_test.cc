@@ -23,9 +23,9 @@
 namespace shardpoint {
 namespace {
 
-using internal::ChunkRecord;
-using internal::Manifest;
-using internal::TensorRecord;
+using internal_format::ChunkRecord;
+using internal_format::Manifest;
+using internal_format::TensorRecord;
 using testing::Arena;
 using testing::LoadRanks;
 using testing::SaveRanks;
@@ -190,7 +190,7 @@ class BlockChecksumTest : public ::testing::Test {
     std::vector<TestRank> src(2);
     for (int r = 0; r < 2; ++r) Build(&src[r], 0, r, 2, true);
     ASSERT_TRUE(SaveRanks(StatesOf(src), dir_).ok());
-    Result<Manifest> m = internal::ReadManifest(DefaultStorage(), dir_);
+    Result<Manifest> m = internal_checkpoint::ReadManifest(DefaultStorage(), dir_);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     manifest_ = std::move(*m);
   }
@@ -229,9 +229,10 @@ class BlockChecksumTest : public ::testing::Test {
     for (TensorRecord& t : m.tensors) {
       for (ChunkRecord& c : t.chunks) c.block_sums.clear();
     }
-    ASSERT_TRUE(
-        DefaultStorage()->WriteStringToFile(dir_ + "/manifest", internal::EncodeManifest(m)).ok());
-    Result<Manifest> back = internal::ReadManifest(DefaultStorage(), dir_);
+    ASSERT_TRUE(DefaultStorage()
+                    ->WriteStringToFile(dir_ + "/manifest", internal_format::EncodeManifest(m))
+                    .ok());
+    Result<Manifest> back = internal_checkpoint::ReadManifest(DefaultStorage(), dir_);
     ASSERT_TRUE(back.ok()) << back.status().ToString();
     ASSERT_EQ(back->version, 1u);
     manifest_ = std::move(*back);
@@ -248,7 +249,7 @@ class BlockChecksumTest : public ::testing::Test {
       const size_t ci = rng() % t.chunks.size();
       const ChunkRecord& c = t.chunks[ci];
       const uint64_t rel = rng() % c.nbytes;
-      const uint64_t block = internal::VerifyBlock(manifest_, c);
+      const uint64_t block = internal_format::VerifyBlock(manifest_, c);
       const uint64_t b0 = rel / block * block, b1 = std::min(c.nbytes, b0 + block);
       const std::string range =
           "bytes [" + std::to_string(c.offset + b0) + ", " + std::to_string(c.offset + b1) + ")";
@@ -266,8 +267,8 @@ class BlockChecksumTest : public ::testing::Test {
           EXPECT_NE(s.message().find(range), std::string::npos) << s.message() << " want " << range;
         }
       }
-      Result<internal::VerifyReport> v =
-          internal::VerifyCheckpoint(DefaultStorage(), dir_, internal::VerifyOptions{});
+      Result<internal_checkpoint::VerifyReport> v = internal_checkpoint::VerifyCheckpoint(
+          DefaultStorage(), dir_, internal_checkpoint::VerifyOptions{});
       ASSERT_TRUE(v.ok());
       ASSERT_EQ(v->faults.size(), 1u);
       EXPECT_NE(v->faults[0].message.find(range), std::string::npos) << v->faults[0].message;
@@ -282,10 +283,10 @@ class BlockChecksumTest : public ::testing::Test {
 
 TEST_F(BlockChecksumTest, SavesVersion2WithBlockChecksums) {
   EXPECT_EQ(manifest_.version, 2u);
-  EXPECT_EQ(manifest_.block_size, internal::kDefaultBlockSize);
+  EXPECT_EQ(manifest_.block_size, internal_format::kDefaultBlockSize);
   for (const TensorRecord& t : manifest_.tensors) {
     for (const ChunkRecord& c : t.chunks) {
-      EXPECT_EQ(c.block_sums.size(), internal::NumBlocks(c.nbytes, manifest_.block_size));
+      EXPECT_EQ(c.block_sums.size(), internal_format::NumBlocks(c.nbytes, manifest_.block_size));
     }
   }
 }
@@ -443,7 +444,8 @@ TEST_F(BlockChecksumTest, FewLargeRequests) {
     for (const LoadResult& r : res) {
       if (dim == 0) {
         EXPECT_LE(r.requests, 6u);
-        EXPECT_LE(r.bytes_read, r.bytes_needed + 2 * r.requests * internal::kDefaultBlockSize);
+        EXPECT_LE(r.bytes_read,
+                  r.bytes_needed + 2 * r.requests * internal_format::kDefaultBlockSize);
       } else {
         EXPECT_EQ(r.requests, 2u) << "dim " << dim;
       }

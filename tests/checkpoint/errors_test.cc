@@ -366,7 +366,7 @@ TEST_F(ErrorsTest, ExistingCheckpointIsNotOverwrittenByDefault) {
 }
 
 TEST_F(ErrorsTest, FailedWriteOnOneRankFailsAllAndLeavesNoManifest) {
-  internal::FaultStorage faults(mem_.get());
+  internal_io::FaultStorage faults(mem_.get());
   faults.FailWritesFrom(2);
   std::vector<std::vector<float>> mem(4);
   std::vector<Status> all = SaveRanks(
@@ -379,7 +379,7 @@ TEST_F(ErrorsTest, FailedWriteOnOneRankFailsAllAndLeavesNoManifest) {
 }
 
 TEST_F(ErrorsTest, FullDiskAtReserveFailsEveryRankBeforeWriting) {
-  internal::FaultStorage faults(mem_.get());
+  internal_io::FaultStorage faults(mem_.get());
   faults.FailReserves(true);
   std::vector<std::vector<float>> mem(2);
   std::vector<Status> all = SaveRanks(
@@ -397,7 +397,7 @@ TEST_F(ErrorsTest, FailedOverwriteKeepsThePreviousCheckpoint) {
   ASSERT_TRUE(Same(SaveRanks(
                        1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c"))
                   .ok());
-  internal::FaultStorage faults(mem_.get());
+  internal_io::FaultStorage faults(mem_.get());
   faults.FailWritesFrom(1);
   SaveOptions o;
   o.overwrite = true;
@@ -480,7 +480,7 @@ TEST_F(ErrorsTest, FailedSwapOfAnOverwriteKeepsThePreviousCheckpoint) {
   ASSERT_TRUE(Same(SaveRanks(
                        1, [&](int) { return Rows(&a_, 0, 4); }, mem_.get(), "/c"))
                   .ok());
-  internal::FaultStorage faults(mem_.get());
+  internal_io::FaultStorage faults(mem_.get());
   faults.FailRenameTo("/c");  // the exchange of /c and /c.partial
   SaveOptions o;
   o.overwrite = true;
@@ -494,7 +494,7 @@ TEST_F(ErrorsTest, FailedSwapOfAnOverwriteKeepsThePreviousCheckpoint) {
       },
       &faults, "/c", o));
   EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
-  static_cast<internal::MemStorage*>(mem_.get())->SimulateCrash();
+  static_cast<internal_io::MemStorage*>(mem_.get())->SimulateCrash();
   State st = Rows(&b_, 0, 4);
   ASSERT_TRUE(LoadOne(st, mem_.get(), "/c").ok());
   EXPECT_EQ(b_, std::vector<float>(16, 1.5f));
@@ -516,15 +516,15 @@ TEST_F(ErrorsTest, CommittedOverwriteSurvivesACrash) {
                        },
                        mem_.get(), "/c", o))
                   .ok());
-  static_cast<internal::MemStorage*>(mem_.get())->SimulateCrash();
+  static_cast<internal_io::MemStorage*>(mem_.get())->SimulateCrash();
   State st = Rows(&b_, 0, 4);
   ASSERT_TRUE(LoadOne(st, mem_.get(), "/c").ok());
   EXPECT_EQ(b_, std::vector<float>(16, 9.0f));
 }
 
 TEST_F(ErrorsTest, CrashBeforeCommitLeavesNoCheckpoint) {
-  auto* mem = static_cast<internal::MemStorage*>(mem_.get());
-  internal::FaultStorage faults(mem_.get());
+  auto* mem = static_cast<internal_io::MemStorage*>(mem_.get());
+  internal_io::FaultStorage faults(mem_.get());
   faults.FailRenameTo("/manifest");
   Status s = Same(SaveRanks(
       1, [&](int) { return Rows(&a_, 0, 4); }, &faults, "/c"));

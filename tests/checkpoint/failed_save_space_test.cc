@@ -44,7 +44,7 @@ std::vector<Status> SaveRanks(int ranks, int64_t rows, const std::string& dir, S
 
 TEST(FailedSaveSpaceTest, FailedSaveRemovesTheFilesItWrote) {
   std::unique_ptr<Storage> mem = NewMemStorage();
-  internal::FaultStorage faults(mem.get());
+  internal_io::FaultStorage faults(mem.get());
   faults.FailWritesFrom(3);  // rank files are written, then the disk is "full"
   std::vector<std::string> log;
   std::vector<Status> st = SaveRanks(3, 64, "/run/ck", &faults, &log);

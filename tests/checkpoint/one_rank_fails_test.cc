@@ -134,11 +134,11 @@ TEST_F(OneRankFailsTest, LoadWhereOneRankRequestsAWrongShape) {
 // A manifest whose object claims 2^38 bytes: the one rank that requests the
 // object must not try to allocate them, and every rank gets its error.
 TEST_F(OneRankFailsTest, LoadOfAnObjectLargerThanItsFile) {
-  Result<internal::Manifest> m = internal::ReadManifest(mem_.get(), "/ck");
+  Result<internal_format::Manifest> m = internal_checkpoint::ReadManifest(mem_.get(), "/ck");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   ASSERT_EQ(m->objects.size(), 1u);
   m->objects[0].nbytes = uint64_t{1} << 38;
-  ASSERT_TRUE(mem_->WriteStringToFile("/ck/manifest", internal::EncodeManifest(*m)).ok());
+  ASSERT_TRUE(mem_->WriteStringToFile("/ck/manifest", internal_format::EncodeManifest(*m)).ok());
   for (bool cooperative : {false, true}) {
     std::vector<Status> st = LoadAll(
         cooperative, [&](int) { return mem_.get(); }, [](int r) { return r == 1; });

@@ -32,7 +32,7 @@ TEST(PropertyTest, AnyLayoutReloadsBitForBitUnderAnyOtherLayout) {
   std::unique_ptr<Storage> storage = NewMemStorage();
   for (uint64_t c = 0; c < cases; ++c) {
     std::mt19937_64 rng(seed * 1000003 + c);
-    const internal::RefModel model = testing::RandomModel(rng);
+    const testing::RefModel model = testing::RandomModel(rng);
     const int save_ranks = std::uniform_int_distribution<int>(1, 6)(rng);
     const int load_ranks = std::uniform_int_distribution<int>(1, 6)(rng);
     std::vector<testing::RandomRank> src = testing::RandomLayout(model, save_ranks, rng);
@@ -40,7 +40,7 @@ TEST(PropertyTest, AnyLayoutReloadsBitForBitUnderAnyOtherLayout) {
     const std::string dir = "/ckpt/" + std::to_string(c);
     SCOPED_TRACE("seed " + std::to_string(seed) + " case " + std::to_string(c) + ": " +
                  std::to_string(save_ranks) + " -> " + std::to_string(load_ranks) + " ranks");
-    for (auto& r : src) ASSERT_TRUE(internal::FillFromReference(model, r.state.tensors).ok());
+    for (auto& r : src) ASSERT_TRUE(testing::FillFromReference(model, r.state.tensors).ok());
 
     SaveOptions so;
     so.storage = storage.get();
@@ -61,7 +61,7 @@ TEST(PropertyTest, AnyLayoutReloadsBitForBitUnderAnyOtherLayout) {
     }));
     ASSERT_TRUE(loaded.ok()) << loaded.ToString();
     for (int r = 0; r < load_ranks; ++r) {
-      Status s = internal::CheckAgainstReference(model, dst[r].state.tensors);
+      Status s = testing::CheckAgainstReference(model, dst[r].state.tensors);
       ASSERT_TRUE(s.ok()) << "load rank " << r << ": " << s.ToString();
     }
     ASSERT_TRUE(storage->RemoveAll(dir).ok());

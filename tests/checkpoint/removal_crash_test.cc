@@ -30,7 +30,7 @@
 namespace shardpoint {
 namespace {
 
-using internal::JoinPath;
+using internal_checkpoint::JoinPath;
 
 // One rank holding "w" [4, 4] F32, every element `value`.
 struct Filled {
@@ -130,7 +130,8 @@ void ExpectEveryManifestVerifies(Storage* storage, const std::string& root,
     const std::string path = JoinPath(root, name);
     if (!*storage->IsDirectory(path)) continue;
     if (*storage->Exists(JoinPath(path, "manifest"))) {
-      Result<internal::VerifyReport> report = internal::VerifyCheckpoint(storage, path);
+      Result<internal_checkpoint::VerifyReport> report =
+          internal_checkpoint::VerifyCheckpoint(storage, path);
       ASSERT_TRUE(report.ok()) << when << ": " << report.status().ToString();
       EXPECT_TRUE(report->ok()) << when << ": " << path << " has a manifest but fails verify: "
                                 << (report->faults.empty() ? "" : report->faults[0].message);
@@ -172,7 +173,7 @@ TEST(RemovalCrashTest, RetentionKilledAtEveryStepLeavesOnlyCompleteCheckpoints) 
       break;
     }
     for (bool power_loss : {false, true}) {
-      if (power_loss) static_cast<internal::MemStorage*>(mem.get())->SimulateCrash();
+      if (power_loss) static_cast<internal_io::MemStorage*>(mem.get())->SimulateCrash();
       const std::string w = when + (power_loss ? " then power loss" : "");
       ExpectEveryManifestVerifies(mem.get(), "run", w);
       ManagerOptions plain;
@@ -212,7 +213,7 @@ TEST_P(OverwriteCrashTest, OverwriteKilledAtEveryStepLeavesOnlyCompleteCheckpoin
       break;
     }
     for (bool power_loss : {false, true}) {
-      if (power_loss) static_cast<internal::MemStorage*>(mem.get())->SimulateCrash();
+      if (power_loss) static_cast<internal_io::MemStorage*>(mem.get())->SimulateCrash();
       const std::string w = when + (power_loss ? " then power loss" : "");
       ExpectEveryManifestVerifies(mem.get(), "run", w);
       if (*mem->Exists("run/ck/manifest")) {

@@ -11,7 +11,7 @@
 namespace shardpoint {
 namespace {
 
-using internal::ParallelConfig;
+using testing::ParallelConfig;
 
 class ReshardTest : public ::testing::TestWithParam<std::pair<ParallelConfig, ParallelConfig>> {
  protected:
@@ -35,23 +35,23 @@ Status First(const std::vector<Status>& all) {
 
 TEST_P(ReshardTest, LoadsBitForBit) {
   const auto& [from, to] = GetParam();
-  internal::ModelConfig model{4, 64, 256, 1000};  // vocab 1000: uneven TP splits
-  const internal::RefModel ref = internal::MakeReference(model, 99);
+  testing::ModelConfig model{4, 64, 256, 1000};  // vocab 1000: uneven TP splits
+  const testing::RefModel ref = testing::MakeReference(model, 99);
 
-  std::vector<internal::RankState> src(from.world());
+  std::vector<testing::RankState> src(from.world());
   for (int r = 0; r < from.world(); ++r) {
-    auto rs = internal::BuildRankState(model, from, r);
+    auto rs = testing::BuildRankState(model, from, r);
     ASSERT_TRUE(rs.ok()) << rs.status().ToString();
     src[r] = std::move(*rs);
-    ASSERT_TRUE(internal::FillFromReference(ref, src[r].state.tensors).ok());
+    ASSERT_TRUE(testing::FillFromReference(ref, src[r].state.tensors).ok());
   }
   ASSERT_TRUE(First(RunThreadRanks(from.world(), [&](Comm& comm) {
                 return Save(src[comm.rank()].state, dir_, comm).status();
               })).ok());
 
-  std::vector<internal::RankState> dst(to.world());
+  std::vector<testing::RankState> dst(to.world());
   for (int r = 0; r < to.world(); ++r) {
-    auto rs = internal::BuildRankState(model, to, r);
+    auto rs = testing::BuildRankState(model, to, r);
     ASSERT_TRUE(rs.ok());
     dst[r] = std::move(*rs);
     // Per-rank RNG state only makes sense in the same world size.
@@ -70,7 +70,7 @@ TEST_P(ReshardTest, LoadsBitForBit) {
   }));
   ASSERT_TRUE(s.ok()) << s.ToString();
   for (int r = 0; r < to.world(); ++r) {
-    Status c = internal::CheckAgainstReference(ref, dst[r].state.tensors);
+    Status c = testing::CheckAgainstReference(ref, dst[r].state.tensors);
     ASSERT_TRUE(c.ok()) << "rank " << r << ": " << c.ToString();
     EXPECT_EQ(*dst[r].state.common, "{\"iteration\": 1000}");
     if (to.world() == from.world()) {

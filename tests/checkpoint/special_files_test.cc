@@ -85,14 +85,14 @@ TEST_F(SpecialFilesTest, FifoAsManifestFailsVerifyInspectAndLoad) {
   ReplaceWithFifo(manifest);
   ExpectInChild(
       [&] {
-        return IsNotRegular(internal::VerifyCheckpoint(DefaultStorage(), dir_).status(), manifest,
-                            "a FIFO");
+        return IsNotRegular(internal_checkpoint::VerifyCheckpoint(DefaultStorage(), dir_).status(),
+                            manifest, "a FIFO");
       },
       "verify");
   ExpectInChild(
       [&] {  // what `shardpoint inspect` reads
-        return IsNotRegular(internal::ReadManifest(DefaultStorage(), dir_).status(), manifest,
-                            "a FIFO");
+        return IsNotRegular(internal_checkpoint::ReadManifest(DefaultStorage(), dir_).status(),
+                            manifest, "a FIFO");
       },
       "inspect");
   ExpectInChild(
@@ -109,7 +109,8 @@ TEST_F(SpecialFilesTest, FifoAsDataFileFailsVerifyAndLoad) {
   ReplaceWithFifo(data);
   ExpectInChild(
       [&] {
-        Result<internal::VerifyReport> r = internal::VerifyCheckpoint(DefaultStorage(), dir_);
+        Result<internal_checkpoint::VerifyReport> r =
+            internal_checkpoint::VerifyCheckpoint(DefaultStorage(), dir_);
         if (!r.ok() || r->ok()) return false;
         for (const VerifyFault& f : r->faults) {
           if (f.message.find(data + " for reading: not a regular file (a FIFO)") !=

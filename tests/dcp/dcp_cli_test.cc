@@ -16,6 +16,12 @@
 #include "src/dcp/dcp_dir.h"
 #include "tests/testing/run_command.h"
 
+using shardpoint::internal_checkpoint::VerifyDcp;
+using shardpoint::internal_dcp::DcpIndex;
+using shardpoint::internal_dcp::ReadDcpIndex;
+using shardpoint::internal_format::ChunkRecord;
+using shardpoint::internal_format::TensorRecord;
+
 #ifndef SP_CLI_PATH
 #error "SP_CLI_PATH (the shardpoint binary) must be defined by the build"
 #endif
@@ -23,7 +29,6 @@
 namespace shardpoint {
 namespace {
 
-using namespace internal;
 using ::testing::HasSubstr;
 
 std::string Fixture() {
@@ -84,7 +89,7 @@ TEST(DcpCliTest, VerifyNamesTheChunkOfAFlippedByte) {
 TEST(DcpCliTest, VerifyReportsAnUncoveredTensor) {
   const std::string dir = CopyFixture("gap");
   std::filesystem::remove(dir + "/__1_0.distcp");
-  Result<internal::VerifyReport> r = VerifyDcp(DefaultStorage(), dir);
+  Result<internal_checkpoint::VerifyReport> r = VerifyDcp(DefaultStorage(), dir);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->faults.size(), 1u);
   EXPECT_THAT(r->faults[0].message, HasSubstr("__1_0.distcp"));

@@ -6,10 +6,10 @@
 #include "shardpoint/comm.h"
 #include "src/dcp/dcp_dir.h"
 
+using shardpoint::internal_dcp::ReadDcpIndex;
+
 namespace shardpoint {
 namespace {
-
-using namespace internal;
 
 // The committed fixture: beside this file (__FILE__ is relative to the build
 // directory under ccache's base dir), or under the working directory.

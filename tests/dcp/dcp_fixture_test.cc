@@ -9,10 +9,13 @@
 #include "src/dcp/dcp_dir.h"
 #include "tests/testing/ranks.h"
 
+using shardpoint::internal_dcp::DcpIndex;
+using shardpoint::internal_dcp::IsDcpDir;
+using shardpoint::internal_dcp::ReadDcpIndex;
+using shardpoint::internal_format::Manifest;
+
 namespace shardpoint {
 namespace {
-
-using namespace internal;
 
 // The committed fixture: beside this file (__FILE__ is relative to the build
 // directory under ccache's base dir), or under the working directory.

@@ -16,10 +16,15 @@
 #include "src/dcp/zip.h"
 #include "src/dcp/zip_writer.h"
 
+using shardpoint::internal_dcp::CommonPtToJson;
+using shardpoint::internal_dcp::Crc32;
+using shardpoint::internal_dcp::DcpIndex;
+using shardpoint::internal_dcp::ReadDcpIndex;
+using shardpoint::internal_dcp::ZipLayout;
+
 namespace shardpoint {
 namespace {
 
-using namespace internal;
 using ::testing::HasSubstr;
 
 std::string Fixture() {

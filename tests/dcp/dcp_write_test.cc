@@ -19,10 +19,19 @@
 #include "src/dcp/tensor_item.h"
 #include "src/dcp/zip.h"
 
+using shardpoint::internal_checkpoint::VerifyDcp;
+using shardpoint::internal_dcp::Crc32;
+using shardpoint::internal_dcp::Crc32Combine;
+using shardpoint::internal_dcp::DcpIndex;
+using shardpoint::internal_dcp::DcpMetadata;
+using shardpoint::internal_dcp::DcpStorageInfo;
+using shardpoint::internal_dcp::DecodeDcpMetadata;
+using shardpoint::internal_dcp::EncodeDcpMetadata;
+using shardpoint::internal_dcp::ReadDcpIndex;
+
 namespace shardpoint {
 namespace {
 
-using namespace internal;
 using ::testing::HasSubstr;
 
 std::string Temp(const std::string& name) {
@@ -131,7 +140,7 @@ TEST(DcpWriteTest, RoundTripThroughDcpReshardedBitForBit) {
 
   // VerifyDcp checks structure, coverage and every storage entry's CRC-32
   // (torch.load checks them too).
-  Result<internal::VerifyReport> v = VerifyDcp(DefaultStorage(), dcp);
+  Result<internal_checkpoint::VerifyReport> v = VerifyDcp(DefaultStorage(), dcp);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_TRUE(v->faults.empty()) << v->faults[0].message;
   std::filesystem::remove_all(sp);

@@ -6,10 +6,18 @@
 #include "shardpoint/hf_rules.h"
 #include "tests/hf/hf_model.h"
 
+using shardpoint::internal_hf::HfMeta;
+using shardpoint::internal_hf::MapHfToKeys;
+using shardpoint::internal_hf::MapKeysToHf;
+using shardpoint::internal_hf::MappedKey;
+using shardpoint::internal_hf::NamePattern;
+using shardpoint::internal_hf::NaturalLess;
+using shardpoint::internal_hf::ResolveVars;
+using shardpoint::internal_hf::Vars;
+
 namespace shardpoint {
 namespace {
 
-using namespace internal;
 using namespace hftest;
 
 TEST(HfPattern, MatchAndFormat) {

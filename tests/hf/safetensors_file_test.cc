@@ -8,10 +8,17 @@
 #include "src/hf/hf_dir.h"
 #include "tests/hf/hf_model.h"
 
+using shardpoint::internal_format::AssignSafetensorsOffsets;
+using shardpoint::internal_format::EncodeSafetensorsHeader;
+using shardpoint::internal_format::ReadSafetensorsHeader;
+using shardpoint::internal_format::SafetensorsEntry;
+using shardpoint::internal_format::SafetensorsHeader;
+using shardpoint::internal_hf::HfDirIndex;
+using shardpoint::internal_hf::ScanHfDir;
+
 namespace shardpoint {
 namespace {
 
-using namespace internal;
 using namespace hftest;
 
 std::string RawFile(const std::string& json, uint64_t data_size, uint64_t len_override = 0) {

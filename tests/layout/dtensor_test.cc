@@ -392,11 +392,11 @@ TEST(DTensorTest, RegressionFsdp2TpStridedRoundTrip) {
   };
   const std::vector<Mesh> meshes = {{2, 2}, {4, 2}, {1, 4}, {3, 1}, {2, 3}};
   const std::vector<int64_t> rows = {6, 5, 3, 1, 0, 8};
-  internal::RefModel ref;
+  testing::RefModel ref;
   for (int64_t n : rows) {
-    ref["col" + std::to_string(n)] = internal::RandomRefTensor(DType::kBF16, {n, 3}, 7 + n);
-    ref["row" + std::to_string(n)] = internal::RandomRefTensor(DType::kF32, {3, n}, 70 + n);
-    ref["fused" + std::to_string(n)] = internal::RandomRefTensor(DType::kF32, {2 * n, 2}, 9 + n);
+    ref["col" + std::to_string(n)] = testing::RandomRefTensor(DType::kBF16, {n, 3}, 7 + n);
+    ref["row" + std::to_string(n)] = testing::RandomRefTensor(DType::kF32, {3, n}, 70 + n);
+    ref["fused" + std::to_string(n)] = testing::RandomRefTensor(DType::kF32, {2 * n, 2}, 9 + n);
   }
   auto build = [&](const Mesh& m, bool placements) {
     std::vector<testing::TestRank> ranks(m.dp * m.tp);
@@ -441,7 +441,7 @@ TEST(DTensorTest, RegressionFsdp2TpStridedRoundTrip) {
       // Either description tiles every tensor, so each saves and reloads.
       std::vector<testing::TestRank> src = build(from, placements);
       for (testing::TestRank& r : src) {
-        ASSERT_TRUE(internal::FillFromReference(ref, r.state.tensors).ok());
+        ASSERT_TRUE(testing::FillFromReference(ref, r.state.tensors).ok());
       }
       const std::string dir = "/ckpt" + std::to_string(saved++);
       Status s = testing::SaveRanks(testing::StatesOf(src), dir, so);
@@ -451,7 +451,7 @@ TEST(DTensorTest, RegressionFsdp2TpStridedRoundTrip) {
         s = testing::LoadRanks(testing::StatesOf(dst), dir, lo);
         ASSERT_TRUE(s.ok()) << s.ToString();
         for (testing::TestRank& r : dst) {
-          Status c = internal::CheckAgainstReference(ref, r.state.tensors);
+          Status c = testing::CheckAgainstReference(ref, r.state.tensors);
           ASSERT_TRUE(c.ok()) << from.dp << "x" << from.tp << " -> " << to.dp << "x" << to.tp
                               << ": " << c.ToString();
         }
@@ -465,7 +465,7 @@ TEST(DTensorTest, RegressionFsdp2TpStridedRoundTrip) {
       }
       s = testing::LoadRanks({&whole.state}, dir, lo);
       ASSERT_TRUE(s.ok()) << s.ToString();
-      ASSERT_TRUE(internal::CheckAgainstReference(ref, whole.state.tensors).ok());
+      ASSERT_TRUE(testing::CheckAgainstReference(ref, whole.state.tensors).ok());
     }
   }
 }

@@ -29,10 +29,10 @@ std::vector<std::string> Segments(const LocalTensor& t) {
 
 // "key[box]" of every non-empty region of `tensors`.
 std::vector<std::string> Regions(const std::vector<LocalTensor>& tensors) {
-  Result<std::vector<internal::Region>> r = internal::BuildRegions(tensors);
+  Result<std::vector<internal_plan::Region>> r = internal_plan::BuildRegions(tensors);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   std::vector<std::string> out;
-  for (const internal::Region& g : *r) {
+  for (const internal_plan::Region& g : *r) {
     if (!g.desc.box.empty()) out.push_back(g.desc.key + g.desc.box.ToString());
   }
   return out;
@@ -210,12 +210,12 @@ TEST(FlatBufferTest, RegressionSwiGluAndGdnInItemCoordinates) {
 
   // Round trip: optimizer state under TP2 x DP{4,5} distributed optimizer,
   // reloaded into plain TP-1 whole tensors and into TP 2 x DP 3, bit for bit.
-  internal::RefModel ref;
+  testing::RefModel ref;
   const Shape fc1_shape{2 * ffn, hidden}, gdn_shape{16, hidden};
   for (const char* st : {"fp32_param", "exp_avg", "exp_avg_sq"}) {
     const std::string pre = std::string("optimizer.") + st + ".";
-    ref[pre + "fc1"] = internal::RandomRefTensor(DType::kF32, fc1_shape, ref.size() + 3);
-    ref[pre + "in_proj"] = internal::RandomRefTensor(DType::kF32, gdn_shape, ref.size() + 3);
+    ref[pre + "fc1"] = testing::RandomRefTensor(DType::kF32, fc1_shape, ref.size() + 3);
+    ref[pre + "in_proj"] = testing::RandomRefTensor(DType::kF32, gdn_shape, ref.size() + 3);
   }
   auto build = [&](int dp_size) {
     std::vector<testing::TestRank> ranks(tp_size * dp_size);
@@ -243,7 +243,7 @@ TEST(FlatBufferTest, RegressionSwiGluAndGdnInItemCoordinates) {
   for (int dp_size : {4, 5}) {
     std::vector<testing::TestRank> src = build(dp_size);
     for (testing::TestRank& r : src) {
-      ASSERT_TRUE(internal::FillFromReference(ref, r.state.tensors).ok());
+      ASSERT_TRUE(testing::FillFromReference(ref, r.state.tensors).ok());
     }
     const std::string dir = "/dp" + std::to_string(dp_size);
     Status s = testing::SaveRanks(testing::StatesOf(src), dir, so);
@@ -255,12 +255,12 @@ TEST(FlatBufferTest, RegressionSwiGluAndGdnInItemCoordinates) {
                       whole.arena.Alloc(Box::Whole(t.shape).num_elements(), DType::kF32), t.shape));
     }
     ASSERT_TRUE(testing::LoadRanks({&whole.state}, dir, lo).ok());
-    Status c = internal::CheckAgainstReference(ref, whole.state.tensors);
+    Status c = testing::CheckAgainstReference(ref, whole.state.tensors);
     EXPECT_TRUE(c.ok()) << c.ToString();
     std::vector<testing::TestRank> dst = build(3);
     ASSERT_TRUE(testing::LoadRanks(testing::StatesOf(dst), dir, lo).ok());
     for (testing::TestRank& r : dst) {
-      c = internal::CheckAgainstReference(ref, r.state.tensors);
+      c = testing::CheckAgainstReference(ref, r.state.tensors);
       EXPECT_TRUE(c.ok()) << c.ToString();
     }
   }

@@ -50,14 +50,14 @@ TEST(MegatronTest, PaddedVocabLoadsIntoAnotherPadding) {
   const int64_t pad2 = PaddedVocabSize(vocab, 2, 2), pad4 = PaddedVocabSize(vocab, 2, 4);
   ASSERT_EQ(pad2, 12);
   ASSERT_EQ(pad4, 16);
-  internal::RefModel ref;
-  ref["emb"] = internal::RandomRefTensor(DType::kF32, {pad2, hidden}, 5);
+  testing::RefModel ref;
+  ref["emb"] = testing::RandomRefTensor(DType::kF32, {pad2, hidden}, 5);
   std::vector<testing::TestRank> src(2);
   for (int r = 0; r < 2; ++r) {
     LocalTensor t = *VocabParallel("emb", DType::kF32, nullptr, pad2, hidden, r, 2);
     t.data = src[r].arena.Alloc(pad2 / 2 * hidden, DType::kF32);
     src[r].state.tensors.push_back(t);
-    ASSERT_TRUE(internal::FillFromReference(ref, src[r].state.tensors).ok());
+    ASSERT_TRUE(testing::FillFromReference(ref, src[r].state.tensors).ok());
   }
   std::unique_ptr<Storage> mem = NewMemStorage();
   SaveOptions so;
@@ -131,9 +131,9 @@ TEST(MegatronTest, RegressionPipelineAndMtpKeysDoNotCollide) {
   const PipelineLayout pp{8, 2, 2, {}};
   const std::vector<std::string> names = {"self_attention.linear_qkv.weight", "mlp.fc.weight"};
   const int mtp_layers = 2;
-  internal::RefModel ref;
+  testing::RefModel ref;
   auto add = [&](const std::string& key) {
-    ref[key] = internal::RandomRefTensor(DType::kF32, {2, 3}, ref.size() + 1);
+    ref[key] = testing::RandomRefTensor(DType::kF32, {2, 3}, ref.size() + 1);
   };
   std::vector<testing::TestRank> ranks(2);
   std::set<std::string> seen;
@@ -164,7 +164,7 @@ TEST(MegatronTest, RegressionPipelineAndMtpKeysDoNotCollide) {
   }
   EXPECT_EQ(seen.size(), (8u + mtp_layers) * names.size());
   for (testing::TestRank& r : ranks) {
-    ASSERT_TRUE(internal::FillFromReference(ref, r.state.tensors).ok());
+    ASSERT_TRUE(testing::FillFromReference(ref, r.state.tensors).ok());
   }
   std::unique_ptr<Storage> mem = NewMemStorage();
   SaveOptions so;
@@ -178,7 +178,7 @@ TEST(MegatronTest, RegressionPipelineAndMtpKeysDoNotCollide) {
   LoadOptions lo;
   lo.storage = mem.get();
   ASSERT_TRUE(testing::LoadRanks({&one.state}, "/c", lo).ok());
-  Status c = internal::CheckAgainstReference(ref, one.state.tensors);
+  Status c = testing::CheckAgainstReference(ref, one.state.tensors);
   EXPECT_TRUE(c.ok()) << c.ToString();
 }
 

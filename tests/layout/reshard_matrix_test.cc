@@ -24,12 +24,12 @@ class ReshardMatrixTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     storage_ = NewMemStorage().release();
-    ref_ = new internal::RefModel(testing::MatrixReference(2024));
+    ref_ = new testing::RefModel(testing::MatrixReference(2024));
     for (MatrixLayout from : testing::kAllMatrixLayouts) {
       Result<std::vector<testing::TestRank>> src = testing::BuildMatrixLayout(from, true);
       ASSERT_TRUE(src.ok()) << src.status().ToString();
       for (testing::TestRank& r : *src) {
-        Status s = internal::FillFromReference(*ref_, r.state.tensors);
+        Status s = testing::FillFromReference(*ref_, r.state.tensors);
         ASSERT_TRUE(s.ok()) << s.ToString();
       }
       SaveOptions o;
@@ -46,11 +46,11 @@ class ReshardMatrixTest : public ::testing::Test {
   static std::string Dir(MatrixLayout l) { return "/ckpt/" + testing::MatrixLayoutName(l); }
 
   static Storage* storage_;
-  static internal::RefModel* ref_;
+  static testing::RefModel* ref_;
 };
 
 Storage* ReshardMatrixTest::storage_ = nullptr;
-internal::RefModel* ReshardMatrixTest::ref_ = nullptr;
+testing::RefModel* ReshardMatrixTest::ref_ = nullptr;
 
 TEST_F(ReshardMatrixTest, EveryLayoutHoldsEveryKeyOnce) {
   // Every layout declares every global tensor of the model, and the
@@ -91,7 +91,7 @@ TEST_F(ReshardMatrixTest, EveryLayoutLoadsEveryOtherBitForBit) {
       EXPECT_GE(read, total_bytes) << what;
       for (size_t r = 0; r < dst->size(); ++r) {
         const State& st = (*dst)[r].state;
-        Status c = internal::CheckAgainstReference(*ref_, st.tensors);
+        Status c = testing::CheckAgainstReference(*ref_, st.tensors);
         ASSERT_TRUE(c.ok()) << what << ", rank " << r << ": " << c.ToString();
         ASSERT_EQ(st.objects.size(), 1u);
         EXPECT_EQ(st.objects[0].bytes, "dist") << what << ", rank " << r;

@@ -119,10 +119,10 @@ TEST_F(StateTest, RegressionOptimizerSubStatesWithIdenticalKeys) {
   ASSERT_TRUE(merged.ok()) << merged.status().ToString();
   EXPECT_THAT(TensorKeys(*merged),
               ElementsAre("dense_optimizer.state.0.exp_avg", "expert_optimizer.state.0.exp_avg"));
-  internal::RefModel ref;
-  ref["dense_optimizer.state.0.exp_avg"] = internal::RandomRefTensor(DType::kF32, {4}, 1);
-  ref["expert_optimizer.state.0.exp_avg"] = internal::RandomRefTensor(DType::kF32, {4}, 2);
-  ASSERT_TRUE(internal::FillFromReference(ref, merged->tensors).ok());
+  testing::RefModel ref;
+  ref["dense_optimizer.state.0.exp_avg"] = testing::RandomRefTensor(DType::kF32, {4}, 1);
+  ref["expert_optimizer.state.0.exp_avg"] = testing::RandomRefTensor(DType::kF32, {4}, 2);
+  ASSERT_TRUE(testing::FillFromReference(ref, merged->tensors).ok());
   ASSERT_TRUE(testing::SaveRanks({&*merged}, "/c", Saving()).ok());
 
   testing::TestRank back;
@@ -132,7 +132,7 @@ TEST_F(StateTest, RegressionOptimizerSubStatesWithIdenticalKeys) {
   want.objects = {SettingObject("dense_optimizer.param_groups", ""),
                   SettingObject("expert_optimizer.param_groups", "")};
   ASSERT_TRUE(testing::LoadRanks({&want}, "/c", Loading()).ok());
-  EXPECT_TRUE(internal::CheckAgainstReference(ref, want.tensors).ok());
+  EXPECT_TRUE(testing::CheckAgainstReference(ref, want.tensors).ok());
   EXPECT_EQ(want.objects[0].bytes, "lr=1");
   EXPECT_EQ(want.objects[1].bytes, "lr=2");
 }
@@ -146,10 +146,10 @@ TEST_F(StateTest, RegressionPartialLoadSkipsExtraState) {
   src.state.tensors.push_back(Whole(src, "layer.0.fc1.weight", {2, 2}));
   src.state.tensors.push_back(Whole(src, "layer.0.fc1._extra_state", {3}, DType::kU8));
   src.state.objects.push_back(ExtraStateObject("layer.0.fc2._extra_state", "te-fp8-meta"));
-  internal::RefModel ref;
-  ref["layer.0.fc1.weight"] = internal::RandomRefTensor(DType::kF32, {2, 2}, 4);
-  ref["layer.0.fc1._extra_state"] = internal::RandomRefTensor(DType::kU8, {3}, 5);
-  ASSERT_TRUE(internal::FillFromReference(ref, src.state.tensors).ok());
+  testing::RefModel ref;
+  ref["layer.0.fc1.weight"] = testing::RandomRefTensor(DType::kF32, {2, 2}, 4);
+  ref["layer.0.fc1._extra_state"] = testing::RandomRefTensor(DType::kU8, {3}, 5);
+  ASSERT_TRUE(testing::FillFromReference(ref, src.state.tensors).ok());
   ASSERT_TRUE(testing::SaveRanks({&src.state}, "/c", Saving()).ok());
 
   // Two ranks ask for the same model; neither keeps the extra state, rank 1
@@ -177,7 +177,7 @@ TEST_F(StateTest, RegressionPartialLoadSkipsExtraState) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_THAT(results[r].unexpected_keys,
                 ElementsAre("layer.0.fc1._extra_state", "layer.0.fc2._extra_state"));
-    Status c = internal::CheckAgainstReference(ref, {dst[r].state.tensors[0]});
+    Status c = testing::CheckAgainstReference(ref, {dst[r].state.tensors[0]});
     EXPECT_TRUE(c.ok()) << c.ToString();
   }
   EXPECT_TRUE(results[0].missing_keys.empty());
@@ -224,11 +224,11 @@ TEST_F(StateTest, RegressionTwoTpRanksClaimOneBoxWithDifferentData) {
 // ranks that hold nothing, loaded without error, never a missing key.
 TEST_F(StateTest, ZeroElementTensorsAndScalars) {
   std::vector<testing::TestRank> src(3);
-  internal::RefModel ref;
-  ref["empty"] = internal::RandomRefTensor(DType::kBF16, {0, 5}, 1);
-  ref["step"] = internal::RandomRefTensor(DType::kI64, {}, 2);
-  ref["loss_scale"] = internal::RandomRefTensor(DType::kF32, {}, 3);
-  ref["w"] = internal::RandomRefTensor(DType::kF32, {2, 3}, 4);
+  testing::RefModel ref;
+  ref["empty"] = testing::RandomRefTensor(DType::kBF16, {0, 5}, 1);
+  ref["step"] = testing::RandomRefTensor(DType::kI64, {}, 2);
+  ref["loss_scale"] = testing::RandomRefTensor(DType::kF32, {}, 3);
+  ref["w"] = testing::RandomRefTensor(DType::kF32, {2, 3}, 4);
   for (int r = 0; r < 3; ++r) {
     // Every rank: the empty tensor (its TP shard is empty too) and the
     // 0-d step (replicated).
@@ -242,7 +242,7 @@ TEST_F(StateTest, ZeroElementTensorsAndScalars) {
   src[0].state.tensors.push_back(Whole(src[0], "loss_scale", {}));
   EXPECT_EQ(src[2].state.tensors[2].shape, (Shape{0, 3}));
   for (testing::TestRank& r : src) {
-    ASSERT_TRUE(internal::FillFromReference(ref, r.state.tensors).ok());
+    ASSERT_TRUE(testing::FillFromReference(ref, r.state.tensors).ok());
   }
   Status s = testing::SaveRanks(testing::StatesOf(src), "/c", Saving());
   ASSERT_TRUE(s.ok()) << s.ToString();
@@ -262,7 +262,7 @@ TEST_F(StateTest, ZeroElementTensorsAndScalars) {
   s = testing::LoadRanks(testing::StatesOf(dst), "/c", Loading(), &results);
   ASSERT_TRUE(s.ok()) << s.ToString();
   for (int r = 0; r < 2; ++r) {
-    Status c = internal::CheckAgainstReference(ref, dst[r].state.tensors);
+    Status c = testing::CheckAgainstReference(ref, dst[r].state.tensors);
     EXPECT_TRUE(c.ok()) << c.ToString();
     EXPECT_TRUE(results[r].missing_keys.empty());
     EXPECT_TRUE(results[r].unexpected_keys.empty());

@@ -20,10 +20,10 @@
 namespace shardpoint {
 namespace {
 
-using internal::ParallelConfig;
 using ::testing::HasSubstr;
+using testing::ParallelConfig;
 
-const internal::ModelConfig kModel{4, 64, 192, 500};
+const testing::ModelConfig kModel{4, 64, 192, 500};
 
 std::string SharedTempDir(Comm& comm) {
   std::string dir;
@@ -35,16 +35,16 @@ std::string SharedTempDir(Comm& comm) {
   return dir;
 }
 
-internal::RankState Built(const ParallelConfig& p, int rank, const internal::RefModel* ref) {
-  auto rs = internal::BuildRankState(kModel, p, rank);
+testing::RankState Built(const ParallelConfig& p, int rank, const testing::RefModel* ref) {
+  auto rs = testing::BuildRankState(kModel, p, rank);
   EXPECT_TRUE(rs.ok()) << rs.status().ToString();
   if (ref) {
-    EXPECT_TRUE(internal::FillFromReference(*ref, rs->state.tensors).ok());
+    EXPECT_TRUE(testing::FillFromReference(*ref, rs->state.tensors).ok());
   }
   return std::move(*rs);
 }
 
-void Scribble(internal::RankState& rs) {
+void Scribble(testing::RankState& rs) {
   for (const LocalTensor& t : rs.state.tensors) {
     int64_t n = t.flat ? t.flat->size() : Box::Whole(t.shape).num_elements();
     std::memset(t.data, 0x5A, static_cast<size_t>(n) * DTypeSize(t.dtype));
@@ -52,20 +52,20 @@ void Scribble(internal::RankState& rs) {
 }
 
 // Loads `iteration`'s checkpoint into the first k ranks (TP=k) and checks it.
-void CheckLoads(const std::string& dir, const internal::RefModel& ref, int k) {
+void CheckLoads(const std::string& dir, const testing::RefModel& ref, int k) {
   int rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm sub;
   MPI_Comm_split(MPI_COMM_WORLD, rank < k ? 0 : MPI_UNDEFINED, rank, &sub);
   if (rank < k) {
     auto comm = MakeMpiComm(sub);
-    internal::RankState dst = Built(ParallelConfig{k, 1, 1, false}, rank, nullptr);
+    testing::RankState dst = Built(ParallelConfig{k, 1, 1, false}, rank, nullptr);
     dst.state.objects.clear();
     LoadOptions o;
     o.allow_unexpected_keys = true;
     Result<LoadResult> r = Load(dst.state, dir, *comm, o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    Status c = internal::CheckAgainstReference(ref, dst.state.tensors);
+    Status c = testing::CheckAgainstReference(ref, dst.state.tensors);
     EXPECT_TRUE(c.ok()) << c.ToString();
     comm.reset();
     MPI_Comm_free(&sub);
@@ -77,8 +77,8 @@ TEST(MpiAsync, TensorsModifiedRightAfterSaveAsyncLoadAsSnapshot) {
   auto world = MakeMpiComm(MPI_COMM_WORLD);
   const int n = world->size(), rank = world->rank();
   const std::string root = SharedTempDir(*world);
-  const internal::RefModel ref = internal::MakeReference(kModel, 11);
-  internal::RankState src = Built(ParallelConfig{1, 1, n, true}, rank, &ref);
+  const testing::RefModel ref = testing::MakeReference(kModel, 11);
+  testing::RankState src = Built(ParallelConfig{1, 1, n, true}, rank, &ref);
 
   auto manager = CheckpointManager::Open(root, *world, ManagerOptions{nullptr, 2, true});
   ASSERT_TRUE(manager.ok()) << manager.status().ToString();
@@ -100,7 +100,7 @@ TEST(MpiAsync, FailureOnOneRankSurfacesAtWaitOnEveryRank) {
   auto world = MakeMpiComm(MPI_COMM_WORLD);
   const int n = world->size(), rank = world->rank();
   const std::string root = SharedTempDir(*world);
-  internal::RankState src = Built(ParallelConfig{1, 1, n, true}, rank, nullptr);
+  testing::RankState src = Built(ParallelConfig{1, 1, n, true}, rank, nullptr);
   // The last rank's staging pool is too small.
   AsyncSaver saver(AsyncSaverOptions{rank == n - 1 ? uint64_t{4096} : 0});
   SaveHandle h = SaveAsync(saver, src.state, root + "/ckpt", *world);
@@ -127,10 +127,10 @@ TEST(MpiManager, ResumeSkipsAKilledSaveRetentionAndTheLock) {
   ASSERT_FALSE(second.ok());
   EXPECT_THAT(second.status().message(), HasSubstr("locked by another job"));
 
-  internal::RefModel refs[3];
+  testing::RefModel refs[3];
   for (int i = 0; i < 3; ++i) {
-    refs[i] = internal::MakeReference(kModel, 20 + i);
-    internal::RankState src = Built(ParallelConfig{n, 1, 1, false}, rank, &refs[i]);
+    refs[i] = testing::MakeReference(kModel, 20 + i);
+    testing::RankState src = Built(ParallelConfig{n, 1, 1, false}, rank, &refs[i]);
     ASSERT_TRUE(m.Save(src.state, 100 * (i + 1), *world).ok());
   }
   EXPECT_EQ(*m.CompleteIterations(), (std::vector<int64_t>{200, 300}));
@@ -142,14 +142,14 @@ TEST(MpiManager, ResumeSkipsAKilledSaveRetentionAndTheLock) {
         DefaultStorage()->WriteStringToFile(m.PathFor(400) + "/data/0.safetensors", "x").ok());
   }
   world->Barrier().IgnoreError();
-  internal::RankState dst = Built(ParallelConfig{1, 1, n, true}, rank, nullptr);
+  testing::RankState dst = Built(ParallelConfig{1, 1, n, true}, rank, nullptr);
   dst.state.objects.clear();
   LoadOptions o;
   o.allow_unexpected_keys = true;
   Result<int64_t> it = m.Resume(dst.state, *world, o);
   ASSERT_TRUE(it.ok()) << it.status().ToString();
   EXPECT_EQ(*it, 300);
-  Status c = internal::CheckAgainstReference(refs[2], dst.state.tensors);
+  Status c = testing::CheckAgainstReference(refs[2], dst.state.tensors);
   EXPECT_TRUE(c.ok()) << c.ToString();
   manager->reset();
   world->Barrier().IgnoreError();

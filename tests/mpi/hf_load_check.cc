@@ -528,7 +528,7 @@ TEST(HfLoadMpiErrors, OneRankFailureIsEveryRanksError) {
   // 4. The last rank's disk fails on its first data read.
   {
     RankState rs = build();
-    internal::FaultStorage faults(DefaultStorage());
+    internal_io::FaultStorage faults(DefaultStorage());
     if (rank == last) faults.FailReadsFrom(1);
     HfLoadOptions o;
     o.load.storage = &faults;

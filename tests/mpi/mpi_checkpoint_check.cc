@@ -17,7 +17,7 @@
 namespace shardpoint {
 namespace {
 
-using internal::ParallelConfig;
+using testing::ParallelConfig;
 
 // A fresh directory made by rank 0 and shared with all ranks.
 std::string SharedTempDir(Comm& comm) {
@@ -31,10 +31,10 @@ std::string SharedTempDir(Comm& comm) {
   return dir;
 }
 
-const internal::ModelConfig kModel{4, 64, 192, 500};
+const testing::ModelConfig kModel{4, 64, 192, 500};
 
-internal::RankState Built(const ParallelConfig& p, int rank) {
-  auto rs = internal::BuildRankState(kModel, p, rank);
+testing::RankState Built(const ParallelConfig& p, int rank) {
+  auto rs = testing::BuildRankState(kModel, p, rank);
   EXPECT_TRUE(rs.ok()) << rs.status().ToString();
   return std::move(*rs);
 }
@@ -44,10 +44,10 @@ TEST(MpiCheckpoint, SavedByAllLoadsIntoFewerRanksUnderOtherLayouts) {
   ASSERT_NE(world, nullptr);
   const int n = world->size(), rank = world->rank();
   const std::string dir = SharedTempDir(*world) + "/ckpt";
-  const internal::RefModel ref = internal::MakeReference(kModel, 5);
+  const testing::RefModel ref = testing::MakeReference(kModel, 5);
 
-  internal::RankState src = Built(ParallelConfig{n, 1, 1, false}, rank);
-  ASSERT_TRUE(internal::FillFromReference(ref, src.state.tensors).ok());
+  testing::RankState src = Built(ParallelConfig{n, 1, 1, false}, rank);
+  ASSERT_TRUE(testing::FillFromReference(ref, src.state.tensors).ok());
   Result<SaveStats> saved = Save(src.state, dir, *world);
   ASSERT_TRUE(saved.ok()) << saved.status().ToString();
   EXPECT_EQ(saved->num_files, n);  // every rank wrote its own file
@@ -58,14 +58,14 @@ TEST(MpiCheckpoint, SavedByAllLoadsIntoFewerRanksUnderOtherLayouts) {
     if (rank < k) {
       auto comm = MakeMpiComm(sub);
       for (ParallelConfig to : {ParallelConfig{1, 1, k, true}, ParallelConfig{k, 1, 1, false}}) {
-        internal::RankState dst = Built(to, rank);
+        testing::RankState dst = Built(to, rank);
         dst.state.objects.clear();
         LoadOptions o;
         o.allow_unexpected_keys = true;  // the per-rank RNG objects of the N savers
         Result<LoadResult> r = Load(dst.state, dir, *comm, o);
         ASSERT_TRUE(r.ok()) << "k=" << k << ": " << r.status().ToString();
         EXPECT_EQ(r->unexpected_keys, std::vector<std::string>{"rng_state"});
-        Status c = internal::CheckAgainstReference(ref, dst.state.tensors);
+        Status c = testing::CheckAgainstReference(ref, dst.state.tensors);
         EXPECT_TRUE(c.ok()) << "k=" << k << " " << to.ToString() << ": " << c.ToString();
       }
       comm.reset();
@@ -122,7 +122,7 @@ TEST(MpiCheckpoint, IoFailureOnOneRankKeepsThePreviousCheckpoint) {
 
   // Overwrite with new values; the last rank's disk fails.
   mem.assign(4, 2.0f);
-  internal::FaultStorage faults(DefaultStorage());
+  internal_io::FaultStorage faults(DefaultStorage());
   if (rank == n - 1) faults.FailWritesFrom(1);
   SaveOptions o;
   o.overwrite = true;

@@ -30,14 +30,14 @@
 namespace shardpoint {
 namespace {
 
-using internal::ByteReader;
-using internal::ByteWriter;
-using internal::ParallelConfig;
-using internal::RankState;
+using internal_base::ByteReader;
+using internal_base::ByteWriter;
+using testing::ParallelConfig;
+using testing::RankState;
 
 // Tiny (np 8 runs on 2 cores), and every dim divisible by TP 1, 2, 3, 4, 8;
 // 4 layers: PP 1, 2, 4.
-const internal::ModelConfig kModel{4, 48, 96, 240};
+const testing::ModelConfig kModel{4, 48, 96, 240};
 constexpr uint64_t kSeed = 20240604;
 const ParallelConfig kSaveLayout{2, 1, 2, true};
 
@@ -54,7 +54,7 @@ bool Check(bool ok, const std::string& msg) {
   return ok;
 }
 
-uint64_t ReferenceBytes(const internal::RefModel& ref) {
+uint64_t ReferenceBytes(const testing::RefModel& ref) {
   uint64_t total = 0;
   for (const auto& [key, t] : ref) total += t.bytes.size();
   return total;
@@ -65,10 +65,10 @@ int RunSave(Comm& world, const std::string& dir) {
              "save needs np " + std::to_string(kSaveLayout.world()))) {
     return 1;
   }
-  const internal::RefModel ref = internal::MakeReference(kModel, kSeed);
-  Result<RankState> rs = internal::BuildRankState(kModel, kSaveLayout, world.rank());
+  const testing::RefModel ref = testing::MakeReference(kModel, kSeed);
+  Result<RankState> rs = testing::BuildRankState(kModel, kSaveLayout, world.rank());
   if (!Check(rs.ok(), "BuildRankState: " + rs.status().ToString())) return 1;
-  Status fill = internal::FillFromReference(ref, rs->state.tensors);
+  Status fill = testing::FillFromReference(ref, rs->state.tensors);
   Check(fill.ok(), "FillFromReference: " + fill.ToString());
   SaveOptions o;
   o.overwrite = true;  // ctest reruns
@@ -90,9 +90,9 @@ struct Outcome {
 };
 
 Outcome LoadOnce(Comm& world, const std::string& dir, const ParallelConfig& to, bool cooperative,
-                 const internal::RefModel& ref, RankState* dst) {
+                 const testing::RefModel& ref, RankState* dst) {
   Outcome out;
-  Result<RankState> rs = internal::BuildRankState(kModel, to, world.rank());
+  Result<RankState> rs = testing::BuildRankState(kModel, to, world.rank());
   if (!Check(rs.ok(), "BuildRankState: " + rs.status().ToString())) return out;
   *dst = std::move(*rs);
   // Garbage in the destination, so a byte left unwritten cannot pass.
@@ -112,7 +112,7 @@ Outcome LoadOnce(Comm& world, const std::string& dir, const ParallelConfig& to, 
   Check(r->missing_keys.empty(), what + ": missing keys");
   Check(r->unexpected_keys == std::vector<std::string>{"rng_state"},
         what + ": unexpected keys other than rng_state");
-  Status c = internal::CheckAgainstReference(ref, dst->state.tensors);
+  Status c = testing::CheckAgainstReference(ref, dst->state.tensors);
   if (!Check(c.ok(), what + ": " + to.ToString() + ": " + c.ToString())) return out;
   out.ok = true;
   // The needed bytes (by any rank) in what it read (bytes_read also counts
@@ -150,7 +150,7 @@ int RunLoad(Comm& world, const std::string& dir, const ParallelConfig& to) {
                                   std::to_string(to.world()) + ", got " + std::to_string(n))) {
     return 1;
   }
-  const internal::RefModel ref = internal::MakeReference(kModel, kSeed);
+  const testing::RefModel ref = testing::MakeReference(kModel, kSeed);
   RankState on, off;
   const Outcome co = LoadOnce(world, dir, to, true, ref, &on);
   const Outcome alone = LoadOnce(world, dir, to, false, ref, &off);

@@ -298,14 +298,14 @@ std::string MatrixLayoutName(MatrixLayout layout) {
 
 int MatrixWorldSize(MatrixLayout layout) { return layout == MatrixLayout::kFsdp2Tp2 ? 4 : 8; }
 
-internal::RefModel MatrixReference(uint64_t seed) {
-  internal::RefModel ref;
+testing::RefModel MatrixReference(uint64_t seed) {
+  testing::RefModel ref;
   for (const Param& p : Params()) {
     for (const auto& [key, shape] : p.keys) {
-      ref[key] = internal::RandomRefTensor(DType::kBF16, shape, seed + ref.size());
+      ref[key] = testing::RandomRefTensor(DType::kBF16, shape, seed + ref.size());
       for (const char* st : kStates) {
         ref[std::string("optimizer.") + st + "." + key] =
-            internal::RandomRefTensor(DType::kF32, shape, seed + ref.size());
+            testing::RandomRefTensor(DType::kF32, shape, seed + ref.size());
       }
     }
   }

@@ -37,7 +37,7 @@ int MatrixWorldSize(MatrixLayout layout);
 
 // Every global tensor of the model (parameters and optimizer state), with
 // seeded random contents.
-internal::RefModel MatrixReference(uint64_t seed);
+testing::RefModel MatrixReference(uint64_t seed);
 
 // Every rank's State (zeroed memory) under `layout`. for_save: rank 0 also
 // holds the string setting object "optimizer.sharding" = "dist" and the

@@ -33,7 +33,7 @@ void Partition(const Box& b, int depth, std::mt19937_64& rng, std::vector<Box>* 
 
 struct Piece {
   std::string key;
-  const internal::RefTensor* ref;
+  const testing::RefTensor* ref;
   Box box;
 };
 
@@ -46,7 +46,7 @@ char* Alloc(RandomRank& r, int64_t bytes) {
 // dim 0, maybe with padded strides, maybe split into flat shards over ranks.
 void Place(const std::vector<Piece>& parts, std::vector<RandomRank>& ranks, int owner,
            std::mt19937_64& rng) {
-  const internal::RefTensor& ref = *parts[0].ref;
+  const testing::RefTensor& ref = *parts[0].ref;
   const size_t es = DTypeSize(ref.dtype);
   LocalTensor lt;
   lt.dtype = ref.dtype;
@@ -83,7 +83,7 @@ void Place(const std::vector<Piece>& parts, std::vector<RandomRank>& ranks, int 
       // Padded rows: strides of a wider buffer.
       Shape padded = lt.shape;
       padded.back() += Uniform(rng, 1, 3);
-      copy.strides = internal::RowMajorStrides(padded);
+      copy.strides = internal_geometry::RowMajorStrides(padded);
       copy.data = Alloc(ranks[h], Box::Whole(padded).num_elements() * es);
     } else {
       copy.data = Alloc(ranks[h], n * es);
@@ -94,19 +94,19 @@ void Place(const std::vector<Piece>& parts, std::vector<RandomRank>& ranks, int 
 
 }  // namespace
 
-internal::RefModel RandomModel(std::mt19937_64& rng) {
-  internal::RefModel model;
+testing::RefModel RandomModel(std::mt19937_64& rng) {
+  testing::RefModel model;
   const int count = static_cast<int>(Uniform(rng, 1, 4));
   for (int t = 0; t < count; ++t) {
     const DType dtype = static_cast<DType>(Uniform(rng, 0, kNumDTypes - 1));
     Shape shape(Uniform(rng, 0, 4));
     for (int64_t& s : shape) s = Uniform(rng, 0, 9) == 0 ? 0 : Uniform(rng, 1, 7);
-    model["t" + std::to_string(t) + ".weight"] = internal::RandomRefTensor(dtype, shape, rng());
+    model["t" + std::to_string(t) + ".weight"] = testing::RandomRefTensor(dtype, shape, rng());
   }
   return model;
 }
 
-std::vector<RandomRank> RandomLayout(const internal::RefModel& model, int nranks,
+std::vector<RandomRank> RandomLayout(const testing::RefModel& model, int nranks,
                                      std::mt19937_64& rng) {
   std::vector<RandomRank> ranks(nranks);
   for (const auto& [key, ref] : model) {

@@ -19,12 +19,12 @@ struct RandomRank {
 };
 
 // 1-4 tensors of random dtype and rank 0-4 (some with zero elements).
-internal::RefModel RandomModel(std::mt19937_64& rng);
+testing::RefModel RandomModel(std::mt19937_64& rng);
 
 // A random layout of every tensor of `model` over `ranks` ranks: a random
 // partition into boxes, replicas, several boxes fused into one local tensor,
 // flat-range shards of local tensors, padded (non-contiguous) strides.
-std::vector<RandomRank> RandomLayout(const internal::RefModel& model, int ranks,
+std::vector<RandomRank> RandomLayout(const testing::RefModel& model, int ranks,
                                      std::mt19937_64& rng);
 
 }  // namespace shardpoint::testing

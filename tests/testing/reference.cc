@@ -7,7 +7,16 @@
 #include "src/geometry/view_range.h"
 #include "src/plan/regions.h"
 
-namespace shardpoint::internal {
+using shardpoint::internal_geometry::ContiguousView;
+using shardpoint::internal_geometry::GatherFlatRange;
+using shardpoint::internal_geometry::StridedCopy;
+using shardpoint::internal_geometry::UnravelIndex;
+using shardpoint::internal_geometry::View;
+using shardpoint::internal_plan::BuildRegions;
+using shardpoint::internal_plan::Region;
+using shardpoint::internal_plan::RegionDesc;
+
+namespace shardpoint::testing {
 namespace {
 
 Result<const RefTensor*> Find(const RefModel& ref, const RegionDesc& d) {
@@ -71,4 +80,4 @@ Status CheckAgainstReference(const RefModel& ref, const std::vector<LocalTensor>
   return OkStatus();
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::testing

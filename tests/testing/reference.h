@@ -9,7 +9,7 @@
 
 #include "shardpoint/tensor.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::testing {
 
 struct RefTensor {
   DType dtype = DType::kF32;
@@ -27,4 +27,4 @@ Status FillFromReference(const RefModel& ref, const std::vector<LocalTensor>& te
 // region of `tensors` equals the truth bit for bit.
 Status CheckAgainstReference(const RefModel& ref, const std::vector<LocalTensor>& tensors);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::testing

@@ -4,7 +4,7 @@
 
 #include "shardpoint/layout.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::testing {
 
 std::string ParallelConfig::ToString() const {
   return "TP=" + std::to_string(tp) + " x PP=" + std::to_string(pp) +
@@ -94,4 +94,4 @@ Result<RankState> BuildRankState(const ModelConfig& m, const ParallelConfig& p, 
   return rs;
 }
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::testing

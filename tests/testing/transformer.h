@@ -11,7 +11,7 @@
 #include "shardpoint/state.h"
 #include "tests/testing/reference.h"
 
-namespace shardpoint::internal {
+namespace shardpoint::testing {
 
 struct ModelConfig {
   int layers = 8;
@@ -54,4 +54,4 @@ struct RankState {
 // blob and metadata.
 Result<RankState> BuildRankState(const ModelConfig& m, const ParallelConfig& p, int rank);
 
-}  // namespace shardpoint::internal
+}  // namespace shardpoint::testing
