@@ -103,6 +103,23 @@ TEST_F(CliTest, InspectPrintsTableAndJson) {
   EXPECT_THAT(j.dump(), HasSubstr("\"layer.w\""));
 }
 
+// --io-threads is the flag's name; the old --threads still works (hidden from
+// --help); a bad value is a usage error under either name.
+TEST_F(CliTest, IoThreadsAndItsOldNameThreads) {
+  for (const char* flag : {"--io-threads 2 ", "--threads 2 "}) {
+    CliRun r = RunCli(std::string("verify ") + flag + dir_);
+    EXPECT_EQ(r.exit_code, 0) << flag << r.out;
+    EXPECT_THAT(r.out, HasSubstr("OK"));
+    r = RunCli(std::string("diff ") + flag + dir_ + " " + CopyCheckpoint());
+    EXPECT_EQ(r.exit_code, 0) << flag << r.out;
+    ASSERT_TRUE(DefaultStorage()->RemoveAll(root_ + "/copy").ok());
+  }
+  EXPECT_EQ(RunCli("verify --io-threads many " + dir_).exit_code, 2);
+  CliRun help = RunCli("verify --help");
+  EXPECT_THAT(help.out, HasSubstr("--io-threads INT=4"));
+  EXPECT_THAT(help.out, Not(HasSubstr("  --threads")));
+}
+
 TEST_F(CliTest, VerifyPassesThenNamesTheFlippedChunk) {
   CliRun r = RunCli("verify " + dir_);
   EXPECT_EQ(r.exit_code, 0) << r.out;

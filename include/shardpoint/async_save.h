@@ -35,8 +35,9 @@
 // initialized with MPI_THREAD_MULTIPLE if the application makes other MPI
 // calls meanwhile (MPI_THREAD_SERIALIZED if it does not). MakeMpiComm
 // duplicates its communicator, so shardpoint's messages never mix with the
-// application's. Storage, the plan cache and the log hook in SaveOptions must
-// outlive the save.
+// application's. Storage, pool, the plan cache and the log hook in
+// SaveOptions must outlive the save (a shared pool is used by the background
+// save like by any other call).
 //
 // Thread-safety: an AsyncSaver is used by one thread; a SaveHandle may be
 // waited on from any thread. Destroying an AsyncSaver waits for its save.

@@ -18,17 +18,18 @@
 
 #include "shardpoint/comm.h"
 #include "shardpoint/plan_cache.h"
+#include "shardpoint/resources.h"
 #include "shardpoint/state.h"
 #include "shardpoint/status.h"
 #include "shardpoint/storage.h"
 
 namespace shardpoint {
 
-struct SaveOptions {
-  // Where files go. Default: nullptr = DefaultStorage().
-  Storage* storage = nullptr;
-  // Threads per rank for gathering, checksumming and writing. Default 4.
-  int io_threads = 4;
+// Resources (resources.h): storage, pool (writes and replica checksums run
+// on it; io_threads when none is passed, default 4), and log: one line on
+// rank 0 when the save is committed (with its duration and size) or when it
+// failed; never "saved" before the manifest is durable.
+struct SaveOptions : Resources {
   // Size of one staging buffer. Default 8 MiB (a multiple of 4096).
   size_t staging_bytes = size_t{8} << 20;
   // Try O_DIRECT for data files (falls back to buffered writes). Default true.
@@ -50,11 +51,6 @@ struct SaveOptions {
   // plan_cache.h). Pass the same cache to every save of this rank. Default:
   // nullptr = plan every save.
   SavePlanCache* plan_cache = nullptr;
-  // Progress lines, called on rank 0 only, from the thread running the save:
-  // one line when the save is committed (with its duration and size) or when
-  // it failed; never "saved" before the manifest is durable. Default: empty =
-  // silent.
-  std::function<void(const std::string&)> log;
 };
 
 struct SaveStats {
@@ -67,9 +63,10 @@ struct SaveStats {
   bool plan_cached = false;  // the plan came from SaveOptions::plan_cache
 };
 
-struct LoadOptions {
-  Storage* storage = nullptr;  // Default: DefaultStorage()
-  int io_threads = 4;
+// Resources (resources.h): storage, pool (reads and checksums run on it;
+// io_threads when none is passed, default 4), and log: one line on rank 0
+// when the load finished or failed.
+struct LoadOptions : Resources {
   // Requested keys absent from the checkpoint are skipped (and reported)
   // instead of an error. Default false: NotFound naming every rank's missing
   // keys (and the unexpected ones too, unless allowed).

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "shardpoint/hf_mapping.h"
+#include "shardpoint/resources.h"
 #include "shardpoint/status.h"
 #include "shardpoint/storage.h"
 
@@ -25,9 +26,14 @@ struct DiffReport {
   std::vector<DiffEntry> entries;  // sorted by key
   bool equal() const;
 };
-struct DiffOptions {
-  Storage* storage = nullptr;
-  int threads = 4;
+// Resources (resources.h): storage, pool (blocks are compared on it and on
+// the calling thread; without one the call makes io_threads - 1 threads, so
+// io_threads blocks are in flight), log: one line with the outcome.
+struct DiffOptions : Resources {
+  // Deprecated spelling of io_threads, kept so that old code compiles: when
+  // > 0 it is used instead of io_threads. Default 0.
+  int threads = 0;
+  // Tensors are compared in blocks of this many bytes (as f64). Default 32 MiB.
   size_t block_bytes = size_t{32} << 20;
   // |a - b| <= atol counts as equal (0: bitwise).
   double atol = 0;

@@ -13,6 +13,7 @@
 
 #include "shardpoint/dtype.h"
 #include "shardpoint/hf_mapping.h"
+#include "shardpoint/resources.h"
 #include "shardpoint/status.h"
 #include "shardpoint/storage.h"
 
@@ -22,11 +23,16 @@ namespace shardpoint {
 // threads, serialized).
 using HfProgress = std::function<void(uint64_t done, uint64_t total)>;
 
-struct ExportHfOptions {
-  Storage* storage = nullptr;
+// Resources (resources.h): storage, pool (blocks are read, converted and
+// written on it and on the calling thread; without one the call makes
+// io_threads - 1 threads, so io_threads blocks are in flight), log: one line
+// with the outcome.
+struct ExportHfOptions : Resources {
   uint64_t max_shard_size = 5'000'000'000;
-  std::optional<DType> dtype;             // convert floating tensors to this dtype
-  int threads = 4;                        // tensors in flight
+  std::optional<DType> dtype;  // convert floating tensors to this dtype
+  // Deprecated spelling of io_threads, kept so that old code compiles: when
+  // > 0 it is used instead of io_threads. Default 0.
+  int threads = 0;
   size_t block_bytes = size_t{64} << 20;  // a tensor is read and written in blocks of this size
   std::map<std::string, int64_t> variables;
   HfProgress progress;
@@ -38,8 +44,9 @@ struct ExportHfStats {
   double seconds = 0;
 };
 // Writes the checkpoint at `ckpt_dir` (or an HF model dir) as an HF model at
-// `out_dir`, streaming block by block: memory stays near threads *
-// block_bytes. Variables come also from the checkpoint's metadata
+// `out_dir`, streaming block by block: memory stays near io_threads *
+// block_bytes (with a shared pool: its threads + 1, times block_bytes). Variables come also from
+// the checkpoint's metadata
 // ({"hf": {"config": {...}}}, stored by ConvertHfToShardpoint), and that
 // config is written back as config.json.
 Result<ExportHfStats> ExportHf(const std::string& ckpt_dir, const std::string& out_dir,

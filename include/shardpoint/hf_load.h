@@ -32,8 +32,8 @@ struct HfKeyInfo {
   std::vector<std::string> hf;    // the HF tensors it is made of
 };
 
-struct HfOptions {
-  Storage* storage = nullptr;
+// Resources (resources.h): storage (the rest is not used).
+struct HfOptions : Resources {
   // Variables for the rules (over config.json and the mapping's defaults).
   std::map<std::string, int64_t> variables;
 };
@@ -63,7 +63,8 @@ inline LoadOptions HfDefaultLoadOptions() {
 }
 
 struct HfLoadOptions {
-  // Storage, threads, allow_* checks, read slices, cooperative reads: as Load.
+  // Resources (storage, pool, io_threads, log), allow_* checks, read slices,
+  // cooperative reads: as Load.
   LoadOptions load = HfDefaultLoadOptions();
   // Mapping variables ({vocab_size}, ...) beyond those of config.json.
   std::map<std::string, int64_t> variables;

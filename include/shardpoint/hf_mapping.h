@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shardpoint/resources.h"
 #include "shardpoint/status.h"
 #include "shardpoint/storage.h"
 
@@ -58,6 +59,10 @@ struct HfMapping {
 
 // Parses a mapping file's JSON; InvalidArgument naming `source` and the rule.
 Result<HfMapping> ParseHfMapping(std::string_view json, const std::string& source = "<mapping>");
+// Reads and parses the mapping file at `path` from resources.storage (the
+// rest is not used); the Storage* overload is the same with only a storage
+// (nullptr = DefaultStorage()).
+Result<HfMapping> ReadHfMapping(const std::string& path, const Resources& resources);
 Result<HfMapping> ReadHfMapping(const std::string& path, Storage* storage = nullptr);
 // No rules: HF names are shardpoint keys.
 inline HfMapping IdentityHfMapping() { return HfMapping{}; }

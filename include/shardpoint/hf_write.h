@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "shardpoint/dtype.h"
+#include "shardpoint/resources.h"
 #include "shardpoint/status.h"
 #include "shardpoint/storage.h"
 #include "shardpoint/tensor.h"
@@ -22,8 +23,8 @@ struct HfTensor {
   std::string bytes;  // row-major, numel * DTypeSize(dtype)
 };
 
-struct HfWriteOptions {
-  Storage* storage = nullptr;               // Default: DefaultStorage()
+// Resources (resources.h): storage (the rest is not used).
+struct HfWriteOptions : Resources {
   uint64_t max_shard_size = 5'000'000'000;  // bytes of tensor data per file
   std::map<std::string, std::string> metadata = {{"format", "pt"}};
   std::string config_json;  // written as config.json if not empty

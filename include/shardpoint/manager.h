@@ -42,9 +42,10 @@
 
 namespace shardpoint {
 
-struct ManagerOptions {
-  // Default: nullptr = DefaultStorage(). Must outlive the manager.
-  Storage* storage = nullptr;
+// Resources (resources.h), which must outlive the manager: its storage holds
+// the root, the tracker and the lock; storage, pool and log are also those of
+// every save and load the manager runs whose own options leave them unset.
+struct ManagerOptions : Resources {
   // Keep the newest N complete checkpoints. Default 0: keep all.
   int keep_last = 0;
   // Take <root>/.lock (Storage::LockFile). Default true.
@@ -97,6 +98,7 @@ class CheckpointManager {
   std::string root_;
   ManagerOptions options_;
   Status CheckOpen() const;
+  Resources ResolvedResources() const;       // options_ with storage_
   Status ApplyRetention(int64_t iteration);  // rank 0
   Storage* storage_;
   std::unique_ptr<FileLock> lock_;  // rank 0, while open, unless options.lock is false

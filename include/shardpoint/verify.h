@@ -21,6 +21,7 @@
 
 #include "shardpoint/box.h"
 #include "shardpoint/dtype.h"
+#include "shardpoint/resources.h"
 #include "shardpoint/status.h"
 #include "shardpoint/storage.h"
 
@@ -66,9 +67,8 @@ struct CheckpointDescription {
   std::string json;
 };
 
-struct DescribeOptions {
-  Storage* storage = nullptr;  // Default: DefaultStorage()
-};
+// Resources (resources.h): storage (the rest is not used).
+struct DescribeOptions : Resources {};
 
 // Errors: NotFound when `dir` holds no manifest (nor DCP .metadata), DataLoss when corrupt.
 Result<CheckpointDescription> DescribeCheckpoint(const std::string& dir,
@@ -103,13 +103,18 @@ struct VerifyReport {
   bool ok() const { return faults.empty(); }
 };
 
-struct VerifyOptions {
-  Storage* storage = nullptr;  // Default: DefaultStorage()
-  // Reader threads. Default 4.
-  int threads = 4;
+// Resources (resources.h): storage, pool (chunks are read and checksummed
+// on it and on the calling thread; io_threads when none is passed, default
+// 4), log: one line with the outcome.
+struct VerifyOptions : Resources {
   // Chunks are read in slices of at most this many bytes: memory is about
-  // threads x slice_bytes whatever the chunk sizes. Default 16 MiB.
-  size_t slice_bytes = size_t{16} << 20;
+  // (io_threads + 1) x read_slice_bytes whatever the chunk sizes. Default
+  // 16 MiB (LoadOptions::read_slice_bytes is the same knob).
+  uint64_t read_slice_bytes = uint64_t{16} << 20;
+  // Deprecated spellings of io_threads and read_slice_bytes, kept so that old
+  // code compiles: when > 0 they are used instead. Default 0.
+  int threads = 0;
+  size_t slice_bytes = 0;
   // progress(done, total): bytes checksummed so far, called after each slice,
   // serialized, from reader threads. Default: empty = none.
   std::function<void(uint64_t done, uint64_t total)> progress;

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from typing import Any, Iterator
 
 from shardpoint import _shardpoint as _C
@@ -263,15 +264,34 @@ _KINDS = {_C.VerifyFaultKind.TILING: "tiling", _C.VerifyFaultKind.FILE_HEADER: "
           _C.VerifyFaultKind.CHUNK: "chunk", _C.VerifyFaultKind.OBJECT: "object"}
 
 
-def verify(path: str | os.PathLike, *, threads: int = 4,
-           slice_bytes: int = 16 << 20) -> VerifyReport:
+def _renamed(new_name: str, new_value: int | None, old_name: str, old_value: int | None,
+             default: int) -> int:
+    """The value of a keyword renamed from ``old_name`` to ``new_name``: the old
+    spelling is still accepted, with a DeprecationWarning; giving both is a TypeError."""
+    if old_value is not None:
+        if new_value is not None:
+            raise TypeError(f"pass {new_name}= only ({old_name}= is its deprecated old name)")
+        warnings.warn(f"{old_name}= is deprecated; use {new_name}=", DeprecationWarning,
+                      stacklevel=3)
+        return int(old_value)
+    return default if new_value is None else int(new_value)
+
+
+def verify(path: str | os.PathLike, *, io_threads: int | None = None,
+           read_slice_bytes: int | None = None, threads: int | None = None,
+           slice_bytes: int | None = None) -> VerifyReport:
     """Re-reads the whole checkpoint and checks it: the manifest, that every tensor
     is tiled by its chunks, every data file's header, every chunk and value
     checksum. Problems are ``faults`` of the report (``report.ok``); only an
     unreadable manifest raises (NotFoundError, DataLossError, IOFailureError).
-    Memory: about ``threads * slice_bytes``."""
+    ``io_threads`` (default 4) reader threads read in slices of at most
+    ``read_slice_bytes`` (default 16 MiB): memory is about
+    ``(io_threads + 1) * read_slice_bytes``. ``threads`` and ``slice_bytes`` are
+    the deprecated old names of these two (accepted, with a DeprecationWarning)."""
     path = os.fspath(path)
-    r = _C.verify_checkpoint(path, int(threads), int(slice_bytes))
+    n = _renamed("io_threads", io_threads, "threads", threads, 4)
+    slice_ = _renamed("read_slice_bytes", read_slice_bytes, "slice_bytes", slice_bytes, 16 << 20)
+    r = _C.verify_checkpoint(path, n, slice_)
     faults = tuple(Fault(_KINDS[f.kind], f.key, int(f.chunk), tuple(f.object_index), f.file,
                          int(f.begin), int(f.end), f.message) for f in r.faults)
     return VerifyReport(path, int(r.tensors), int(r.chunks_checked), int(r.objects_checked),

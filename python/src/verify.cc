@@ -74,13 +74,13 @@ void RegisterVerify(py::module_& m) {
       .def_readonly("faults", &VerifyReport::faults);
   m.def(
       "verify_checkpoint",
-      [](const std::string& dir, int threads, size_t slice_bytes) {
+      [](const std::string& dir, int io_threads, uint64_t read_slice_bytes) {
         VerifyOptions o;
-        o.threads = threads;
-        o.slice_bytes = slice_bytes;
+        o.io_threads = io_threads;
+        o.read_slice_bytes = read_slice_bytes;
         return Unwrap(VerifyCheckpoint(dir, o));
       },
-      py::arg("dir"), py::arg("threads") = 4, py::arg("slice_bytes") = size_t{16} << 20,
+      py::arg("dir"), py::arg("io_threads") = 4, py::arg("read_slice_bytes") = uint64_t{16} << 20,
       py::call_guard<py::gil_scoped_release>());
 }
 

@@ -133,6 +133,27 @@ def test_verify_and_inspect(saved):
         sp.read(saved)
 
 
+def test_verify_knobs_and_their_deprecated_old_names(saved):
+    """io_threads= / read_slice_bytes= are the names load uses; the old threads= /
+    slice_bytes= still work, with a DeprecationWarning, and may not be mixed with them."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new names warn about nothing
+        new = sp.verify(saved, io_threads=2, read_slice_bytes=7)
+    assert new.ok and new.bytes_checked > 7
+    with pytest.warns(DeprecationWarning, match="threads= is deprecated; use io_threads="):
+        old = sp.verify(saved, threads=2)
+    assert old.ok and old.bytes_checked == new.bytes_checked
+    with pytest.warns(DeprecationWarning, match="slice_bytes= is deprecated; use read_slice_bytes="):
+        old = sp.verify(saved, slice_bytes=7)
+    assert old.ok and (old.chunks_checked, old.bytes_checked) == (new.chunks_checked,
+                                                                   new.bytes_checked)
+    with pytest.raises(TypeError, match="io_threads"):
+        sp.verify(saved, io_threads=2, threads=2)
+    with pytest.raises(TypeError, match="read_slice_bytes"):
+        sp.verify(saved, read_slice_bytes=7, slice_bytes=7)
+
+
 def test_missing_checkpoint_is_file_not_found(tmp_path):
     for fn in (sp.metadata, sp.read, sp.verify, sp.inspect):
         with pytest.raises(FileNotFoundError):

@@ -20,7 +20,6 @@ using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::VerifyBlock;
 using shardpoint::internal_geometry::ConvertElements;
 using shardpoint::internal_geometry::ScatterFlatRange;
-using shardpoint::internal_io::ThreadPool;
 using shardpoint::internal_plan::ElementsBefore;
 using shardpoint::internal_plan::LoadPlan;
 using shardpoint::internal_plan::ReadPiece;

@@ -39,7 +39,7 @@ struct CooperativeStats {
 };
 
 Status CooperativeLoad(const internal_format::Manifest& m, const internal_plan::LoadPlan& plan,
-                       Comm& comm, DataFiles* files, internal_io::ThreadPool* pool,
-                       const ReadOptions& options, uint64_t round_bytes, CooperativeStats* stats);
+                       Comm& comm, DataFiles* files, ThreadPool* pool, const ReadOptions& options,
+                       uint64_t round_bytes, CooperativeStats* stats);
 
 }  // namespace shardpoint::internal_checkpoint

@@ -30,9 +30,9 @@ Result<std::string> ReadIndexBytes(Storage* storage, const std::string& dir) {
 }
 
 Result<LoadResult> LoadCollective(State& state, const std::string& dir, Comm& comm,
-                                  const LoadOptions& options) {
+                                  const LoadOptions& options, internal_io::CallResources& res) {
   const auto start = std::chrono::steady_clock::now();
-  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  Storage* storage = res.storage();
 
   // 1. The manifest, read once.
   std::string bytes;
@@ -64,7 +64,7 @@ Result<LoadResult> LoadCollective(State& state, const std::string& dir, Comm& co
   src.has_checksums = !dcp;
   src.index = std::move(*manifest);
   SP_ASSIGN_OR_RETURN(LoadResult result,
-                      internal_checkpoint::LoadFromSource(state, src, comm, options, "load"));
+                      internal_checkpoint::LoadFromSource(state, src, comm, options, res, "load"));
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
@@ -75,7 +75,11 @@ Result<LoadResult> LoadCollective(State& state, const std::string& dir, Comm& co
 // follows); this catches what a collective call itself throws.
 Result<LoadResult> Load(State& state, const std::string& dir, Comm& comm,
                         const LoadOptions& options) {
-  return internal_base::Guarded("load", [&] { return LoadCollective(state, dir, comm, options); });
+  internal_io::CallResources res(options);
+  Result<LoadResult> result = internal_base::Guarded(
+      "load", [&] { return LoadCollective(state, dir, comm, options, res); });
+  internal_checkpoint::LogLoadOutcome(res, comm, "checkpoint '" + dir + "'", result);
+  return result;
 }
 
 }  // namespace shardpoint

@@ -1,6 +1,7 @@
 #include "src/checkpoint/load_source.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <tuple>
 
 #include "src/base/guard.h"
@@ -16,7 +17,7 @@ using shardpoint::internal_format::ObjectRecord;
 using shardpoint::internal_format::TensorRecord;
 using shardpoint::internal_geometry::StridedCopy;
 using shardpoint::internal_geometry::View;
-using shardpoint::internal_io::ThreadPool;
+using shardpoint::internal_io::CallResources;
 using shardpoint::internal_plan::BuildRegions;
 using shardpoint::internal_plan::LoadPlan;
 using shardpoint::internal_plan::PlanLoad;
@@ -143,8 +144,9 @@ void ZeroFill(const View& v) {
 }  // namespace
 
 Result<LoadResult> LoadFromSource(State& state, const Source& src, Comm& comm,
-                                  const LoadOptions& options, const std::string& what) {
-  Storage* storage = options.storage ? options.storage : DefaultStorage();
+                                  const LoadOptions& options, CallResources& res,
+                                  const std::string& what) {
+  Storage* storage = res.storage();
   const Manifest& m = src.index;
 
   // 1 and 2. Requests. Missing keys travel with the bitmaps, so that a strict
@@ -178,7 +180,7 @@ Result<LoadResult> LoadFromSource(State& state, const Source& src, Comm& comm,
   });
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, plan.status()));
   for (const View& v : plan->zero_fill) ZeroFill(v);
-  ThreadPool pool(std::max(1, options.io_threads));
+  ThreadPool* pool = res.pool();
   DataFiles files(storage, src.dir, &m);
   ReadOptions read_options;
   read_options.verify_checksums = options.verify_checksums && src.has_checksums;
@@ -187,7 +189,7 @@ Result<LoadResult> LoadFromSource(State& state, const Source& src, Comm& comm,
   if (options.cooperative && comm.size() > 1) {
     // CooperativeLoad agrees on its own errors: every rank returns the same.
     CooperativeStats coop;
-    SP_RETURN_IF_ERROR(CooperativeLoad(m, *plan, comm, &files, &pool, read_options,
+    SP_RETURN_IF_ERROR(CooperativeLoad(m, *plan, comm, &files, pool, read_options,
                                        options.cooperative_round_bytes, &coop));
     result.bytes_read = coop.bytes_read;
     result.bytes_received = coop.bytes_received;
@@ -197,7 +199,7 @@ Result<LoadResult> LoadFromSource(State& state, const Source& src, Comm& comm,
   } else {
     ReadStats read;
     s = Guarded(what + ": reading",
-                [&] { return ExecuteLoadPlan(m, *plan, &files, &pool, read_options, &read); });
+                [&] { return ExecuteLoadPlan(m, *plan, &files, pool, read_options, &read); });
     result.bytes_read = read.bytes.load();
     result.requests = read.requests.load();
     result.bytes_needed = read.needed.load();
@@ -212,6 +214,24 @@ Result<LoadResult> LoadFromSource(State& state, const Source& src, Comm& comm,
   }
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
   return result;
+}
+
+void LogLoadOutcome(const CallResources& res, const Comm& comm, const std::string& name,
+                    const Result<LoadResult>& result) {
+  if (comm.rank() != 0) return;
+  if (!result.ok()) {
+    res.Log("shardpoint: load of " + name + " FAILED: " + result.status().ToString());
+    return;
+  }
+  const LoadResult& r = *result;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%.3f GB read by rank 0 in %.3f s", r.bytes_read / 1e9, r.seconds);
+  std::string line = "shardpoint: loaded " + name + ": " + buf;
+  if (!r.missing_keys.empty()) line += "; " + std::to_string(r.missing_keys.size()) + " missing";
+  if (!r.unexpected_keys.empty()) {
+    line += "; " + std::to_string(r.unexpected_keys.size()) + " unexpected";
+  }
+  res.Log(line);
 }
 
 }  // namespace shardpoint::internal_checkpoint

@@ -21,15 +21,25 @@
 // rank's error and no rank hangs.
 #pragma once
 
+#include <string>
+
 #include "shardpoint/checkpoint.h"
+#include "src/io/resources.h"
 #include "src/source/source.h"
 
 namespace shardpoint::internal_checkpoint {
 
 // Collective. REQUIRES: every rank passes an identical `src` (e.g. decoded
 // from bytes one rank read and broadcast) and the same options. `what`
-// prefixes step names in errors ("load", "HF load").
+// prefixes step names in errors ("load", "HF load"). Storage and pool come
+// from `res` (made from `options` by the entry point).
 Result<LoadResult> LoadFromSource(State& state, const internal_source::Source& src, Comm& comm,
-                                  const LoadOptions& options, const std::string& what);
+                                  const LoadOptions& options, internal_io::CallResources& res,
+                                  const std::string& what);
+
+// Rank 0 passes one line with the load's outcome to res.Log ("shardpoint:
+// loaded <name>: ..." or "shardpoint: load of <name> FAILED: ...").
+void LogLoadOutcome(const internal_io::CallResources& res, const Comm& comm,
+                    const std::string& name, const Result<LoadResult>& result);
 
 }  // namespace shardpoint::internal_checkpoint

@@ -17,6 +17,7 @@
 
 #include "src/base/guard.h"
 #include "src/checkpoint/commit.h"
+#include "src/io/resources.h"
 
 namespace shardpoint {
 namespace {
@@ -57,7 +58,13 @@ std::optional<int64_t> ParseDecimal(std::string s) {
 CheckpointManager::CheckpointManager(std::string root, const ManagerOptions& options)
     : root_(std::move(root)),
       options_(options),
-      storage_(options.storage ? options.storage : DefaultStorage()) {}
+      storage_(internal_io::CallResources(options).storage()) {}
+
+Resources CheckpointManager::ResolvedResources() const {
+  Resources r = options_;
+  r.storage = storage_;
+  return r;
+}
 
 CheckpointManager::~CheckpointManager() { Close().IgnoreError(); }
 
@@ -190,7 +197,7 @@ Result<SaveStats> CheckpointManager::Save(const State& state, int64_t iteration,
                                           const SaveOptions& options) {
   SP_RETURN_IF_ERROR(CheckOpen());
   SaveOptions o = options;
-  if (!o.storage) o.storage = storage_;
+  internal_io::InheritUnset(ResolvedResources(), &o);
   SP_ASSIGN_OR_RETURN(SaveStats stats, shardpoint::Save(state, PathFor(iteration), comm, o));
   SP_RETURN_IF_ERROR(MarkCommitted(iteration, comm));
   return stats;
@@ -199,7 +206,7 @@ Result<SaveStats> CheckpointManager::Save(const State& state, int64_t iteration,
 SaveHandle CheckpointManager::SaveAsync(AsyncSaver& saver, const State& state, int64_t iteration,
                                         Comm& comm, const SaveOptions& options) {
   SaveOptions o = options;
-  if (!o.storage) o.storage = storage_;
+  internal_io::InheritUnset(ResolvedResources(), &o);
   return saver.Save(state, PathFor(iteration), comm, o, [this, iteration, &comm](const SaveStats&) {
     return MarkCommitted(iteration, comm);
   });
@@ -227,7 +234,7 @@ Result<int64_t> CheckpointManager::Resume(State& state, Comm& comm, const LoadOp
                          "' (iter_* directories with a manifest)");
   }
   LoadOptions o = options;
-  if (!o.storage) o.storage = storage_;
+  internal_io::InheritUnset(ResolvedResources(), &o);
   SP_RETURN_IF_ERROR(Load(state, PathFor(*latest), comm, o).status());
   return *latest;
 }

@@ -54,7 +54,7 @@ struct ReadStats {
 // REQUIRES: plan computed against `m`. Errors name the key, chunk, file and
 // byte range.
 Status ExecuteLoadPlan(const internal_format::Manifest& m, const internal_plan::LoadPlan& plan,
-                       DataFiles* files, internal_io::ThreadPool* pool, const ReadOptions& options,
+                       DataFiles* files, ThreadPool* pool, const ReadOptions& options,
                        ReadStats* stats);
 
 // Chunk-relative bytes [a, b) of chunk `chunk` of tensor `tensor`.
@@ -83,7 +83,7 @@ struct PiecePart {
 Status ExecuteSpans(const internal_format::Manifest& m,
                     const std::vector<const internal_plan::ReadPiece*>& own,
                     const std::vector<PiecePart>& parts, const std::vector<ChunkSpan>& spans,
-                    DataFiles* files, internal_io::ThreadPool* pool, const ReadOptions& options,
+                    DataFiles* files, ThreadPool* pool, const ReadOptions& options,
                     ReadStats* stats);
 
 // Reads `nbytes` at `offset` of manifest file `file` into dst and checks the

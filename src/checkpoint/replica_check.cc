@@ -16,7 +16,6 @@ using shardpoint::internal_geometry::ContiguousView;
 using shardpoint::internal_geometry::StridedCopy;
 using shardpoint::internal_geometry::View;
 using shardpoint::internal_io::ParallelFor;
-using shardpoint::internal_io::ThreadPool;
 using shardpoint::internal_plan::RankFile;
 using shardpoint::internal_plan::Region;
 using shardpoint::internal_plan::WriteItem;

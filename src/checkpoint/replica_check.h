@@ -21,7 +21,7 @@ uint64_t ChecksumView(const internal_geometry::View& v);
 // The checksums of rf.replicas, in order, computed on `pool`.
 std::vector<uint64_t> ReplicaChecksums(const internal_plan::RankFile& rf,
                                        const std::vector<internal_plan::Region>& regions,
-                                       const State& state, internal_io::ThreadPool* pool);
+                                       const State& state, ThreadPool* pool);
 
 // Rank 0, after the writers' checksums are in `m`: InvalidArgument naming the
 // key, box, both ranks and both checksums at the first replica that differs.

@@ -24,6 +24,7 @@
 #include "src/checkpoint/commit.h"
 #include "src/checkpoint/replica_check.h"
 #include "src/checkpoint/writer.h"
+#include "src/io/resources.h"
 #include "src/plan/plan_cache.h"
 #include "src/plan/save_plan.h"
 
@@ -44,7 +45,7 @@ using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::TensorRecord;
 using shardpoint::internal_geometry::ContiguousView;
 using shardpoint::internal_geometry::View;
-using shardpoint::internal_io::ThreadPool;
+using shardpoint::internal_io::CallResources;
 using shardpoint::internal_plan::BuildRegions;
 using shardpoint::internal_plan::Contribution;
 using shardpoint::internal_plan::DecodeContribution;
@@ -165,10 +166,11 @@ std::string SaveSummary(const std::string& dir, const SaveStats& st) {
 
 // `write_dir` receives the directory the ranks write into, once known.
 Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Comm& comm,
-                                 const SaveOptions& options, std::string* write_dir_out) {
+                                 const SaveOptions& options, CallResources& res,
+                                 std::string* write_dir_out) {
   const auto start = std::chrono::steady_clock::now();
   const int64_t hits_before = options.plan_cache ? options.plan_cache->hits() : 0;
-  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  Storage* storage = res.storage();
   const int rank = comm.rank();
 
   // 1. The directory.
@@ -217,17 +219,17 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   std::vector<std::vector<uint64_t>> block_sums;
   const uint64_t block_size = (*plan)->manifest.block_size;
   s = Guarded("save: writing rank " + std::to_string(rank) + "'s data file", [&]() -> Status {
-    ThreadPool pool(std::max(1, options.io_threads));
+    ThreadPool* pool = res.pool();
     if (rf.file >= 0) {
       SP_ASSIGN_OR_RETURN(
           sums, WriteDataFile(storage, JoinPath(write_dir, (*plan)->manifest.files[rf.file]), rf,
-                              Sources(rf, *regions, state), &pool,
+                              Sources(rf, *regions, state), pool,
                               WriterOptions{options.staging_bytes, 3, options.direct_io,
                                             options.preallocate, block_size},
                               &block_sums));
     }
     if (!rf.replicas.empty()) {
-      std::vector<uint64_t> replica_sums = ReplicaChecksums(rf, *regions, state, &pool);
+      std::vector<uint64_t> replica_sums = ReplicaChecksums(rf, *regions, state, pool);
       sums.insert(sums.end(), replica_sums.begin(), replica_sums.end());
     }
     return OkStatus();
@@ -277,16 +279,17 @@ Result<SaveStats> Save(const State& state, const std::string& dir, Comm& comm,
                        const SaveOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   std::string write_dir;
+  CallResources res(options);
   // Every local step is Guarded; this catches what a collective call throws.
   Result<SaveStats> stats =
-      Guarded("save", [&] { return SaveCollective(state, dir, comm, options, &write_dir); });
+      Guarded("save", [&] { return SaveCollective(state, dir, comm, options, res, &write_dir); });
   // A failed save gives its space back (a full disk would otherwise stay
   // full and fail every later save). Every rank has left the save's steps
   // when it fails, so rank 0 alone removes every rank's files.
   std::string cleanup;
   if (!stats.ok() && comm.rank() == 0 && !write_dir.empty()) {
-    Storage* storage = options.storage ? options.storage : DefaultStorage();
-    Status removed = Guarded("cleanup", [&] { return RemoveFailedSave(storage, dir, write_dir); });
+    Status removed =
+        Guarded("cleanup", [&] { return RemoveFailedSave(res.storage(), dir, write_dir); });
     cleanup = removed.ok() ? "; its files were removed"
                            : "; removing its files failed too: " + removed.ToString();
   }
@@ -295,12 +298,11 @@ Result<SaveStats> Save(const State& state, const std::string& dir, Comm& comm,
   if (options.log && comm.rank() == 0) {
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    options.log(stats.ok()
-                    ? SaveSummary(dir, *stats)
-                    : "shardpoint: save of '" + dir + "' FAILED after " + FormatSeconds(secs) +
-                          " (not committed; the previous checkpoint "
-                          "is untouched): " +
-                          stats.status().ToString() + cleanup);
+    res.Log(stats.ok() ? SaveSummary(dir, *stats)
+                       : "shardpoint: save of '" + dir + "' FAILED after " + FormatSeconds(secs) +
+                             " (not committed; the previous checkpoint "
+                             "is untouched): " +
+                             stats.status().ToString() + cleanup);
   }
   return stats;
 }

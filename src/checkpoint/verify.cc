@@ -7,6 +7,7 @@
 #include "src/checkpoint/data_header.h"
 #include "src/checkpoint/reader.h"
 #include "src/format/safetensors.h"
+#include "src/io/resources.h"
 #include "src/io/thread_pool.h"
 #include "src/plan/save_plan.h"
 #include "src/plan/tiling.h"
@@ -19,8 +20,8 @@ using shardpoint::internal_format::ObjectRecord;
 using shardpoint::internal_format::SafetensorsEntry;
 using shardpoint::internal_format::SafetensorsHeader;
 using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_io::CallResources;
 using shardpoint::internal_io::ParallelFor;
-using shardpoint::internal_io::ThreadPool;
 using shardpoint::internal_plan::CheckTiling;
 using shardpoint::internal_plan::ChunkEntryName;
 using shardpoint::internal_plan::ObjectEntryName;
@@ -186,17 +187,17 @@ Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir,
   uint64_t total = 0, done = 0;
   for (const Item& it : items) total += it.nbytes;
   DataFiles files(storage, dir, &m);
-  ThreadPool pool(std::max(1, options.threads));
+  CallResources res(options);
   std::mutex mu;
   const auto on_slice = [&](uint64_t n) {
     std::lock_guard<std::mutex> lock(mu);
     done += n;
     if (options.progress) options.progress(done, total);
   };
-  Status ignored = ParallelFor(&pool, static_cast<int64_t>(items.size()), [&](int64_t i) {
+  Status ignored = ParallelFor(res.pool(), static_cast<int64_t>(items.size()), [&](int64_t i) {
     const Item& it = items[i];
     Status s = CheckStored(&files, m, it.file, it.offset, it.nbytes, it.checksum, *it.blocks,
-                           it.what, options.slice_bytes, on_slice);
+                           it.what, options.read_slice_bytes, on_slice);
     std::lock_guard<std::mutex> lock(mu);
     if (!s.ok()) {
       VerifyFault v = it.where;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "shardpoint/resources.h"
 #include "shardpoint/storage.h"
 #include "shardpoint/verify.h"
 #include "src/format/manifest.h"
@@ -28,12 +29,12 @@ struct VerifyReport {
 // every data file is a valid safetensors file whose entries match the
 // manifest (name, dtype, shape, byte range); every chunk and object checksum.
 // Returns an error only if the manifest cannot be read; faults go in the report.
-// Memory: `threads` slices of `slice_bytes`, whatever the chunk sizes.
-// `progress(done, total)`: bytes checksummed so far, called after each slice
-// (serialized; may be empty).
-struct VerifyOptions {
-  int threads = 4;
-  size_t slice_bytes = size_t{16} << 20;
+// Memory: io_threads + 1 slices of `read_slice_bytes`, whatever the chunk
+// sizes. Resources: pool and io_threads as everywhere (src/io/resources.h);
+// storage is the argument, not the field. `progress(done, total)`: bytes
+// checksummed so far, called after each slice (serialized; may be empty).
+struct VerifyOptions : Resources {
+  uint64_t read_slice_bytes = uint64_t{16} << 20;
   std::function<void(uint64_t done, uint64_t total)> progress;
 };
 Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir,

@@ -2,6 +2,7 @@
 // thin adapters over the manifest and the internal verify
 // (src/checkpoint/verify.h), converting to the public result types.
 #include <chrono>
+#include <cstdio>
 
 #include "shardpoint/verify.h"
 #include "src/checkpoint/commit.h"
@@ -9,6 +10,7 @@
 #include "src/checkpoint/verify_dcp.h"
 #include "src/dcp/dcp_dir.h"
 #include "src/format/manifest.h"
+#include "src/io/resources.h"
 
 namespace shardpoint {
 namespace {
@@ -47,7 +49,7 @@ uint64_t TensorDescription::nbytes() const {
 
 Result<CheckpointDescription> DescribeCheckpoint(const std::string& dir,
                                                  const DescribeOptions& options) {
-  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  Storage* storage = internal_io::CallResources(options).storage();
   // A PyTorch DCP directory (docs/dcp.md) is described from its index.
   if (Result<bool> dcp = internal_dcp::IsDcpDir(storage, dir); dcp.ok() && *dcp) {
     SP_ASSIGN_OR_RETURN(internal_dcp::DcpIndex idx, internal_dcp::ReadDcpIndex(storage, dir));
@@ -57,14 +59,17 @@ Result<CheckpointDescription> DescribeCheckpoint(const std::string& dir,
   return Describe(m);
 }
 
-Result<VerifyReport> VerifyCheckpoint(const std::string& dir, const VerifyOptions& options) {
+namespace {
+
+Result<VerifyReport> Verify(const std::string& dir, const VerifyOptions& options,
+                            internal_io::CallResources& res) {
   const auto start = std::chrono::steady_clock::now();
   internal_checkpoint::VerifyOptions o;
-  o.threads = options.threads;
-  o.slice_bytes = options.slice_bytes;
+  o.read_slice_bytes = options.slice_bytes > 0 ? options.slice_bytes : options.read_slice_bytes;
   o.progress = options.progress;
-  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  Storage* storage = res.storage();
   Result<bool> dcp = internal_dcp::IsDcpDir(storage, dir);
+  if (!(dcp.ok() && *dcp)) o.pool = res.pool();  // the DCP check reads sequentially
   SP_ASSIGN_OR_RETURN(internal_checkpoint::VerifyReport r,
                       dcp.ok() && *dcp ? internal_checkpoint::VerifyDcp(storage, dir, o)
                                        : internal_checkpoint::VerifyCheckpoint(storage, dir, o));
@@ -77,6 +82,25 @@ Result<VerifyReport> VerifyCheckpoint(const std::string& dir, const VerifyOption
   report.faults = std::move(r.faults);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
+}
+
+}  // namespace
+
+Result<VerifyReport> VerifyCheckpoint(const std::string& dir, const VerifyOptions& options) {
+  // The deprecated spellings (threads, slice_bytes) win when set.
+  internal_io::CallResources res(options, options.threads);
+  Result<VerifyReport> r = Verify(dir, options, res);
+  if (!r.ok()) {
+    res.Log("shardpoint: verify of '" + dir + "' FAILED: " + r.status().ToString());
+  } else {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "%lld chunks, %lld objects, %.3f GB checked in %.3f s",
+                  static_cast<long long>(r->chunks_checked),
+                  static_cast<long long>(r->objects_checked), r->bytes_checked / 1e9, r->seconds);
+    res.Log("shardpoint: verified '" + dir + "': " + buf + ", " +
+            (r->ok() ? std::string("OK") : std::to_string(r->faults.size()) + " faults"));
+  }
+  return r;
 }
 
 }  // namespace shardpoint

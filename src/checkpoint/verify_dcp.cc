@@ -55,7 +55,7 @@ Result<VerifyReport> VerifyDcp(Storage* storage, const std::string& dir,
   uint64_t total = 0;
   for (const DcpCheckedEntry& e : idx->entries) total += e.nbytes;
   std::vector<std::unique_ptr<ReadableFile>> files(m.files.size());
-  const uint64_t slice = std::max<uint64_t>(1, options.slice_bytes);
+  const uint64_t slice = std::max<uint64_t>(1, options.read_slice_bytes);
   std::unique_ptr<char[]> buf(new char[slice]);
   for (const DcpCheckedEntry& e : idx->entries) {
     Status s = [&]() -> Status {

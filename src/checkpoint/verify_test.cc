@@ -74,8 +74,8 @@ class VerifyTest : public ::testing::Test {
 
   Result<VerifyReport> Verify(size_t slice_bytes = size_t{16} << 20) {
     VerifyOptions o;
-    o.threads = 3;
-    o.slice_bytes = slice_bytes;
+    o.io_threads = 3;
+    o.read_slice_bytes = slice_bytes;
     return VerifyCheckpoint(storage_.get(), "ckpt", o);
   }
 
@@ -103,8 +103,8 @@ class VerifyTest : public ::testing::Test {
 TEST_F(VerifyTest, CleanCheckpointPassesWithProgress) {
   std::vector<std::pair<uint64_t, uint64_t>> calls;
   VerifyOptions o;
-  o.threads = 2;
-  o.slice_bytes = 64;  // many slices per chunk: the streamed checksum must match
+  o.io_threads = 2;
+  o.read_slice_bytes = 64;  // many slices per chunk: the streamed checksum must match
   o.progress = [&](uint64_t done, uint64_t total) { calls.emplace_back(done, total); };
   Result<VerifyReport> r = VerifyCheckpoint(storage_.get(), "ckpt", o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -225,8 +225,8 @@ TEST_F(VerifyTest, PublicVerifyGivesStructuredFaults) {
   const std::string file = manifest_.files[c.file];
   shardpoint::VerifyOptions o;
   o.storage = storage_.get();
-  o.threads = 2;
-  o.slice_bytes = 100;
+  o.io_threads = 2;
+  o.read_slice_bytes = 100;
   Result<shardpoint::VerifyReport> clean = shardpoint::VerifyCheckpoint("ckpt", o);
   ASSERT_TRUE(clean.ok()) << clean.status().ToString();
   EXPECT_TRUE(clean->ok()) << ::testing::PrintToString(Messages(clean->faults));

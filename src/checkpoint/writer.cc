@@ -12,7 +12,6 @@ using shardpoint::internal_geometry::GatherFlatRange;
 using shardpoint::internal_geometry::View;
 using shardpoint::internal_io::AlignedBuffer;
 using shardpoint::internal_io::kDirectIoAlignment;
-using shardpoint::internal_io::ThreadPool;
 using shardpoint::internal_plan::RankFile;
 using shardpoint::internal_plan::WriteItem;
 

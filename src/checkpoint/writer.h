@@ -32,8 +32,7 @@ struct WriterOptions {
 Result<std::vector<uint64_t>> WriteDataFile(Storage* storage, const std::string& path,
                                             const internal_plan::RankFile& rf,
                                             const std::vector<internal_geometry::View>& sources,
-                                            internal_io::ThreadPool* pool,
-                                            const WriterOptions& options,
+                                            ThreadPool* pool, const WriterOptions& options,
                                             std::vector<std::vector<uint64_t>>* block_sums);
 
 }  // namespace shardpoint::internal_checkpoint

@@ -7,6 +7,7 @@
 #include "shardpoint/hf.h"
 #include "src/geometry/convert.h"
 #include "src/hf/source.h"
+#include "src/io/resources.h"
 #include "src/io/thread_pool.h"
 
 using shardpoint::internal_checkpoint::DataFiles;
@@ -15,8 +16,8 @@ using shardpoint::internal_geometry::ConvertElements;
 using shardpoint::internal_hf::MappedSource;
 using shardpoint::internal_hf::OpenSource;
 using shardpoint::internal_hf::ReadBoxRange;
+using shardpoint::internal_io::CallResources;
 using shardpoint::internal_io::ParallelFor;
-using shardpoint::internal_io::ThreadPool;
 
 namespace shardpoint {
 
@@ -36,11 +37,9 @@ struct Job {
   int64_t begin, end;
 };
 
-}  // namespace
-
-Result<DiffReport> DiffCheckpoints(const std::string& a_dir, const std::string& b_dir,
-                                   const HfMapping& mapping, const DiffOptions& options) {
-  Storage* storage = options.storage ? options.storage : DefaultStorage();
+Result<DiffReport> Diff(const std::string& a_dir, const std::string& b_dir,
+                        const HfMapping& mapping, const DiffOptions& options, CallResources& res) {
+  Storage* storage = res.storage();
   SP_ASSIGN_OR_RETURN(MappedSource a, OpenSource(storage, a_dir, mapping, options.variables));
   SP_ASSIGN_OR_RETURN(MappedSource b, OpenSource(storage, b_dir, mapping, options.variables));
   DiffReport report;
@@ -76,52 +75,69 @@ Result<DiffReport> DiffCheckpoints(const std::string& a_dir, const std::string& 
 
   DataFiles fa(storage, a.dir, &a.index), fb(storage, b.dir, &b.index);
   std::mutex mu;
-  ThreadPool pool(std::max(1, options.threads - 1));
-  SP_RETURN_IF_ERROR(
-      ParallelFor(&pool, static_cast<int64_t>(jobs.size()), [&](int64_t k) -> Status {
-        const Job& job = jobs[k];
-        const int64_t n = job.end - job.begin;
-        const Box whole = Box::Whole(job.a->shape);
-        const bool same = job.a->dtype == job.b->dtype && options.atol == 0;
-        const DType da = same ? job.a->dtype : DType::kF64, db = same ? job.b->dtype : DType::kF64;
-        const size_t es = DTypeSize(da);
-        std::unique_ptr<char[]> x(new char[n * es]), y(new char[n * es]);
-        SP_RETURN_IF_ERROR(
-            ReadBoxRange(a, &fa, job.a->key, whole, job.begin, job.end, da, x.get()));
-        SP_RETURN_IF_ERROR(
-            ReadBoxRange(b, &fb, job.b->key, whole, job.begin, job.end, db, y.get()));
-        if (same && std::memcmp(x.get(), y.get(), n * es) == 0) return OkStatus();
-        // Element by element, in f64.
-        std::unique_ptr<double[]> fx, fy;
-        const double* vx = reinterpret_cast<const double*>(x.get());
-        const double* vy = reinterpret_cast<const double*>(y.get());
-        if (same) {
-          fx.reset(new double[n]);
-          fy.reset(new double[n]);
-          ConvertElements(da, x.get(), DType::kF64, fx.get(), n);
-          ConvertElements(db, y.get(), DType::kF64, fy.get(), n);
-          vx = fx.get(), vy = fy.get();
-        }
-        int64_t count = 0;
-        double max_abs = 0;
-        for (int64_t e = 0; e < n; ++e) {
-          const bool nx = std::isnan(vx[e]), ny = std::isnan(vy[e]);
-          double d = nx && ny ? 0 : (nx || ny ? INFINITY : std::fabs(vx[e] - vy[e]));
-          bool differs =
-              same ? std::memcmp(x.get() + e * es, y.get() + e * es, es) != 0 : d > options.atol;
-          if (!differs) continue;
-          ++count;
-          if (d > max_abs) max_abs = d;
-        }
-        if (count == 0) return OkStatus();
-        std::lock_guard<std::mutex> lock(mu);
-        DiffEntry& entry = report.entries[job.entry];
-        entry.kind = DiffEntry::kDifferent;
-        entry.num_different += count;
-        entry.max_abs_diff = std::max(entry.max_abs_diff, max_abs);
-        return OkStatus();
-      }));
+  // The calling thread compares too: io_threads - 1 threads of its own.
+  ThreadPool* pool = res.pool(std::max(1, res.io_threads() - 1));
+  SP_RETURN_IF_ERROR(ParallelFor(pool, static_cast<int64_t>(jobs.size()), [&](int64_t k) -> Status {
+    const Job& job = jobs[k];
+    const int64_t n = job.end - job.begin;
+    const Box whole = Box::Whole(job.a->shape);
+    const bool same = job.a->dtype == job.b->dtype && options.atol == 0;
+    const DType da = same ? job.a->dtype : DType::kF64, db = same ? job.b->dtype : DType::kF64;
+    const size_t es = DTypeSize(da);
+    std::unique_ptr<char[]> x(new char[n * es]), y(new char[n * es]);
+    SP_RETURN_IF_ERROR(ReadBoxRange(a, &fa, job.a->key, whole, job.begin, job.end, da, x.get()));
+    SP_RETURN_IF_ERROR(ReadBoxRange(b, &fb, job.b->key, whole, job.begin, job.end, db, y.get()));
+    if (same && std::memcmp(x.get(), y.get(), n * es) == 0) return OkStatus();
+    // Element by element, in f64.
+    std::unique_ptr<double[]> fx, fy;
+    const double* vx = reinterpret_cast<const double*>(x.get());
+    const double* vy = reinterpret_cast<const double*>(y.get());
+    if (same) {
+      fx.reset(new double[n]);
+      fy.reset(new double[n]);
+      ConvertElements(da, x.get(), DType::kF64, fx.get(), n);
+      ConvertElements(db, y.get(), DType::kF64, fy.get(), n);
+      vx = fx.get(), vy = fy.get();
+    }
+    int64_t count = 0;
+    double max_abs = 0;
+    for (int64_t e = 0; e < n; ++e) {
+      const bool nx = std::isnan(vx[e]), ny = std::isnan(vy[e]);
+      double d = nx && ny ? 0 : (nx || ny ? INFINITY : std::fabs(vx[e] - vy[e]));
+      bool differs =
+          same ? std::memcmp(x.get() + e * es, y.get() + e * es, es) != 0 : d > options.atol;
+      if (!differs) continue;
+      ++count;
+      if (d > max_abs) max_abs = d;
+    }
+    if (count == 0) return OkStatus();
+    std::lock_guard<std::mutex> lock(mu);
+    DiffEntry& entry = report.entries[job.entry];
+    entry.kind = DiffEntry::kDifferent;
+    entry.num_different += count;
+    entry.max_abs_diff = std::max(entry.max_abs_diff, max_abs);
+    return OkStatus();
+  }));
   return report;
+}
+
+}  // namespace
+
+Result<DiffReport> DiffCheckpoints(const std::string& a_dir, const std::string& b_dir,
+                                   const HfMapping& mapping, const DiffOptions& options) {
+  // The deprecated `threads` wins when set.
+  CallResources res(options, options.threads);
+  Result<DiffReport> r = Diff(a_dir, b_dir, mapping, options, res);
+  const std::string head = "shardpoint: diff '" + a_dir + "' '" + b_dir + "'";
+  if (!r.ok()) {
+    res.Log(head + " FAILED: " + r.status().ToString());
+  } else {
+    int64_t differ = 0;
+    for (const DiffEntry& e : r->entries) differ += e.kind != DiffEntry::kEqual;
+    res.Log(head + ": " + std::to_string(r->entries.size()) + " keys, " +
+            (differ == 0 ? std::string("equal") : std::to_string(differ) + " differ"));
+  }
+  return r;
 }
 
 }  // namespace shardpoint

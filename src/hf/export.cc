@@ -25,16 +25,22 @@ using shardpoint::internal_hf::OutPiece;
 using shardpoint::internal_hf::OutTensor;
 using shardpoint::internal_hf::PlanHfModel;
 using shardpoint::internal_hf::ResolveVars;
+using shardpoint::internal_hf::RunConversion;
 using shardpoint::internal_hf::StreamOptions;
+using shardpoint::internal_hf::StreamPool;
 using shardpoint::internal_hf::StreamTensors;
 using shardpoint::internal_hf::Vars;
+using shardpoint::internal_io::CallResources;
 
 namespace shardpoint {
 
-Result<ExportHfStats> ExportHf(const std::string& ckpt_dir, const std::string& out_dir,
-                               const HfMapping& mapping, const ExportHfOptions& options) {
+namespace {
+
+Result<ExportHfStats> ExportHfImpl(const std::string& ckpt_dir, const std::string& out_dir,
+                                   const HfMapping& mapping, const ExportHfOptions& options,
+                                   CallResources& res) {
   const auto start = std::chrono::steady_clock::now();
-  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  Storage* storage = res.storage();
   SP_ASSIGN_OR_RETURN(MappedSource src, OpenSource(storage, ckpt_dir, mapping, options.variables));
   SP_ASSIGN_OR_RETURN(Vars vars, ResolveVars(mapping, src.config_json, options.variables));
 
@@ -92,7 +98,7 @@ Result<ExportHfStats> ExportHf(const std::string& ckpt_dir, const std::string& o
   }
   SP_RETURN_IF_ERROR(StreamTensors(
       src, storage, raw, tensors,
-      StreamOptions{options.threads, options.block_bytes, false, options.progress}, nullptr));
+      StreamOptions{StreamPool(res), options.block_bytes, false, options.progress}, nullptr));
   for (auto& f : files) {
     SP_RETURN_IF_ERROR(f->Sync());
     SP_RETURN_IF_ERROR(f->Close());
@@ -109,6 +115,15 @@ Result<ExportHfStats> ExportHf(const std::string& ckpt_dir, const std::string& o
   stats.tensors = static_cast<int64_t>(tensors.size());
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
+}
+
+}  // namespace
+
+Result<ExportHfStats> ExportHf(const std::string& ckpt_dir, const std::string& out_dir,
+                               const HfMapping& mapping, const ExportHfOptions& options) {
+  return RunConversion("export-hf", ckpt_dir, out_dir, options, [&](CallResources& res) {
+    return ExportHfImpl(ckpt_dir, out_dir, mapping, options, res);
+  });
 }
 
 }  // namespace shardpoint

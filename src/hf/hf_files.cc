@@ -5,6 +5,7 @@
 
 #include "src/checkpoint/commit.h"
 #include "src/hf/hf_dir.h"
+#include "src/io/resources.h"
 
 using shardpoint::internal_checkpoint::JoinPath;
 using shardpoint::internal_format::AssignSafetensorsOffsets;
@@ -17,6 +18,7 @@ using shardpoint::internal_hf::kHfIndexName;
 using shardpoint::internal_hf::kHfSingleName;
 using shardpoint::internal_hf::NaturalLess;
 using shardpoint::internal_hf::PlanHfModel;
+using shardpoint::internal_io::CallResources;
 
 namespace shardpoint::internal_hf {
 
@@ -67,7 +69,7 @@ namespace shardpoint {
 
 Status WriteHfModel(const std::string& dir, const std::vector<HfTensor>& tensors,
                     const HfWriteOptions& options) {
-  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  Storage* storage = CallResources(options).storage();
   std::vector<HfMeta> metas;
   for (const HfTensor& t : tensors) {
     SP_ASSIGN_OR_RETURN(int64_t numel, CheckedNumElements(t.shape));

@@ -15,6 +15,7 @@
 
 using shardpoint::internal_base::Guarded;
 using shardpoint::internal_checkpoint::LoadFromSource;
+using shardpoint::internal_checkpoint::LogLoadOutcome;
 using shardpoint::internal_hf::DecodeHfHeaders;
 using shardpoint::internal_hf::HfDirIndex;
 using shardpoint::internal_hf::MappedKey;
@@ -22,6 +23,7 @@ using shardpoint::internal_hf::MappedSource;
 using shardpoint::internal_hf::ReadHfHeaders;
 using shardpoint::internal_hf::ScanHfDir;
 using shardpoint::internal_hf::SourceFromHfIndex;
+using shardpoint::internal_io::CallResources;
 
 namespace shardpoint {
 
@@ -29,9 +31,9 @@ namespace {
 
 Result<LoadResult> LoadFromHfCollective(State& state, const std::string& hf_dir,
                                         const HfMapping& mapping, Comm& comm,
-                                        const HfLoadOptions& options) {
+                                        const HfLoadOptions& options, CallResources& res) {
   const auto start = std::chrono::steady_clock::now();
-  Storage* storage = options.load.storage ? options.load.storage : DefaultStorage();
+  Storage* storage = res.storage();
 
   // 1. Headers, read once and broadcast; every rank maps them.
   std::string blob;
@@ -53,7 +55,7 @@ Result<LoadResult> LoadFromHfCollective(State& state, const std::string& hf_dir,
 
   // 2. The load pipeline, as Load's.
   SP_ASSIGN_OR_RETURN(LoadResult result,
-                      LoadFromSource(state, *src, comm, options.load, "HF load"));
+                      LoadFromSource(state, *src, comm, options.load, res, "HF load"));
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
@@ -63,14 +65,17 @@ Result<LoadResult> LoadFromHfCollective(State& state, const std::string& hf_dir,
 // Every local step is Guarded; this catches what a collective call throws.
 Result<LoadResult> LoadFromHf(State& state, const std::string& hf_dir, const HfMapping& mapping,
                               Comm& comm, const HfLoadOptions& options) {
-  return Guarded("HF load",
-                 [&] { return LoadFromHfCollective(state, hf_dir, mapping, comm, options); });
+  CallResources res(options.load);
+  Result<LoadResult> result = Guarded(
+      "HF load", [&] { return LoadFromHfCollective(state, hf_dir, mapping, comm, options, res); });
+  LogLoadOutcome(res, comm, "HF model '" + hf_dir + "'", result);
+  return result;
 }
 
 Result<std::vector<HfKeyInfo>> DescribeHf(const std::string& hf_dir, const HfMapping& mapping,
                                           const HfOptions& options) {
-  Storage* storage = options.storage ? options.storage : DefaultStorage();
-  SP_ASSIGN_OR_RETURN(HfDirIndex idx, ScanHfDir(storage, hf_dir));
+  CallResources res(options);
+  SP_ASSIGN_OR_RETURN(HfDirIndex idx, ScanHfDir(res.storage(), hf_dir));
   SP_ASSIGN_OR_RETURN(MappedSource src,
                       SourceFromHfIndex(std::move(idx), hf_dir, mapping, options.variables));
   std::vector<HfKeyInfo> out;

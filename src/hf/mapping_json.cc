@@ -4,6 +4,7 @@
 #include <set>
 
 #include "src/hf/mapping.h"
+#include "src/io/resources.h"
 
 namespace shardpoint {
 namespace {
@@ -146,10 +147,16 @@ Result<HfMapping> ParseHfMapping(std::string_view text, const std::string& sourc
   return m;
 }
 
-Result<HfMapping> ReadHfMapping(const std::string& path, Storage* storage) {
-  if (!storage) storage = DefaultStorage();
-  SP_ASSIGN_OR_RETURN(std::string text, storage->ReadFileToString(path));
+Result<HfMapping> ReadHfMapping(const std::string& path, const Resources& resources) {
+  internal_io::CallResources res(resources);
+  SP_ASSIGN_OR_RETURN(std::string text, res.storage()->ReadFileToString(path));
   return ParseHfMapping(text, path);
+}
+
+Result<HfMapping> ReadHfMapping(const std::string& path, Storage* storage) {
+  Resources resources;
+  resources.storage = storage;
+  return ReadHfMapping(path, resources);
 }
 
 namespace internal_hf {

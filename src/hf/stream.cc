@@ -1,6 +1,7 @@
 #include "src/hf/stream.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 
@@ -12,8 +13,8 @@ using shardpoint::internal_checkpoint::DataFiles;
 using shardpoint::internal_dcp::Crc32;
 using shardpoint::internal_dcp::Crc32Combine;
 using shardpoint::internal_format::Checksum64;
+using shardpoint::internal_io::CallResources;
 using shardpoint::internal_io::ParallelFor;
-using shardpoint::internal_io::ThreadPool;
 
 namespace shardpoint::internal_hf {
 namespace {
@@ -65,32 +66,32 @@ Status StreamTensors(const MappedSource& src, Storage* storage,
   DataFiles data(storage, src.dir, &src.index);
   std::mutex mu;
   uint64_t done = 0;
-  ThreadPool pool(std::max(1, options.threads - 1));
-  Status status = ParallelFor(&pool, static_cast<int64_t>(units.size()), [&](int64_t u) -> Status {
-    const Unit& unit = units[u];
-    const OutTensor& t = tensors[unit.tensor];
-    const size_t es = DTypeSize(t.dtype);
-    const size_t nbytes = static_cast<size_t>(unit.end - unit.begin) * es;
-    std::unique_ptr<char[]> buf(new char[nbytes]);
-    for (const OutPiece& p : t.pieces) {
-      const int64_t lo = std::max(unit.begin, p.out_offset);
-      const int64_t hi = std::min(unit.end, p.out_offset + p.box.num_elements());
-      if (lo >= hi) continue;
-      Status s = ReadBoxRange(src, &data, p.key, p.box, lo - p.out_offset, hi - p.out_offset,
-                              t.dtype, buf.get() + (lo - unit.begin) * es);
-      if (!s.ok()) return s.WithContext("writing '" + t.name + "'");
-    }
-    if (checksums) (*checksums)[unit.tensor] = Checksum64(buf.get(), nbytes);
-    if (options.crc32s) unit_crcs[u] = Crc32(0, buf.get(), nbytes);
-    SP_RETURN_IF_ERROR(files[t.file]->WriteAt(t.offset + unit.begin * es, buf.get(), nbytes));
-    buf.reset();
-    if (options.progress) {
-      std::lock_guard<std::mutex> lock(mu);
-      done += nbytes;
-      options.progress(done, total);
-    }
-    return OkStatus();
-  });
+  Status status =
+      ParallelFor(options.pool, static_cast<int64_t>(units.size()), [&](int64_t u) -> Status {
+        const Unit& unit = units[u];
+        const OutTensor& t = tensors[unit.tensor];
+        const size_t es = DTypeSize(t.dtype);
+        const size_t nbytes = static_cast<size_t>(unit.end - unit.begin) * es;
+        std::unique_ptr<char[]> buf(new char[nbytes]);
+        for (const OutPiece& p : t.pieces) {
+          const int64_t lo = std::max(unit.begin, p.out_offset);
+          const int64_t hi = std::min(unit.end, p.out_offset + p.box.num_elements());
+          if (lo >= hi) continue;
+          Status s = ReadBoxRange(src, &data, p.key, p.box, lo - p.out_offset, hi - p.out_offset,
+                                  t.dtype, buf.get() + (lo - unit.begin) * es);
+          if (!s.ok()) return s.WithContext("writing '" + t.name + "'");
+        }
+        if (checksums) (*checksums)[unit.tensor] = Checksum64(buf.get(), nbytes);
+        if (options.crc32s) unit_crcs[u] = Crc32(0, buf.get(), nbytes);
+        SP_RETURN_IF_ERROR(files[t.file]->WriteAt(t.offset + unit.begin * es, buf.get(), nbytes));
+        buf.reset();
+        if (options.progress) {
+          std::lock_guard<std::mutex> lock(mu);
+          done += nbytes;
+          options.progress(done, total);
+        }
+        return OkStatus();
+      });
   if (!status.ok() || !options.crc32s) return status;
   // Each tensor's units, in order of their elements, combined.
   std::vector<size_t> order(units.size());
@@ -106,6 +107,26 @@ Status StreamTensors(const MappedSource& src, Storage* storage,
     crc = Crc32Combine(crc, unit_crcs[u], n);
   }
   return OkStatus();
+}
+
+ThreadPool* StreamPool(CallResources& res) { return res.pool(std::max(1, res.io_threads() - 1)); }
+
+Result<ExportHfStats> RunConversion(
+    const std::string& what, const std::string& from, const std::string& to,
+    const ExportHfOptions& options,
+    const std::function<Result<ExportHfStats>(CallResources& res)>& body) {
+  CallResources res(options, options.threads);
+  Result<ExportHfStats> r = body(res);
+  const std::string head = "shardpoint: " + what + " '" + from + "' -> '" + to + "'";
+  if (!r.ok()) {
+    res.Log(head + " FAILED: " + r.status().ToString());
+  } else {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, ": %d files, %lld tensors, %.3f GB in %.3f s", r->files,
+                  static_cast<long long>(r->tensors), r->bytes / 1e9, r->seconds);
+    res.Log(head + buf);
+  }
+  return r;
 }
 
 }  // namespace shardpoint::internal_hf

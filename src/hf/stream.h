@@ -1,14 +1,16 @@
 // Streaming copy from a Source into output files, block by block, in
 // parallel: how export and offline conversion keep memory bounded (about
-// threads * block_bytes, whatever the size of the largest tensor).
+// (pool threads + 1) * block_bytes, whatever the size of the largest tensor).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "shardpoint/hf.h"
 #include "src/hf/source.h"
+#include "src/io/resources.h"
 
 namespace shardpoint::internal_hf {
 
@@ -33,7 +35,7 @@ struct OutTensor {
 };
 
 struct StreamOptions {
-  int threads = 4;
+  ThreadPool* pool = nullptr;  // nullptr: on the calling thread alone
   size_t block_bytes = size_t{64} << 20;
   // Compute Checksum64 of every output tensor (each is then one block).
   bool checksums = false;
@@ -47,5 +49,17 @@ struct StreamOptions {
 Status StreamTensors(const MappedSource& src, Storage* storage,
                      const std::vector<WritableFile*>& files, const std::vector<OutTensor>& tensors,
                      const StreamOptions& options, std::vector<uint64_t>* checksums);
+
+// The pool of an export or conversion: the shared one, or io_threads - 1
+// threads made for the call (the calling thread works too).
+ThreadPool* StreamPool(internal_io::CallResources& res);
+
+// Runs one export or conversion (`what`, e.g. "export-hf") from `from` to
+// `to`: resolves options' Resources (its deprecated `threads` wins when set),
+// runs `body` and logs its outcome in one line.
+Result<ExportHfStats> RunConversion(
+    const std::string& what, const std::string& from, const std::string& to,
+    const ExportHfOptions& options,
+    const std::function<Result<ExportHfStats>(internal_io::CallResources& res)>& body);
 
 }  // namespace shardpoint::internal_hf

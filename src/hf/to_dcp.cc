@@ -31,8 +31,11 @@ using shardpoint::internal_hf::IsFloatDType;
 using shardpoint::internal_hf::MappedSource;
 using shardpoint::internal_hf::OpenSource;
 using shardpoint::internal_hf::OutTensor;
+using shardpoint::internal_hf::RunConversion;
 using shardpoint::internal_hf::StreamOptions;
+using shardpoint::internal_hf::StreamPool;
 using shardpoint::internal_hf::StreamTensors;
+using shardpoint::internal_io::CallResources;
 
 namespace shardpoint {
 
@@ -50,12 +53,11 @@ struct Item {
   uint64_t offset = 0;  // of the archive in its file
 };
 
-}  // namespace
-
-Result<ExportHfStats> ConvertToDcp(const std::string& src_dir, const std::string& dcp_dir,
-                                   const HfMapping& mapping, const ExportHfOptions& options) {
+Result<ExportHfStats> ConvertToDcpImpl(const std::string& src_dir, const std::string& dcp_dir,
+                                       const HfMapping& mapping, const ExportHfOptions& options,
+                                       CallResources& res) {
   const auto start = std::chrono::steady_clock::now();
-  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  Storage* storage = res.storage();
   SP_ASSIGN_OR_RETURN(bool exists, storage->Exists(dcp_dir));
   if (exists) {
     return FailedPreconditionError("'" + dcp_dir +
@@ -141,7 +143,7 @@ Result<ExportHfStats> ConvertToDcp(const std::string& src_dir, const std::string
       raw[f.index] = out_files[f.index].get();
     }
     std::vector<uint32_t> crcs;
-    StreamOptions so{options.threads, options.block_bytes, false, options.progress};
+    StreamOptions so{StreamPool(res), options.block_bytes, false, options.progress};
     so.crc32s = &crcs;
     SP_RETURN_IF_ERROR(StreamTensors(src, storage, raw, outs, so, nullptr));
     for (size_t i = 0; i < items.size(); ++i) {
@@ -192,6 +194,15 @@ Result<ExportHfStats> ConvertToDcp(const std::string& src_dir, const std::string
   for (const auto& [n, f] : files) stats.bytes += f.size;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
+}
+
+}  // namespace
+
+Result<ExportHfStats> ConvertToDcp(const std::string& src_dir, const std::string& dcp_dir,
+                                   const HfMapping& mapping, const ExportHfOptions& options) {
+  return RunConversion("convert --to dcp", src_dir, dcp_dir, options, [&](CallResources& res) {
+    return ConvertToDcpImpl(src_dir, dcp_dir, mapping, options, res);
+  });
 }
 
 }  // namespace shardpoint

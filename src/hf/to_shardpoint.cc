@@ -25,8 +25,11 @@ using shardpoint::internal_hf::IsFloatDType;
 using shardpoint::internal_hf::MappedSource;
 using shardpoint::internal_hf::OpenSource;
 using shardpoint::internal_hf::OutTensor;
+using shardpoint::internal_hf::RunConversion;
 using shardpoint::internal_hf::StreamOptions;
+using shardpoint::internal_hf::StreamPool;
 using shardpoint::internal_hf::StreamTensors;
+using shardpoint::internal_io::CallResources;
 using shardpoint::internal_plan::ChunkEntryName;
 
 namespace shardpoint {
@@ -49,13 +52,13 @@ std::vector<Box> RowBlocks(const Shape& shape, DType dtype, size_t block_bytes) 
   return out;
 }
 
-}  // namespace
-
-Result<ExportHfStats> ConvertHfToShardpoint(const std::string& hf_dir, const std::string& ckpt_dir,
-                                            const HfMapping& mapping,
-                                            const ExportHfOptions& options) {
+Result<ExportHfStats> ConvertHfToShardpointImpl(const std::string& hf_dir,
+                                                const std::string& ckpt_dir,
+                                                const HfMapping& mapping,
+                                                const ExportHfOptions& options,
+                                                CallResources& res) {
   const auto start = std::chrono::steady_clock::now();
-  Storage* storage = options.storage ? options.storage : DefaultStorage();
+  Storage* storage = res.storage();
   // A PyTorch DCP directory converts as is (its keys are kept; byte items
   // are not copied).
   SP_ASSIGN_OR_RETURN(MappedSource src, OpenSource(storage, hf_dir, mapping, options.variables));
@@ -113,7 +116,7 @@ Result<ExportHfStats> ConvertHfToShardpoint(const std::string& hf_dir, const std
   std::vector<uint64_t> sums;
   SP_RETURN_IF_ERROR(StreamTensors(
       src, storage, {file.get()}, outs,
-      StreamOptions{options.threads, options.block_bytes, true, options.progress}, &sums));
+      StreamOptions{StreamPool(res), options.block_bytes, true, options.progress}, &sums));
   SP_RETURN_IF_ERROR(file->Sync());
   SP_RETURN_IF_ERROR(file->Close());
   for (size_t i = 0; i < refs.size(); ++i) {
@@ -126,6 +129,16 @@ Result<ExportHfStats> ConvertHfToShardpoint(const std::string& hf_dir, const std
   stats.bytes = data_bytes;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
+}
+
+}  // namespace
+
+Result<ExportHfStats> ConvertHfToShardpoint(const std::string& hf_dir, const std::string& ckpt_dir,
+                                            const HfMapping& mapping,
+                                            const ExportHfOptions& options) {
+  return RunConversion("convert", hf_dir, ckpt_dir, options, [&](CallResources& res) {
+    return ConvertHfToShardpointImpl(hf_dir, ckpt_dir, mapping, options, res);
+  });
 }
 
 }  // namespace shardpoint

@@ -11,9 +11,10 @@
 
 using shardpoint::internal_base::StatusFromCurrentException;
 
-namespace shardpoint::internal_io {
+namespace shardpoint {
 
 ThreadPool::ThreadPool(int num_threads) {
+  num_threads = std::max(1, num_threads);
   threads_.reserve(num_threads);
   for (int i = 0; i < num_threads; ++i) threads_.emplace_back([this] { Loop(); });
 }
@@ -53,6 +54,18 @@ void ThreadPool::Loop() {
     task();
   }
 }
+
+bool ThreadPool::InPool() const {
+  const std::thread::id me = std::this_thread::get_id();
+  for (const std::thread& t : threads_) {
+    if (t.get_id() == me) return true;
+  }
+  return false;
+}
+
+}  // namespace shardpoint
+
+namespace shardpoint::internal_io {
 
 namespace {
 

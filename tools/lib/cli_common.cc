@@ -17,6 +17,11 @@ void SetExamples(CLI::App* cmd, const std::vector<std::string>& examples) {
   cmd->footer(text);
 }
 
+void AddIoThreads(CLI::App* cmd, int& threads, const std::string& what) {
+  cmd->add_option("--io-threads", threads, what + " (old name: --threads)")->default_val(4);
+  cmd->add_option("--threads", threads, "old name of --io-threads")->group("");
+}
+
 void AddQuiet(CLI::App* cmd, bool& quiet) {
   cmd->add_flag("-q,--quiet", quiet, "no progress bar, no summary: only errors and findings");
 }

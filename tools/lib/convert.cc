@@ -48,7 +48,7 @@ std::function<int()> AddConvert(CLI::App& app) {
     if (!vars.ok()) return fail(vars.status());
     ExportHfOptions o;
     o.max_shard_size = *max_shard;
-    o.threads = a->hf.threads;
+    o.io_threads = a->hf.io_threads;
     o.variables = *vars;
     if (!a->quiet) o.progress = TerminalProgress("convert");
     if (!a->dtype.empty()) {

@@ -78,7 +78,7 @@ std::function<int()> AddDiff(CLI::App& app) {
     Result<std::map<std::string, int64_t>> vars = ParseVariables(a->hf.sets);
     if (!vars.ok()) return fail(vars.status());
     DiffOptions o;
-    o.threads = a->hf.threads;
+    o.io_threads = a->hf.io_threads;
     o.atol = a->atol;
     o.variables = *vars;
     Result<DiffReport> r = DiffCheckpoints(a->a, a->b, *mapping, o);

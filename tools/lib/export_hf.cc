@@ -43,7 +43,7 @@ std::function<int()> AddExportHf(CLI::App& app) {
     if (!vars.ok()) return fail(vars.status());
     ExportHfOptions o;
     o.max_shard_size = *max_shard;
-    o.threads = a->hf.threads;
+    o.io_threads = a->hf.io_threads;
     o.block_bytes = a->block_mb << 20;
     o.variables = *vars;
     if (!a->quiet) o.progress = TerminalProgress("export-hf");

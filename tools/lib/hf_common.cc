@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "shardpoint/hf_rules.h"
+#include "tools/lib/cli_common.h"
 
 namespace shardpoint::tools {
 
@@ -99,7 +100,7 @@ void HfFlags::Add(CLI::App* cmd) {
       "file (./name for a file named like a shipped one); "
       "default: HF names are keys");
   cmd->add_option("--set", sets, "a rule variable, name=integer (e.g. num_key_value_heads=8)");
-  cmd->add_option("--threads", threads, "worker threads")->default_val(4);
+  AddIoThreads(cmd, io_threads, "I/O threads");
 }
 
 }  // namespace shardpoint::tools

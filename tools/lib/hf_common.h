@@ -31,7 +31,7 @@ Result<HfMapping> LoadMapping(const std::string& path);
 struct HfFlags {
   std::string mapping;
   std::vector<std::string> sets;
-  int threads = 4;
+  int io_threads = 4;
   void Add(CLI::App* cmd);
 };
 

@@ -82,7 +82,7 @@ std::string VerifyJson(const Result<VerifyReport>& r, const std::string& dir) {
 std::function<int()> AddVerify(CLI::App& app) {
   struct Args {
     std::vector<std::string> dirs;
-    int threads = 4;
+    int io_threads = 4;
     bool json = false, quiet = false;
   };
   auto a = std::make_shared<Args>();
@@ -91,18 +91,18 @@ std::function<int()> AddVerify(CLI::App& app) {
       "re-read checkpoints: every checksum, the tiling, the file headers; exit 1 on any fault, "
       "2 when one cannot be read");
   cmd->add_option("dir", a->dirs, "checkpoint directories")->required();
-  cmd->add_option("--threads", a->threads, "reader threads")->default_val(4);
+  AddIoThreads(cmd, a->io_threads, "reader threads");
   cmd->add_flag("--json", a->json,
                 "one line of JSON per directory (faults as records); no progress bar");
   AddQuiet(cmd, a->quiet);
   SetExamples(cmd, {"shardpoint verify ckpt/iter_0001000",
-                    "shardpoint verify --quiet --threads 16 ckpt/iter_*"});
+                    "shardpoint verify --quiet --io-threads 16 ckpt/iter_*"});
   return [cmd, a]() -> int {
     if (!*cmd) return -1;
     int rc = kExitOk;
     for (const std::string& dir : a->dirs) {
       VerifyOptions o;
-      o.threads = a->threads;
+      o.io_threads = a->io_threads;
       if (!a->json && !a->quiet) o.progress = TerminalProgress("verify");
       Result<VerifyReport> r = VerifyCheckpoint(dir, o);
       if (a->json) {

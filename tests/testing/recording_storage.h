@@ -1,0 +1,105 @@
+// A storage that records, for every ReadAt and WriteAt, the calling thread,
+// whether it is one of a ThreadPool's threads, and the process's thread
+// count at that moment: tests that calls given a shared pool run their I/O
+// on it and make no threads of their own.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "shardpoint/storage.h"
+#include "shardpoint/thread_pool.h"
+
+namespace shardpoint::testing {
+
+// The process's thread count, from /proc/self/status.
+inline int ProcessThreads() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+// `pool` may be null (then in_pool() stays 0).
+class RecordingStorage : public StorageWrapper {
+ public:
+  RecordingStorage(Storage* base, const ThreadPool* pool) : StorageWrapper(base), pool_(pool) {}
+
+  void Record() {
+    const int threads = ProcessThreads();
+    std::lock_guard<std::mutex> lock(mu_);
+    ++calls_;
+    if (pool_ && pool_->InPool()) ++in_pool_;
+    ids_.insert(std::this_thread::get_id());
+    max_threads_ = std::max(max_threads_, threads);
+  }
+  int64_t calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+  int64_t in_pool() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return in_pool_;
+  }
+  int max_threads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return max_threads_;
+  }
+  std::set<std::thread::id> ids() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ids_;
+  }
+
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                        const WriteFileOptions& o) override {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, StorageWrapper::NewWritableFile(path, o));
+    return std::unique_ptr<WritableFile>(new Writable(std::move(f), this));
+  }
+  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, StorageWrapper::NewReadableFile(path));
+    return std::unique_ptr<ReadableFile>(new Readable(std::move(f), this));
+  }
+
+ private:
+  class Writable : public WritableFileWrapper {
+   public:
+    Writable(std::unique_ptr<WritableFile> f, RecordingStorage* s)
+        : WritableFileWrapper(std::move(f)), s_(s) {}
+    Status WriteAt(uint64_t offset, const void* data, size_t n) override {
+      s_->Record();
+      return WritableFileWrapper::WriteAt(offset, data, n);
+    }
+
+   private:
+    RecordingStorage* s_;
+  };
+  class Readable : public ReadableFileWrapper {
+   public:
+    Readable(std::unique_ptr<ReadableFile> f, RecordingStorage* s)
+        : ReadableFileWrapper(std::move(f)), s_(s) {}
+    Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
+      s_->Record();
+      return ReadableFileWrapper::ReadAt(offset, n, dst);
+    }
+
+   private:
+    RecordingStorage* s_;
+  };
+
+  const ThreadPool* pool_;
+  std::mutex mu_;
+  int64_t calls_ = 0, in_pool_ = 0;
+  int max_threads_ = 0;
+  std::set<std::thread::id> ids_;
+};
+
+}  // namespace shardpoint::testing
