@@ -80,7 +80,9 @@ TEST(MpiAsync, TensorsModifiedRightAfterSaveAsyncLoadAsSnapshot) {
   const testing::RefModel ref = testing::MakeReference(kModel, 11);
   testing::RankState src = Built(ParallelConfig{1, 1, n, true}, rank, &ref);
 
-  auto manager = CheckpointManager::Open(root, *world, ManagerOptions{nullptr, 2, true});
+  ManagerOptions mo;
+  mo.keep_last = 2;
+  auto manager = CheckpointManager::Open(root, *world, mo);
   ASSERT_TRUE(manager.ok()) << manager.status().ToString();
   AsyncSaver saver;
   SaveHandle h = (*manager)->SaveAsync(saver, src.state, 100, *world);
@@ -118,7 +120,9 @@ TEST(MpiManager, ResumeSkipsAKilledSaveRetentionAndTheLock) {
   auto world = MakeMpiComm(MPI_COMM_WORLD);
   const int n = world->size(), rank = world->rank();
   const std::string root = SharedTempDir(*world);
-  auto manager = CheckpointManager::Open(root, *world, ManagerOptions{nullptr, 2, true});
+  ManagerOptions mo;
+  mo.keep_last = 2;
+  auto manager = CheckpointManager::Open(root, *world, mo);
   ASSERT_TRUE(manager.ok()) << manager.status().ToString();
   CheckpointManager& m = **manager;
 
