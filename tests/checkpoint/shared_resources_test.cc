@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -30,6 +29,7 @@ namespace {
 
 using testing::ProcessThreads;
 using testing::RecordingStorage;
+using testing::RunJobs;
 
 // Seeded data: element i of job `seed`.
 std::vector<float> Data(int seed, int64_t n) {
@@ -89,24 +89,19 @@ TEST(SharedResourcesTest, OnePoolServesSavesLoadsAndVerifiesFromSeveralThreads) 
   res.io_threads = 64;  // not used with a pool: 64 threads per call would show
 
   constexpr int kJobs = 4;
-  std::mutex mu;
   std::set<std::thread::id> callers;
-  std::vector<Status> status(kJobs);
   const int before = ProcessThreads();
-  std::vector<std::thread> jobs;
-  for (int j = 0; j < kJobs; ++j) {
-    jobs.emplace_back([&, j] {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        callers.insert(std::this_thread::get_id());
-      }
-      for (int round = 0; round < 2 && status[j].ok(); ++round) {
-        status[j] = SaveLoadVerify(res, "job" + std::to_string(j) + "_" + std::to_string(round),
-                                   j * 10 + round);
-      }
-    });
-  }
-  for (std::thread& t : jobs) t.join();
+  std::vector<Status> status = RunJobs(
+      kJobs,
+      [&](int j) {
+        Status s;
+        for (int round = 0; round < 2 && s.ok(); ++round) {
+          s = SaveLoadVerify(res, "job" + std::to_string(j) + "_" + std::to_string(round),
+                             j * 10 + round);
+        }
+        return s;
+      },
+      &callers);
   for (const Status& s : status) ASSERT_TRUE(s.ok()) << s.ToString();
 
   // Every read and write ran on a pool thread or on the thread that made the

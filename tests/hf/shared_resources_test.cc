@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -23,6 +22,7 @@ namespace {
 
 using testing::ProcessThreads;
 using testing::RecordingStorage;
+using testing::RunJobs;
 
 constexpr int64_t kRows = 32, kCols = 2048;  // 256 KiB per tensor
 
@@ -99,21 +99,9 @@ TEST(HfSharedResourcesTest, OnePoolServesExportConvertDiffAndLoadFromSeveralThre
   res.io_threads = 64;  // not used with a pool
 
   constexpr int kJobs = 3;
-  std::mutex mu;
-  std::set<std::thread::id> callers;
-  std::vector<Status> status(kJobs);
   const int before = ProcessThreads();
-  std::vector<std::thread> jobs;
-  for (int j = 0; j < kJobs; ++j) {
-    jobs.emplace_back([&, j] {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        callers.insert(std::this_thread::get_id());
-      }
-      status[j] = HfRoundTrips(res, "job" + std::to_string(j), j);
-    });
-  }
-  for (std::thread& t : jobs) t.join();
+  std::vector<Status> status =
+      RunJobs(kJobs, [&](int j) { return HfRoundTrips(res, "job" + std::to_string(j), j); });
   for (const Status& s : status) ASSERT_TRUE(s.ok()) << s.ToString();
   ASSERT_GT(storage.calls(), 100);
   EXPECT_GT(storage.in_pool(), 0) << "the shared pool was not used";

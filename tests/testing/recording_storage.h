@@ -7,13 +7,16 @@
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
+#include "shardpoint/status.h"
 #include "shardpoint/storage.h"
 #include "shardpoint/thread_pool.h"
 
@@ -101,5 +104,19 @@ class RecordingStorage : public StorageWrapper {
   int max_threads_ = 0;
   std::set<std::thread::id> ids_;
 };
+
+// Runs job(j) for j in [0, n), each on a thread of its own, and returns each
+// job's status. `callers` (optional) receives those threads' ids.
+inline std::vector<Status> RunJobs(int n, const std::function<Status(int)>& job,
+                                   std::set<std::thread::id>* callers = nullptr) {
+  std::vector<Status> status(n);
+  std::vector<std::thread> threads;
+  for (int j = 0; j < n; ++j) threads.emplace_back([&, j] { status[j] = job(j); });
+  for (std::thread& t : threads) {
+    if (callers) callers->insert(t.get_id());
+    t.join();
+  }
+  return status;
+}
 
 }  // namespace shardpoint::testing
