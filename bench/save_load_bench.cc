@@ -262,11 +262,10 @@ int main(int argc, char** argv) {
     gbps[name].push_back(payload / dt / 1e9);
     counts[name] = {storage->write_requests - req0, storage->write_bytes - bytes0, payload};
   };
-  auto load = [&](const std::string& name, bench::NetworkStorage* storage, bool resharded) {
-    std::vector<RankState> dst = BuildAll(model, resharded ? reshard_layout : save_layout, false);
-    LoadOptions lo;
-    lo.io_threads = flags.threads;
-    lo.storage = storage;
+  // One timed load of every rank's `dst` (thread ranks): GB/s and request
+  // counts recorded under `name`.
+  auto timed_load = [&](const std::string& name, std::vector<RankState>& dst,
+                        const LoadOptions& lo) {
     std::vector<LoadResult> res(dst.size());
     double t0 = Now();
     auto st = RunThreadRanks(static_cast<int>(dst.size()), [&](Comm& c) -> Status {
@@ -281,6 +280,13 @@ int main(int argc, char** argv) {
     for (const LoadResult& r : res)
       c.requests += r.requests, c.bytes += r.bytes_read, c.needed += r.bytes_needed;
     counts[name] = c;
+  };
+  auto load = [&](const std::string& name, bench::NetworkStorage* storage, bool resharded) {
+    std::vector<RankState> dst = BuildAll(model, resharded ? reshard_layout : save_layout, false);
+    LoadOptions lo;
+    lo.io_threads = flags.threads;
+    lo.storage = storage;
+    timed_load(name, dst, lo);
     if (!resharded) {  // checked against the saved bytes (one buffer per tensor, in order)
       for (size_t r = 0; r < dst.size(); ++r)
         for (size_t b = 0; b < dst[r].buffers.size(); ++b)
@@ -302,20 +308,7 @@ int main(int argc, char** argv) {
     lo.cooperative = coop;
     lo.allow_unexpected_keys = true;  // the saved per-rank objects
     lo.common_optional = true;
-    std::vector<LoadResult> res(dst.size());
-    double t0 = Now();
-    auto st = RunThreadRanks(flags.ranks, [&](Comm& c) -> Status {
-      SP_ASSIGN_OR_RETURN(res[c.rank()], Load(dst[c.rank()].state, ckpt, c, lo));
-      return OkStatus();
-    });
-    double dt = Now() - t0;
-    for (const auto& s : st)
-      if (!s.ok()) Die(name + ": " + s.ToString());
-    gbps[name].push_back(payload / dt / 1e9);
-    Count c;
-    for (const LoadResult& r : res)
-      c.requests += r.requests, c.bytes += r.bytes_read, c.needed += r.bytes_needed;
-    counts[name] = c;
+    timed_load(name, dst, lo);
     std::vector<size_t> h;
     for (const RankState& r : dst)
       for (const LocalTensor& t : r.state.tensors)
