@@ -173,50 +173,79 @@ class TorchDistributedComm(Comm):
     def size(self) -> int:
         return self._size
 
-    def _tensor(self, data, size):
-        torch = self._torch
-        t = torch.zeros(size, dtype=torch.uint8)
-        if data:
-            t[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        return t
+    # gloo's all_gather costs about three times its gather, broadcast or
+    # all_reduce of one number (bench/comm_latency.py measures them), and gloo
+    # fails (SIGFPE) on empty tensors. So payloads travel framed (8-byte length,
+    # then the bytes, zero-padded to the largest payload: never empty), sized by
+    # one all_reduce(MAX), and an all_gather is a gather to rank 0 and a broadcast.
 
-    def _sizes(self, n):
-        torch = self._torch
-        out = [torch.zeros(1, dtype=torch.int64) for _ in range(self._size)]
-        self._dist.all_gather(out, torch.tensor([n], dtype=torch.int64), group=self._group)
-        return [int(t.item()) for t in out]
+    def _max(self, n):
+        t = self._torch.tensor([n], dtype=self._torch.int64)
+        self._dist.all_reduce(t, op=self._dist.ReduceOp.MAX, group=self._group)
+        return int(t.item())
 
-    # gloo fails (SIGFPE) on empty tensors: payloads are padded to at least one byte.
+    def _frame(self, data, width):
+        buf = bytearray(8 + width)
+        buf[:8] = len(data).to_bytes(8, "little")
+        buf[8:8 + len(data)] = data
+        return self._torch.frombuffer(buf, dtype=self._torch.uint8)
+
+    def _unframe(self, out, width):
+        view = memoryview(out.numpy())
+        result = []
+        for r in range(self._size):
+            at = r * (8 + width)
+            n = int.from_bytes(view[at:at + 8], "little")
+            if n > width:
+                raise _C.DataLossError(f"TorchDistributedComm: rank {r} sent a frame of {n} "
+                                       f"bytes in a {width}-byte slot")
+            result.append(bytes(view[at + 8:at + 8 + n]))
+        return result
+
+    def _gather_frames(self, data, root):
+        """(every rank's frame in one tensor on `root`, None elsewhere; slot width)."""
+        width = self._max(len(data))
+        mine = self._frame(data, width)
+        if self._rank != root:
+            self._dist.gather(mine, None, dst=self._global[root], group=self._group)
+            return None, width
+        out = self._torch.empty(self._size * (8 + width), dtype=self._torch.uint8)
+        self._dist.gather(mine, list(out.split(8 + width)), dst=self._global[root],
+                          group=self._group)
+        return out, width
 
     def all_gather(self, data: bytes) -> list[bytes]:
-        sizes = self._sizes(len(data))
-        width = max(1, max(sizes))
-        out = [self._torch.empty(width, dtype=self._torch.uint8) for _ in range(self._size)]
-        self._dist.all_gather(out, self._tensor(data, width), group=self._group)
-        return [t[:n].numpy().tobytes() for t, n in zip(out, sizes)]
+        out, width = self._gather_frames(data, 0)
+        if out is None:
+            out = self._torch.empty(self._size * (8 + width), dtype=self._torch.uint8)
+        self._dist.broadcast(out, src=self._global[0], group=self._group)
+        return self._unframe(out, width)
 
     def gather(self, data: bytes, root: int) -> list[bytes]:
-        # Sizes everywhere (gloo's gather needs equal sizes), then one padded gather.
-        sizes = self._sizes(len(data))
-        width = max(1, max(sizes))
-        dst = self._global[root]
-        if self._rank != root:
-            self._dist.gather(self._tensor(data, width), None, dst=dst, group=self._group)
-            return []
-        out = [self._torch.empty(width, dtype=self._torch.uint8) for _ in range(self._size)]
-        self._dist.gather(self._tensor(data, width), out, dst=dst, group=self._group)
-        return [t[:n].numpy().tobytes() for t, n in zip(out, sizes)]
+        out, width = self._gather_frames(data, root)
+        return [] if out is None else self._unframe(out, width)
+
+    _INLINE = 4096  # a broadcast's first message: the length and up to 4088 bytes
 
     def broadcast(self, data: bytes, root: int) -> bytes:
-        torch = self._torch
-        src = self._global[root]
-        n = torch.tensor([len(data) if self._rank == root else 0], dtype=torch.int64)
-        self._dist.broadcast(n, src=src, group=self._group)
-        if n.item() == 0:
-            return b""
-        t = self._tensor(data if self._rank == root else b"", int(n.item()))
-        self._dist.broadcast(t, src=src, group=self._group)
-        return t.numpy().tobytes()
+        torch, src = self._torch, self._global[root]
+        head = bytearray(self._INLINE)
+        if self._rank == root:
+            head[:8] = len(data).to_bytes(8, "little")
+            inline = min(len(data), self._INLINE - 8)
+            head[8:8 + inline] = data[:inline]
+        self._dist.broadcast(torch.frombuffer(head, dtype=torch.uint8), src=src,
+                             group=self._group)
+        n = int.from_bytes(head[:8], "little")
+        inline = min(n, self._INLINE - 8)
+        if n == inline:
+            return bytes(data) if self._rank == root else bytes(head[8:8 + n])
+        if self._rank == root:
+            rest = torch.frombuffer(bytearray(data[inline:]), dtype=torch.uint8)
+        else:
+            rest = torch.empty(n - inline, dtype=torch.uint8)
+        self._dist.broadcast(rest, src=src, group=self._group)
+        return bytes(data) if self._rank == root else bytes(head[8:]) + rest.numpy().tobytes()
 
     def all_to_all(self, send: list[bytes]) -> list[bytes]:
         # One size exchange and one all_to_all_single with uneven splits (gloo
@@ -237,7 +266,7 @@ class TorchDistributedComm(Comm):
         return result
 
     def barrier(self) -> None:
-        self._dist.barrier(group=self._group)
+        self._max(0)  # one all_reduce of one number: about half of gloo's barrier
 
 
 _default = {}

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import shardpoint as sp
-from conftest import PYTHON, run_ranks, subprocess_env
+from conftest import PYTHON, REPO, run_ranks, subprocess_env
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "dist_worker.py")
 
@@ -152,3 +152,15 @@ def test_cooperative_load_reads_replicas_once(ckpt, cooperative):
         assert sum(b for b, _ in got) == nbytes and sum(x for _, x in got) == nbytes
     else:
         assert got == [(nbytes, 0), (nbytes, 0)]
+
+
+def test_comm_latency_bench_runs():
+    """bench/comm_latency.py keeps working (no timing asserted: the figures are in
+    docs/performance.md)."""
+    bench = os.path.join(REPO, "bench", "comm_latency.py")
+    p = subprocess.run([PYTHON, bench, "--ranks", "2", "--iters", "3"], env=subprocess_env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout
+    for row in ("gloo all_gather (1 int64)", "comm.all_gather (1 byte)", "comm.gather (64 KiB)",
+                "comm.broadcast (64 KiB)", "comm.all_to_all (1 byte each)", "comm.barrier"):
+        assert row in p.stdout, p.stdout

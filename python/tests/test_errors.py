@@ -186,14 +186,20 @@ def test_python_comm_exception_becomes_io_error(ckpt):
 
 
 def test_python_comm_bad_return_value(ckpt):
-    class Bad(BrokenComm):
+    class BadAllGather(BrokenComm):
         def all_gather(self, data):
             return [data, data]  # two items for one rank
 
         def broadcast(self, data, root):
+            return data  # correct: the save gets to its all_gather
+
+    class BadBroadcast(BrokenComm):
+        def broadcast(self, data, root):
             return "not bytes"
 
     with pytest.raises(sp.IOFailureError, match="2 items for 1 ranks"):
-        sp.save({"a": torch.ones(1)}, ckpt, Bad())
-    with pytest.raises(sp.IOFailureError, match="broadcast.*bytes"):
-        sp.comm.Comm.broadcast(Bad(), b"x", 0)
+        sp.save({"a": torch.ones(1)}, ckpt, BadAllGather())
+    with pytest.raises(sp.IOFailureError, match=r"broadcast\(\) failed: did not return bytes"):
+        sp.save({"a": torch.ones(1)}, ckpt, BadBroadcast())
+    # the save's first collective failed after rank 0 made its directory: removed again
+    assert not os.path.exists(ckpt) or os.listdir(ckpt) == []

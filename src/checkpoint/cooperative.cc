@@ -1,7 +1,6 @@
 #include "src/checkpoint/cooperative.h"
 
 #include <algorithm>
-#include <future>
 #include <map>
 #include <memory>
 #include <set>
@@ -12,6 +11,7 @@
 #include "src/checkpoint/piece_message.h"
 #include "src/geometry/convert.h"
 #include "src/geometry/view_range.h"
+#include "src/io/thread_pool.h"
 #include "src/plan/load_plan.h"
 
 using shardpoint::internal_base::Guarded;
@@ -20,6 +20,7 @@ using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::VerifyBlock;
 using shardpoint::internal_geometry::ConvertElements;
 using shardpoint::internal_geometry::ScatterFlatRange;
+using shardpoint::internal_io::Ahead;
 using shardpoint::internal_plan::ElementsBefore;
 using shardpoint::internal_plan::LoadPlan;
 using shardpoint::internal_plan::ReadPiece;
@@ -416,15 +417,15 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
     stats->bytes_sent += cur->sent;
     SP_RETURN_IF_ERROR(AgreeOnStatus(comm, cur->status));
     // The next round's reads go ahead (into other destination bytes than
-    // this round's placing), on another thread: at most two rounds' sends
-    // are held. Declared after `next`, `ahead` is waited for first on return.
+    // this round's placing) on the pool: at most two rounds' sends are held.
+    // Declared after `next`, `ahead` is waited for first on return.
     std::unique_ptr<Reads> next;
-    std::future<void> ahead;
+    std::unique_ptr<Ahead> ahead;
     if (i + 1 < rounds.size()) {
       next.reset(new Reads);
       Reads* out = next.get();
       const Round& r = rounds[i + 1];
-      ahead = std::async(std::launch::async, [&read_round, &r, out] { read_round(r, out); });
+      ahead = std::make_unique<Ahead>(pool, [&read_round, &r, out] { read_round(r, out); });
     }
     if (rounds[i].send > 0) {
       std::vector<std::string> recv;
@@ -435,7 +436,7 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
       });
       SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
     }
-    if (ahead.valid()) ahead.wait();
+    if (ahead) ahead->Wait();
     cur = std::move(next);
   }
   return OkStatus();

@@ -12,6 +12,7 @@
 #include "src/base/guard.h"
 #include "src/checkpoint/commit.h"
 #include "src/checkpoint/load_source.h"
+#include "src/comm/agreed.h"
 #include "src/dcp/dcp_dir.h"
 
 namespace shardpoint {
@@ -43,8 +44,7 @@ Result<LoadResult> LoadCollective(State& state, const std::string& dir, Comm& co
     s = read.status();
     if (read.ok()) bytes = std::move(*read);
   }
-  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
-  SP_RETURN_IF_ERROR(comm.Broadcast(&bytes, 0));
+  SP_RETURN_IF_ERROR(internal_comm::BroadcastAgreed(comm, s, &bytes, 0));
   const bool dcp = !bytes.empty() && bytes[0] == 'D';
   Result<internal_format::Manifest> manifest =
       internal_base::Guarded("load: decoding the manifest", [&] {

@@ -156,28 +156,26 @@ Result<LoadResult> LoadFromSource(State& state, const Source& src, Comm& comm,
   Status s = Guarded(what + ": checking the requests", [&] {
     return CheckRequests(src, state, options, &result.missing_keys, &wanted);
   });
-  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
-  Result<GatheredRequests> gathered = GatherRequests(comm, wanted, result.missing_keys);
-  s = gathered.status();
-  if (s.ok()) {
-    for (size_t i : gathered->unrequested) {
-      result.unexpected_keys.push_back(i < m.tensors.size() ? m.tensors[i].key
-                                                            : m.objects[i - m.tensors.size()].key);
-    }
-    SortUnique(&result.unexpected_keys);
-    s = RequestsError(src.name, gathered->missing, options.allow_missing_keys,
-                      result.unexpected_keys, options.allow_unexpected_keys);
+  Result<GatheredRequests> gathered = GatherRequests(comm, s, wanted, result.missing_keys);
+  SP_RETURN_IF_ERROR(gathered.status());
+  for (size_t i : gathered->unrequested) {
+    result.unexpected_keys.push_back(i < m.tensors.size() ? m.tensors[i].key
+                                                          : m.objects[i - m.tensors.size()].key);
   }
-  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
+  SortUnique(&result.unexpected_keys);
 
-  // 3. Reads: planned on every rank, then executed alone or cooperatively.
-  Result<LoadPlan> plan = Guarded(what + ": planning", [&]() -> Result<LoadPlan> {
-    if (src.encoding != ChunkEncoding::kRawLittleEndian) {
-      return InternalError(src.name + ": chunk encoding not supported by the load pipeline");
-    }
-    SP_ASSIGN_OR_RETURN(std::vector<Region> regions, BuildRegions(state.tensors));
-    return PlanLoad(m, regions, options.allow_shape_mismatch);
-  });
+  // 3. Reads: planned on every rank (after the requests' verdict, agreed with
+  // the plan's outcome), then executed alone or cooperatively.
+  s = RequestsError(src.name, gathered->missing, options.allow_missing_keys, result.unexpected_keys,
+                    options.allow_unexpected_keys);
+  Result<LoadPlan> plan =
+      !s.ok() ? Result<LoadPlan>(s) : Guarded(what + ": planning", [&]() -> Result<LoadPlan> {
+        if (src.encoding != ChunkEncoding::kRawLittleEndian) {
+          return InternalError(src.name + ": chunk encoding not supported by the load pipeline");
+        }
+        SP_ASSIGN_OR_RETURN(std::vector<Region> regions, BuildRegions(state.tensors));
+        return PlanLoad(m, regions, options.allow_shape_mismatch);
+      });
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, plan.status()));
   for (const View& v : plan->zero_fill) ZeroFill(v);
   ThreadPool* pool = res.pool();

@@ -3,19 +3,21 @@
 #include <algorithm>
 
 #include "src/base/bytes.h"
+#include "src/comm/agreed.h"
 
 using shardpoint::internal_base::ByteReader;
 using shardpoint::internal_base::ByteWriter;
+using shardpoint::internal_comm::AllGatherAgreed;
 
 namespace shardpoint::internal_checkpoint {
 
-Result<GatheredRequests> GatherRequests(Comm& comm, const std::string& wanted,
+Result<GatheredRequests> GatherRequests(Comm& comm, const Status& local, const std::string& wanted,
                                         const std::vector<std::string>& missing) {
   ByteWriter w;
   w.U64(missing.size());
   for (const std::string& k : missing) w.Str(k);
   std::vector<std::string> all;
-  SP_RETURN_IF_ERROR(comm.AllGather(wanted + w.str(), &all));
+  SP_RETURN_IF_ERROR(AllGatherAgreed(comm, local, wanted + w.str(), &all));
   GatheredRequests out;
   std::vector<bool> any(wanted.size(), false);
   for (size_t r = 0; r < all.size(); ++r) {

@@ -18,10 +18,12 @@ struct GatheredRequests {
   std::vector<size_t> unrequested;   // indices of `wanted` no rank set
 };
 
-// Collective (one AllGather). `wanted` has one byte per stored key (nonzero:
-// this rank requests it; the same length on every rank); `missing` are this
-// rank's requested keys that are not stored.
-Result<GatheredRequests> GatherRequests(Comm& comm, const std::string& wanted,
+// Collective (one AllGather, carrying `local`: this rank's status so far).
+// `wanted` has one byte per stored key (nonzero: this rank requests it; the
+// same length on every rank); `missing` are this rank's requested keys that
+// are not stored. Every rank returns the same: the lowest failing rank's
+// `local` error (AgreeOnStatus's rule), or the gathered requests.
+Result<GatheredRequests> GatherRequests(Comm& comm, const Status& local, const std::string& wanted,
                                         const std::vector<std::string>& missing);
 
 // 'a', 'b', ... (at most 10 named, then the count).

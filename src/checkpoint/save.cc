@@ -1,17 +1,20 @@
 // Save: the collective that writes every rank's state and commits it.
 //
-// Steps, each ending in an agreement so that a failure on any rank stops all
-// ranks at the same point (no hang, no manifest):
-//   1. rank 0 prepares the directory;        (agree, broadcast write dir)
-//   2. every rank reduces its tensors to regions;   (agree)
-//   3. contributions are all-gathered in binary and every rank computes the
-//      same deterministic plan;               (agree)
-//   4. every writer writes and fsyncs its data file;  (agree)
-//   5. checksums are gathered to rank 0, which commits (commit.cc). (agree)
+// Four collectives, each carrying every sender's status with its payload
+// (src/comm/agreed.h), so that a failure on any rank stops all ranks at the
+// same point (no hang, no manifest):
+//   1. rank 0 prepares the directory;    (broadcast: its status or the write dir)
+//   2. every rank reduces its tensors to regions; contributions are
+//      all-gathered in binary;          (all-gather: status or contribution)
+//   3. every rank computes the same deterministic plan and writes and fsyncs
+//      its data file; a rank whose plan failed writes nothing and carries the
+//      error on;
+//   4. statuses and checksums are gathered to rank 0, which commits
+//      (commit.cc) if every rank was OK;  (gather, then broadcast the outcome)
 // When the agreed outcome is failure, rank 0 removes what the save wrote
 // (RemoveFailedSave), so that a failed save does not keep the space it took.
-// With a SavePlanCache, step 3 still all-gathers but skips decoding and
-// planning when the gathered bytes hash to the cached plan's key; all ranks
+// With a SavePlanCache, step 3 skips decoding and planning when the
+// gathered bytes hash to the cached plan's key; all ranks
 // see the same bytes, so they hit or miss together. Rank 0 reports the
 // outcome through SaveOptions::log only after step 5 (the commit).
 #include <chrono>
@@ -24,6 +27,7 @@
 #include "src/checkpoint/commit.h"
 #include "src/checkpoint/replica_check.h"
 #include "src/checkpoint/writer.h"
+#include "src/comm/agreed.h"
 #include "src/io/resources.h"
 #include "src/plan/plan_cache.h"
 #include "src/plan/save_plan.h"
@@ -39,6 +43,10 @@ using shardpoint::internal_checkpoint::RemoveFailedSave;
 using shardpoint::internal_checkpoint::ReplicaChecksums;
 using shardpoint::internal_checkpoint::WriteDataFile;
 using shardpoint::internal_checkpoint::WriterOptions;
+using shardpoint::internal_comm::AllGatherAgreed;
+using shardpoint::internal_comm::BroadcastAgreed;
+using shardpoint::internal_comm::BroadcastStatus;
+using shardpoint::internal_comm::GatherAgreed;
 using shardpoint::internal_format::CheckMetadataJson;
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::Manifest;
@@ -182,9 +190,9 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
     });
     s = w.status();
     if (w.ok()) write_dir = *w;
+    *write_dir_out = write_dir;  // removed again if even the broadcast fails
   }
-  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
-  SP_RETURN_IF_ERROR(comm.Broadcast(&write_dir, 0));
+  SP_RETURN_IF_ERROR(BroadcastAgreed(comm, s, &write_dir, 0));
   *write_dir_out = write_dir;
 
   // 2. Regions.
@@ -198,50 +206,50 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
     Status md = CheckMetadataJson(state.metadata_json);
     if (!md.ok()) mine = md;
   }
-  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, mine.status()));
-
-  // 3. The plan.
   const auto plan_start = std::chrono::steady_clock::now();
   std::vector<std::string> all;
-  SP_RETURN_IF_ERROR(comm.AllGather(EncodeContribution(*mine), &all));
+  SP_RETURN_IF_ERROR(AllGatherAgreed(comm, mine.status(),
+                                     mine.ok() ? EncodeContribution(*mine) : std::string(), &all));
+
+  // 3. The plan (the same on every rank: a failure is normally every rank's,
+  // and a rank-local one, such as running out of memory, is agreed in step 4).
   Result<std::shared_ptr<const SavePlan>> plan = Guarded("save: planning", [&] {
     return PlanFromGathered(all, options.plan_cache, options.verify_replicas);
   });
   all.clear();
-  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, plan.status()));
   const bool plan_cached = options.plan_cache && options.plan_cache->hits() > hits_before;
   const double plan_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
 
-  // 4. Data files.
-  const RankFile& rf = (*plan)->ranks[rank];
+  // Data files (a rank whose plan failed writes nothing and carries the error on).
   std::vector<uint64_t> sums;
   std::vector<std::vector<uint64_t>> block_sums;
-  const uint64_t block_size = (*plan)->manifest.block_size;
-  s = Guarded("save: writing rank " + std::to_string(rank) + "'s data file", [&]() -> Status {
-    ThreadPool* pool = res.pool();
-    if (rf.file >= 0) {
-      SP_ASSIGN_OR_RETURN(
-          sums, WriteDataFile(storage, JoinPath(write_dir, (*plan)->manifest.files[rf.file]), rf,
-                              Sources(rf, *regions, state), pool,
-                              WriterOptions{options.staging_bytes, 3, options.direct_io,
-                                            options.preallocate, block_size},
-                              &block_sums));
-    }
-    if (!rf.replicas.empty()) {
-      std::vector<uint64_t> replica_sums = ReplicaChecksums(rf, *regions, state, pool);
-      sums.insert(sums.end(), replica_sums.begin(), replica_sums.end());
-    }
-    return OkStatus();
-  });
-  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
+  s = plan.status();
+  if (s.ok()) {
+    s = Guarded("save: writing rank " + std::to_string(rank) + "'s data file", [&]() -> Status {
+      const RankFile& rf = (*plan)->ranks[rank];
+      ThreadPool* pool = res.pool();
+      if (rf.file >= 0) {
+        SP_ASSIGN_OR_RETURN(
+            sums, WriteDataFile(storage, JoinPath(write_dir, (*plan)->manifest.files[rf.file]), rf,
+                                Sources(rf, *regions, state), pool,
+                                WriterOptions{options.staging_bytes, 3, options.direct_io,
+                                              options.preallocate, (*plan)->manifest.block_size},
+                                &block_sums));
+      }
+      if (!rf.replicas.empty()) {
+        std::vector<uint64_t> replica_sums = ReplicaChecksums(rf, *regions, state, pool);
+        sums.insert(sums.end(), replica_sums.begin(), replica_sums.end());
+      }
+      return OkStatus();
+    });
+  }
 
-  // 5. Commit (rank 0 first compares replicas, with verify_replicas).
-  SP_RETURN_IF_ERROR(comm.Gather(EncodeChecksums(sums, block_sums), 0, &all));
+  // 4. Commit (rank 0 first compares replicas, with verify_replicas).
+  Status gathered = GatherAgreed(comm, s, s.ok() ? EncodeChecksums(sums, block_sums) : "", 0, &all);
   block_sums.clear();
-  s = OkStatus();
-  if (rank == 0)
-    s = Guarded("save: committing '" + dir + "'", [&]() -> Status {
+  if (rank == 0 && gathered.ok()) {
+    Status committed = Guarded("save: committing '" + dir + "'", [&]() -> Status {
       // This save's own copy: the plan may be the cache's, shared by later saves.
       Manifest m = (*plan)->manifest;
       std::vector<std::vector<uint64_t>> replica_sums(all.size());
@@ -260,8 +268,14 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
       m.metadata_json = state.metadata_json;
       return CommitCheckpoint(storage, dir, write_dir, m);
     });
-  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
+    // Named like every agreed error: "rank 0: ..."
+    if (!committed.ok()) gathered = Status(committed.code(), "rank 0: " + committed.message());
+  }
+  // Rank 0 tells every rank the outcome: the agreed error or the commit's.
+  if (rank != 0) SP_RETURN_IF_ERROR(gathered);  // the exchange itself failed
+  SP_RETURN_IF_ERROR(BroadcastStatus(comm, gathered, 0));
 
+  const RankFile& rf = (*plan)->ranks[rank];
   SaveStats stats;
   stats.bytes_written = (*plan)->total_bytes;
   for (const WriteItem& item : rf.items) stats.rank_bytes += item.nbytes;

@@ -109,12 +109,18 @@ TEST(AgreeOnStatus, ExchangeFailureIsReturnedAsIs) {
   EXPECT_EQ(AgreeOnStatus(comm, NotFoundError("x")).ToString(), "IOError: link down");
 }
 
+// Each rank sends one byte, 0 for OK, else its code and message: an unknown
+// code byte or an empty message from a peer is an error, never success.
 TEST(AgreeOnStatus, UnknownCodeByteIsAnError) {
   FakeComm comm;
-  comm.gathered = {"", std::string(1, '\0') + "zero", "\x63junk"};
+  comm.gathered = {std::string(1, '\0'), "\x63junk", ""};
   Status s = AgreeOnStatus(comm, OkStatus());
   EXPECT_EQ(s.code(), StatusCode::kInternal);
-  EXPECT_EQ(s.message(), "rank 1: zero (unknown status code 0)");
+  EXPECT_EQ(s.message(), "rank 1: junk (unknown status code 99)");
+  comm.gathered = {std::string(1, '\0'), "", "\x63junk"};
+  s = AgreeOnStatus(comm, OkStatus());
+  EXPECT_EQ(s.code(), StatusCode::kInternal);
+  EXPECT_EQ(s.message(), "rank 1: empty status message");
 }
 
 }  // namespace

@@ -148,4 +148,42 @@ Status ParallelFor(ThreadPool* pool, int64_t n, const std::function<Status(int64
   return state->error;
 }
 
+struct Ahead::State {
+  std::function<void()> fn;
+  std::mutex mu;
+  std::condition_variable done_cv;
+  bool claimed = false, done = false;
+
+  // Runs fn unless another thread claimed it first.
+  void RunIfUnclaimed() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (claimed) return;
+      claimed = true;
+    }
+    fn();
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+    done_cv.notify_all();
+  }
+};
+
+Ahead::Ahead(ThreadPool* pool, std::function<void()> fn) : state_(std::make_shared<State>()) {
+  state_->fn = std::move(fn);
+  if (pool) {
+    pool->Submit([state = state_] {
+      state->RunIfUnclaimed();
+      return OkStatus();
+    });
+  }
+}
+
+Ahead::~Ahead() { Wait(); }
+
+void Ahead::Wait() {
+  state_->RunIfUnclaimed();
+  std::unique_lock<std::mutex> lock(state_->mu);
+  state_->done_cv.wait(lock, [&] { return state_->done; });
+}
+
 }  // namespace shardpoint::internal_io

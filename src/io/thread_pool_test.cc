@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -109,6 +111,60 @@ TEST(ParallelForTest, CalledFromInsideASubmittedTask) {
   }
   for (std::future<Status>& f : futures) EXPECT_TRUE(f.get().ok());
   EXPECT_EQ(count.load(), 200);
+}
+
+TEST(AheadTest, RunsOnAFreePoolThread) {
+  ThreadPool pool(1);
+  std::atomic<bool> in_pool{false}, ran{false};
+  Ahead ahead(&pool, [&] {
+    in_pool = pool.InPool();
+    ran = true;
+  });
+  while (!ran) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ahead.Wait();
+  EXPECT_TRUE(in_pool);
+}
+
+// The pool's only thread is busy until the waiter has finished: the waiter
+// runs the work itself instead of waiting for a thread (no deadlock).
+TEST(AheadTest, TheWaiterRunsItWhenThePoolIsBusy) {
+  ThreadPool pool(1);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> busy{false};
+  pool.Submit([&] {
+    busy = true;
+    released.wait();
+    return OkStatus();
+  });
+  while (!busy) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  int runs = 0;
+  bool in_pool = true;
+  {
+    Ahead ahead(&pool, [&] {
+      ++runs;
+      in_pool = pool.InPool();
+    });
+    ahead.Wait();
+    EXPECT_EQ(runs, 1);
+    EXPECT_FALSE(in_pool);
+    release.set_value();
+  }  // the queued pool task finds it claimed and does nothing
+  pool.Submit([] { return OkStatus(); }).wait();
+  EXPECT_EQ(runs, 1);
+}
+
+TEST(AheadTest, WithoutAPoolWaitRunsItAndTheDestructorWaits) {
+  int runs = 0;
+  {
+    Ahead ahead(nullptr, [&] { ++runs; });
+    EXPECT_EQ(runs, 0);
+  }
+  EXPECT_EQ(runs, 1);
+  Ahead twice(nullptr, [&] { ++runs; });
+  twice.Wait();
+  twice.Wait();
+  EXPECT_EQ(runs, 2);
 }
 
 }  // namespace
