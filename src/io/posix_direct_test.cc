@@ -2,7 +2,10 @@
 // refused O_DIRECT before Linux 6.6) and the current directory (usually a disk
 // filesystem). Either way the file must work; direct() only says which path
 // was taken.
+#include <linux/magic.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 
 #include <cstdint>
 #include <string>
@@ -97,6 +100,24 @@ TEST_P(PosixDirectTest, ReserveMoreThanTheDiskFailsNamingTheFile) {
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("reserve 1152921504606846976 bytes for " + path), std::string::npos)
       << s.message();
+}
+
+// On a disk filesystem Reserve allocates the blocks; on tmpfs it would only
+// zero pages up front that the writes fill anyway, so it allocates nothing.
+TEST_P(PosixDirectTest, ReserveAllocatesOnDisksButNotOnTmpfs) {
+  const std::string path = dir_ + "/data";
+  Result<std::unique_ptr<WritableFile>> f = DefaultStorage()->NewWritableFile(path, {});
+  ASSERT_TRUE(f.ok());
+  ASSERT_TRUE((*f)->Reserve(8 << 20).ok());
+  struct statfs fs;
+  struct stat st;
+  ASSERT_EQ(statfs(dir_.c_str(), &fs), 0);
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  if (fs.f_type == TMPFS_MAGIC) {
+    EXPECT_EQ(st.st_blocks, 0);
+  } else if (fs.f_type == EXT4_SUPER_MAGIC || fs.f_type == XFS_SUPER_MAGIC) {
+    EXPECT_GE(st.st_blocks * 512, 8 << 20);
+  }
 }
 
 TEST_P(PosixDirectTest, MisalignedDirectWriteIsInvalidArgument) {

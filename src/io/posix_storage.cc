@@ -4,8 +4,10 @@
 // same way: "<operation> <path>[ at bytes [a, b)]: <strerror>".
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -112,10 +114,21 @@ class PosixWritableFile : public WritableFile {
   }
 
   // fallocate(2), not posix_fallocate(3): where the filesystem lacks it, glibc
-  // would emulate it by writing zeros, doubling the bytes written.
+  // would emulate it by writing zeros, doubling the bytes written. On tmpfs
+  // and ramfs fallocate zeroes every page up front (measured: 70 ms for 90 MB,
+  // a quarter of a save to /dev/shm), pages the writes fill anyway and that
+  // cannot fragment: there only the free space is checked.
   Status Reserve(uint64_t size) override {
     SP_RETURN_IF_ERROR(CheckOpen("reserve space for"));
     if (size == 0) return OkStatus();
+    struct statfs fs;
+    if (::fstatfs(fd_, &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC)) {
+      if (fs.f_type == TMPFS_MAGIC && fs.f_blocks > 0 &&
+          size / static_cast<uint64_t>(fs.f_bsize) > static_cast<uint64_t>(fs.f_bavail)) {
+        return PosixError("reserve " + std::to_string(size) + " bytes for " + path_, ENOSPC);
+      }
+      return OkStatus();
+    }
     while (::fallocate(fd_, 0, 0, static_cast<off_t>(size)) != 0) {
       if (errno == EINTR) continue;
       if (errno == EOPNOTSUPP || errno == ENOSYS) return OkStatus();
