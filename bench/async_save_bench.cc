@@ -2,7 +2,7 @@
 // until its Wait() returns, a plain synchronous Save of the same state, and
 // plain memcpys of the same bytes, in one run.
 //
-//   async_save_bench [--dir DIR] [--gib N] [--ranks R] [--reps K] [--threads T] [--keep]
+//   async_save_bench [--dir DIR] [--gib N] [--ranks R] [--reps K] [--io-threads T] [--keep]
 //
 // R ranks (threads) hold a transformer-like model with Adam state laid out as
 // TP=R (N GiB of tensors in all). Each rank keeps two AsyncSavers for the whole

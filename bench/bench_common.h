@@ -33,7 +33,8 @@ struct Flags {
 using ExtraFlag =
     std::function<bool(const std::string& flag, const std::function<std::string()>& value)>;
 
-// Parses --dir DIR --gib N --ranks R --reps K --threads T --keep over
+// Parses --dir DIR --gib N --ranks R --reps K --io-threads T (--threads: the old
+// spelling, still accepted) --keep over
 // `defaults`, offering other flags to `extra` (with `extra_usage` for the
 // error); dies on an unknown flag, a missing value or a value < 1 (gib <= 0).
 inline Flags ParseFlags(const char* program, Flags defaults, int argc, char** argv,
@@ -53,17 +54,18 @@ inline Flags ParseFlags(const char* program, Flags defaults, int argc, char** ar
       f.ranks = std::stoi(next());
     } else if (a == "--reps") {
       f.reps = std::stoi(next());
-    } else if (a == "--threads") {
+    } else if (a == "--io-threads" || a == "--threads") {  // --threads: the old spelling
       f.threads = std::stoi(next());
     } else if (a == "--keep") {
       f.keep = true;
     } else if (!extra || !extra(a, next)) {
-      Die(program, "unknown flag " + a + " (use --dir DIR --gib N --ranks R --reps K --threads T" +
-                       " --keep" + extra_usage + ")");
+      Die(program, "unknown flag " + a +
+                       " (use --dir DIR --gib N --ranks R --reps K --io-threads T" + " --keep" +
+                       extra_usage + ")");
     }
   }
   if (f.ranks < 1 || f.reps < 1 || f.threads < 1 || f.gib <= 0) {
-    Die(program, "need --ranks >= 1, --reps >= 1, --threads >= 1, --gib > 0");
+    Die(program, "need --ranks >= 1, --reps >= 1, --io-threads >= 1, --gib > 0");
   }
   return f;
 }

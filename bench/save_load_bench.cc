@@ -2,7 +2,7 @@
 // and a plain memcpy, on the same directory and the same number of bytes, on the local
 // disk and through a network-filesystem model.
 //
-//   save_load_bench [--dir DIR] [--gib N] [--ranks R] [--reps K] [--threads T] [--keep]
+//   save_load_bench [--dir DIR] [--gib N] [--ranks R] [--reps K] [--io-threads T] [--keep]
 //                   [--net LATENCY_MS,GB_PER_S | --net off] [--pause S]
 //
 // Saves a transformer-like model held by R ranks (threads) as TP=R, loads it back
@@ -150,10 +150,14 @@ void DropCache(const std::string& dir) {
 
 // Runs fio and returns the job group's bandwidth in bytes/s, or -1 on failure.
 double Fio(const std::string& rw, const std::string& dir, int jobs, uint64_t per_job) {
-  std::string cmd = "fio --name=fio_seq --directory='" + dir + "' --rw=" + rw +
-                    " --bs=4M --direct=1 --ioengine=psync --numjobs=" + std::to_string(jobs) +
-                    " --size=" + std::to_string(per_job) +
-                    " --group_reporting --output-format=json 2>/dev/null";
+  // As bench/peers_bench.py runs it: libaio, 4 requests in flight per job, and
+  // a write ends with fsync, as a save does (without it fio's figure would
+  // count writes still in the device's cache).
+  std::string cmd =
+      "fio --name=fio_seq --directory='" + dir + "' --rw=" + rw +
+      " --bs=4M --direct=1 --ioengine=libaio --iodepth=4 --numjobs=" + std::to_string(jobs) +
+      " --size=" + std::to_string(per_job) + (rw == "write" ? " --end_fsync=1" : "") +
+      " --group_reporting --output-format=json 2>/dev/null";
   FILE* f = ::popen(cmd.c_str(), "r");
   if (!f) return -1;
   std::string out;
@@ -422,7 +426,8 @@ int main(int argc, char** argv) {
               state_bytes / double(1ull << 30), flags.ranks,
               static_cast<unsigned long long>(per_job));
   std::printf(
-      "drop caches: %s; pause %.1f s; fio uses O_DIRECT; loads verify checksums "
+      "drop caches: %s; pause %.1f s; fio: O_DIRECT, 4 MiB, libaio depth 4, writes end with fsync; "
+      "loads verify checksums "
       "(default); every save goes to a fresh directory\n",
       global_drop ? "echo 3 > /proc/sys/vm/drop_caches" : "POSIX_FADV_DONTNEED (not root)",
       pause_s);
