@@ -138,10 +138,13 @@ class TorchDistributedComm(Comm):
     """A Comm over ``torch.distributed`` (any backend for the training; gloo here).
 
     Collective over every process of the default group (``torch.distributed
-    .new_group`` requires it): creates a gloo group over the ranks of ``group``
-    (default: the whole world), used only by shardpoint, so an async save in a
-    background thread never interleaves with the training's collectives.
-    ``rank()`` is the rank in ``group``.
+    .new_group`` requires it). ``group`` (default: the whole world) may differ
+    between processes: each passes its own, e.g. its tensor-parallel group, and
+    every distinct group gets its own gloo group, used only by shardpoint, so an
+    async save in a background thread never interleaves with the training's
+    collectives. ``rank()`` is the rank in ``group``. A process that is not a
+    member of the group it passes gets ``FailedPreconditionError`` (after taking
+    its part in creating the groups, so that the members do not hang).
     """
 
     def __init__(self, group: Any = None) -> None:
@@ -153,19 +156,31 @@ class TorchDistributedComm(Comm):
                 "torch.distributed is not initialized (call init_process_group first)")
         self._torch = torch
         self._dist = dist
-        world = dist.get_world_size()
+        me, world = dist.get_rank(), dist.get_world_size()
         if group is None:
-            ranks = list(range(world))
+            mine, groups = list(range(world)), [list(range(world))]
         else:
-            # The global rank of every member of `group`, in group order.
-            me = torch.tensor([dist.get_rank()], dtype=torch.int64)
-            out = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size(group))]
-            dist.all_gather(out, me, group=group)
-            ranks = [int(t.item()) for t in out]
-        self._global = ranks
-        self._group = dist.new_group(ranks=ranks, backend="gloo")
-        self._rank = dist.get_rank(self._group)
-        self._size = len(ranks)
+            # Each member learns its group's global ranks (in group order), then
+            # every process learns every process's group and creates each
+            # distinct one, in the same order everywhere.
+            mine = []
+            if dist.get_rank(group) >= 0:
+                out = [torch.zeros(1, dtype=torch.int64)
+                       for _ in range(dist.get_world_size(group))]
+                dist.all_gather(out, torch.tensor([me], dtype=torch.int64), group=group)
+                mine = [int(t.item()) for t in out]
+            every = [None] * world
+            dist.all_gather_object(every, mine)
+            groups = sorted({tuple(g) for g in every if g})
+            groups = [list(g) for g in groups]
+        made = {tuple(g): dist.new_group(ranks=g, backend="gloo") for g in groups}
+        if not mine:
+            raise _C.FailedPreconditionError(
+                f"TorchDistributedComm: process {me} is not a member of the group it passed")
+        self._global = mine
+        self._group = made[tuple(mine)]
+        self._rank = mine.index(me)
+        self._size = len(mine)
 
     def rank(self) -> int:
         return self._rank

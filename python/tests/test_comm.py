@@ -112,6 +112,19 @@ def test_torch_distributed_adapter(tmp_path):
     assert np.array_equal(x, np.arange(48, dtype=np.float32).reshape(12, 4))
 
 
+def test_torch_adapter_over_each_process_own_group(tmp_path):
+    """4 processes, each passing its own TP pair: saves and loads per pair; a process
+    passing a group it is not in gets FailedPreconditionError, the members a comm."""
+    world = 4
+    init = tmp_path / "init"
+    procs = [subprocess.Popen([PYTHON, WORKER, "torch_groups", str(tmp_path), str(r), str(world),
+                               str(init)], env=subprocess_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(world)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    for r, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0 and f"ok {r}" in out, out
+
+
 def test_torch_adapter_needs_init():
     import torch.distributed as dist
     assert not dist.is_initialized()

@@ -1,4 +1,4 @@
-"""One rank of a multi-process test: `dist_worker.py torch|mpi <dir> [rank world init_file]`.
+"""One rank of a multi-process test: `dist_worker.py torch|torch_groups|mpi <dir> [rank world init_file]`.
 
 Under mpirun (`mpi`) the rank comes from MPI; with `torch` from the arguments
 (torch.distributed, gloo, file:// rendezvous). Each rank checks the adapter's
@@ -64,8 +64,40 @@ def run(comm, rank, world, out):
     print(f"ok {rank}", flush=True)
 
 
+def run_groups(rank, world, out):
+    """Every process passes its own tensor-parallel group (pairs {0,1}, {2,3}, ...),
+    then all pass the first pair, which half of them are not in."""
+    import torch.distributed as dist
+    pairs = [dist.new_group([2 * p, 2 * p + 1]) for p in range(world // 2)]
+    comm = sp.TorchDistributedComm(pairs[rank // 2])
+    check_collectives(comm, rank % 2, 2)
+    local = G.reshape(2, -1, 4)[rank % 2].copy() + rank // 2  # each pair its own values
+    path = os.path.join(out, f"pair{rank // 2}")
+    sp.save({"w": sp.column_parallel("w", local, [12, 4], rank % 2, 2)}, path, comm)
+    x = np.zeros((12, 2), dtype=np.float32)
+    sp.load({"w": sp.row_parallel("w", x, [12, 4], rank % 2, 2)}, path, comm)
+    assert np.array_equal(x, G[:, 2 * (rank % 2):2 * (rank % 2) + 2] + rank // 2), rank
+    try:
+        first = sp.TorchDistributedComm(pairs[0])
+    except sp.FailedPreconditionError as e:
+        assert rank >= 2 and f"process {rank} is not a member" in str(e), (rank, e)
+    else:
+        assert rank < 2 and first.rank() == rank and first.size() == 2
+        assert first.all_gather(bytes([rank])) == [b"\0", b"\1"]
+    dist.barrier()
+    print(f"ok {rank}", flush=True)
+
+
 def main():
     kind, out = sys.argv[1], sys.argv[2]
+    if kind == "torch_groups":
+        import torch.distributed as dist
+        rank, world, init = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+        dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank,
+                                world_size=world)
+        run_groups(rank, world, out)
+        dist.destroy_process_group()
+        return
     if kind == "mpi":
         from mpi4py import MPI
         rank, world = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
