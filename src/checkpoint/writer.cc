@@ -2,6 +2,8 @@
 
 #include <cstring>
 #include <future>
+#include <tuple>
+#include <utility>
 
 #include "src/format/checksum.h"
 #include "src/geometry/view_range.h"
@@ -20,6 +22,11 @@ namespace {
 
 uint64_t RoundUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
+// A buffered file is written from the source itself where an item is
+// contiguous and has at least this many bytes left (the kernel copies into the
+// page cache anyway); smaller pieces are gathered, so that they share writes.
+constexpr size_t kMinInPlace = size_t{256} << 10;
+
 // Produces the file's bytes in order into staging buffers.
 class Stream {
  public:
@@ -28,12 +35,16 @@ class Stream {
         sources_(sources),
         sums_(rf.items.size()),
         block_size_(block_size),
-        blocks_(rf.items.size()) {}
+        blocks_(rf.items.size()) {
+    for (const View& v : sources) contiguous_.push_back(v.IsContiguous());
+  }
 
   // Fills up to `cap` bytes at `out`; returns the number written (0 at end).
-  size_t Fill(char* out, size_t cap) {
+  // With `in_place`, stops early where Borrow() can take over.
+  size_t Fill(char* out, size_t cap, bool in_place = false) {
     size_t n = 0;
     while (n < cap && pos_ < rf_.size) {
+      if (in_place && n > 0 && Borrowable()) break;
       if (pos_ < rf_.header.size()) {
         size_t k = std::min(cap - n, rf_.header.size() - pos_);
         std::memcpy(out + n, rf_.header.data() + pos_, k);
@@ -53,6 +64,23 @@ class Stream {
       while (item_ < rf_.items.size() && rf_.items[item_].nbytes == 0) ++item_;
     }
     return n;
+  }
+
+  // Where the current item is contiguous with at least kMinInPlace bytes
+  // left: up to `cap` of them in place (checksummed on the way) and their
+  // count; else {nullptr, 0}.
+  std::pair<const char*, size_t> Borrow(size_t cap) {
+    if (!Borrowable()) return {nullptr, 0};
+    const WriteItem& item = rf_.items[item_];
+    const uint64_t done = pos_ - item.offset;
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(cap, item.nbytes - done));
+    const char* p = sources_[item_].data + done;
+    sums_[item_].Update(p, k);
+    if (block_size_ && !item.is_object) UpdateBlocks(item, done, p, k);
+    pos_ += k;
+    if (pos_ == item.offset + item.nbytes) ++item_;
+    while (item_ < rf_.items.size() && rf_.items[item_].nbytes == 0) ++item_;
+    return {p, k};
   }
 
   std::vector<uint64_t> Digests() const {
@@ -83,8 +111,15 @@ class Stream {
     }
   }
 
+  bool Borrowable() const {
+    if (pos_ < rf_.header.size() || item_ >= rf_.items.size() || !contiguous_[item_]) return false;
+    const WriteItem& item = rf_.items[item_];
+    return item.offset + item.nbytes - pos_ >= kMinInPlace;
+  }
+
   const RankFile& rf_;
   const std::vector<View>& sources_;
+  std::vector<bool> contiguous_;
   std::vector<ChecksumState> sums_;
   const uint64_t block_size_;
   ChecksumState block_;
@@ -114,17 +149,25 @@ Result<std::vector<uint64_t>> WriteDataFile(Storage* storage, const std::string&
   stream.SkipEmptyLeadingItems();
   Status status;
   uint64_t offset = 0;
+  // O_DIRECT needs aligned memory, so everything goes through the buffers; a
+  // buffered file takes large contiguous items from the source directly.
+  const bool in_place = align == 1;
   for (int b = 0; status.ok(); b = (b + 1) % nbuf) {
-    if (inflight[b].valid()) status = inflight[b].get();  // buffer b is free again
+    if (inflight[b].valid()) status = inflight[b].get();  // slot b is free again
     if (!status.ok()) break;
-    size_t n = stream.Fill(bufs[b].data(), cap);
-    if (n == 0) break;
-    // O_DIRECT needs whole blocks: the last one is zero-padded and the file
-    // truncated to its real size afterwards.
-    size_t len = RoundUp(n, align);
-    std::memset(bufs[b].data() + n, 0, len - n);
+    const char* data = nullptr;
+    size_t n = 0;
+    if (in_place) std::tie(data, n) = stream.Borrow(cap);
+    if (n == 0) {
+      n = stream.Fill(bufs[b].data(), cap, in_place);
+      if (n == 0) break;
+      // O_DIRECT needs whole blocks: the last one is zero-padded and the file
+      // truncated to its real size afterwards.
+      std::memset(bufs[b].data() + n, 0, RoundUp(n, align) - n);
+      data = bufs[b].data();
+    }
+    const size_t len = RoundUp(n, align);
     WritableFile* f = file.get();
-    char* data = bufs[b].data();
     uint64_t at = offset;
     auto task = [f, data, at, len]() { return f->WriteAt(at, data, len); };
     inflight[b] = pool ? pool->Submit(task) : std::async(std::launch::deferred, task);

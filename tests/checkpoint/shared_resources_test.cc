@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <string>
 #include <thread>
@@ -47,7 +49,10 @@ constexpr int64_t kRows = 64, kCols = 4096;  // 1 MiB per tensor
 // Saves two tensors into `dir`, loads them back, verifies the checkpoint:
 // every call with `res`'s resources and small slices/buffers, so that each
 // does many I/O calls.
-Status SaveLoadVerify(const Resources& res, const std::string& dir, int seed) {
+// `between` runs after the save and after the load.
+Status SaveLoadVerify(
+    const Resources& res, const std::string& dir, int seed,
+    const std::function<void()>& between = [] {}) {
   std::vector<float> a = Data(seed, kRows * kCols), b = Data(seed + 100, kRows * kCols);
   State state;
   state.tensors = {WholeTensor("a", DType::kF32, a.data(), {kRows, kCols}),
@@ -57,6 +62,7 @@ Status SaveLoadVerify(const Resources& res, const std::string& dir, int seed) {
   static_cast<Resources&>(so) = res;
   so.staging_bytes = 64 << 10;
   SP_RETURN_IF_ERROR(Save(state, dir, *comm, so).status());
+  between();
 
   std::vector<float> a2(a.size()), b2(b.size());
   State back;
@@ -67,6 +73,7 @@ Status SaveLoadVerify(const Resources& res, const std::string& dir, int seed) {
   lo.read_slice_bytes = 64 << 10;
   SP_RETURN_IF_ERROR(Load(back, dir, *comm, lo).status());
   if (a2 != a || b2 != b) return InternalError(dir + ": loaded bytes differ from the saved ones");
+  between();
 
   VerifyOptions vo;
   static_cast<Resources&>(vo) = res;
@@ -160,7 +167,16 @@ TEST(SharedResourcesTest, WithoutAPoolACallMakesIoThreadsThreads) {
   res.storage = &storage;
   res.io_threads = 2;
   const int before = ProcessThreads();
-  ASSERT_TRUE(SaveLoadVerify(res, "own", 1).ok());
+  // A joined thread can still be counted in /proc for a moment after join()
+  // returns (the kernel wakes the joiner before it reaps the thread): wait for
+  // the count to come back between calls, so that one call's exiting threads
+  // are not counted as the next one's.
+  auto back_to_before = [before] {
+    for (int i = 0; i < 2000 && ProcessThreads() != before; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  ASSERT_TRUE(SaveLoadVerify(res, "own", 1, back_to_before).ok());
   // Writes run on the save's own pool: not on the calling thread.
   std::set<std::thread::id> others = storage.ids();
   others.erase(std::this_thread::get_id());
@@ -168,6 +184,7 @@ TEST(SharedResourcesTest, WithoutAPoolACallMakesIoThreadsThreads) {
   // Save, load and verify each made (and joined) a pool of 2: at most 2
   // threads more at any time, and none left behind.
   EXPECT_LE(storage.max_threads(), before + 2);
+  back_to_before();
   EXPECT_EQ(ProcessThreads(), before);
 }
 

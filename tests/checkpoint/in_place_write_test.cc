@@ -1,0 +1,147 @@
+// A buffered data file takes large contiguous tensors straight from the
+// caller's memory (no staging copy); O_DIRECT files always go through the
+// aligned staging buffers. Either way the checkpoint loads back bit for bit.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/layout.h"
+#include "shardpoint/storage.h"
+
+namespace shardpoint {
+namespace {
+
+// Counts the bytes of each WriteAt whose memory lies inside [lo, hi).
+class SourceWatch : public StorageWrapper {
+ public:
+  SourceWatch(Storage* base, const char* lo, const char* hi)
+      : StorageWrapper(base), lo_(lo), hi_(hi) {}
+  uint64_t in_source() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return in_source_;
+  }
+  bool direct() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return direct_;
+  }
+
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                        const WriteFileOptions& o) override {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, StorageWrapper::NewWritableFile(path, o));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      direct_ = direct_ || f->direct();
+    }
+    return std::unique_ptr<WritableFile>(new Writable(std::move(f), this));
+  }
+
+ private:
+  class Writable : public WritableFileWrapper {
+   public:
+    Writable(std::unique_ptr<WritableFile> f, SourceWatch* s)
+        : WritableFileWrapper(std::move(f)), s_(s) {}
+    Status WriteAt(uint64_t offset, const void* data, size_t n) override {
+      const char* p = static_cast<const char*>(data);
+      if (p >= s_->lo_ && p < s_->hi_) {
+        std::lock_guard<std::mutex> lock(s_->mu_);
+        s_->in_source_ += n;
+      }
+      return WritableFileWrapper::WriteAt(offset, data, n);
+    }
+
+   private:
+    SourceWatch* s_;
+  };
+
+  const char* lo_;
+  const char* hi_;
+  std::mutex mu_;
+  uint64_t in_source_ = 0;
+  bool direct_ = false;
+};
+
+std::vector<float> Data(uint32_t seed, size_t n) {
+  std::vector<float> v(n);
+  uint32_t x = seed * 2654435761u + 1;
+  for (float& f : v) {
+    x = x * 1664525u + 1013904223u;
+    f = static_cast<float>(x >> 8);
+  }
+  return v;
+}
+
+// big: 2 MiB contiguous; small: 64 bytes; strided: a [256, 512] column block
+// of a [256, 1024] buffer (not contiguous).
+struct Tensors {
+  std::vector<float> big = Data(1, 512 * 1024), small = Data(2, 16), wide = Data(3, 256 * 1024);
+  State state() {
+    State s;
+    LocalTensor strided = WholeTensor("strided", DType::kF32, wide.data() + 7, {256, 512});
+    strided.strides = {1024, 1};
+    s.tensors = {WholeTensor("big", DType::kF32, big.data(), {512, 1024}),
+                 WholeTensor("small", DType::kF32, small.data(), {16}), strided};
+    return s;
+  }
+};
+
+void SaveAndCheck(Storage* base, const std::string& dir, bool direct, uint64_t* in_source,
+                  bool* was_direct) {
+  Tensors t;
+  SourceWatch watch(base, reinterpret_cast<const char*>(t.big.data()),
+                    reinterpret_cast<const char*>(t.big.data() + t.big.size()));
+  SaveOptions so;
+  so.storage = &watch;
+  so.direct_io = direct;
+  so.staging_bytes = 256 << 10;
+  std::unique_ptr<Comm> comm = MakeSingleComm();
+  Result<SaveStats> saved = Save(t.state(), dir, *comm, so);
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  *in_source = watch.in_source();
+  *was_direct = watch.direct();
+
+  std::vector<float> big(t.big.size()), small(t.small.size()), strided(256 * 512);
+  State back;
+  back.tensors = {WholeTensor("big", DType::kF32, big.data(), {512, 1024}),
+                  WholeTensor("small", DType::kF32, small.data(), {16}),
+                  WholeTensor("strided", DType::kF32, strided.data(), {256, 512})};
+  LoadOptions lo;
+  lo.storage = base;
+  Result<LoadResult> loaded = Load(back, dir, *comm, lo);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(std::memcmp(big.data(), t.big.data(), big.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(small.data(), t.small.data(), small.size() * 4), 0);
+  for (int r = 0; r < 256; ++r) {
+    ASSERT_EQ(std::memcmp(strided.data() + r * 512, t.wide.data() + 7 + r * 1024, 512 * 4), 0)
+        << "row " << r;
+  }
+}
+
+TEST(InPlaceWrite, BufferedFileTakesTheLargeContiguousTensorFromTheSource) {
+  std::unique_ptr<Storage> mem = NewMemStorage();
+  uint64_t in_source = 0;
+  bool direct = true;
+  SaveAndCheck(mem.get(), "/ckpt", /*direct=*/false, &in_source, &direct);
+  EXPECT_FALSE(direct);
+  EXPECT_EQ(in_source, 512u * 1024 * 4);  // all of "big", none of the others
+}
+
+TEST(InPlaceWrite, DirectFileGoesThroughTheStagingBuffers) {
+  char tmpl[] = "./shardpoint_in_place_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  uint64_t in_source = 1;
+  bool direct = false;
+  SaveAndCheck(DefaultStorage(), std::string(tmpl) + "/ckpt", /*direct=*/true, &in_source, &direct);
+  if (direct) {
+    EXPECT_EQ(in_source, 0u);  // O_DIRECT: aligned staging only
+  }
+  EXPECT_TRUE(DefaultStorage()->RemoveAll(tmpl).ok());
+}
+
+}  // namespace
+}  // namespace shardpoint
