@@ -27,7 +27,10 @@ Status Decode(int r, std::string&& msg, bool prefix, std::string* payload) {
   }
   const unsigned char c = static_cast<unsigned char>(msg[0]);
   if (c == 0) {
-    if (payload) *payload = msg.substr(1);
+    if (payload) {
+      msg.erase(0, 1);
+      *payload = std::move(msg);
+    }
     return OkStatus();
   }
   std::string text = (prefix ? "rank " + std::to_string(r) + ": " : std::string()) + msg.substr(1);
@@ -45,7 +48,10 @@ Status Agreed(std::vector<std::string>& got, std::vector<std::string>* all) {
   }
   if (all) {
     all->resize(got.size());
-    for (size_t r = 0; r < got.size(); ++r) (*all)[r] = got[r].substr(1);
+    for (size_t r = 0; r < got.size(); ++r) {
+      got[r].erase(0, 1);  // the status byte; the payload moves, not copied
+      (*all)[r] = std::move(got[r]);
+    }
   }
   return OkStatus();
 }

@@ -127,7 +127,12 @@ TEST(HfSharedResourcesTest, LogLinesAndTheDeprecatedThreadsSpelling) {
   eo.block_bytes = 4096;
   eo.log = [&](const std::string& line) { lines.push_back(line); };
   const int before = ProcessThreads();
+  // 1 ms per storage call: the calling thread, which works on the blocks too,
+  // cannot finish them all before the pool's threads start (under load it
+  // once did, and no call ran on the pool).
+  storage.set_call_delay_us(1000);
   Result<ExportHfStats> r = ExportHf("hf", "out", IdentityHfMapping(), eo);
+  storage.set_call_delay_us(0);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   // io_threads 3 = the calling thread and a pool of 2.
   std::set<std::thread::id> ids = storage.ids();

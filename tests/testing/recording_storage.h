@@ -5,6 +5,8 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <functional>
@@ -39,12 +41,19 @@ class RecordingStorage : public StorageWrapper {
 
   void Record() {
     const int threads = ProcessThreads();
-    std::lock_guard<std::mutex> lock(mu_);
-    ++calls_;
-    if (pool_ && pool_->InPool()) ++in_pool_;
-    ids_.insert(std::this_thread::get_id());
-    max_threads_ = std::max(max_threads_, threads);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++calls_;
+      if (pool_ && pool_->InPool()) ++in_pool_;
+      ids_.insert(std::this_thread::get_id());
+      max_threads_ = std::max(max_threads_, threads);
+    }
+    const int us = delay_us_.load();
+    if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
   }
+  // Every later read and write first waits this long: slow storage, so that a
+  // call's pool threads get work however fast the calling thread is.
+  void set_call_delay_us(int us) { delay_us_ = us; }
   int64_t calls() {
     std::lock_guard<std::mutex> lock(mu_);
     return calls_;
@@ -99,6 +108,7 @@ class RecordingStorage : public StorageWrapper {
   };
 
   const ThreadPool* pool_;
+  std::atomic<int> delay_us_{0};
   std::mutex mu_;
   int64_t calls_ = 0, in_pool_ = 0;
   int max_threads_ = 0;
