@@ -158,7 +158,8 @@ class TorchDistributedComm(Comm):
         self._dist = dist
         me, world = dist.get_rank(), dist.get_world_size()
         if group is None:
-            mine, groups = list(range(world)), [list(range(world))]
+            mine = list(range(world))
+            groups = [tuple(mine)]
         else:
             # Each member learns its group's global ranks (in group order), then
             # every process learns every process's group and creates each
@@ -172,8 +173,7 @@ class TorchDistributedComm(Comm):
             every = [None] * world
             dist.all_gather_object(every, mine)
             groups = sorted({tuple(g) for g in every if g})
-            groups = [list(g) for g in groups]
-        made = {tuple(g): dist.new_group(ranks=g, backend="gloo") for g in groups}
+        made = {g: dist.new_group(ranks=list(g), backend="gloo") for g in groups}
         if not mine:
             raise _C.FailedPreconditionError(
                 f"TorchDistributedComm: process {me} is not a member of the group it passed")

@@ -16,7 +16,7 @@
 // With a SavePlanCache, step 3 skips decoding and planning when the
 // gathered bytes hash to the cached plan's key; all ranks
 // see the same bytes, so they hit or miss together. Rank 0 reports the
-// outcome through SaveOptions::log only after step 5 (the commit).
+// outcome through SaveOptions::log only after step 4 (the commit).
 #include <chrono>
 #include <cstdio>
 #include <memory>

@@ -57,11 +57,8 @@ class Stream {
       size_t k = std::min<uint64_t>(cap - n, item.nbytes - done);
       const size_t es = src.elem_size;
       GatherFlatRange(out + n, src, done / es, (done + k) / es);
-      sums_[item_].Update(out + n, k);
-      if (block_size_ && !item.is_object) UpdateBlocks(item, done, out + n, k);
-      n += k, pos_ += k;
-      if (pos_ == item.offset + item.nbytes) ++item_;
-      while (item_ < rf_.items.size() && rf_.items[item_].nbytes == 0) ++item_;
+      Consume(out + n, k);
+      n += k;
     }
     return n;
   }
@@ -75,11 +72,7 @@ class Stream {
     const uint64_t done = pos_ - item.offset;
     const size_t k = static_cast<size_t>(std::min<uint64_t>(cap, item.nbytes - done));
     const char* p = sources_[item_].data + done;
-    sums_[item_].Update(p, k);
-    if (block_size_ && !item.is_object) UpdateBlocks(item, done, p, k);
-    pos_ += k;
-    if (pos_ == item.offset + item.nbytes) ++item_;
-    while (item_ < rf_.items.size() && rf_.items[item_].nbytes == 0) ++item_;
+    Consume(p, k);
     return {p, k};
   }
 
@@ -109,6 +102,16 @@ class Stream {
         block_.Reset();
       }
     }
+  }
+
+  // The next k bytes of the current item, at p: checksummed, then passed.
+  void Consume(const char* p, size_t k) {
+    const WriteItem& item = rf_.items[item_];
+    sums_[item_].Update(p, k);
+    if (block_size_ && !item.is_object) UpdateBlocks(item, pos_ - item.offset, p, k);
+    pos_ += k;
+    if (pos_ == item.offset + item.nbytes) ++item_;
+    while (item_ < rf_.items.size() && rf_.items[item_].nbytes == 0) ++item_;
   }
 
   bool Borrowable() const {
