@@ -98,15 +98,20 @@ def test_thread_comms_collectives():
         assert got == ([b"g0", b"g1", b"g2"] if r == 2 else None)
 
 
-def test_torch_distributed_adapter(tmp_path):
-    world = 2
+def run_torch_workers(kind, tmp_path, world):
+    """`world` dist_worker.py processes of `kind` over torch.distributed (gloo); each must
+    exit 0 printing "ok <rank>"."""
     init = tmp_path / "init"
-    procs = [subprocess.Popen([PYTHON, WORKER, "torch", str(tmp_path), str(r), str(world),
+    procs = [subprocess.Popen([PYTHON, WORKER, kind, str(tmp_path), str(r), str(world),
                                str(init)], env=subprocess_env(), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for r in range(world)]
     outs = [p.communicate(timeout=120)[0] for p in procs]
     for r, (p, out) in enumerate(zip(procs, outs)):
         assert p.returncode == 0 and f"ok {r}" in out, out
+
+
+def test_torch_distributed_adapter(tmp_path):
+    run_torch_workers("torch", tmp_path, 2)
     x = np.zeros((12, 4), dtype=np.float32)
     sp.load({"w": x}, tmp_path / "sync", strict=False)
     assert np.array_equal(x, np.arange(48, dtype=np.float32).reshape(12, 4))
@@ -115,14 +120,7 @@ def test_torch_distributed_adapter(tmp_path):
 def test_torch_adapter_over_each_process_own_group(tmp_path):
     """4 processes, each passing its own TP pair: saves and loads per pair; a process
     passing a group it is not in gets FailedPreconditionError, the members a comm."""
-    world = 4
-    init = tmp_path / "init"
-    procs = [subprocess.Popen([PYTHON, WORKER, "torch_groups", str(tmp_path), str(r), str(world),
-                               str(init)], env=subprocess_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in range(world)]
-    outs = [p.communicate(timeout=120)[0] for p in procs]
-    for r, (p, out) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0 and f"ok {r}" in out, out
+    run_torch_workers("torch_groups", tmp_path, 4)
 
 
 def test_torch_adapter_needs_init():

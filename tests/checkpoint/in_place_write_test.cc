@@ -6,80 +6,24 @@
 
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/layout.h"
 #include "shardpoint/storage.h"
+#include "tests/testing/recording_storage.h"
+#include "tests/testing/seeded_floats.h"
 
 namespace shardpoint {
 namespace {
 
-// Counts the bytes of each WriteAt whose memory lies inside [lo, hi).
-class SourceWatch : public StorageWrapper {
- public:
-  SourceWatch(Storage* base, const char* lo, const char* hi)
-      : StorageWrapper(base), lo_(lo), hi_(hi) {}
-  uint64_t in_source() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return in_source_;
-  }
-  bool direct() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return direct_;
-  }
-
-  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
-                                                        const WriteFileOptions& o) override {
-    SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, StorageWrapper::NewWritableFile(path, o));
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      direct_ = direct_ || f->direct();
-    }
-    return std::unique_ptr<WritableFile>(new Writable(std::move(f), this));
-  }
-
- private:
-  class Writable : public WritableFileWrapper {
-   public:
-    Writable(std::unique_ptr<WritableFile> f, SourceWatch* s)
-        : WritableFileWrapper(std::move(f)), s_(s) {}
-    Status WriteAt(uint64_t offset, const void* data, size_t n) override {
-      const char* p = static_cast<const char*>(data);
-      if (p >= s_->lo_ && p < s_->hi_) {
-        std::lock_guard<std::mutex> lock(s_->mu_);
-        s_->in_source_ += n;
-      }
-      return WritableFileWrapper::WriteAt(offset, data, n);
-    }
-
-   private:
-    SourceWatch* s_;
-  };
-
-  const char* lo_;
-  const char* hi_;
-  std::mutex mu_;
-  uint64_t in_source_ = 0;
-  bool direct_ = false;
-};
-
-std::vector<float> Data(uint32_t seed, size_t n) {
-  std::vector<float> v(n);
-  uint32_t x = seed * 2654435761u + 1;
-  for (float& f : v) {
-    x = x * 1664525u + 1013904223u;
-    f = static_cast<float>(x >> 8);
-  }
-  return v;
-}
-
 // big: 2 MiB contiguous; small: 64 bytes; strided: a [256, 512] column block
 // of a [256, 1024] buffer (not contiguous).
 struct Tensors {
-  std::vector<float> big = Data(1, 512 * 1024), small = Data(2, 16), wide = Data(3, 256 * 1024);
+  std::vector<float> big = testing::SeededFloats(1, 512 * 1024),
+                     small = testing::SeededFloats(2, 16),
+                     wide = testing::SeededFloats(3, 256 * 1024);
   State state() {
     State s;
     LocalTensor strided = WholeTensor("strided", DType::kF32, wide.data() + 7, {256, 512});
@@ -93,8 +37,8 @@ struct Tensors {
 void SaveAndCheck(Storage* base, const std::string& dir, bool direct, uint64_t* in_source,
                   bool* was_direct) {
   Tensors t;
-  SourceWatch watch(base, reinterpret_cast<const char*>(t.big.data()),
-                    reinterpret_cast<const char*>(t.big.data() + t.big.size()));
+  testing::RecordingStorage watch(base, nullptr);
+  watch.WatchWritesFrom(t.big.data(), t.big.data() + t.big.size());
   SaveOptions so;
   so.storage = &watch;
   so.direct_io = direct;
@@ -102,8 +46,8 @@ void SaveAndCheck(Storage* base, const std::string& dir, bool direct, uint64_t* 
   std::unique_ptr<Comm> comm = MakeSingleComm();
   Result<SaveStats> saved = Save(t.state(), dir, *comm, so);
   ASSERT_TRUE(saved.ok()) << saved.status().ToString();
-  *in_source = watch.in_source();
-  *was_direct = watch.direct();
+  *in_source = watch.bytes_written_from_watched();
+  *was_direct = watch.any_direct();
 
   std::vector<float> big(t.big.size()), small(t.small.size()), strided(256 * 512);
   State back;

@@ -25,6 +25,7 @@
 #include "shardpoint/thread_pool.h"
 #include "shardpoint/verify.h"
 #include "tests/testing/recording_storage.h"
+#include "tests/testing/seeded_floats.h"
 
 namespace shardpoint {
 namespace {
@@ -32,17 +33,7 @@ namespace {
 using testing::ProcessThreads;
 using testing::RecordingStorage;
 using testing::RunJobs;
-
-// Seeded data: element i of job `seed`.
-std::vector<float> Data(int seed, int64_t n) {
-  std::vector<float> v(n);
-  uint32_t x = 2654435761u * static_cast<uint32_t>(seed + 1);
-  for (float& f : v) {
-    x = x * 1664525u + 1013904223u;
-    f = static_cast<float>(x >> 8);
-  }
-  return v;
-}
+using testing::SeededFloats;
 
 constexpr int64_t kRows = 64, kCols = 4096;  // 1 MiB per tensor
 
@@ -53,7 +44,8 @@ constexpr int64_t kRows = 64, kCols = 4096;  // 1 MiB per tensor
 Status SaveLoadVerify(
     const Resources& res, const std::string& dir, int seed,
     const std::function<void()>& between = [] {}) {
-  std::vector<float> a = Data(seed, kRows * kCols), b = Data(seed + 100, kRows * kCols);
+  std::vector<float> a = SeededFloats(seed, kRows * kCols),
+                     b = SeededFloats(seed + 100, kRows * kCols);
   State state;
   state.tensors = {WholeTensor("a", DType::kF32, a.data(), {kRows, kCols}),
                    WholeTensor("b", DType::kF32, b.data(), {kRows, kCols})};
@@ -129,7 +121,7 @@ TEST(SharedResourcesTest, ThreadRanksShareOnePoolForSaveAndLoad) {
   const int before = ProcessThreads();
   std::vector<Status> st = RunThreadRanks(3, [&](Comm& comm) -> Status {
     const int r = comm.rank();
-    std::vector<float> full = Data(7, kRows * kCols);
+    std::vector<float> full = SeededFloats(7, kRows * kCols);
     // Rank r saves its row block of "w"; every rank loads the whole tensor.
     SP_ASSIGN_OR_RETURN(LocalTensor shard, SplitTensor("w", DType::kF32, nullptr, {kRows, kCols},
                                                        /*dim=*/0, r, comm.size()));
@@ -224,7 +216,7 @@ TEST(SharedResourcesTest, DefaultStorageIsPosix) {
   char tmpl[] = "/tmp/sp_resources_XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string dir = std::string(tmpl) + "/ckpt";
-  std::vector<float> a = Data(3, 1000);
+  std::vector<float> a = SeededFloats(3, 1000);
   State state;
   state.tensors = {WholeTensor("a", DType::kF32, a.data(), {1000})};
   std::unique_ptr<Comm> comm = MakeSingleComm();
@@ -275,7 +267,7 @@ TEST(SharedResourcesTest, AsyncSaverAndManagerUseThePassedPool) {
   mo.log = [&](const std::string& line) { lines.push_back(line); };
   Result<std::unique_ptr<CheckpointManager>> m = CheckpointManager::Open("root", *comm, mo);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
-  std::vector<float> a = Data(5, kRows * kCols);
+  std::vector<float> a = SeededFloats(5, kRows * kCols);
   State state;
   state.tensors = {WholeTensor("a", DType::kF32, a.data(), {kRows, kCols})};
   AsyncSaver saver;

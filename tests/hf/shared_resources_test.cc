@@ -16,6 +16,7 @@
 #include "shardpoint/resources.h"
 #include "shardpoint/thread_pool.h"
 #include "tests/testing/recording_storage.h"
+#include "tests/testing/seeded_floats.h"
 
 namespace shardpoint {
 namespace {
@@ -31,12 +32,7 @@ HfTensor Tensor(const std::string& name, int seed) {
   t.name = name;
   t.dtype = DType::kF32;
   t.shape = {kRows, kCols};
-  std::vector<float> v(kRows * kCols);
-  uint32_t x = 2246822519u * static_cast<uint32_t>(seed + 1);
-  for (float& f : v) {
-    x = x * 1664525u + 1013904223u;
-    f = static_cast<float>(x >> 9);
-  }
+  const std::vector<float> v = testing::SeededFloats(seed, kRows * kCols);
   t.bytes.assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   return t;
 }

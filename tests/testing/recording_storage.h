@@ -54,6 +54,21 @@ class RecordingStorage : public StorageWrapper {
   // Every later read and write first waits this long: slow storage, so that a
   // call's pool threads get work however fast the calling thread is.
   void set_call_delay_us(int us) { delay_us_ = us; }
+  // Counts the bytes of every later write whose memory starts in [lo, hi).
+  void WatchWritesFrom(const void* lo, const void* hi) {
+    std::lock_guard<std::mutex> lock(mu_);
+    watch_lo_ = static_cast<const char*>(lo);
+    watch_hi_ = static_cast<const char*>(hi);
+  }
+  uint64_t bytes_written_from_watched() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return from_watched_;
+  }
+  // Whether a file opened for writing got O_DIRECT.
+  bool any_direct() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return any_direct_;
+  }
   int64_t calls() {
     std::lock_guard<std::mutex> lock(mu_);
     return calls_;
@@ -74,6 +89,10 @@ class RecordingStorage : public StorageWrapper {
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         const WriteFileOptions& o) override {
     SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, StorageWrapper::NewWritableFile(path, o));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      any_direct_ = any_direct_ || f->direct();
+    }
     return std::unique_ptr<WritableFile>(new Writable(std::move(f), this));
   }
   Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
@@ -88,6 +107,7 @@ class RecordingStorage : public StorageWrapper {
         : WritableFileWrapper(std::move(f)), s_(s) {}
     Status WriteAt(uint64_t offset, const void* data, size_t n) override {
       s_->Record();
+      s_->RecordWrite(static_cast<const char*>(data), n);
       return WritableFileWrapper::WriteAt(offset, data, n);
     }
 
@@ -107,8 +127,17 @@ class RecordingStorage : public StorageWrapper {
     RecordingStorage* s_;
   };
 
+  void RecordWrite(const char* p, size_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (p >= watch_lo_ && p < watch_hi_) from_watched_ += n;
+  }
+
   const ThreadPool* pool_;
   std::atomic<int> delay_us_{0};
+  const char* watch_lo_ = nullptr;
+  const char* watch_hi_ = nullptr;
+  uint64_t from_watched_ = 0;
+  bool any_direct_ = false;
   std::mutex mu_;
   int64_t calls_ = 0, in_pool_ = 0;
   int max_threads_ = 0;

@@ -90,14 +90,6 @@ def run_groups(rank, world, out):
 
 def main():
     kind, out = sys.argv[1], sys.argv[2]
-    if kind == "torch_groups":
-        import torch.distributed as dist
-        rank, world, init = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-        dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank,
-                                world_size=world)
-        run_groups(rank, world, out)
-        dist.destroy_process_group()
-        return
     if kind == "mpi":
         from mpi4py import MPI
         rank, world = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
@@ -105,11 +97,13 @@ def main():
         assert isinstance(sp.default_comm(), sp.MPI4PyComm)
         run(comm, rank, world, out)
         comm.free()
+        return
+    import torch.distributed as dist
+    rank, world, init = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
+    if kind == "torch_groups":
+        run_groups(rank, world, out)
     else:
-        import torch.distributed as dist
-        rank, world, init = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-        dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank,
-                                world_size=world)
         default = sp.default_comm()
         assert isinstance(default, sp.TorchDistributedComm)
         run(default, rank, world, out)
@@ -118,8 +112,7 @@ def main():
         c = sp.TorchDistributedComm(sub)
         assert c.rank() == rank and c.size() == world
         dist.barrier()
-        dist.destroy_process_group()
-
+    dist.destroy_process_group()
 
 if __name__ == "__main__":
     main()
