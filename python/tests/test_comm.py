@@ -173,5 +173,6 @@ def test_comm_latency_bench_runs():
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     assert p.returncode == 0, p.stdout
     for row in ("gloo all_gather (1 int64)", "comm.all_gather (1 byte)", "comm.gather (64 KiB)",
-                "comm.broadcast (64 KiB)", "comm.all_to_all (1 byte each)", "comm.barrier"):
+                "comm.broadcast (64 KiB)", "comm.all_to_all (1 byte each)", "comm.barrier",
+                "sp.save, 8 small tensors (tmpfs)", "sp.load, 8 small tensors (tmpfs)"):
         assert row in p.stdout, p.stdout

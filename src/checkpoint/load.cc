@@ -1,11 +1,13 @@
 // Load: the collective that fills every rank's state from a shardpoint
 // checkpoint or a PyTorch DCP directory.
 //
-//   1. rank 0 reads the manifest and broadcasts its bytes; all decode (for a
-//      PyTorch DCP directory, the index src/dcp/ builds from it instead: its
-//      chunks carry no checksums, so none are verified);      (agree)
+//   1. rank 0 reads the manifest and broadcasts its bytes or its error; all
+//      decode (for a PyTorch DCP directory, the index src/dcp/ builds from it
+//      instead: its chunks carry no checksums, so none are verified);
+//                                                             (broadcast)
 //   2. that index is the Source of the load pipeline (load_source.h):
-//      requests, unexpected keys, plan, reads and objects.
+//      requests, unexpected keys, plan, reads and objects; a decoding error
+//      goes into its first all-gather.
 #include <chrono>
 
 #include "shardpoint/checkpoint.h"
@@ -54,17 +56,18 @@ Result<LoadResult> LoadCollective(State& state, const std::string& dir, Comm& co
                          internal_checkpoint::JoinPath(dir, internal_format::kManifestName));
       });
   bytes.clear();
-  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, manifest.status()));
 
-  // 2. The pipeline.
+  // 2. The pipeline (a rank that failed to decode passes its error into the
+  // pipeline's first all-gather, which every rank then returns).
   internal_source::Source src;
   src.dir = dir;
   src.kind = "checkpoint";
   src.name = "checkpoint '" + dir + "'";
   src.has_checksums = !dcp;
-  src.index = std::move(*manifest);
+  if (manifest.ok()) src.index = std::move(*manifest);
   SP_ASSIGN_OR_RETURN(LoadResult result,
-                      internal_checkpoint::LoadFromSource(state, src, comm, options, res, "load"));
+                      internal_checkpoint::LoadFromSource(state, manifest.status(), src, comm,
+                                                          options, res, "load"));
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

@@ -143,8 +143,8 @@ void ZeroFill(const View& v) {
 
 }  // namespace
 
-Result<LoadResult> LoadFromSource(State& state, const Source& src, Comm& comm,
-                                  const LoadOptions& options, CallResources& res,
+Result<LoadResult> LoadFromSource(State& state, const Status& index_status, const Source& src,
+                                  Comm& comm, const LoadOptions& options, CallResources& res,
                                   const std::string& what) {
   Storage* storage = res.storage();
   const Manifest& m = src.index;
@@ -153,9 +153,11 @@ Result<LoadResult> LoadFromSource(State& state, const Source& src, Comm& comm,
   // load names every rank's missing keys and the unexpected ones in one error.
   LoadResult result;
   std::string wanted;
-  Status s = Guarded(what + ": checking the requests", [&] {
-    return CheckRequests(src, state, options, &result.missing_keys, &wanted);
-  });
+  Status s = index_status;
+  if (s.ok()) {
+    s = Guarded(what + ": checking the requests",
+                [&] { return CheckRequests(src, state, options, &result.missing_keys, &wanted); });
+  }
   Result<GatheredRequests> gathered = GatherRequests(comm, s, wanted, result.missing_keys);
   SP_RETURN_IF_ERROR(gathered.status());
   for (size_t i : gathered->unrequested) {
@@ -164,8 +166,8 @@ Result<LoadResult> LoadFromSource(State& state, const Source& src, Comm& comm,
   }
   SortUnique(&result.unexpected_keys);
 
-  // 3. Reads: planned on every rank (after the requests' verdict, agreed with
-  // the plan's outcome), then executed alone or cooperatively.
+  // 3. Reads: planned on every rank (after the requests' verdict, which every
+  // rank computes from the same bytes), then executed alone or cooperatively.
   s = RequestsError(src.name, gathered->missing, options.allow_missing_keys, result.unexpected_keys,
                     options.allow_unexpected_keys);
   Result<LoadPlan> plan =
@@ -176,15 +178,22 @@ Result<LoadResult> LoadFromSource(State& state, const Source& src, Comm& comm,
         SP_ASSIGN_OR_RETURN(std::vector<Region> regions, BuildRegions(state.tensors));
         return PlanLoad(m, regions, options.allow_shape_mismatch);
       });
-  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, plan.status()));
-  for (const View& v : plan->zero_fill) ZeroFill(v);
+  const bool cooperative = options.cooperative && comm.size() > 1;
+  // A cooperative load exchanges blocks: every rank must be in it. Reading
+  // alone, a rank whose plan failed skips its reads, and the error goes into
+  // the final agreement.
+  if (cooperative) SP_RETURN_IF_ERROR(AgreeOnStatus(comm, plan.status()));
+  s = plan.status();
+  if (s.ok()) {
+    for (const View& v : plan->zero_fill) ZeroFill(v);
+  }
   ThreadPool* pool = res.pool();
   DataFiles files(storage, src.dir, &m);
   ReadOptions read_options;
   read_options.verify_checksums = options.verify_checksums && src.has_checksums;
   read_options.staging_bytes = static_cast<size_t>(std::max<uint64_t>(1, options.read_slice_bytes));
   read_options.gap_bytes = options.read_gap_bytes;
-  if (options.cooperative && comm.size() > 1) {
+  if (s.ok() && cooperative) {
     // CooperativeLoad agrees on its own errors: every rank returns the same.
     CooperativeStats coop;
     SP_RETURN_IF_ERROR(CooperativeLoad(m, *plan, comm, &files, pool, read_options,
@@ -193,8 +202,7 @@ Result<LoadResult> LoadFromSource(State& state, const Source& src, Comm& comm,
     result.bytes_received = coop.bytes_received;
     result.requests = coop.requests;
     result.bytes_needed = coop.bytes_needed;
-    s = OkStatus();
-  } else {
+  } else if (s.ok()) {
     ReadStats read;
     s = Guarded(what + ": reading",
                 [&] { return ExecuteLoadPlan(m, *plan, &files, pool, read_options, &read); });

@@ -5,17 +5,21 @@
 //
 //   1. every rank checks its requests against the index: missing keys,
 //      dtype, global shape (each an error naming the key, unless allowed);
-//                                                            (agree)
 //   2. the ranks all-gather bitmaps of the stored tensors and objects they
-//      requested, with their missing keys: stored keys no rank asked for are
-//      unexpected (sorted, unique), and one error names the missing and the
-//      unexpected keys (unless allowed);                     (agree)
+//      requested, with their missing keys, or their error (of step 1, or of
+//      building the index): stored keys no rank asked for are unexpected
+//      (sorted, unique), and one error names the missing and the unexpected
+//      keys (unless allowed);                                (all-gather)
 //   3. every rank plans its reads (only the byte runs of its own boxes, in
 //      covering ranges of whole checksummed blocks), zero-fills what reaches
 //      past a stored tensor (allow_shape_mismatch), and reads alone or
 //      cooperatively (LoadOptions::cooperative) in slices of
 //      read_slice_bytes, verifying checksums where the source has them;
 //      then objects and common state.                        (agree)
+// Every rank decides the requests' verdict from the same gathered bytes, so
+// it needs no agreement of its own: it goes into step 3's. A plan that fails
+// on one rank only (out of memory) does too when every rank reads alone; a
+// cooperative load agrees on the plans before its exchange (cooperative.h).
 // Every local step is Guarded: an exception (bad_alloc included) becomes a
 // Status that goes through the agreement, so a failure on any rank is every
 // rank's error and no rank hangs.
@@ -30,10 +34,13 @@
 namespace shardpoint::internal_checkpoint {
 
 // Collective. REQUIRES: every rank passes an identical `src` (e.g. decoded
-// from bytes one rank read and broadcast) and the same options. `what`
+// from bytes one rank read and broadcast) and the same options; or, where
+// building it failed on this rank, that error as `index_status` (`src` is
+// then unused, and the error is every rank's after step 2). `what`
 // prefixes step names in errors ("load", "HF load"). Storage and pool come
 // from `res` (made from `options` by the entry point).
-Result<LoadResult> LoadFromSource(State& state, const internal_source::Source& src, Comm& comm,
+Result<LoadResult> LoadFromSource(State& state, const Status& index_status,
+                                  const internal_source::Source& src, Comm& comm,
                                   const LoadOptions& options, internal_io::CallResources& res,
                                   const std::string& what);
 

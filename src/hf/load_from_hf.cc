@@ -1,21 +1,24 @@
 // LoadFromHf: a sharded load whose source is an HF model.
 //
 //   1. rank 0 reads the safetensors headers, config.json and the index and
-//      broadcasts them (one collective); every rank decodes and maps them to
-//      a Source whose chunks point into the HF files (no checksums, no
-//      objects);
+//      broadcasts them, or its error (one collective); every rank decodes and
+//      maps them to a Source whose chunks point into the HF files (no
+//      checksums, no objects);
 //   2. the load pipeline (src/checkpoint/load_source.h) does the rest, as
-//      for Load: requests, unexpected keys, plan, reads.
+//      for Load: requests, unexpected keys, plan, reads; a decoding or
+//      mapping error goes into its first all-gather.
 #include <chrono>
 
 #include "shardpoint/hf.h"
 #include "src/base/guard.h"
 #include "src/checkpoint/load_source.h"
+#include "src/comm/agreed.h"
 #include "src/hf/source.h"
 
 using shardpoint::internal_base::Guarded;
 using shardpoint::internal_checkpoint::LoadFromSource;
 using shardpoint::internal_checkpoint::LogLoadOutcome;
+using shardpoint::internal_comm::BroadcastAgreed;
 using shardpoint::internal_hf::DecodeHfHeaders;
 using shardpoint::internal_hf::HfDirIndex;
 using shardpoint::internal_hf::MappedKey;
@@ -44,18 +47,18 @@ Result<LoadResult> LoadFromHfCollective(State& state, const std::string& hf_dir,
     s = r.status();
     if (r.ok()) blob = std::move(*r);
   }
-  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
-  SP_RETURN_IF_ERROR(comm.Broadcast(&blob, 0));
+  SP_RETURN_IF_ERROR(BroadcastAgreed(comm, s, &blob, 0));
   Result<MappedSource> src = Guarded("HF load: mapping", [&]() -> Result<MappedSource> {
     SP_ASSIGN_OR_RETURN(HfDirIndex idx, DecodeHfHeaders(blob, hf_dir));
     return SourceFromHfIndex(std::move(idx), hf_dir, mapping, options.variables);
   });
   blob.clear();
-  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, src.status()));
 
-  // 2. The load pipeline, as Load's.
-  SP_ASSIGN_OR_RETURN(LoadResult result,
-                      LoadFromSource(state, *src, comm, options.load, res, "HF load"));
+  // 2. The load pipeline, as Load's (a mapping error goes into its first
+  // all-gather).
+  const MappedSource none;
+  SP_ASSIGN_OR_RETURN(LoadResult result, LoadFromSource(state, src.status(), src.ok() ? *src : none,
+                                                        comm, options.load, res, "HF load"));
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

@@ -131,6 +131,28 @@ TEST_F(OneRankFailsTest, LoadWhereOneRankRequestsAWrongShape) {
   }
 }
 
+// Only rank 2's plan fails (its box reaches past the tensor): the requests
+// were fine everywhere, so the plain load carries the error into its final
+// agreement (the other ranks read meanwhile) and the cooperative load agrees
+// on the plans before its exchange; every rank returns rank 2's error.
+TEST_F(OneRankFailsTest, LoadWhereOneRankCannotPlan) {
+  for (bool cooperative : {false, true}) {
+    SCOPED_TRACE(cooperative ? "cooperative" : "plain");
+    std::vector<Status> st = RunThreadRanks(kRanks, [&](Comm& comm) {
+      RankState s(comm.rank(), false);
+      if (comm.rank() == 2) s.state.tensors[0].segments[0].global_box = Box({5, 0}, {2, 4});
+      LoadOptions o;
+      o.storage = mem_.get();
+      o.cooperative = cooperative;
+      o.allow_unexpected_keys = true;
+      return Load(s.state, "/ck", comm, o).status();
+    });
+    ExpectEveryRankFails(st, StatusCode::kInvalidArgument,
+                         "rank 2: tensor #0: segment 'w' global box: box [5:7, 0:4] lies outside "
+                         "shape [6, 4]");
+  }
+}
+
 // A manifest whose object claims 2^38 bytes: the one rank that requests the
 // object must not try to allocate them, and every rank gets its error.
 TEST_F(OneRankFailsTest, LoadOfAnObjectLargerThanItsFile) {
