@@ -64,6 +64,9 @@ def worker(args):
         timed(f"comm.gather ({label})", lambda: comm.gather(data, 0))
         timed(f"comm.broadcast ({label})", lambda: comm.broadcast(data, 0))
         timed(f"comm.all_to_all ({label} each)", lambda: comm.all_to_all([data] * world))
+    big = bytes(4 << 20)
+    timed("comm.all_to_all (4 MiB each)", lambda: comm.all_to_all([big] * world),
+          max(1, args.iters // 10))
     timed("comm.barrier", comm.barrier)
     # A small checkpoint, where the collectives are most of the cost: each rank
     # holds rows of 8 float32 tensors of 64 x 64 (2 KiB a rank each), saved

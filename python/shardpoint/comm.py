@@ -270,13 +270,16 @@ class TorchDistributedComm(Comm):
         recv_counts = torch.empty(self._size, dtype=torch.int64)
         self._dist.all_to_all_single(recv_counts, counts, group=self._group)
         sizes = [int(n) for n in recv_counts.tolist()]
-        inp = torch.frombuffer(bytearray(b"".join(b + b"\0" for b in send)), dtype=torch.uint8)
+        # One copy in (join), one out (each message's bytes): these carry a
+        # cooperative load's blocks.
+        inp = torch.frombuffer(bytearray().join(x for b in send for x in (b, b"\0")),
+                               dtype=torch.uint8)
         out = torch.empty(sum(sizes), dtype=torch.uint8)
         self._dist.all_to_all_single(out, inp, sizes, counts.tolist(), group=self._group)
-        data = out.numpy().tobytes()
+        view = memoryview(out.numpy())
         result, at = [], 0
         for n in sizes:
-            result.append(data[at:at + n - 1])
+            result.append(bytes(view[at:at + n - 1]))
             at += n
         return result
 
