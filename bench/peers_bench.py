@@ -143,6 +143,10 @@ def worker(args):
         if rank != 0:
             return None
         d = os.path.join(args.dir, "fio")
+        if rw == "write":
+            # Fresh files, as every peer's save writes: overwriting the last
+            # rep's files (allocated blocks) ran 1.2-1.35x faster on this disk.
+            shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d, exist_ok=True)
         cmd = ["fio", "--name=peers", f"--directory={d}", f"--rw={rw}", f"--bs={fio_bs}",
                "--direct=1", "--ioengine=libaio", "--iodepth=4", f"--numjobs={world}",

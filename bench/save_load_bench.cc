@@ -412,6 +412,10 @@ int main(int argc, char** argv) {
   gbps[kSave].clear();
   for (int rep = 0; rep < flags.reps; ++rep) {
     if (have_fio) {
+      // Fresh files, as every save writes: overwriting the last rep's files
+      // (allocated blocks) ran 1.2-1.35x faster on this disk.
+      fs::remove_all(fio_dir);
+      fs::create_directories(fio_dir);
       double w = Fio("write", fio_dir, flags.ranks, per_job);
       double r = Fio("read", fio_dir, flags.ranks, per_job);
       if (w < 0 || r < 0) Die("fio failed");
