@@ -196,12 +196,16 @@ void AddSpans(const Manifest& m, const std::vector<ChunkNeeds>& chunks, size_t c
   }
 }
 
-// Every rank computes the same spans, walking the units in file order: a
-// unit one rank needs is its read; a shared unit goes to the reader of the
-// previous unit while that one is a preferred reader of it and stays within
-// `slack` bytes of the least loaded preferred reader, else to the least
-// loaded one. So reads stay contiguous (few large requests) and the loads
-// level out to within `slack` (a unit at least).
+// Every rank computes the same spans, walking the units in file order. In a
+// chunk whose every unit one rank needs, that rank reads it. In a chunk with
+// a shared unit, every unit goes to the reader of the previous unit (if it
+// needs some of the chunk, or is a preferred reader of the unit: one needing
+// at least half of what the unit's most needing rank does) while that one
+// stays within `slack` bytes of the least loaded preferred reader of the
+// unit, else to that least loaded one. So reads stay contiguous (few large
+// requests; a chunk cut among the ranks along another dim is not read in
+// pieces by each of them) and the loads level out to within `slack` (a unit
+// at least).
 std::vector<Span> AssignSpans(const Manifest& m, const std::vector<ChunkNeeds>& chunks, int n,
                               uint64_t cap) {
   std::vector<ChunkUnits> units;
@@ -224,23 +228,37 @@ std::vector<Span> AssignSpans(const Manifest& m, const std::vector<ChunkNeeds>& 
     const ChunkNeeds& cn = chunks[ci];
     const ChunkRecord& c = RecordOf(m, cn);
     const ChunkUnits& cu = units[ci];
+    // A chunk that two ranks share a unit of is exchanged anyway: the run
+    // that reaches it goes on through it (within the balance) if its reader
+    // needs some of the chunk, units that it does not need included, so that
+    // reads stay long where several ranks' needs interleave (a matrix loaded
+    // cut along the other dim). A chunk whose units each one rank needs is
+    // read by its holders.
+    bool shared = false;
+    std::vector<bool> holds(n, false);  // needs some unit of this chunk
+    for (const UnitNeeds& u : cu.units) {
+      shared = shared || u.holders.size() > 1;
+      for (int r : u.holders) holds[r] = true;
+    }
     uint64_t start = 0;
     int reader = -1;
     for (size_t k = 0; k <= cu.units.size(); ++k) {
       int next = -1;
       if (k < cu.units.size() && !cu.units[k].holders.empty()) {
         const UnitNeeds& u = cu.units[k];
-        if (u.holders.size() == 1) {
+        if (u.holders.size() == 1 && !shared) {
           next = u.holders[0];
         } else {
           const uint64_t ub = UnitBytes(c, cn.unit, cu.lo + k, cu.lo + k + 1);
+          if (u.holders.size() == 1) load[u.holders[0]] -= ub;  // counted for it above
           int least = u.preferred[0];
           for (int r : u.preferred) {
             if (load[r] < load[least]) least = r;
           }
-          const bool stay =
-              std::find(u.preferred.begin(), u.preferred.end(), prev) != u.preferred.end() &&
-              load[prev] + ub <= load[least] + std::max(slack, ub);
+          const bool may = prev >= 0 && ((shared && holds[prev]) ||
+                                         std::find(u.preferred.begin(), u.preferred.end(), prev) !=
+                                             u.preferred.end());
+          const bool stay = may && load[prev] + ub <= load[least] + std::max(slack, ub);
           next = stay ? prev : least;
           load[next] += ub;
         }
