@@ -64,11 +64,14 @@ class OneRankFailsTest : public ::testing::Test {
     for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
   }
 
+  // `edit` (if set) changes rank r's requests before its load.
   std::vector<Status> LoadAll(bool cooperative, const std::function<Storage*(int)>& storage,
                               const std::function<bool(int)>& wants_object,
-                              const std::string& dir = "/ck") {
+                              const std::string& dir = "/ck",
+                              const std::function<void(int, State&)>& edit = nullptr) {
     return RunThreadRanks(kRanks, [&](Comm& comm) {
       RankState s(comm.rank(), wants_object(comm.rank()));
+      if (edit) edit(comm.rank(), s.state);
       LoadOptions o;
       o.storage = storage(comm.rank());
       o.cooperative = cooperative;
@@ -118,14 +121,11 @@ TEST_F(OneRankFailsTest, LoadWhereOneRankThrows) {
 
 TEST_F(OneRankFailsTest, LoadWhereOneRankRequestsAWrongShape) {
   for (bool cooperative : {false, true}) {
-    std::vector<Status> st = RunThreadRanks(kRanks, [&](Comm& comm) {
-      RankState s(comm.rank(), false, comm.rank() == 2 ? Shape{6, 5} : Shape{6, 4});
-      LoadOptions o;
-      o.storage = mem_.get();
-      o.cooperative = cooperative;
-      o.allow_unexpected_keys = true;
-      return Load(s.state, "/ck", comm, o).status();
-    });
+    std::vector<Status> st = LoadAll(
+        cooperative, [&](int) { return mem_.get(); }, [](int) { return false; }, "/ck",
+        [](int r, State& state) {
+          if (r == 2) state.tensors[0].segments[0].global_shape = {6, 5};
+        });
     ExpectEveryRankFails(st, StatusCode::kInvalidArgument,
                          "rank 2: tensor 'w': requested global shape [6, 5]");
   }
@@ -138,15 +138,11 @@ TEST_F(OneRankFailsTest, LoadWhereOneRankRequestsAWrongShape) {
 TEST_F(OneRankFailsTest, LoadWhereOneRankCannotPlan) {
   for (bool cooperative : {false, true}) {
     SCOPED_TRACE(cooperative ? "cooperative" : "plain");
-    std::vector<Status> st = RunThreadRanks(kRanks, [&](Comm& comm) {
-      RankState s(comm.rank(), false);
-      if (comm.rank() == 2) s.state.tensors[0].segments[0].global_box = Box({5, 0}, {2, 4});
-      LoadOptions o;
-      o.storage = mem_.get();
-      o.cooperative = cooperative;
-      o.allow_unexpected_keys = true;
-      return Load(s.state, "/ck", comm, o).status();
-    });
+    std::vector<Status> st = LoadAll(
+        cooperative, [&](int) { return mem_.get(); }, [](int) { return false; }, "/ck",
+        [](int r, State& state) {
+          if (r == 2) state.tensors[0].segments[0].global_box = Box({5, 0}, {2, 4});
+        });
     ExpectEveryRankFails(st, StatusCode::kInvalidArgument,
                          "rank 2: tensor #0: segment 'w' global box: box [5:7, 0:4] lies outside "
                          "shape [6, 4]");
