@@ -61,6 +61,11 @@ struct SaveStats {
   double seconds = 0;        // wall time of the whole collective call
   double plan_seconds = 0;   // exchange + global plan
   bool plan_cached = false;  // the plan came from SaveOptions::plan_cache
+  // Rank 0 of an overwrite whose new checkpoint is committed but whose
+  // previous one could not be removed afterwards (e.g. a file of it held open
+  // on NFS or FUSE): why, and where it is left. Empty otherwise. The save is
+  // still OK: the new checkpoint is complete and durable.
+  std::string cleanup_error;
 };
 
 // Resources (resources.h): storage, pool (reads and checksums run on it;

@@ -25,6 +25,7 @@ import json
 import os
 import threading
 import time
+import warnings
 import weakref
 from typing import Any, Callable, Iterable, Sequence
 
@@ -444,7 +445,11 @@ class LoadResult:
 class SaveStats:
     """What a save did: ``bytes_written`` (by all ranks), ``rank_bytes`` (by this
     rank), ``num_files``, ``num_chunks``, ``seconds``, ``plan_seconds`` and
-    ``plan_cached`` (the plan came from a ``SavePlanCache``)."""
+    ``plan_cached`` (the plan came from a ``SavePlanCache``), ``cleanup_error``
+    (rank 0 of an overwrite: the new checkpoint is committed, but the previous
+    one could not be removed afterwards, e.g. a file of it is held open on NFS
+    or FUSE; why and where it is left, also issued as a ``RuntimeWarning``;
+    else empty)."""
 
     bytes_written: int
     rank_bytes: int
@@ -453,10 +458,15 @@ class SaveStats:
     seconds: float
     plan_seconds: float
     plan_cached: bool
+    cleanup_error: str = ""
 
     @classmethod
     def from_cpp(cls, s: Any) -> SaveStats:
-        return cls(**{f.name: getattr(s, f.name) for f in dataclasses.fields(cls)})
+        stats = cls(**{f.name: getattr(s, f.name) for f in dataclasses.fields(cls)})
+        if stats.cleanup_error:
+            warnings.warn("shardpoint: the checkpoint is committed, but " + stats.cleanup_error,
+                          RuntimeWarning, stacklevel=3)
+        return stats
 
 
 Decoder = Callable[[str, bytes, Any], Any]  # (key, stored bytes, template value) -> value

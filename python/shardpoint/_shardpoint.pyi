@@ -228,6 +228,7 @@ class SavePlanCache:
 class SaveStats:
     def __init__(self, *args: Any, **kwargs: Any) -> Any: ...
     bytes_written: int
+    cleanup_error: str
     num_chunks: int
     num_files: int
     plan_cached: bool

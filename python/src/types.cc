@@ -177,7 +177,8 @@ void RegisterTypes(py::module_& m) {
       .def_readonly("num_chunks", &SaveStats::num_chunks)
       .def_readonly("seconds", &SaveStats::seconds)
       .def_readonly("plan_seconds", &SaveStats::plan_seconds)
-      .def_readonly("plan_cached", &SaveStats::plan_cached);
+      .def_readonly("plan_cached", &SaveStats::plan_cached)
+      .def_readonly("cleanup_error", &SaveStats::cleanup_error);
   py::class_<LoadResult>(m, "LoadResult")
       .def_readonly("missing_keys", &LoadResult::missing_keys)
       .def_readonly("unexpected_keys", &LoadResult::unexpected_keys)

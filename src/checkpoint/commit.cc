@@ -73,7 +73,8 @@ Result<std::string> PrepareDirectory(Storage* storage, const std::string& dir, b
 }
 
 Status CommitCheckpoint(Storage* storage, const std::string& dir, const std::string& w,
-                        const Manifest& manifest) {
+                        const Manifest& manifest, std::string* previous) {
+  previous->clear();
   SP_RETURN_IF_ERROR(storage->SyncDir(JoinPath(w, kDataDir)));
   const std::string tmp = JoinPath(w, "manifest.tmp");
   SP_RETURN_IF_ERROR(storage->WriteStringToFile(tmp, EncodeManifest(manifest)));
@@ -83,13 +84,15 @@ Status CommitCheckpoint(Storage* storage, const std::string& dir, const std::str
   SP_ASSIGN_OR_RETURN(bool swapped, storage->Exchange(StripSlash(dir), w));
   if (swapped) {
     SP_RETURN_IF_ERROR(storage->SyncDir(Parent(StripSlash(dir))));
-    return RemoveCheckpoint(storage, w);
+    *previous = w;  // the previous checkpoint, now under the .partial name
+    return OkStatus();
   }
   const std::string old = StripSlash(dir) + ".old";
   SP_RETURN_IF_ERROR(storage->Rename(StripSlash(dir), old));
   SP_RETURN_IF_ERROR(storage->Rename(w, StripSlash(dir)));
   SP_RETURN_IF_ERROR(storage->SyncDir(Parent(StripSlash(dir))));
-  return RemoveCheckpoint(storage, old);
+  *previous = old;
+  return OkStatus();
 }
 
 Status RemoveFailedSave(Storage* storage, const std::string& dir, const std::string& w) {

@@ -19,8 +19,13 @@ std::string JoinPath(const std::string& dir, const std::string& name);
 Result<std::string> PrepareDirectory(Storage* storage, const std::string& dir, bool overwrite);
 
 // Rank 0, after every rank's data file in `write_dir` is durable. See commit.cc.
+// OK once the new checkpoint is durable at `dir`. An overwrite leaves the
+// previous checkpoint at `*previous` (`dir`.old or `dir`.partial) for the
+// caller to remove with RemoveCheckpoint, after the commit has been
+// reported: that removal failing does not undo the commit. Else `*previous`
+// is empty.
 Status CommitCheckpoint(Storage* storage, const std::string& dir, const std::string& write_dir,
-                        const internal_format::Manifest& manifest);
+                        const internal_format::Manifest& manifest, std::string* previous);
 
 // Removes checkpoint directory `dir` so that no crash at any point leaves it
 // looking complete without its data: removes `dir`/manifest, fsyncs `dir`,

@@ -39,6 +39,7 @@ using shardpoint::internal_checkpoint::DecodeChecksums;
 using shardpoint::internal_checkpoint::EncodeChecksums;
 using shardpoint::internal_checkpoint::JoinPath;
 using shardpoint::internal_checkpoint::PrepareDirectory;
+using shardpoint::internal_checkpoint::RemoveCheckpoint;
 using shardpoint::internal_checkpoint::RemoveFailedSave;
 using shardpoint::internal_checkpoint::ReplicaChecksums;
 using shardpoint::internal_checkpoint::WriteDataFile;
@@ -169,7 +170,9 @@ std::string SaveSummary(const std::string& dir, const SaveStats& st) {
       buf, sizeof buf, "%.3f GB in %d files, %lld chunks, in %.3f s (%.2f GB/s; plan %.3f s%s)", gb,
       st.num_files, static_cast<long long>(st.num_chunks), st.seconds,
       st.seconds > 0 ? gb / st.seconds : 0.0, st.plan_seconds, st.plan_cached ? ", cached" : "");
-  return "shardpoint: saved checkpoint '" + dir + "' (committed): " + buf;
+  std::string line = "shardpoint: saved checkpoint '" + dir + "' (committed): " + buf;
+  if (!st.cleanup_error.empty()) line += "; but " + st.cleanup_error;
+  return line;
 }
 
 // `write_dir` receives the directory the ranks write into, once known.
@@ -248,6 +251,7 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   // 4. Commit (rank 0 first compares replicas, with verify_replicas).
   Status gathered = GatherAgreed(comm, s, s.ok() ? EncodeChecksums(sums, block_sums) : "", 0, &all);
   block_sums.clear();
+  std::string previous;  // an overwrite's previous checkpoint, removed after the commit
   if (rank == 0 && gathered.ok()) {
     Status committed = Guarded("save: committing '" + dir + "'", [&]() -> Status {
       // This save's own copy: the plan may be the cache's, shared by later saves.
@@ -266,7 +270,7 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
       m.has_common = state.common.has_value();
       if (m.has_common) m.common = *state.common;
       m.metadata_json = state.metadata_json;
-      return CommitCheckpoint(storage, dir, write_dir, m);
+      return CommitCheckpoint(storage, dir, write_dir, m, &previous);
     });
     // Named like every agreed error: "rank 0: ..."
     if (!committed.ok()) gathered = Status(committed.code(), "rank 0: " + committed.message());
@@ -281,9 +285,21 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   for (const WriteItem& item : rf.items) stats.rank_bytes += item.nbytes;
   stats.num_files = static_cast<int>((*plan)->manifest.files.size());
   for (const TensorRecord& t : (*plan)->manifest.tensors) stats.num_chunks += t.chunks.size();
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats.plan_seconds = plan_seconds;
   stats.plan_cached = plan_cached;
+  // Committed and reported: removing the previous checkpoint (its manifest
+  // first, so it never looks complete) is cleanup, and its failure (a file
+  // of it held open on NFS or FUSE) leaves the new checkpoint committed.
+  if (rank == 0 && !previous.empty()) {
+    Status removed = Guarded("save: removing the previous checkpoint",
+                             [&] { return RemoveCheckpoint(storage, previous); });
+    if (!removed.ok()) {
+      stats.cleanup_error = "removing the previous checkpoint, moved to '" + previous +
+                            "' (no manifest: not a checkpoint), failed; the next overwrite of '" +
+                            dir + "' tries again: " + removed.ToString();
+    }
+  }
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }
 

@@ -122,7 +122,8 @@ Result<ExportHfStats> ConvertHfToShardpointImpl(const std::string& hf_dir,
   for (size_t i = 0; i < refs.size(); ++i) {
     m.tensors[refs[i].tensor].chunks[refs[i].chunk].checksum = sums[i];
   }
-  SP_RETURN_IF_ERROR(CommitCheckpoint(storage, ckpt_dir, w, m));
+  std::string previous;  // none: this never overwrites
+  SP_RETURN_IF_ERROR(CommitCheckpoint(storage, ckpt_dir, w, m, &previous));
   ExportHfStats stats;
   stats.files = 1;
   stats.tensors = static_cast<int64_t>(m.tensors.size());

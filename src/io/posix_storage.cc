@@ -13,13 +13,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <system_error>
 #include <utility>
 
 #include "shardpoint/storage.h"
+#include "src/io/remove_tree.h"
 
 namespace shardpoint {
 namespace {
@@ -337,12 +337,7 @@ class PosixStorage : public Storage {
     return OkStatus();
   }
 
-  Status RemoveAll(const std::string& path) override {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-    if (ec && ec.value() != ENOENT) return PosixError("remove tree " + path, ec.value());
-    return OkStatus();
-  }
+  Status RemoveAll(const std::string& path) override { return internal_io::RemoveTree(path); }
 
   Result<bool> Exists(const std::string& path) override {
     struct stat st;

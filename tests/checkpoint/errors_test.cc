@@ -440,6 +440,74 @@ TEST_F(ErrorsTest, OverwriteReplacesTheCheckpoint) {
   EXPECT_FALSE(*mem_->Exists("/c.old"));
 }
 
+// Refuses to remove an existing *.old or *.partial directory, as NFS or FUSE
+// does while some process holds a file of it open.
+class HeldOpenStorage : public StorageWrapper {
+ public:
+  using StorageWrapper::StorageWrapper;
+  Status RemoveAll(const std::string& path) override {
+    const bool previous = path.ends_with(".old") || path.ends_with(".partial");
+    Result<bool> exists = Exists(path);
+    if (previous && exists.ok() && *exists) {
+      return IOError("remove tree: " + path + " is held open (injected)");
+    }
+    return StorageWrapper::RemoveAll(path);
+  }
+};
+
+// The commit point has passed when the previous checkpoint is removed: its
+// removal failing leaves the new checkpoint committed, the save OK, and the
+// failure in SaveStats::cleanup_error and the log line. The next overwrite
+// removes the leftover.
+TEST_F(ErrorsTest, OverwriteWhosePreviousCheckpointCannotBeRemovedStillCommits) {
+  ASSERT_TRUE(Same(SaveRanks(
+                       2, [&](int r) { return Rows(r ? &b_ : &a_, 2 * r, 2); }, mem_.get(), "/c"))
+                  .ok());
+  HeldOpenStorage held(mem_.get());
+  std::vector<std::string> lines;
+  SaveOptions o;
+  o.overwrite = true;
+  o.storage = &held;
+  o.log = [&](const std::string& line) { lines.push_back(line); };
+  std::vector<std::vector<float>> other(2);
+  std::vector<State> states;
+  for (int r = 0; r < 2; ++r) {
+    states.push_back(Rows(&other[r], 2 * r, 2));
+    other[r].assign(8, 9.0f);
+  }
+  std::vector<SaveStats> stats(2);
+  std::vector<Status> st = RunThreadRanks(2, [&](Comm& comm) {
+    Result<SaveStats> s = Save(states[comm.rank()], "/c", comm, o);
+    if (s.ok()) stats[comm.rank()] = *s;
+    return s.status();
+  });
+  ASSERT_TRUE(Same(st).ok()) << st[0].ToString();
+  const std::string previous = *mem_->Exists("/c.partial") ? "/c.partial" : "/c.old";
+  EXPECT_THAT(stats[0].cleanup_error, HasSubstr("'" + previous + "'"));
+  EXPECT_THAT(stats[0].cleanup_error, HasSubstr("held open (injected)"));
+  EXPECT_EQ(stats[1].cleanup_error, "");                // rank 0 removes it
+  EXPECT_FALSE(*mem_->Exists(previous + "/manifest"));  // never looks complete
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], HasSubstr("(committed)"));
+  EXPECT_THAT(lines[0], HasSubstr("; but removing the previous checkpoint, moved to '" + previous));
+  State loaded = Rows(&b_, 0, 4);
+  b_.assign(16, 0);
+  ASSERT_TRUE(LoadOne(loaded, mem_.get(), "/c").ok());
+  EXPECT_EQ(b_, std::vector<float>(16, 9.0f));
+  // Released: the next overwrite clears the leftover.
+  o.storage = mem_.get();
+  st = RunThreadRanks(2, [&](Comm& comm) {
+    Result<SaveStats> s = Save(states[comm.rank()], "/c", comm, o);
+    if (s.ok()) {
+      EXPECT_EQ(s->cleanup_error, "");
+    }
+    return s.status();
+  });
+  ASSERT_TRUE(Same(st).ok()) << st[0].ToString();
+  EXPECT_FALSE(*mem_->Exists("/c.partial"));
+  EXPECT_FALSE(*mem_->Exists("/c.old"));
+}
+
 // Two ranks declare the same whole box of "w" but hold different data (two TP
 // ranks that both claim to be the primary replica of their own shard).
 TEST_F(ErrorsTest, VerifyReplicasRejectsReplicasThatDiffer) {

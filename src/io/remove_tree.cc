@@ -1,0 +1,131 @@
+#include "src/io/remove_tree.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace shardpoint::internal_io {
+namespace {
+
+// Deeper than any checkpoint: a tree this deep is refused, not recursed into.
+constexpr int kMaxDepth = 64;
+
+Status Error(const std::string& what, const std::string& path, int err) {
+  return IOError("remove tree: " + what + " " + path + ": " + std::generic_category().message(err));
+}
+
+std::string Join(const std::string& dir, const std::string& name) {
+  return !dir.empty() && dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+// The names in directory `fd` (which it closes), without "." and "..".
+Status List(int fd, const std::string& path, std::vector<std::string>* names) {
+  DIR* d = ::fdopendir(fd);
+  if (d == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    return Error("list", path, err);
+  }
+  names->clear();
+  int err = 0;
+  for (;;) {
+    errno = 0;
+    const dirent* e = ::readdir(d);
+    if (e == nullptr) {
+      err = errno;
+      break;
+    }
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names->push_back(name);
+  }
+  ::closedir(d);
+  return err == 0 ? OkStatus() : Error("list", path, err);
+}
+
+Status RemoveDirAt(int parent, const std::string& name, const std::string& path, int depth);
+
+// Removes entry `name` of directory `dir`: a file or link with unlinkat, a
+// directory recursively. A name already gone is fine.
+Status RemoveEntry(int dir, const std::string& name, const std::string& path, int depth) {
+  if (::unlinkat(dir, name.c_str(), 0) == 0) return OkStatus();
+  const int err = errno;
+  if (err == ENOENT) return OkStatus();
+  // Linux answers EISDIR for a directory (POSIX allows EPERM): look.
+  struct stat st;
+  if ((err == EISDIR || err == EPERM) &&
+      ::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+    return RemoveDirAt(dir, name, path, depth + 1);
+  }
+  return Error("remove", path, err);
+}
+
+Status RemoveDirAt(int parent, const std::string& name, const std::string& path, int depth) {
+  if (depth > kMaxDepth) {
+    return IOError("remove tree: " + path + " is more than " + std::to_string(kMaxDepth) +
+                   " directories deep; not removed");
+  }
+  std::vector<std::string> names;
+  for (int pass = 1;; ++pass) {
+    const int fd = ::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == ENOENT) return OkStatus();
+      // Replaced by a file or a link since it was looked at: remove that.
+      if (err == ENOTDIR || err == ELOOP) return RemoveEntry(parent, name, path, depth);
+      return Error("open directory", path, err);
+    }
+    // Listed through its own descriptor, emptied through another: removing
+    // entries while reading the listing may skip some.
+    const int entries_fd = ::dup(fd);
+    Status listed =
+        entries_fd < 0 ? Error("open directory", path, errno) : List(entries_fd, path, &names);
+    Status first = listed;
+    for (size_t i = 0; listed.ok() && i < names.size(); ++i) {
+      Status s = RemoveEntry(fd, names[i], Join(path, names[i]), depth);
+      if (first.ok()) first = s;  // the others are still removed
+    }
+    ::close(fd);
+    if (!first.ok()) return first;
+    if (::unlinkat(parent, name.c_str(), AT_REMOVEDIR) == 0) return OkStatus();
+    const int err = errno;
+    if (err == ENOENT) return OkStatus();
+    if (err != ENOTEMPTY && err != EEXIST) return Error("remove directory", path, err);
+    if (pass < kRemoveTreePasses) continue;  // something appeared meanwhile: again
+    // Name what is there now.
+    std::string left;
+    const int again =
+        ::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (again >= 0 && List(again, path, &names).ok()) {
+      for (size_t i = 0; i < names.size() && i < 8; ++i) left += (i ? ", " : "") + names[i];
+      if (names.size() > 8) left += ", ... (" + std::to_string(names.size()) + " in all)";
+    }
+    return IOError("remove tree: directory " + path + " is still not empty after " +
+                   std::to_string(kRemoveTreePasses) +
+                   " passes (left: " + (left.empty() ? std::string("?") : left) +
+                   "); a network or FUSE filesystem keeps a removed file that some process still "
+                   "holds open under a name like .nfsXXXX or .fuse_hiddenXXXX until it is closed");
+  }
+}
+
+}  // namespace
+
+Status RemoveTree(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    return err == ENOENT ? OkStatus() : Error("stat", path, err);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    if (::unlink(path.c_str()) == 0 || errno == ENOENT) return OkStatus();
+    return Error("remove", path, errno);
+  }
+  return RemoveDirAt(AT_FDCWD, path, path, 0);
+}
+
+}  // namespace shardpoint::internal_io
