@@ -7,10 +7,11 @@
 //   3. renames it to `<w>/manifest` and fsyncs `<w>` and its parent (the
 //      commit point; the parent makes a new `dir` itself durable);
 //   4. when overwriting: swaps `dir` and `dir.partial` in one atomic
-//      renameat2(RENAME_EXCHANGE), fsyncs the parent, then removes
-//      `dir.partial` (now the old checkpoint). Where the filesystem cannot
-//      exchange: renames `dir` to `dir.old`, `dir.partial` to `dir`, fsyncs
-//      the parent, removes `dir.old`.
+//      renameat2(RENAME_EXCHANGE) and fsyncs the parent; `dir.partial` is
+//      now the old checkpoint. Where the filesystem cannot exchange: renames
+//      `dir` to `dir.old`, `dir.partial` to `dir`, fsyncs the parent. The
+//      caller removes the old one (RemoveCheckpoint) once the commit is
+//      reported (save.cc): a failure there leaves the new one committed.
 // A crash before 3 leaves data files without a manifest: no checkpoint, and
 // the previous one (if any, elsewhere or at `dir` when overwriting) intact.
 // A crash inside 4 leaves `dir` holding the old or the new checkpoint, both
