@@ -22,7 +22,10 @@ repetitions; bytes read per needed byte (the ranks' /proc/self/io read_bytes,
 i.e. from storage, and rchar, i.e. through read syscalls on files; gloo's
 socket traffic is not in it, measured: cooperative loads show 0.5), over the bytes the ranks' templates hold); the largest peak RSS
 growth of a rank during the operation. fio writes and reads the same byte count
-with O_DIRECT (W jobs, 4 MiB requests, libaio depth 4; its own bandwidth);
+with O_DIRECT (W jobs, 4 MiB requests, or 1 MiB where a job's share is not a
+multiple of 4 MiB, libaio depth 4, writes ending with fsync): its row is fio's
+own bandwidth, which leaves out its start and file layout; the row "fio,
+barrier to barrier" times the same runs as every other row;
 memcpy copies each rank's state into a buffer and back. `--json FILE` keeps
 every measurement. Exits non-zero if any peer fails or loads wrong values.
 """
@@ -311,12 +314,17 @@ def report(results):
              f"commit {info.get('commit', '?')}; {info.get('date', '')}", "",
              "| GB/s, median (min–max) | " + " | ".join(names) + " |",
              "|---" * (len(ops) + 1) + "|"]
-    for p in peers:
+    def row(label, gbps, p):
         cells = []
         for op in ops:
-            v = [_gbps(info, r) for r in by.get((p, op), [])]
+            v = [gbps(r) for r in by.get((p, op), [])]
             cells.append(f"{statistics.median(v):.2f} ({min(v):.2f}–{max(v):.2f})" if v else "")
-        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+
+    for p in peers:
+        row(p, lambda r: _gbps(info, r), p)
+        if p == "fio":  # timed like every other row: its start, layout and fsync included
+            row("fio, barrier to barrier", lambda r: r["fio_bytes"] / r["seconds"] / 1e9, p)
     med = {k: statistics.median(_gbps(info, r) for r in v) for k, v in by.items()}
     ratios = []
     for op, name in zip(ops, names):

@@ -36,6 +36,8 @@ def test_tiny_run_of_every_peer(tmp_path):
         if peer not in ("fio", "memcpy"):
             assert (peer, "tp_dp") in ops and (peer, "other_dim") in ops, peer
         assert f"| {peer} |" in p.stdout, p.stdout
+    if "fio" in peers:
+        assert "| fio, barrier to barrier |" in p.stdout, p.stdout
     for r in res["records"]:
         assert len(r["ranks"]) == 4 and r["seconds"] > 0
         if r["op"] != "save" and r["peer"] != "fio":
