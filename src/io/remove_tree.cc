@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace shardpoint::internal_io {
@@ -16,8 +17,21 @@ namespace {
 // Deeper than any checkpoint: a tree this deep is refused, not recursed into.
 constexpr int kMaxDepth = 64;
 
+constexpr char kHeldOpen[] =
+    "a network or FUSE filesystem keeps a removed file that some process still holds open under "
+    "a name like .nfsXXXX or .fuse_hiddenXXXX until it is closed";
+
+// Such a name is what a removed, still open file became.
+bool HeldOpenName(const std::string& path) {
+  const std::string name = path.substr(path.find_last_of('/') + 1);
+  return name.starts_with(".nfs") || name.starts_with(".fuse_hidden");
+}
+
 Status Error(const std::string& what, const std::string& path, int err) {
-  return IOError("remove tree: " + what + " " + path + ": " + std::generic_category().message(err));
+  std::string message =
+      "remove tree: " + what + " " + path + ": " + std::generic_category().message(err);
+  if (HeldOpenName(path)) message += std::string(" (") + kHeldOpen + ")";
+  return IOError(std::move(message));
 }
 
 std::string Join(const std::string& dir, const std::string& name) {
@@ -106,10 +120,8 @@ Status RemoveDirAt(int parent, const std::string& name, const std::string& path,
       if (names.size() > 8) left += ", ... (" + std::to_string(names.size()) + " in all)";
     }
     return IOError("remove tree: directory " + path + " is still not empty after " +
-                   std::to_string(kRemoveTreePasses) +
-                   " passes (left: " + (left.empty() ? std::string("?") : left) +
-                   "); a network or FUSE filesystem keeps a removed file that some process still "
-                   "holds open under a name like .nfsXXXX or .fuse_hiddenXXXX until it is closed");
+                   std::to_string(kRemoveTreePasses) + " passes (left: " +
+                   (left.empty() ? std::string("?") : left) + "); " + kHeldOpen);
   }
 }
 

@@ -97,5 +97,25 @@ TEST_F(RemoveTreeTest, AnEntryThatCannotGoIsNamedAndTheRestIsRemoved) {
   EXPECT_FALSE(Exists(ck));
 }
 
+// On NFS a removed file that is still open becomes .nfsXXXX, whose removal
+// fails with EBUSY: the error says what such a name means. (A busy mount
+// point under that name gives the same EBUSY here.)
+TEST_F(RemoveTreeTest, ABusyNfsLeftoverIsExplained) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a tmpfs";
+  const std::string ck = root_ + "/ck";
+  ASSERT_EQ(mkdir(ck.c_str(), 0755), 0);
+  const std::string held = ck + "/.nfs000000000123abcd00000001";
+  ASSERT_EQ(mkdir(held.c_str(), 0755), 0);
+  if (mount("tmpfs", held.c_str(), "tmpfs", 0, "size=64k") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs";
+  }
+  Status s = RemoveTree(ck);
+  EXPECT_EQ(s.code(), StatusCode::kIOError);
+  EXPECT_THAT(s.message(), HasSubstr(held + ": Device or resource busy"));
+  EXPECT_THAT(s.message(), HasSubstr("some process still holds open"));
+  ASSERT_EQ(umount(held.c_str()), 0);
+  EXPECT_TRUE(RemoveTree(ck).ok());
+}
+
 }  // namespace
 }  // namespace shardpoint::internal_io
