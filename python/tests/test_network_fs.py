@@ -85,19 +85,26 @@ def test_overwrite_while_a_file_of_the_old_checkpoint_is_open(netfs):
                                                      if w.category is RuntimeWarning],
                      loads_b=bool(np.array_equal(got["w"].view(np.uint32), b["w"].view(np.uint32))),
                      old_manifest=os.path.exists(ck + ".old/manifest"))
+        # Still held: the leftover is moved aside, the save goes on.
+        st = sp.save(c, ck, overwrite=True)
+        sp.load(got, ck)
+        again = dict(error=st.cleanup_error, stale=sorted(n for n in os.listdir({netfs!r})
+                                                          if n.startswith("ck.")),
+                     loads_c=bool(np.array_equal(got["w"].view(np.uint32), c["w"].view(np.uint32))))
         held.close()
         # The filesystem drops the hidden name once it sees the close.
         for _ in range(200):
-            if not any(n.startswith(".fuse_hidden") for n in os.listdir(ck + ".old/data")):
+            if not any(n.startswith(".fuse_hidden") for n in os.listdir(ck + ".stale.1/data")):
                 break
             time.sleep(0.05)
-        st = sp.save(c, ck, overwrite=True)
+        st = sp.save(a, ck, overwrite=True)
         sp.load(got, ck)
-        second = dict(error=st.cleanup_error, old_left=os.path.exists(ck + ".old"),
-                      loads_c=bool(np.array_equal(got["w"].view(np.uint32), c["w"].view(np.uint32))))
-        print(json.dumps(dict(first=first, second=second)))
+        second = dict(error=st.cleanup_error, left=sorted(n for n in os.listdir({netfs!r})
+                                                          if n.startswith("ck.")),
+                      loads_a=bool(np.array_equal(got["w"].view(np.uint32), a["w"].view(np.uint32))))
+        print(json.dumps(dict(first=first, again=again, second=second)))
     """)
-    first, second = out["first"], out["second"]
+    first, again, second = out["first"], out["again"], out["second"]
     # Committed and loads; the previous checkpoint is left, named, not a checkpoint.
     assert first["loads_b"]
     assert not first["old_manifest"]
@@ -105,8 +112,10 @@ def test_overwrite_while_a_file_of_the_old_checkpoint_is_open(netfs):
     assert ".fuse_hidden" in first["error"]
     assert "still not empty after 3 passes" in first["error"]
     assert len(first["warned"]) == 1 and first["error"] in first["warned"][0]
-    # Once the file is closed, the next overwrite removes the leftovers.
-    assert second == dict(error="", old_left=False, loads_c=True)
+    # While it is held, the next overwrite moves the leftover aside and commits.
+    assert again == dict(error="", stale=["ck.stale.1"], loads_c=True)
+    # Once the file is closed, the next overwrite removes every leftover.
+    assert second == dict(error="", left=[], loads_a=True)
 
 
 def test_retention_while_a_file_of_an_old_checkpoint_is_open(netfs):

@@ -17,13 +17,18 @@
 // A crash inside 4 leaves `dir` holding the old or the new checkpoint, both
 // complete (with the fallback, a crash between its two renames leaves
 // `dir.old` and `dir.partial`, both complete, and no `dir`);
-// PrepareDirectory of the next overwrite removes the leftovers.
+// PrepareDirectory of the next overwrite removes the leftovers (one held
+// open on NFS or FUSE is moved aside to `dir.stale.N` and removed later).
 //
 // Removing a checkpoint (the old one in 4, retention in manager.cc) runs the
 // commit backwards: remove the manifest, fsync the directory, then remove the
 // data. A crash in between leaves data without a manifest, which is no
 // checkpoint, never a manifest whose data is gone.
 #include "src/checkpoint/commit.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
 
 using shardpoint::internal_format::DecodeManifest;
 using shardpoint::internal_format::EncodeManifest;
@@ -45,6 +50,42 @@ std::string StripSlash(std::string p) {
   return p;
 }
 
+constexpr char kStale[] = ".stale.";
+
+// Removes `<dir>.stale.N` left by earlier overwrites, as far as it can (a
+// file of one may still be held open).
+void SweepStale(Storage* storage, const std::string& dir) {
+  const std::string parent = Parent(dir);
+  const std::string prefix = dir.substr(dir.find_last_of('/') + 1) + kStale;
+  Result<std::vector<std::string>> names = storage->ListDir(parent);
+  if (!names.ok()) return;
+  for (const std::string& name : *names) {
+    const std::string n = name.substr(std::min(name.size(), prefix.size()));
+    if (!name.starts_with(prefix) || n.empty() ||
+        n.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    RemoveCheckpoint(storage, JoinPath(parent, name)).IgnoreError();
+  }
+}
+
+// Clears `path` (`<dir>.partial` or `<dir>.old`, left by an earlier
+// overwrite) for this one: removed, or where it cannot be (a file of it held
+// open on NFS or FUSE), moved aside to `<dir>.stale.N` for a later overwrite
+// to remove. Else the removal's error.
+Status ClearLeftover(Storage* storage, const std::string& dir, const std::string& path) {
+  Status removed = RemoveCheckpoint(storage, path);
+  if (removed.ok()) return removed;
+  for (int n = 1; n <= 100; ++n) {
+    const std::string aside = dir + kStale + std::to_string(n);
+    Result<bool> taken = storage->Exists(aside);
+    if (!taken.ok()) break;
+    if (*taken) continue;
+    return storage->Rename(path, aside).ok() ? OkStatus() : removed;
+  }
+  return removed;
+}
+
 }  // namespace
 
 std::string JoinPath(const std::string& dir, const std::string& name) {
@@ -61,8 +102,9 @@ Result<std::string> PrepareDirectory(Storage* storage, const std::string& dir, b
   }
   const std::string w = exists ? StripSlash(dir) + ".partial" : dir;
   if (w != dir) {
-    SP_RETURN_IF_ERROR(RemoveCheckpoint(storage, w));
-    SP_RETURN_IF_ERROR(RemoveCheckpoint(storage, StripSlash(dir) + ".old"));
+    SweepStale(storage, StripSlash(dir));
+    SP_RETURN_IF_ERROR(ClearLeftover(storage, StripSlash(dir), w));
+    SP_RETURN_IF_ERROR(ClearLeftover(storage, StripSlash(dir), StripSlash(dir) + ".old"));
   }
   SP_RETURN_IF_ERROR(storage->CreateDirs(w));
   SP_RETURN_IF_ERROR(storage->RemoveAll(JoinPath(w, kDataDir)));

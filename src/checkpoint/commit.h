@@ -15,7 +15,10 @@ std::string JoinPath(const std::string& dir, const std::string& name);
 // checkpoint (which stays intact until the new one is complete).
 // FailedPrecondition if `dir` holds a checkpoint and !overwrite. Clears
 // leftovers of failed saves (data/ and manifest.tmp of a directory without a
-// manifest, which is not a checkpoint).
+// manifest, which is not a checkpoint). An overwrite first removes what earlier
+// overwrites left (`dir`.partial, `dir`.old, `dir`.stale.N); one that cannot be
+// removed (a file of it held open on NFS or FUSE) is renamed to `dir`.stale.N,
+// which a later overwrite removes.
 Result<std::string> PrepareDirectory(Storage* storage, const std::string& dir, bool overwrite);
 
 // Rank 0, after every rank's data file in `write_dir` is durable. See commit.cc.

@@ -296,7 +296,7 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
     if (!removed.ok()) {
       stats.cleanup_error = "removing the previous checkpoint, moved to '" + previous +
                             "' (no manifest: not a checkpoint), failed; the next overwrite of '" +
-                            dir + "' tries again: " + removed.ToString();
+                            dir + "' removes it or moves it aside: " + removed.ToString();
     }
   }
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

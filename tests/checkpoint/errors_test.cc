@@ -458,7 +458,7 @@ class HeldOpenStorage : public StorageWrapper {
 // The commit point has passed when the previous checkpoint is removed: its
 // removal failing leaves the new checkpoint committed, the save OK, and the
 // failure in SaveStats::cleanup_error and the log line. The next overwrite
-// removes the leftover.
+// moves the leftover aside while it is held, and removes it once it is not.
 TEST_F(ErrorsTest, OverwriteWhosePreviousCheckpointCannotBeRemovedStillCommits) {
   ASSERT_TRUE(Same(SaveRanks(
                        2, [&](int r) { return Rows(r ? &b_ : &a_, 2 * r, 2); }, mem_.get(), "/c"))
@@ -494,7 +494,16 @@ TEST_F(ErrorsTest, OverwriteWhosePreviousCheckpointCannotBeRemovedStillCommits) 
   b_.assign(16, 0);
   ASSERT_TRUE(LoadOne(loaded, mem_.get(), "/c").ok());
   EXPECT_EQ(b_, std::vector<float>(16, 9.0f));
-  // Released: the next overwrite clears the leftover.
+  // Still held: the next overwrite moves the leftover aside and goes on.
+  for (int r = 0; r < 2; ++r) other[r].assign(8, 7.0f);
+  st = RunThreadRanks(
+      2, [&](Comm& comm) { return Save(states[comm.rank()], "/c", comm, o).status(); });
+  ASSERT_TRUE(Same(st).ok()) << st[0].ToString();
+  EXPECT_TRUE(*mem_->Exists("/c.stale.1"));
+  EXPECT_FALSE(*mem_->Exists("/c.stale.1/manifest"));
+  ASSERT_TRUE(LoadOne(loaded, mem_.get(), "/c").ok());
+  EXPECT_EQ(b_, std::vector<float>(16, 7.0f));
+  // Released: the next overwrite clears every leftover.
   o.storage = mem_.get();
   st = RunThreadRanks(2, [&](Comm& comm) {
     Result<SaveStats> s = Save(states[comm.rank()], "/c", comm, o);
@@ -506,6 +515,7 @@ TEST_F(ErrorsTest, OverwriteWhosePreviousCheckpointCannotBeRemovedStillCommits) 
   ASSERT_TRUE(Same(st).ok()) << st[0].ToString();
   EXPECT_FALSE(*mem_->Exists("/c.partial"));
   EXPECT_FALSE(*mem_->Exists("/c.old"));
+  EXPECT_FALSE(*mem_->Exists("/c.stale.1"));
 }
 
 // Two ranks declare the same whole box of "w" but hold different data (two TP
