@@ -94,8 +94,8 @@ Status RemoveDirAt(int parent, const std::string& name, const std::string& path,
       if (err == ENOTDIR || err == ELOOP) return RemoveEntry(parent, name, path, depth);
       return Error("open directory", path, err);
     }
-    // Listed through its own descriptor, emptied through another: removing
-    // entries while reading the listing may skip some.
+    // The listing is read whole through a copy of the descriptor (closedir
+    // closes it), then the entries are removed through `fd`.
     const int entries_fd = ::dup(fd);
     Status listed =
         entries_fd < 0 ? Error("open directory", path, errno) : List(entries_fd, path, &names);
