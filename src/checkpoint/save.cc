@@ -50,6 +50,7 @@ using shardpoint::internal_comm::BroadcastStatus;
 using shardpoint::internal_comm::GatherAgreed;
 using shardpoint::internal_format::CheckMetadataJson;
 using shardpoint::internal_format::ChunkRecord;
+using shardpoint::internal_format::kManifestName;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::TensorRecord;
 using shardpoint::internal_geometry::ContiguousView;
@@ -294,9 +295,13 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
     Status removed = Guarded("save: removing the previous checkpoint",
                              [&] { return RemoveCheckpoint(storage, previous); });
     if (!removed.ok()) {
-      stats.cleanup_error = "removing the previous checkpoint, moved to '" + previous +
-                            "' (no manifest: not a checkpoint), failed; the next overwrite of '" +
-                            dir + "' removes it or moves it aside: " + removed.ToString();
+      // Its manifest goes first; say whether that much happened.
+      Result<bool> manifest = storage->Exists(JoinPath(previous, kManifestName));
+      const bool gone = manifest.ok() && !*manifest;
+      stats.cleanup_error = "removing the previous checkpoint, moved to '" + previous + "'" +
+                            (gone ? " (no manifest: not a checkpoint)" : "") +
+                            ", failed; the next overwrite of '" + dir +
+                            "' removes it or moves it aside: " + removed.ToString();
     }
   }
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
