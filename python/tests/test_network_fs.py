@@ -7,8 +7,8 @@ Like NFS (.nfsXXXX), sshfs keeps a file removed while some process holds it
 open under a hidden name (.fuse_hiddenXXXX), and removing that name makes
 another: removing a directory holding one used to loop for ever, so an
 overwrite or retention hung while, say, an evaluation job had a file of the
-old checkpoint open. Each scenario runs in a child process under a timeout,
-so a hang is a failure, not a stuck suite.
+old checkpoint open. Each scenario runs in a child process (or rank threads)
+under a timeout, so a hang is a failure, not a stuck suite.
 """
 
 import json
@@ -16,12 +16,14 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import textwrap
 
+import numpy as np
 import pytest
 
-from conftest import PYTHON, REPO, package_dir
+import shardpoint as sp
+
+from conftest import PYTHON, REPO, run_ranks, subprocess_env
 
 SCRIPT = os.path.join(REPO, "scripts", "sshfs_mount.sh")
 
@@ -56,10 +58,9 @@ def run_child(body, timeout=120):
     it prints as JSON on its last line."""
     code = "import json, os, sys, time, warnings\nimport numpy as np\nimport shardpoint as sp\n" \
         + textwrap.dedent(body)
-    env = dict(os.environ, PYTHONPATH=package_dir())
     try:
-        r = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=env,
-                           timeout=timeout)
+        r = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True,
+                           env=subprocess_env(), timeout=timeout)
     except subprocess.TimeoutExpired:
         pytest.fail(f"still running after {timeout} s (a hang)")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -146,24 +147,12 @@ def test_retention_while_a_file_of_an_old_checkpoint_is_open(netfs):
 
 def test_resharded_load_and_verify_on_the_network_filesystem(netfs):
     ck = os.path.join(netfs, "tp")
-    out = run_child(f"""
-        import threading
-        ck = {ck!r}
-        rng = np.random.default_rng(3)
-        full = rng.standard_normal((256, 96), dtype=np.float32)
-        comms = sp.thread_comms(4)
-        def save(r):
-            sp.save({{"w": sp.chunk("w", full[64 * r:64 * (r + 1)], [256, 96], 0, r, 4)}}, ck, comms[r])
-        ts = [threading.Thread(target=save, args=(r,)) for r in range(4)]
-        [t.start() for t in ts]; [t.join() for t in ts]
-        comms = sp.thread_comms(2)
-        got = [np.zeros((256, 48), np.float32) for _ in range(2)]
-        def load(r):
-            sp.load({{"w": sp.chunk("w", got[r], [256, 96], 1, r, 2)}}, ck, comms[r])
-        ts = [threading.Thread(target=load, args=(r,)) for r in range(2)]
-        [t.start() for t in ts]; [t.join() for t in ts]
-        same = all(np.array_equal(got[r].view(np.uint32), full[:, 48 * r:48 * (r + 1)].view(np.uint32))
-                   for r in range(2))
-        print(json.dumps(dict(same=same, verified=sp.verify(ck).ok)))
-    """)
-    assert out == dict(same=True, verified=True)
+    full = np.random.default_rng(3).standard_normal((256, 96), dtype=np.float32)
+    run_ranks(4, lambda r, comm: sp.save(
+        {"w": sp.chunk("w", full[64 * r:64 * (r + 1)], [256, 96], 0, r, 4)}, ck, comm))
+    got = [np.zeros((256, 48), np.float32) for _ in range(2)]
+    run_ranks(2, lambda r, comm: sp.load(
+        {"w": sp.chunk("w", got[r], [256, 96], 1, r, 2)}, ck, comm))
+    for r in range(2):
+        assert np.array_equal(got[r].view(np.uint32), full[:, 48 * r:48 * (r + 1)].view(np.uint32))
+    assert sp.verify(ck).ok

@@ -64,6 +64,11 @@ Status List(int fd, const std::string& path, std::vector<std::string>* names) {
 
 Status RemoveDirAt(int parent, const std::string& name, const std::string& path, int depth);
 
+// Directory `name` of `parent`, never through a link; -1 with errno set.
+int OpenDirAt(int parent, const std::string& name) {
+  return ::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
 // Removes entry `name` of directory `dir`: a file or link with unlinkat, a
 // directory recursively. A name already gone is fine.
 Status RemoveEntry(int dir, const std::string& name, const std::string& path, int depth) {
@@ -86,7 +91,7 @@ Status RemoveDirAt(int parent, const std::string& name, const std::string& path,
   }
   std::vector<std::string> names;
   for (int pass = 1;; ++pass) {
-    const int fd = ::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int fd = OpenDirAt(parent, name);
     if (fd < 0) {
       const int err = errno;
       if (err == ENOENT) return OkStatus();
@@ -113,8 +118,7 @@ Status RemoveDirAt(int parent, const std::string& name, const std::string& path,
     if (pass < kRemoveTreePasses) continue;  // something appeared meanwhile: again
     // Name what is there now.
     std::string left;
-    const int again =
-        ::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int again = OpenDirAt(parent, name);
     if (again >= 0 && List(again, path, &names).ok()) {
       for (size_t i = 0; i < names.size() && i < 8; ++i) left += (i ? ", " : "") + names[i];
       if (names.size() > 8) left += ", ... (" + std::to_string(names.size()) + " in all)";
