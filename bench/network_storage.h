@@ -68,6 +68,9 @@ class NetworkStorage : public StorageWrapper {
     }
     Result<uint64_t> Size() const override { return f_->Size(); }
     const std::string& path() const override { return f_->path(); }
+    // The hint reaches the real storage and costs the model nothing: a read
+    // it announced still pays its latency and its share of the link.
+    void Prefetch(uint64_t offset, size_t n) const override { f_->Prefetch(offset, n); }
 
    private:
     std::unique_ptr<ReadableFile> f_;

@@ -43,7 +43,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 DEFAULT_PEERS = ["shardpoint", "torch.save", "numpy .npy", "PyTorch DCP", "fio", "memcpy"]
-ALL_PEERS = DEFAULT_PEERS + ["shardpoint, cooperative on"]
+ALL_PEERS = DEFAULT_PEERS + ["shardpoint, cooperative on", "shardpoint, 16 MiB reads"]
 OPS = ["save", "same", "tp_dp", "other_dim"]
 
 

@@ -80,9 +80,12 @@ class Shardpoint:
         import shardpoint as sp
         sp.save(self._sd(ctx, ctx.state, "same"), path, ctx.comm)
 
+    reads = {}  # load options beyond the defaults
+
     def load(self, ctx, path, layout, tensors, dcp_values):
         import shardpoint as sp
-        sp.load(self._sd(ctx, tensors, layout), path, ctx.comm, cooperative=self.cooperative)
+        sp.load(self._sd(ctx, tensors, layout), path, ctx.comm, cooperative=self.cooperative,
+                **self.reads)
 
 
 class ShardpointCooperative(Shardpoint):
@@ -90,6 +93,13 @@ class ShardpointCooperative(Shardpoint):
     rank and sent to the others over the (Python) comm."""
     name = "shardpoint, cooperative on"
     cooperative = True
+
+
+class ShardpointLargeReads(Shardpoint):
+    """shardpoint reading as it did before 1 MiB reads and read-ahead hints: 16 MiB
+    requests, no prefetch (the same code, other options: a before/after in one run)."""
+    name = "shardpoint, 16 MiB reads"
+    reads = {"read_slice_bytes": 16 << 20, "prefetch_bytes": 0}
 
 
 class TorchSave:
@@ -167,5 +177,5 @@ class Dcp:
         ctx.dcp.load_state_dict(dcp_values, ctx.dcp.FileSystemReader(path))
 
 
-PEERS = {p.name: p for p in (Shardpoint(), ShardpointCooperative(), TorchSave(), Numpy(),
-                             Dcp())}
+PEERS = {p.name: p for p in (Shardpoint(), ShardpointCooperative(), ShardpointLargeReads(),
+                             TorchSave(), Numpy(), Dcp())}

@@ -56,6 +56,14 @@ class ReadableFile {
   virtual Status ReadAt(uint64_t offset, size_t n, void* dst) const = 0;
   virtual Result<uint64_t> Size() const = 0;
   virtual const std::string& path() const = 0;
+  // A hint: [offset, offset + n) will be read soon, so the storage may start
+  // fetching it in the background (the POSIX storage: posix_fadvise
+  // WILLNEED, read-ahead of the whole range in large requests). Default:
+  // nothing.
+  virtual void Prefetch(uint64_t offset, size_t n) const {
+    (void)offset;
+    (void)n;
+  }
 };
 
 // A lock taken by Storage::LockFile. Destroying it releases the lock (without
@@ -178,6 +186,7 @@ class ReadableFileWrapper : public ReadableFile {
   }
   Result<uint64_t> Size() const override { return base_->Size(); }
   const std::string& path() const override { return base_->path(); }
+  void Prefetch(uint64_t offset, size_t n) const override { base_->Prefetch(offset, n); }
 
  private:
   const std::unique_ptr<ReadableFile> base_;

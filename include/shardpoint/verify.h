@@ -109,8 +109,11 @@ struct VerifyReport {
 struct VerifyOptions : Resources {
   // Chunks are read in slices of at most this many bytes: memory is about
   // (io_threads + 1) x read_slice_bytes whatever the chunk sizes. Default
-  // 16 MiB (LoadOptions::read_slice_bytes is the same knob).
-  uint64_t read_slice_bytes = uint64_t{16} << 20;
+  // 1 MiB (LoadOptions::read_slice_bytes is the same knob).
+  uint64_t read_slice_bytes = uint64_t{1} << 20;
+  // Each chunk's reads are announced to the storage in windows of this many
+  // bytes, one ahead (as LoadOptions::prefetch_bytes). 0: none. Default 16 MiB.
+  uint64_t prefetch_bytes = uint64_t{16} << 20;
   // Deprecated spellings of io_threads and read_slice_bytes, kept so that old
   // code compiles: when > 0 they are used instead. Default 0.
   int threads = 0;

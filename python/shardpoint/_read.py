@@ -279,19 +279,22 @@ def _renamed(new_name: str, new_value: int | None, old_name: str, old_value: int
 
 def verify(path: str | os.PathLike, *, io_threads: int | None = None,
            read_slice_bytes: int | None = None, threads: int | None = None,
-           slice_bytes: int | None = None) -> VerifyReport:
+           slice_bytes: int | None = None, prefetch_bytes: int | None = None) -> VerifyReport:
     """Re-reads the whole checkpoint and checks it: the manifest, that every tensor
     is tiled by its chunks, every data file's header, every chunk and value
     checksum. Problems are ``faults`` of the report (``report.ok``); only an
     unreadable manifest raises (NotFoundError, DataLossError, IOFailureError).
     ``io_threads`` (default 4) reader threads read in slices of at most
-    ``read_slice_bytes`` (default 16 MiB): memory is about
-    ``(io_threads + 1) * read_slice_bytes``. ``threads`` and ``slice_bytes`` are
+    ``read_slice_bytes`` (default 1 MiB, as ``load``): memory is about
+    ``(io_threads + 1) * read_slice_bytes``; ``prefetch_bytes`` as ``load``'s
+    (default 16 MiB, 0: off). ``threads`` and ``slice_bytes`` are
     the deprecated old names of these two (accepted, with a DeprecationWarning)."""
     path = os.fspath(path)
     n = _renamed("io_threads", io_threads, "threads", threads, 4)
-    slice_ = _renamed("read_slice_bytes", read_slice_bytes, "slice_bytes", slice_bytes, 16 << 20)
-    r = _C.verify_checkpoint(path, n, slice_)
+    slice_ = _renamed("read_slice_bytes", read_slice_bytes, "slice_bytes", slice_bytes,
+                      _C.LoadOptions().read_slice_bytes)
+    ahead = _C.LoadOptions().prefetch_bytes if prefetch_bytes is None else int(prefetch_bytes)
+    r = _C.verify_checkpoint(path, n, slice_, ahead)
     faults = tuple(Fault(_KINDS[f.kind], f.key, int(f.chunk), tuple(f.object_index), f.file,
                          int(f.begin), int(f.end), f.message) for f in r.faults)
     return VerifyReport(path, int(r.tensors), int(r.chunks_checked), int(r.objects_checked),

@@ -168,6 +168,7 @@ void RegisterTypes(py::module_& m) {
       .def_readwrite("common_optional", &LoadOptions::common_optional)
       .def_readwrite("verify_checksums", &LoadOptions::verify_checksums)
       .def_readwrite("read_slice_bytes", &LoadOptions::read_slice_bytes)
+      .def_readwrite("prefetch_bytes", &LoadOptions::prefetch_bytes)
       .def_readwrite("cooperative", &LoadOptions::cooperative)
       .def_readwrite("cooperative_round_bytes", &LoadOptions::cooperative_round_bytes);
   py::class_<SaveStats>(m, "SaveStats")

@@ -74,14 +74,16 @@ void RegisterVerify(py::module_& m) {
       .def_readonly("faults", &VerifyReport::faults);
   m.def(
       "verify_checkpoint",
-      [](const std::string& dir, int io_threads, uint64_t read_slice_bytes) {
+      [](const std::string& dir, int io_threads, uint64_t read_slice_bytes,
+         uint64_t prefetch_bytes) {
         VerifyOptions o;
         o.io_threads = io_threads;
         o.read_slice_bytes = read_slice_bytes;
+        o.prefetch_bytes = prefetch_bytes;
         return Unwrap(VerifyCheckpoint(dir, o));
       },
-      py::arg("dir"), py::arg("io_threads") = 4, py::arg("read_slice_bytes") = uint64_t{16} << 20,
-      py::call_guard<py::gil_scoped_release>());
+      py::arg("dir"), py::arg("io_threads") = 4, py::arg("read_slice_bytes") = uint64_t{1} << 20,
+      py::arg("prefetch_bytes") = uint64_t{16} << 20, py::call_guard<py::gil_scoped_release>());
 }
 
 }  // namespace shardpoint::python

@@ -258,12 +258,32 @@ def test_default_comm_is_single():
     c.barrier()
 
 
+def test_prefetch_bytes_reaches_load_and_verify(tmp_path):
+    # Announcing reads ahead (the default, 16 MiB windows), announcing none, and windows
+    # smaller than a slice all load the same bytes; verify takes the same knob.
+    g = torch.randn(1024, 1024, generator=torch.Generator().manual_seed(7))
+    sp.save({"w": g}, tmp_path / "c")
+    assert sp._shardpoint.LoadOptions().prefetch_bytes == 16 << 20
+    for prefetch in (None, 0, 4096):
+        cols = torch.zeros(1024, 256)
+        r = sp.load({"w": sp.chunk("w", cols, [1024, 1024], 1, 2, 4)}, tmp_path / "c",
+                    prefetch_bytes=prefetch)
+        assert torch.equal(cols, g[:, 512:768]), prefetch
+        assert r.bytes_read == 4 << 20
+        assert sp.verify(tmp_path / "c", prefetch_bytes=prefetch).ok
+
+
 def test_load_reports_requests_and_bytes_needed(tmp_path):
     # 4 MiB of f32 = 4 checksum blocks of 1 MiB, one chunk in one file.
     g = torch.arange(1024 * 1024, dtype=torch.float32).reshape(1024, 1024)
     sp.save({"w": g}, tmp_path / "c")
     whole = torch.zeros(1024, 1024)
     r = sp.load({"w": whole}, tmp_path / "c")
+    assert torch.equal(whole, g)
+    # one request per block by default (read_slice_bytes 1 MiB), one in all with 16 MiB slices
+    assert (r.requests, r.bytes_needed, r.bytes_read) == (4, 4 << 20, 4 << 20)
+    whole.zero_()
+    r = sp.load({"w": whole}, tmp_path / "c", read_slice_bytes=16 << 20)
     assert torch.equal(whole, g)
     assert (r.requests, r.bytes_needed, r.bytes_read) == (1, 4 << 20, 4 << 20)
     # rows 256..511: exactly its own block, one request
@@ -273,7 +293,8 @@ def test_load_reports_requests_and_bytes_needed(tmp_path):
     assert (r.requests, r.bytes_needed, r.bytes_read) == (1, 1 << 20, 1 << 20)
     # columns 256..511: a quarter of every row, verified through the whole blocks that cover it
     cols = torch.zeros(1024, 256)
-    r = sp.load({"w": sp.chunk("w", cols, [1024, 1024], 1, 1, 4)}, tmp_path / "c")
+    r = sp.load({"w": sp.chunk("w", cols, [1024, 1024], 1, 1, 4)}, tmp_path / "c",
+                read_slice_bytes=16 << 20)
     assert torch.equal(cols, g[:, 256:512])
     assert (r.requests, r.bytes_needed, r.bytes_read) == (1, 1 << 20, 4 << 20)
     # without verification: the 1024 row runs, 3 KiB apart; gaps are bridged only while

@@ -192,6 +192,7 @@ Result<LoadResult> LoadFromSource(State& state, const Status& index_status, cons
   ReadOptions read_options;
   read_options.verify_checksums = options.verify_checksums && src.has_checksums;
   read_options.staging_bytes = static_cast<size_t>(std::max<uint64_t>(1, options.read_slice_bytes));
+  read_options.prefetch_bytes = options.prefetch_bytes;
   read_options.gap_bytes = options.read_gap_bytes;
   if (s.ok() && cooperative) {
     // CooperativeLoad agrees on its own errors: every rank returns the same.

@@ -390,6 +390,37 @@ Status RunTask(const Manifest& m, const Task& t,
   return OkStatus();
 }
 
+// Consecutive tasks of one file within `prefetch_bytes` of the first one's
+// start, announced together: one Prefetch per run of adjacent tasks (bytes
+// between tasks are not announced). None when prefetch_bytes is 0.
+struct Window {
+  size_t first;                                     // its first task
+  std::vector<std::pair<uint64_t, uint64_t>> runs;  // absolute [begin, end), at most prefetch_bytes
+};
+std::vector<Window> PrefetchWindows(const std::vector<Task>& tasks, uint64_t prefetch_bytes) {
+  std::vector<Window> out;
+  if (prefetch_bytes == 0) return out;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const Task& t = tasks[i];
+    const Task* open = out.empty() ? nullptr : &tasks[out.back().first];
+    if (!open || open->file != t.file || t.end - open->begin > prefetch_bytes) {
+      out.push_back({i, {}});
+    }
+    auto& runs = out.back().runs;
+    if (!runs.empty() && runs.back().second == t.begin) {
+      runs.back().second = t.end;
+    } else {
+      runs.push_back({t.begin, t.end});
+    }
+  }
+  // A single task longer than the window (a block read as a stream):
+  // announce its first window only.
+  for (Window& w : out) {
+    for (auto& r : w.runs) r.second = std::min(r.second, r.first + prefetch_bytes);
+  }
+  return out;
+}
+
 // The pieces (and parts) of each chunk.
 struct Groups {
   std::map<std::pair<int64_t, int64_t>, size_t> group_of;
@@ -415,7 +446,26 @@ Status Execute(const Manifest& m, const Groups& g, const std::vector<Ranges>* sp
   uint64_t needed = 0;
   const std::vector<Task> tasks = BuildTasks(m, g.groups, spans, options, &needed);
   stats->needed.fetch_add(needed);
+  const std::vector<Window> windows = PrefetchWindows(tasks, options.prefetch_bytes);
+  auto prefetch = [&](size_t w) {
+    if (w >= windows.size()) return;
+    Result<const ReadableFile*> f = files->Get(tasks[windows[w].first].file);
+    if (!f.ok()) return;  // the reads will say so
+    for (const auto& [begin, end] : windows[w].runs) (*f)->Prefetch(begin, end - begin);
+  };
+  prefetch(0);
+  prefetch(1);
+  size_t w = 0;  // the window of the latest task claimed (they are claimed in order)
+  std::mutex mu;
   return ParallelFor(pool, static_cast<int64_t>(tasks.size()), [&](int64_t i) {
+    if (!windows.empty()) {
+      // The task that opens window k hints window k + 1 (0 and 1 are hinted
+      // up front): the storage fetches ahead while this one is read.
+      std::lock_guard<std::mutex> lock(mu);
+      for (; w + 1 < windows.size() && windows[w + 1].first <= static_cast<size_t>(i); ++w) {
+        prefetch(w + 2);
+      }
+    }
     return RunTask(m, tasks[i], g.group_of, g.groups, files, options, stats);
   });
 }
@@ -478,7 +528,7 @@ Status ReadVerified(DataFiles* files, const Manifest& m, uint32_t file, uint64_t
 
 Status CheckStored(DataFiles* files, const Manifest& m, uint32_t file, uint64_t offset,
                    uint64_t nbytes, uint64_t checksum, const std::vector<uint64_t>& block_sums,
-                   const std::string& what, size_t slice_bytes,
+                   const std::string& what, size_t slice_bytes, uint64_t prefetch_bytes,
                    const std::function<void(uint64_t)>& on_slice) {
   SP_ASSIGN_OR_RETURN(const ReadableFile* f, files->Get(file));
   const std::string where = what + " in '" + m.files[file] + "'";
@@ -486,8 +536,17 @@ Status CheckStored(DataFiles* files, const Manifest& m, uint32_t file, uint64_t 
   const uint64_t slice = std::max<uint64_t>(1, std::min<uint64_t>(nbytes, slice_bytes));
   std::unique_ptr<char[]> buf(new char[slice]);
   ChecksumState sum, block_sum;
+  // Windows of prefetch_bytes, each announced when a read enters the one
+  // before it (the first two up front).
+  uint64_t announced = 0;  // windows
   for (uint64_t done = 0; done < nbytes;) {
     const uint64_t n = std::min(slice, nbytes - done);
+    for (; prefetch_bytes && announced <= done / prefetch_bytes + 1 &&
+           announced * prefetch_bytes < nbytes;
+         ++announced) {
+      const uint64_t at = announced * prefetch_bytes;
+      f->Prefetch(offset + at, std::min(prefetch_bytes, nbytes - at));
+    }
     Status s = f->ReadAt(offset + done, n, buf.get());
     if (!s.ok()) return s.WithContext(what);
     sum.Update(buf.get(), n);

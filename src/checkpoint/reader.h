@@ -36,7 +36,10 @@ class DataFiles {
 
 struct ReadOptions {
   bool verify_checksums = true;
-  size_t staging_bytes = size_t{16} << 20;  // the largest request (a slice), per task
+  size_t staging_bytes = size_t{1} << 20;  // the largest request (a slice), per task
+  // Each run of tasks of a file within this many bytes is announced to the
+  // storage (ReadableFile::Prefetch) one run ahead of the reads; 0: never.
+  uint64_t prefetch_bytes = uint64_t{16} << 20;
   // Ranges of one file separated by at most this many unneeded bytes are read
   // by one request, as long as the unneeded bytes read this way stay within
   // max_gap_fraction of the needed ones (smallest gaps first).
@@ -95,12 +98,14 @@ Status ReadVerified(DataFiles* files, const internal_format::Manifest& m, uint32
 // Checks the checksum of `nbytes` at `offset` of manifest file `file`, and
 // each of its block checksums (blocks of m.block_size; none if empty),
 // reading them in slices of at most `slice_bytes` (or one block; the memory
-// it uses);
+// it uses), announcing each `prefetch_bytes` (0: none) to the storage one
+// ahead of its reads;
 // `on_slice(n)` is called after each slice of n bytes (may be empty). For
 // `verify`: a chunk of any size in bounded memory.
 Status CheckStored(DataFiles* files, const internal_format::Manifest& m, uint32_t file,
                    uint64_t offset, uint64_t nbytes, uint64_t checksum,
                    const std::vector<uint64_t>& block_sums, const std::string& what,
-                   size_t slice_bytes, const std::function<void(uint64_t)>& on_slice);
+                   size_t slice_bytes, uint64_t prefetch_bytes,
+                   const std::function<void(uint64_t)>& on_slice);
 
 }  // namespace shardpoint::internal_checkpoint

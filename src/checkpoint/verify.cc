@@ -197,7 +197,7 @@ Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir,
   Status ignored = ParallelFor(res.pool(), static_cast<int64_t>(items.size()), [&](int64_t i) {
     const Item& it = items[i];
     Status s = CheckStored(&files, m, it.file, it.offset, it.nbytes, it.checksum, *it.blocks,
-                           it.what, options.read_slice_bytes, on_slice);
+                           it.what, options.read_slice_bytes, options.prefetch_bytes, on_slice);
     std::lock_guard<std::mutex> lock(mu);
     if (!s.ok()) {
       VerifyFault v = it.where;

@@ -34,7 +34,8 @@ struct VerifyReport {
 // storage is the argument, not the field. `progress(done, total)`: bytes
 // checksummed so far, called after each slice (serialized; may be empty).
 struct VerifyOptions : Resources {
-  uint64_t read_slice_bytes = uint64_t{16} << 20;
+  uint64_t read_slice_bytes = uint64_t{1} << 20;
+  uint64_t prefetch_bytes = uint64_t{16} << 20;  // announced ahead (ReadableFile::Prefetch)
   std::function<void(uint64_t done, uint64_t total)> progress;
 };
 Result<VerifyReport> VerifyCheckpoint(Storage* storage, const std::string& dir,

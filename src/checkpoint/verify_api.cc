@@ -66,6 +66,7 @@ Result<VerifyReport> Verify(const std::string& dir, const VerifyOptions& options
   const auto start = std::chrono::steady_clock::now();
   internal_checkpoint::VerifyOptions o;
   o.read_slice_bytes = options.slice_bytes > 0 ? options.slice_bytes : options.read_slice_bytes;
+  o.prefetch_bytes = options.prefetch_bytes;
   o.progress = options.progress;
   Storage* storage = res.storage();
   Result<bool> dcp = internal_dcp::IsDcpDir(storage, dir);

@@ -201,6 +201,11 @@ class PosixReadableFile : public ReadableFile {
 
   const std::string& path() const override { return path_; }
 
+  void Prefetch(uint64_t offset, size_t n) const override {
+    (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(n),
+                          POSIX_FADV_WILLNEED);
+  }
+
  private:
   const std::string path_;
   const int fd_;

@@ -6,15 +6,19 @@
 // verifies, whole chunks at a time.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <utility>
 
 #include "shardpoint/checkpoint.h"
+#include "shardpoint/verify.h"
 #include "src/checkpoint/commit.h"
 #include "src/checkpoint/verify.h"
 #include "src/format/manifest.h"
@@ -99,6 +103,123 @@ class RecordingStorage : public StorageWrapper {
     RecordingStorage* s_;
     std::string path_;
   };
+};
+
+// Logs, in order, every Prefetch hint and every read of a data file.
+class PrefetchLogStorage : public StorageWrapper {
+ public:
+  explicit PrefetchLogStorage(Storage* base) : StorageWrapper(base) {}
+  struct Event {
+    bool prefetch;
+    std::string path;
+    uint64_t offset, n;
+  };
+
+  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& p) override {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, base()->NewReadableFile(p));
+    return std::unique_ptr<ReadableFile>(new File(std::move(f), this, p));
+  }
+  std::vector<Event> events() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+  void Clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.clear();
+  }
+
+  // Fails unless every read of tensor bytes (of the files in `data_start`,
+  // path suffix -> offset of the file's first chunk; not the headers) lies
+  // inside what was announced for that file before it, no hint is longer
+  // than `window`, and there is at least one hint.
+  ::testing::AssertionResult EveryReadAnnouncedBefore(
+      uint64_t window, const std::map<std::string, uint64_t>& data_start) {
+    std::vector<Event> ev = events();
+    int hints = 0;
+    for (size_t i = 0; i < ev.size(); ++i) {
+      const std::string& path = ev[i].path;
+      auto file = std::find_if(data_start.begin(), data_start.end(), [&](const auto& f) {
+        return path.size() >= f.first.size() &&
+               path.compare(path.size() - f.first.size(), f.first.size(), f.first) == 0;
+      });
+      if (file == data_start.end() || (!ev[i].prefetch && ev[i].offset < file->second)) continue;
+      if (ev[i].prefetch) {
+        ++hints;
+        if (ev[i].n > window || ev[i].n == 0) {
+          return ::testing::AssertionFailure() << "hint of " << ev[i].n << " bytes";
+        }
+        continue;
+      }
+      const uint64_t at = Covered(ev, i, ev[i], true);
+      if (at < ev[i].offset + ev[i].n) {
+        return ::testing::AssertionFailure()
+               << path << " read [" << ev[i].offset << ", " << ev[i].offset + ev[i].n
+               << ") not announced from " << at;
+      }
+    }
+    if (hints == 0) return ::testing::AssertionFailure() << "no hints";
+    return ::testing::AssertionSuccess();
+  }
+  // Fails unless every announced byte is read (a hint never makes the
+  // storage fetch bytes the load does not read).
+  ::testing::AssertionResult EveryHintRead() {
+    std::vector<Event> ev = events();
+    for (const Event& h : ev) {
+      const uint64_t at = h.prefetch ? Covered(ev, ev.size(), h, false) : h.offset + h.n;
+      if (at < h.offset + h.n) {
+        return ::testing::AssertionFailure() << h.path << " hint [" << h.offset << ", "
+                                             << h.offset + h.n << ") not read from " << at;
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+  int hints() {
+    int n = 0;
+    for (const Event& e : events()) n += e.prefetch;
+    return n;
+  }
+
+ private:
+  // Walks the bytes of `e` through the events before index `limit` of the
+  // same file that are hints (`hints`) or reads; returns the first byte
+  // none of them covers (e's end if all are covered).
+  static uint64_t Covered(const std::vector<Event>& ev, size_t limit, const Event& e, bool hints) {
+    uint64_t at = e.offset;
+    for (bool moved = true; at < e.offset + e.n && moved;) {
+      moved = false;
+      for (size_t j = 0; j < limit; ++j) {
+        const Event& c = ev[j];
+        if (c.prefetch == hints && c.path == e.path && c.offset <= at && at < c.offset + c.n) {
+          at = c.offset + c.n;
+          moved = true;
+        }
+      }
+    }
+    return at;
+  }
+  void Log(Event e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(e));
+  }
+  class File : public ReadableFileWrapper {
+   public:
+    File(std::unique_ptr<ReadableFile> f, PrefetchLogStorage* s, std::string path)
+        : ReadableFileWrapper(std::move(f)), s_(s), path_(std::move(path)) {}
+    Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
+      s_->Log({false, path_, offset, n});
+      return ReadableFileWrapper::ReadAt(offset, n, dst);
+    }
+    void Prefetch(uint64_t offset, size_t n) const override {
+      s_->Log({true, path_, offset, n});
+      ReadableFileWrapper::Prefetch(offset, n);  // the POSIX hint itself
+    }
+
+   private:
+    PrefetchLogStorage* s_;
+    std::string path_;
+  };
+  std::mutex mu_;
+  std::vector<Event> events_;
 };
 
 struct Spec {
@@ -196,16 +317,30 @@ class BlockChecksumTest : public ::testing::Test {
   }
   void TearDown() override { ASSERT_TRUE(DefaultStorage()->RemoveAll(root_).ok()); }
 
+  // "/data/N.safetensors" -> the offset of its first chunk.
+  std::map<std::string, uint64_t> DataStarts() const {
+    std::map<std::string, uint64_t> out;
+    for (const TensorRecord& t : manifest_.tensors) {
+      for (const ChunkRecord& c : t.chunks) {
+        const std::string f = "/" + manifest_.files[c.file];
+        out[f] = out.count(f) ? std::min(out[f], c.offset) : c.offset;
+      }
+    }
+    return out;
+  }
+
   // Loads every tensor with `world` ranks, rank r taking part r % parts along
   // `dim`. Returns the agreed status; fills results.
   Status LoadAlong(int dim, int parts, int world, bool cooperative,
                    std::vector<LoadResult>* results = nullptr, Storage* storage = nullptr,
-                   bool check = true) {
+                   bool check = true, uint64_t slice = 0, uint64_t prefetch = UINT64_MAX) {
     std::vector<TestRank> dst(world);
     for (int r = 0; r < world; ++r) Build(&dst[r], dim, r % parts, parts, false);
     LoadOptions o;
     o.cooperative = cooperative;
     o.storage = storage;
+    if (slice) o.read_slice_bytes = slice;
+    if (prefetch != UINT64_MAX) o.prefetch_bytes = prefetch;
     Status s = LoadRanks(StatesOf(dst), dir_, o, results);
     for (int r = 0; s.ok() && check && r < world; ++r) EXPECT_TRUE(Loaded(dst[r])) << "rank " << r;
     return s;
@@ -422,10 +557,11 @@ TEST_F(BlockChecksumTest, UnverifiedLoadReadsOnlyNeededBytes) {
 
 TEST_F(BlockChecksumTest, FewLargeRequests) {
   // Same layout: one request per slice of each file's needed range (the
-  // chunks of a rank lie back to back), here one per 16 MiB: 1 per rank.
+  // chunks of a rank lie back to back), here one per 16 MiB slice: 1 per rank.
+  constexpr uint64_t kSlice = uint64_t{16} << 20;
   CountingStorage counting(DefaultStorage());
   std::vector<LoadResult> res;
-  ASSERT_TRUE(LoadAlong(0, 2, 2, false, &res, &counting).ok());
+  ASSERT_TRUE(LoadAlong(0, 2, 2, false, &res, &counting, true, kSlice).ok());
   uint64_t requests = 0;
   for (const LoadResult& r : res) {
     EXPECT_EQ(r.requests, 1u);
@@ -439,7 +575,7 @@ TEST_F(BlockChecksumTest, FewLargeRequests) {
   // dim 0, at most one block beyond the needed bytes at each end of a range.
   for (int dim = 0; dim < 3; ++dim) {
     counting.reads = 0;
-    ASSERT_TRUE(LoadAlong(dim, 3, 3, false, &res, &counting).ok());
+    ASSERT_TRUE(LoadAlong(dim, 3, 3, false, &res, &counting, true, kSlice).ok());
     requests = 0;
     for (const LoadResult& r : res) {
       if (dim == 0) {
@@ -453,6 +589,67 @@ TEST_F(BlockChecksumTest, FewLargeRequests) {
     }
     EXPECT_EQ(counting.reads.load(), requests + 1);
   }
+  // The default slice is one block: a request per block read, a few more
+  // where a chunk (6 in all) ends inside a block, along every dim.
+  ASSERT_EQ(LoadOptions{}.read_slice_bytes, internal_format::kDefaultBlockSize);
+  for (int dim = 0; dim < 3; ++dim) {
+    ASSERT_TRUE(LoadAlong(dim, 3, 3, false, &res).ok());
+    for (const LoadResult& r : res) {
+      const uint64_t blocks = r.bytes_read / internal_format::kDefaultBlockSize;
+      EXPECT_GE(r.requests, blocks) << "dim " << dim;
+      EXPECT_LE(r.requests, blocks + 6) << "dim " << dim;
+    }
+  }
+}
+
+TEST_F(BlockChecksumTest, LoadAnnouncesItsReadsAhead) {
+  // Windows of one slice (1 MiB) and of two (the files hold 3.5 MiB each, so
+  // most windows are announced as the reads advance, not up front): every
+  // read lies inside hints given before it, along every dim, reading alone
+  // and cooperatively; bit for bit. With prefetch_bytes 0 there are no hints.
+  PrefetchLogStorage log(DefaultStorage());
+  for (uint64_t window : {uint64_t{1} << 20, uint64_t{2} << 20}) {
+    for (bool coop : {false, true}) {
+      for (int dim = 0; dim < 3; ++dim) {
+        log.Clear();
+        ASSERT_TRUE(LoadAlong(dim, 3, 3, coop, nullptr, &log, true, 0, window).ok());
+        EXPECT_TRUE(log.EveryReadAnnouncedBefore(window, DataStarts()))
+            << "window " << window << " dim " << dim << " coop " << coop;
+      }
+    }
+  }
+  // One rank loading a third along each dim reads parts of each file with
+  // gaps between them (along dim 0, blocks of three chunks in one 4 MiB
+  // window): the hints leave the gaps out.
+  for (int dim = 0; dim < 3; ++dim) {
+    log.Clear();
+    ASSERT_TRUE(LoadAlong(dim, 3, 1, false, nullptr, &log, true, 0, uint64_t{4} << 20).ok());
+    EXPECT_TRUE(log.EveryReadAnnouncedBefore(uint64_t{4} << 20, DataStarts())) << "dim " << dim;
+    EXPECT_TRUE(log.EveryHintRead()) << "dim " << dim;
+  }
+  log.Clear();
+  ASSERT_TRUE(LoadAlong(1, 3, 3, false, nullptr, &log, true, 0, 0).ok());
+  EXPECT_EQ(log.hints(), 0);
+  ASSERT_EQ(LoadOptions{}.prefetch_bytes, uint64_t{16} << 20);
+}
+
+TEST_F(BlockChecksumTest, VerifyAnnouncesItsReadsAhead) {
+  // Slices of 768 KiB against windows of 1 MiB: a slice that crosses into
+  // the next window finds it announced too.
+  PrefetchLogStorage log(DefaultStorage());
+  VerifyOptions o;
+  o.storage = &log;
+  o.read_slice_bytes = 768 << 10;
+  o.prefetch_bytes = 1 << 20;
+  Result<VerifyReport> r = VerifyCheckpoint(dir_, o);
+  ASSERT_TRUE(r.ok() && r->ok()) << r.status().ToString();
+  EXPECT_TRUE(log.EveryReadAnnouncedBefore(1 << 20, DataStarts()));
+  log.Clear();
+  o.prefetch_bytes = 0;
+  r = VerifyCheckpoint(dir_, o);
+  ASSERT_TRUE(r.ok() && r->ok());
+  EXPECT_EQ(log.hints(), 0);
+  EXPECT_EQ(VerifyOptions{}.prefetch_bytes, LoadOptions{}.prefetch_bytes);
 }
 
 }  // namespace

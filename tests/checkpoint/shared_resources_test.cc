@@ -200,7 +200,7 @@ TEST(SharedResourcesTest, DefaultsAreTheDocumentedOnes) {
   }
   VerifyOptions v;
   EXPECT_EQ(v.io_threads, 4);
-  EXPECT_EQ(v.read_slice_bytes, uint64_t{16} << 20);
+  EXPECT_EQ(v.read_slice_bytes, uint64_t{1} << 20);
   EXPECT_EQ(LoadOptions{}.read_slice_bytes, v.read_slice_bytes);  // one knob, one default
 
   // resources.h states each default in its table.
