@@ -447,24 +447,37 @@ Status Execute(const Manifest& m, const Groups& g, const std::vector<Ranges>* sp
   const std::vector<Task> tasks = BuildTasks(m, g.groups, spans, options, &needed);
   stats->needed.fetch_add(needed);
   const std::vector<Window> windows = PrefetchWindows(tasks, options.prefetch_bytes);
-  auto prefetch = [&](size_t w) {
+  std::vector<size_t> window_of(windows.empty() ? 0 : tasks.size());
+  for (size_t w = 0; w < windows.size(); ++w) {
+    const size_t end = w + 1 < windows.size() ? windows[w + 1].first : tasks.size();
+    for (size_t i = windows[w].first; i < end; ++i) window_of[i] = w;
+  }
+  // Window w's hints: 0 not given, 1 being given, 2 given. The first task to
+  // reach a window gives them without a lock (a hint may wait for the device
+  // queue); a task waits only for its own window's, so that its read follows
+  // them, and starts the next window's without waiting.
+  std::unique_ptr<std::atomic<int>[]> state(new std::atomic<int>[windows.size()]);
+  for (size_t w = 0; w < windows.size(); ++w) state[w] = 0;
+  auto announce = [&](size_t w, bool wait) {
     if (w >= windows.size()) return;
-    Result<const ReadableFile*> f = files->Get(tasks[windows[w].first].file);
-    if (!f.ok()) return;  // the reads will say so
-    for (const auto& [begin, end] : windows[w].runs) (*f)->Prefetch(begin, end - begin);
+    int s = 0;
+    if (state[w].compare_exchange_strong(s, 1)) {
+      Result<const ReadableFile*> f = files->Get(tasks[windows[w].first].file);
+      if (f.ok()) {  // else the reads will say so
+        for (const auto& [begin, end] : windows[w].runs) (*f)->Prefetch(begin, end - begin);
+      }
+      state[w] = 2;
+      state[w].notify_all();
+      return;
+    }
+    for (; wait && s != 2; s = state[w].load()) state[w].wait(s);
   };
-  prefetch(0);
-  prefetch(1);
-  size_t w = 0;  // the window of the latest task claimed (they are claimed in order)
-  std::mutex mu;
+  announce(0, false);
+  announce(1, false);
   return ParallelFor(pool, static_cast<int64_t>(tasks.size()), [&](int64_t i) {
     if (!windows.empty()) {
-      // The task that opens window k hints window k + 1 (0 and 1 are hinted
-      // up front): the storage fetches ahead while this one is read.
-      std::lock_guard<std::mutex> lock(mu);
-      for (; w + 1 < windows.size() && windows[w + 1].first <= static_cast<size_t>(i); ++w) {
-        prefetch(w + 2);
-      }
+      announce(window_of[i], true);
+      announce(window_of[i] + 1, false);
     }
     return RunTask(m, tasks[i], g.group_of, g.groups, files, options, stats);
   });
