@@ -462,11 +462,14 @@ Status Execute(const Manifest& m, const Groups& g, const std::vector<Ranges>* sp
     if (w >= windows.size()) return;
     int s = 0;
     if (state[w].compare_exchange_strong(s, 1)) {
-      Result<const ReadableFile*> f = files->Get(tasks[windows[w].first].file);
-      if (f.ok()) {  // else the reads will say so
-        for (const auto& [begin, end] : windows[w].runs) (*f)->Prefetch(begin, end - begin);
+      try {  // a hint that throws (a Storage of the user's) is only a lost hint
+        Result<const ReadableFile*> f = files->Get(tasks[windows[w].first].file);
+        if (f.ok()) {  // else the reads will say so
+          for (const auto& [begin, end] : windows[w].runs) (*f)->Prefetch(begin, end - begin);
+        }
+      } catch (...) {
       }
-      state[w] = 2;
+      state[w] = 2;  // also after a throw: tasks of the window wait for this
       state[w].notify_all();
       return;
     }
@@ -558,7 +561,10 @@ Status CheckStored(DataFiles* files, const Manifest& m, uint32_t file, uint64_t 
            announced * prefetch_bytes < nbytes;
          ++announced) {
       const uint64_t at = announced * prefetch_bytes;
-      f->Prefetch(offset + at, std::min(prefetch_bytes, nbytes - at));
+      try {  // a hint that throws (a Storage of the user's) is only a lost hint
+        f->Prefetch(offset + at, std::min(prefetch_bytes, nbytes - at));
+      } catch (...) {
+      }
     }
     Status s = f->ReadAt(offset + done, n, buf.get());
     if (!s.ok()) return s.WithContext(what);

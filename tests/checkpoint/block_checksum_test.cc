@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -127,6 +128,7 @@ class PrefetchLogStorage : public StorageWrapper {
     std::lock_guard<std::mutex> lock(mu_);
     events_.clear();
   }
+  std::atomic<bool> throw_on_prefetch{false};  // a user's Storage whose hint throws
 
   // Fails unless every read of tensor bytes (of the files in `data_start`,
   // path suffix -> offset of the file's first chunk; not the headers) lies
@@ -210,6 +212,7 @@ class PrefetchLogStorage : public StorageWrapper {
       return ReadableFileWrapper::ReadAt(offset, n, dst);
     }
     void Prefetch(uint64_t offset, size_t n) const override {
+      if (s_->throw_on_prefetch) throw std::runtime_error("no hints here");
       s_->Log({true, path_, offset, n});
       ReadableFileWrapper::Prefetch(offset, n);  // the POSIX hint itself
     }
@@ -630,6 +633,11 @@ TEST_F(BlockChecksumTest, LoadAnnouncesItsReadsAhead) {
   log.Clear();
   ASSERT_TRUE(LoadAlong(1, 3, 3, false, nullptr, &log, true, 0, 0).ok());
   EXPECT_EQ(log.hints(), 0);
+  // A hint that throws is a lost hint: the load neither fails nor hangs.
+  log.throw_on_prefetch = true;
+  for (bool coop : {false, true}) {
+    EXPECT_TRUE(LoadAlong(0, 3, 3, coop, nullptr, &log, true, 0, uint64_t{1} << 20).ok());
+  }
   ASSERT_EQ(LoadOptions{}.prefetch_bytes, uint64_t{16} << 20);
 }
 
@@ -650,6 +658,11 @@ TEST_F(BlockChecksumTest, VerifyAnnouncesItsReadsAhead) {
   ASSERT_TRUE(r.ok() && r->ok());
   EXPECT_EQ(log.hints(), 0);
   EXPECT_EQ(VerifyOptions{}.prefetch_bytes, LoadOptions{}.prefetch_bytes);
+  // A hint that throws is a lost hint, not a fault.
+  log.throw_on_prefetch = true;
+  o.prefetch_bytes = 1 << 20;
+  r = VerifyCheckpoint(dir_, o);
+  ASSERT_TRUE(r.ok() && r->ok()) << (r.ok() ? r->faults.size() : 0);
 }
 
 }  // namespace
