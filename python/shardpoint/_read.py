@@ -291,9 +291,10 @@ def verify(path: str | os.PathLike, *, io_threads: int | None = None,
     the deprecated old names of these two (accepted, with a DeprecationWarning)."""
     path = os.fspath(path)
     n = _renamed("io_threads", io_threads, "threads", threads, 4)
+    defaults = _C.LoadOptions()  # one knob, one default: load's
     slice_ = _renamed("read_slice_bytes", read_slice_bytes, "slice_bytes", slice_bytes,
-                      _C.LoadOptions().read_slice_bytes)
-    ahead = _C.LoadOptions().prefetch_bytes if prefetch_bytes is None else int(prefetch_bytes)
+                      defaults.read_slice_bytes)
+    ahead = defaults.prefetch_bytes if prefetch_bytes is None else int(prefetch_bytes)
     r = _C.verify_checkpoint(path, n, slice_, ahead)
     faults = tuple(Fault(_KINDS[f.kind], f.key, int(f.chunk), tuple(f.object_index), f.file,
                          int(f.begin), int(f.end), f.message) for f in r.faults)

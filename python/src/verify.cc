@@ -82,8 +82,10 @@ void RegisterVerify(py::module_& m) {
         o.prefetch_bytes = prefetch_bytes;
         return Unwrap(VerifyCheckpoint(dir, o));
       },
-      py::arg("dir"), py::arg("io_threads") = 4, py::arg("read_slice_bytes") = uint64_t{1} << 20,
-      py::arg("prefetch_bytes") = uint64_t{16} << 20, py::call_guard<py::gil_scoped_release>());
+      py::arg("dir"), py::arg("io_threads") = VerifyOptions{}.io_threads,
+      py::arg("read_slice_bytes") = VerifyOptions{}.read_slice_bytes,
+      py::arg("prefetch_bytes") = VerifyOptions{}.prefetch_bytes,
+      py::call_guard<py::gil_scoped_release>());
 }
 
 }  // namespace shardpoint::python

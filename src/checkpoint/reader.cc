@@ -475,8 +475,6 @@ Status Execute(const Manifest& m, const Groups& g, const std::vector<Ranges>* sp
     }
     for (; wait && s != 2; s = state[w].load()) state[w].wait(s);
   };
-  announce(0, false);
-  announce(1, false);
   return ParallelFor(pool, static_cast<int64_t>(tasks.size()), [&](int64_t i) {
     if (!windows.empty()) {
       announce(window_of[i], true);

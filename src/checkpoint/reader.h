@@ -37,8 +37,8 @@ class DataFiles {
 struct ReadOptions {
   bool verify_checksums = true;
   size_t staging_bytes = size_t{1} << 20;  // the largest request (a slice), per task
-  // Each run of tasks of a file within this many bytes is announced to the
-  // storage (ReadableFile::Prefetch) one run ahead of the reads; 0: never.
+  // The tasks of a file are announced to the storage (ReadableFile::Prefetch)
+  // in windows of this many bytes, one window ahead of the reads; 0: never.
   uint64_t prefetch_bytes = uint64_t{16} << 20;
   // Ranges of one file separated by at most this many unneeded bytes are read
   // by one request, as long as the unneeded bytes read this way stay within
