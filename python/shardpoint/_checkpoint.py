@@ -514,6 +514,14 @@ def decode_metadata(st: Any, checkpoint: str) -> dict | None:
     return meta
 
 
+def prefetch_bytes_option(value) -> int:
+    """``prefetch_bytes=`` of load and verify: a byte count >= 0 (0: no hints)."""
+    n = int(value)
+    if n < 0:
+        raise ValueError(f"prefetch_bytes must be >= 0 (0 turns read-ahead hints off), got {n}")
+    return n
+
+
 def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
          strict: bool = True, allow_pickle: bool = False, common: bool = True,
          allow_missing_keys: bool | None = None, allow_unexpected_keys: bool | None = None,
@@ -567,7 +575,7 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     if read_slice_bytes is not None:
         o.read_slice_bytes = int(read_slice_bytes)
     if prefetch_bytes is not None:
-        o.prefetch_bytes = int(prefetch_bytes)
+        o.prefetch_bytes = prefetch_bytes_option(prefetch_bytes)
     # A checkpoint without common state (written by the CLI or the C++ API)
     # loads with common None.
     o.common_optional = bool(common)

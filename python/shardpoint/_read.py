@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 from shardpoint import _shardpoint as _C
 from shardpoint import sharded
-from shardpoint._checkpoint import ShardedObject, decode_metadata, load
+from shardpoint._checkpoint import ShardedObject, decode_metadata, load, prefetch_bytes_option
 from shardpoint.comm import single
 
 __all__ = ["ChunkInfo", "TensorInfo", "ObjectInfo", "Metadata", "Fault", "VerifyReport",
@@ -294,7 +294,8 @@ def verify(path: str | os.PathLike, *, io_threads: int | None = None,
     defaults = _C.LoadOptions()  # one knob, one default: load's
     slice_ = _renamed("read_slice_bytes", read_slice_bytes, "slice_bytes", slice_bytes,
                       defaults.read_slice_bytes)
-    ahead = defaults.prefetch_bytes if prefetch_bytes is None else int(prefetch_bytes)
+    ahead = (defaults.prefetch_bytes if prefetch_bytes is None
+             else prefetch_bytes_option(prefetch_bytes))
     r = _C.verify_checkpoint(path, n, slice_, ahead)
     faults = tuple(Fault(_KINDS[f.kind], f.key, int(f.chunk), tuple(f.object_index), f.file,
                          int(f.begin), int(f.end), f.message) for f in r.faults)

@@ -271,6 +271,10 @@ def test_prefetch_bytes_reaches_load_and_verify(tmp_path):
         assert torch.equal(cols, g[:, 512:768]), prefetch
         assert r.bytes_read == 4 << 20
         assert sp.verify(tmp_path / "c", prefetch_bytes=prefetch).ok
+    with pytest.raises(ValueError, match=r"prefetch_bytes must be >= 0 .*got -1"):
+        sp.load({"w": torch.zeros(1024, 1024)}, tmp_path / "c", prefetch_bytes=-1)
+    with pytest.raises(ValueError, match=r"prefetch_bytes must be >= 0 .*got -1"):
+        sp.verify(tmp_path / "c", prefetch_bytes=-1)
 
 
 def test_load_reports_requests_and_bytes_needed(tmp_path):
