@@ -2,15 +2,53 @@
 
 #include <xxhash.h>
 
+#include <new>
+
+#include "src/format/checksum_kernels.h"
+
 namespace shardpoint::internal_format {
+namespace {
 
-uint64_t Checksum64(const void* data, size_t n) { return XXH3_64bits(data, n); }
+uint64_t LibOneShot(const void* data, size_t n) { return XXH3_64bits(data, n); }
+void* LibNewState() {
+  // XXH3_state_t must be 64-byte aligned; XXH3_createState handles that.
+  XXH3_state_t* s = XXH3_createState();
+  if (s) XXH3_64bits_reset(s);
+  return s;
+}
+void LibFreeState(void* s) { XXH3_freeState(static_cast<XXH3_state_t*>(s)); }
+void LibReset(void* s) { XXH3_64bits_reset(static_cast<XXH3_state_t*>(s)); }
+void LibUpdate(void* s, const void* data, size_t n) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(s), data, n);
+}
+uint64_t LibDigest(const void* s) {
+  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(s));
+}
 
-// XXH3_state_t must be 64-byte aligned; XXH3_createState handles that.
+const ChecksumKernels kLib{"libxxhash", LibOneShot, LibNewState, LibFreeState,
+                           LibReset,    LibUpdate,  LibDigest};
+
+}  // namespace
+
+const ChecksumKernels& BaselineChecksumKernels() { return kLib; }
+
+const ChecksumKernels& ActiveChecksumKernels() {
+  static const ChecksumKernels& active = [] {
+    const ChecksumKernels* avx2 = Avx2ChecksumKernels();
+    return avx2 ? *avx2 : kLib;
+  }();
+  return active;
+}
+
+uint64_t Checksum64(const void* data, size_t n) { return ActiveChecksumKernels().oneshot(data, n); }
+
 struct ChecksumState::Impl {
-  XXH3_state_t* state = nullptr;
-  Impl() : state(XXH3_createState()) { XXH3_64bits_reset(state); }
-  ~Impl() { XXH3_freeState(state); }
+  const ChecksumKernels& k = ActiveChecksumKernels();
+  void* state = nullptr;
+  Impl() : state(k.new_state()) {
+    if (!state) throw std::bad_alloc();
+  }
+  ~Impl() { k.free_state(state); }
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
 };
@@ -22,17 +60,17 @@ ChecksumState& ChecksumState::operator=(ChecksumState&&) noexcept = default;
 
 void ChecksumState::Reset() {
   if (!impl_) impl_ = std::make_unique<Impl>();
-  XXH3_64bits_reset(impl_->state);
+  impl_->k.reset(impl_->state);
 }
 
 void ChecksumState::Update(const void* data, size_t n) {
   if (!impl_) impl_ = std::make_unique<Impl>();  // a moved-from state starts afresh
-  XXH3_64bits_update(impl_->state, data, n);
+  impl_->k.update(impl_->state, data, n);
 }
 
 uint64_t ChecksumState::Digest() const {
   if (!impl_) return Checksum64(nullptr, 0);
-  return XXH3_64bits_digest(impl_->state);
+  return impl_->k.digest(impl_->state);
 }
 
 }  // namespace shardpoint::internal_format

@@ -1,4 +1,5 @@
-// Chunk checksums: XXH3-64 (libxxhash), seed 0.
+// Chunk checksums: XXH3-64, seed 0 (libxxhash, or its AVX2 build where the
+// CPU has it: checksum_kernels.h).
 #pragma once
 
 #include <cstddef>
