@@ -107,6 +107,9 @@ struct PieceRuns {
   uint64_t lo = 0, hi = UINT64_MAX;
   char* packed = nullptr;  // a part: flat element f goes to packed[f - flat_base]
   int64_t flat_base = 0;
+  // p->dst is row-major contiguous: flat elements [f, f + n) are one range of
+  // its memory, placed without cutting the range into sub-views.
+  bool dst_contiguous = false;
 };
 
 // Calls fn(from, to, flat) for each run of `pr` inside chunk-relative bytes
@@ -152,6 +155,15 @@ void Scatter(const Manifest& m, const PieceRuns& pr, uint64_t a, uint64_t b, con
     const char* src = mem + (from - a);
     if (pr.packed) {
       std::memcpy(pr.packed + (flat - pr.flat_base) * es, src, to - from);
+      return;
+    }
+    if (pr.dst_contiguous) {  // the common case: a run is one range of the destination
+      char* dst = p.dst.data + flat * static_cast<int64_t>(p.dst.elem_size);
+      if (p.src_dtype != p.dst_dtype) {
+        ConvertElements(p.src_dtype, src, p.dst_dtype, dst, count);
+      } else {
+        std::memcpy(dst, src, to - from);
+      }
       return;
     }
     if (p.src_dtype != p.dst_dtype) {
@@ -435,7 +447,8 @@ struct Groups {
     const uint64_t es = DTypeSize(p.src_dtype);
     pr.run_bytes = static_cast<uint64_t>(pr.runs.run_elements) * es;
     pr.begin = static_cast<uint64_t>(RunStart(c.box.shape, p.in_chunk, pr.runs, 0)) * es;
-    pr.contiguous = pr.runs.runs == 1 && p.src_dtype == p.dst_dtype && p.dst.IsContiguous();
+    pr.dst_contiguous = p.dst.data != nullptr && p.dst.IsContiguous();
+    pr.contiguous = pr.runs.runs == 1 && p.src_dtype == p.dst_dtype && pr.dst_contiguous;
     groups[it->second].push_back(pr);
     return &groups[it->second].back();
   }
