@@ -237,6 +237,7 @@ int main(int argc, char** argv) {
 
   bool global_drop = true;
   auto drop_caches = [&](bool global) {
+    remote.ForgetCache();
     if (global) {
       ::sync();
       FILE* f = std::fopen("/proc/sys/vm/drop_caches", "w");
