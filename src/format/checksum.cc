@@ -7,35 +7,15 @@
 #include "src/format/checksum_kernels.h"
 
 namespace shardpoint::internal_format {
-namespace {
+#define SP_CHECKSUM_KERNELS_NAME "libxxhash"
+#include "src/format/checksum_kernels.inc"
 
-uint64_t LibOneShot(const void* data, size_t n) { return XXH3_64bits(data, n); }
-void* LibNewState() {
-  // XXH3_state_t must be 64-byte aligned; XXH3_createState handles that.
-  XXH3_state_t* s = XXH3_createState();
-  if (s) XXH3_64bits_reset(s);
-  return s;
-}
-void LibFreeState(void* s) { XXH3_freeState(static_cast<XXH3_state_t*>(s)); }
-void LibReset(void* s) { XXH3_64bits_reset(static_cast<XXH3_state_t*>(s)); }
-void LibUpdate(void* s, const void* data, size_t n) {
-  XXH3_64bits_update(static_cast<XXH3_state_t*>(s), data, n);
-}
-uint64_t LibDigest(const void* s) {
-  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(s));
-}
-
-const ChecksumKernels kLib{"libxxhash", LibOneShot, LibNewState, LibFreeState,
-                           LibReset,    LibUpdate,  LibDigest};
-
-}  // namespace
-
-const ChecksumKernels& BaselineChecksumKernels() { return kLib; }
+const ChecksumKernels& BaselineChecksumKernels() { return kKernels; }
 
 const ChecksumKernels& ActiveChecksumKernels() {
   static const ChecksumKernels& active = [] {
     const ChecksumKernels* avx2 = Avx2ChecksumKernels();
-    return avx2 ? *avx2 : kLib;
+    return avx2 ? *avx2 : kKernels;
   }();
   return active;
 }

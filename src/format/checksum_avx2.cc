@@ -12,27 +12,12 @@
 namespace shardpoint::internal_format {
 
 #if defined(__AVX2__)
-namespace {
-
-uint64_t OneShot(const void* data, size_t n) { return XXH3_64bits(data, n); }
-void* NewState() {
-  XXH3_state_t* s = XXH3_createState();
-  if (s) XXH3_64bits_reset(s);
-  return s;
-}
-void FreeState(void* s) { XXH3_freeState(static_cast<XXH3_state_t*>(s)); }
-void Reset(void* s) { XXH3_64bits_reset(static_cast<XXH3_state_t*>(s)); }
-void Update(void* s, const void* data, size_t n) {
-  XXH3_64bits_update(static_cast<XXH3_state_t*>(s), data, n);
-}
-uint64_t Digest(const void* s) { return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(s)); }
-
-const ChecksumKernels kAvx2{"avx2", OneShot, NewState, FreeState, Reset, Update, Digest};
-
-}  // namespace
+#define SP_CHECKSUM_KERNELS_NAME "avx2"
+#include "src/format/checksum_kernels.inc"
 
 const ChecksumKernels* Avx2ChecksumKernels() {
-  return __builtin_cpu_supports("avx2") ? &kAvx2 : nullptr;
+  __builtin_cpu_init();  // also safe before libgcc's constructors have run
+  return __builtin_cpu_supports("avx2") ? &kKernels : nullptr;
 }
 #else
 const ChecksumKernels* Avx2ChecksumKernels() { return nullptr; }
