@@ -108,7 +108,7 @@ struct PieceRuns {
   char* packed = nullptr;  // a part: flat element f goes to packed[f - flat_base]
   int64_t flat_base = 0;
   // p->dst is row-major contiguous: flat elements [f, f + n) are one range of
-  // its memory, placed without cutting the range into sub-views.
+  // its memory, so a converted run needs no scratch buffer.
   bool dst_contiguous = false;
 };
 
@@ -157,13 +157,9 @@ void Scatter(const Manifest& m, const PieceRuns& pr, uint64_t a, uint64_t b, con
       std::memcpy(pr.packed + (flat - pr.flat_base) * es, src, to - from);
       return;
     }
-    if (pr.dst_contiguous) {  // the common case: a run is one range of the destination
-      char* dst = p.dst.data + flat * static_cast<int64_t>(p.dst.elem_size);
-      if (p.src_dtype != p.dst_dtype) {
-        ConvertElements(p.src_dtype, src, p.dst_dtype, dst, count);
-      } else {
-        std::memcpy(dst, src, to - from);
-      }
+    if (p.src_dtype != p.dst_dtype && pr.dst_contiguous) {  // converted straight into place
+      ConvertElements(p.src_dtype, src, p.dst_dtype,
+                      p.dst.data + flat * static_cast<int64_t>(p.dst.elem_size), count);
       return;
     }
     if (p.src_dtype != p.dst_dtype) {

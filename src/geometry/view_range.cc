@@ -1,5 +1,7 @@
 #include "src/geometry/view_range.h"
 
+#include <cstring>
+
 #include "src/geometry/flat_range.h"
 
 namespace shardpoint::internal_geometry {
@@ -22,13 +24,25 @@ void ForEachPiece(const View& v, int64_t begin, int64_t end, Fn fn) {
 
 }  // namespace
 
+// A row-major contiguous view holds its flat range [begin, end) as one run
+// of memory: one copy, no sub-views.
 void GatherFlatRange(char* dst, const View& src, int64_t begin, int64_t end) {
+  if (src.IsContiguous()) {
+    if (end > begin)
+      std::memcpy(dst, src.data + begin * src.elem_size, (end - begin) * src.elem_size);
+    return;
+  }
   ForEachPiece(src, begin, end, [&](const View& piece, int64_t pos) {
     StridedCopy(ContiguousView(dst + pos * src.elem_size, src.elem_size, piece.shape), piece);
   });
 }
 
 void ScatterFlatRange(const View& dst, int64_t begin, int64_t end, const char* src) {
+  if (dst.IsContiguous()) {
+    if (end > begin)
+      std::memcpy(dst.data + begin * dst.elem_size, src, (end - begin) * dst.elem_size);
+    return;
+  }
   ForEachPiece(dst, begin, end, [&](const View& piece, int64_t pos) {
     StridedCopy(piece, ContiguousView(const_cast<char*>(src) + pos * dst.elem_size, dst.elem_size,
                                       piece.shape));
