@@ -28,6 +28,17 @@ own bandwidth, which leaves out its start and file layout; the row "fio,
 barrier to barrier" times the same runs as every other row;
 memcpy copies each rank's state into a buffer and back. `--json FILE` keeps
 every measurement. Exits non-zero if any peer fails or loads wrong values.
+
+Memory backing (`--preback`): on a VM with free page reporting (this
+project's Firecracker machines), memory that has been free for a second or
+more is handed back to the host, and the guest pays ~1 s of system CPU per
+GB to use it again (bench/free_page_probe.py measures it). Whichever
+operation happens to run after memory sat free pays that for its page cache
+and buffers; the others do not. So before each operation, after the cache
+drop, every rank touches and frees its share of `--preback` GiB (default:
+twice the state), and the operation finds backed pages, as on a bare-metal
+machine. `--preback 0` turns it off. Each record keeps the ranks' user and
+system CPU seconds.
 """
 
 import argparse
@@ -60,6 +71,10 @@ def parse_args(argv=None):
                    "the last)")
     p.add_argument("--drop", choices=["all", "files", "none"], default="all",
                    help="page cache before each operation: drop all (root), evict files, keep")
+    p.add_argument("--preback", type=float, default=None,
+                   help="GiB that the ranks touch and free before each operation, so that it "
+                   "finds memory the VM host has not taken back (default: twice the state; "
+                   "0: off)")
     p.add_argument("--verify-all", action="store_true",
                    help="check every load, not the first rep's")
     p.add_argument("--json", help="write every measurement here")
@@ -102,6 +117,16 @@ def worker(args):
     total = sum(s.nbytes() for s in specs)
     local = sum(s.nbytes() // (world if s.dims["same"] is not None else 1) for s in specs)
     records, drop_kind = [], None
+    preback = int((2 * total / 2**30 if args.preback is None else args.preback) * 2**30)
+
+    def back_memory():
+        # Touch one byte per page of this rank's share, then free it: the
+        # operation right after reuses these pages (see --preback).
+        if preback > 0:
+            import numpy as np
+            b = np.empty(preback // world, dtype=np.uint8)
+            b[::4096] = 1
+            del b
 
     def timed(peer, op, rep, fn, needed):
         nonlocal drop_kind
@@ -109,15 +134,18 @@ def worker(args):
         if rank == 0 and args.drop != "none":
             drop_kind = M.drop_page_cache(args.drop, [args.dir])
         dist.barrier()
+        back_memory()
         io0, rss0 = M.io_counters(), M.rss_bytes()
         M.reset_peak_rss()
         dist.barrier()
-        t0 = time.perf_counter()
+        cpu0, t0 = os.times(), time.perf_counter()
         extra = fn()
         dist.barrier()
         seconds = time.perf_counter() - t0
-        io1 = M.io_counters()
+        cpu1, io1 = os.times(), M.io_counters()
         mine = {k: io1[k] - io0[k] for k in ("rchar", "read_bytes", "wchar", "write_bytes")}
+        mine["user_seconds"] = cpu1.user - cpu0.user
+        mine["system_seconds"] = cpu1.system - cpu0.system
         mine["peak_rss_growth"] = M.peak_rss_bytes() - rss0
         mine["needed"] = needed
         per_rank = [None] * world
@@ -219,7 +247,8 @@ def worker(args):
         if rank == 0:  # after every repetition: a run cut short still has figures
             info = {"hidden": hidden, "layers": args.layers, "tensors": len(specs),
                     "state_bytes": total, "ranks": world, "reps": rep + 1,
-                    "cache": drop_kind or "kept", "fio_bytes_per_job": fio_size}
+                    "cache": drop_kind or "kept", "fio_bytes_per_job": fio_size,
+                    "preback_bytes": preback}
             with open(os.path.join(args.dir, "results.json.tmp"), "w") as f:
                 json.dump({"info": info, "records": records}, f)
             os.replace(os.path.join(args.dir, "results.json.tmp"),
@@ -242,6 +271,8 @@ def launch(args):
     base = [sys.executable, os.path.abspath(__file__), "--gib", str(args.gib), "--reps",
             str(args.reps), "--ranks", str(args.ranks), "--layers", str(args.layers), "--dir",
             args.dir, "--peers", ";".join(args.peers), "--drop", args.drop, "--init", init]
+    if args.preback is not None:
+        base += ["--preback", str(args.preback)]
     if args.verify_all:
         base.append("--verify-all")
     procs = [subprocess.Popen(base + ["--worker", str(r)], env=env) for r in range(args.ranks)]
@@ -310,7 +341,8 @@ def report(results):
              f"({info['state_bytes']:,} B) of bf16 weights + fp32 main params and Adam "
              f"moments, hidden {info['hidden']}, {info['layers']} layers, "
              f"{info['tensors']} tensors; {info['reps']} interleaved reps; "
-             f"page cache before each op: {info['cache']}",
+             f"page cache before each op: {info['cache']}; memory touched and freed "
+             f"before each op: {info.get('preback_bytes', 0) / 2**30:.2f} GiB",
              f"commit {info.get('commit', '?')}; {info.get('date', '')}", "",
              "| GB/s, median (min–max) | " + " | ".join(names) + " |",
              "|---" * (len(ops) + 1) + "|"]
@@ -347,7 +379,8 @@ def report(results):
     if ratios:
         lines += ["", "shardpoint, ratios of medians: " + "; ".join(ratios) + "."]
     loads = [op for op in ops if op != "save"]
-    lines += ["", "| read_bytes / rchar per needed byte; peak RSS growth of a rank | "
+    lines += ["", "| read_bytes / rchar per needed byte; peak RSS growth of a rank; system "
+              "CPU seconds of all ranks | "
               + " | ".join(names[1:]) + " | save |", "|---" * (len(ops) + 1) + "|"]
     for p in peers:
         if p == "fio":
@@ -360,6 +393,10 @@ def report(results):
                 continue
             rss = statistics.median(max(x["peak_rss_growth"] for x in r["ranks"]) for r in recs)
             rss_s = f"{rss / 2**20:.0f} MiB"
+            if all("system_seconds" in x for r in recs for x in r["ranks"]):
+                sys_s = statistics.median(sum(x["system_seconds"] for x in r["ranks"])
+                                          for r in recs)
+                rss_s += f"; {sys_s:.1f} s"
             if op == "save" or p == "memcpy":
                 cells.append(rss_s)
             else:

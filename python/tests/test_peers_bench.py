@@ -38,8 +38,11 @@ def test_tiny_run_of_every_peer(tmp_path):
         assert f"| {peer} |" in p.stdout, p.stdout
     if "fio" in peers:
         assert "| fio, barrier to barrier |" in p.stdout, p.stdout
+    # memory touched and freed before each op: twice the state by default (--preback)
+    assert res["info"]["preback_bytes"] == int(2 * res["info"]["state_bytes"] / 2**30 * 2**30)
     for r in res["records"]:
         assert len(r["ranks"]) == 4 and r["seconds"] > 0
+        assert all(x["system_seconds"] >= 0 and x["user_seconds"] >= 0 for x in r["ranks"]), r
         if r["op"] != "save" and r["peer"] != "fio":
             assert all(x["needed"] > 0 for x in r["ranks"]), r
     # a torch.save load reads whole files: every rank's file for another dim (4x what it
