@@ -377,8 +377,9 @@ class BlockChecksumTest : public ::testing::Test {
   }
 
   // Flips seeded random bytes, one at a time, and expects every load along
-  // every dim (plain: 3 ranks; cooperative: 4 ranks, 2 copies of each part)
-  // to fail naming the key, chunk, file and the covering block's range.
+  // every dim (plain: 3 ranks, requests of one block and of up to 4 blocks;
+  // cooperative: 4 ranks, 2 copies of each part) to fail naming the key,
+  // chunk, file and the covering block's range.
   void FlipsFailEveryLoad(uint32_t seed, int flips) {
     std::mt19937_64 rng(seed);
     for (int f = 0; f < flips; ++f) {
@@ -394,9 +395,15 @@ class BlockChecksumTest : public ::testing::Test {
       SCOPED_TRACE(t.key + " chunk " + std::to_string(ci) + " byte " + std::to_string(rel));
       FlipByte(manifest_.files[c.file], c.offset + rel);
       for (int dim = 0; dim < 3; ++dim) {
-        for (bool coop : {false, true}) {
-          SCOPED_TRACE("dim " + std::to_string(dim) + (coop ? " cooperative" : " plain"));
-          Status s = coop ? LoadAlong(dim, 2, 4, true) : LoadAlong(dim, 3, 3, false);
+        for (int mode = 0; mode < 3; ++mode) {
+          const bool coop = mode == 1;
+          SCOPED_TRACE("dim " + std::to_string(dim) +
+                       (coop        ? " cooperative"
+                        : mode == 2 ? " plain, 4 MiB requests"
+                                    : " plain"));
+          Status s = coop        ? LoadAlong(dim, 2, 4, true)
+                     : mode == 2 ? LoadAlong(dim, 3, 3, false, nullptr, nullptr, true, 4 << 20)
+                                 : LoadAlong(dim, 3, 3, false);
           ASSERT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
           EXPECT_NE(s.message().find("tensor '" + t.key + "' chunk " + std::to_string(ci)),
                     std::string::npos)
