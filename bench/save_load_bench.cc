@@ -23,10 +23,13 @@
 //     drop caches, resharded load; drop caches, other-dim load cooperative; the
 //     same without.
 // "Drop caches" is `sync; echo 3 > /proc/sys/vm/drop_caches` when writable (root),
-// else POSIX_FADV_DONTNEED on the data files (printed). Every load right after a
-// save also gets POSIX_FADV_DONTNEED on its files first, as before (an O_DIRECT
-// save leaves none in the cache). Request counts: storage calls by all ranks,
-// counted by the same wrapper (zero latency, no cap, on the local disk).
+// else POSIX_FADV_DONTNEED on the data files (printed); then --preback GiB of memory
+// (default twice the state) is touched and freed, so that the load finds memory a
+// VM host with free page reporting has not taken back during the pause
+// (bench/free_page_probe.py; docs/performance.md, "Memory this VM took back"). Every load right
+// after a save also gets POSIX_FADV_DONTNEED on its files first, as before (an O_DIRECT save leaves
+// none in the cache), and the same --preback. Request counts: storage calls by all ranks, counted
+// by the same wrapper (zero latency, no cap, on the local disk).
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -172,7 +175,7 @@ double Fio(const std::string& rw, const std::string& dir, int jobs, uint64_t per
 }  // namespace
 
 int main(int argc, char** argv) {
-  double net_latency_ms = 0.5, net_gbps = 1.0, pause_s = 2;
+  double net_latency_ms = 0.5, net_gbps = 1.0, pause_s = 2, preback_gib = -1;
   bool net = true;
   const bench::Flags flags = bench::ParseFlags(
       "save_load_bench", {(fs::current_path() / "bench_ckpt").string(), 4, 8, 3, 2, false}, argc,
@@ -192,9 +195,14 @@ int main(int argc, char** argv) {
           pause_s = std::stod(value());
           return true;
         }
+        if (a == "--preback") {
+          preback_gib = std::stod(value());
+          if (preback_gib < 0) Die("--preback wants GiB >= 0");
+          return true;
+        }
         return false;
       },
-      " --net LATENCY_MS,GB_PER_S|off --pause S");
+      " --net LATENCY_MS,GB_PER_S|off --pause S --preback GIB");
   if (flags.ranks < 2 || flags.ranks % 2) Die("need an even --ranks >= 2");
   const ModelConfig model = ScaleModel(static_cast<uint64_t>(flags.gib * (1ull << 30)));
   const ParallelConfig save_layout{flags.ranks, 1, 1, false};
@@ -220,6 +228,11 @@ int main(int argc, char** argv) {
   uint64_t state_bytes = 0;
   for (const auto& r : src) state_bytes += r.bytes;
 
+  const uint64_t preback =
+      preback_gib < 0 ? 2 * state_bytes : static_cast<uint64_t>(preback_gib * (1ull << 30));
+  std::printf("memory touched and freed after each cache drop: %.2f GiB (--preback)\n",
+              preback / double(1ull << 30));
+
   const bool have_fio = std::system("fio --version >/dev/null 2>&1") == 0;
   if (!have_fio) std::printf("fio: not installed\n");
   const uint64_t per_job = ((state_bytes / flags.ranks + (4u << 20) - 1) / (4u << 20)) * (4u << 20);
@@ -238,14 +251,16 @@ int main(int argc, char** argv) {
   bool global_drop = true;
   auto drop_caches = [&](bool global) {
     remote.ForgetCache();
+    bool dropped = false;
     if (global) {
       ::sync();
       FILE* f = std::fopen("/proc/sys/vm/drop_caches", "w");
-      if (f && std::fputs("3", f) >= 0 && std::fclose(f) == 0) return;
-      if (f) std::fclose(f);
-      global_drop = false;
+      dropped = f && std::fputs("3", f) >= 0 && std::fclose(f) == 0;
+      if (f && !dropped) std::fclose(f);
+      global_drop = global_drop && dropped;
     }
-    DropCache(ckpt);
+    if (!dropped) DropCache(ckpt);
+    bench::BackMemory(preback);
   };
   auto save = [&](const std::string& name, bench::NetworkStorage* storage, bool preallocate) {
     fs::remove_all(ckpt);
@@ -344,6 +359,7 @@ int main(int argc, char** argv) {
       [&] {
         save(kSave, &local, true);
         DropCache(ckpt);
+        bench::BackMemory(preback);
         load(kSameAfter, &local, false);
       },
       [&] {
@@ -354,6 +370,7 @@ int main(int argc, char** argv) {
       [&] {
         save(kSave, &local, true);
         DropCache(ckpt);
+        bench::BackMemory(preback);
         load(kReshAfter, &local, true);
       },
       [&] {
@@ -364,6 +381,7 @@ int main(int argc, char** argv) {
       [&] {
         save(kSaveNoPre, &local, false);
         DropCache(ckpt);
+        bench::BackMemory(preback);
         load(kSameAfterNoPre, &local, false);
       },
       [&] {
