@@ -31,8 +31,8 @@ every measurement. Exits non-zero if any peer fails or loads wrong values.
 
 Memory backing (`--preback`): on a VM with free page reporting (this
 project's Firecracker machines), memory that has been free for a second or
-more is handed back to the host, and the guest pays ~1 s of system CPU per
-GB to use it again (bench/free_page_probe.py measures it). Whichever
+more is handed back to the host, and the guest pays ~3 s of system CPU per
+GiB to use it again (bench/free_page_probe.py measures it). Whichever
 operation happens to run after memory sat free pays that for its page cache
 and buffers; the others do not. So before each operation, after the cache
 drop, every rank touches and frees its share of `--preback` GiB (default:

@@ -254,9 +254,10 @@ int main(int argc, char** argv) {
     bool dropped = false;
     if (global) {
       ::sync();
-      FILE* f = std::fopen("/proc/sys/vm/drop_caches", "w");
-      dropped = f && std::fputs("3", f) >= 0 && std::fclose(f) == 0;
-      if (f && !dropped) std::fclose(f);
+      if (FILE* f = std::fopen("/proc/sys/vm/drop_caches", "w")) {
+        const bool written = std::fputs("3", f) >= 0;
+        dropped = std::fclose(f) == 0 && written;  // closed once, whatever happened
+      }
       global_drop = global_drop && dropped;
     }
     if (!dropped) DropCache(ckpt);
