@@ -119,22 +119,14 @@ def worker(args):
     records, drop_kind = [], None
     preback = int((2 * total / 2**30 if args.preback is None else args.preback) * 2**30)
 
-    def back_memory():
-        # Touch one byte per page of this rank's share, then free it: the
-        # operation right after reuses these pages (see --preback).
-        if preback > 0:
-            import numpy as np
-            b = np.empty(preback // world, dtype=np.uint8)
-            b[::4096] = 1
-            del b
-
     def timed(peer, op, rep, fn, needed):
         nonlocal drop_kind
         dist.barrier()
         if rank == 0 and args.drop != "none":
             drop_kind = M.drop_page_cache(args.drop, [args.dir])
         dist.barrier()
-        back_memory()
+        if preback > 0:  # this rank's share; the operation reuses these pages (--preback)
+            M.touch_pages(preback // world)
         io0, rss0 = M.io_counters(), M.rss_bytes()
         M.reset_peak_rss()
         dist.barrier()

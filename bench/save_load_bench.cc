@@ -359,8 +359,7 @@ int main(int argc, char** argv) {
   std::vector<std::function<void()>> steps = {
       [&] {
         save(kSave, &local, true);
-        DropCache(ckpt);
-        bench::BackMemory(preback);
+        drop_caches(false);  // the files only, and --preback
         load(kSameAfter, &local, false);
       },
       [&] {
@@ -370,8 +369,7 @@ int main(int argc, char** argv) {
       },
       [&] {
         save(kSave, &local, true);
-        DropCache(ckpt);
-        bench::BackMemory(preback);
+        drop_caches(false);  // the files only, and --preback
         load(kReshAfter, &local, true);
       },
       [&] {
@@ -381,8 +379,7 @@ int main(int argc, char** argv) {
       },
       [&] {
         save(kSaveNoPre, &local, false);
-        DropCache(ckpt);
-        bench::BackMemory(preback);
+        drop_caches(false);  // the files only, and --preback
         load(kSameAfterNoPre, &local, false);
       },
       [&] {

@@ -66,3 +66,13 @@ def fsync_path(path):
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def touch_pages(nbytes):
+    """Touches one byte per 4 KiB page of `nbytes` of fresh memory, then frees it: the
+    next allocations reuse pages the guest holds (bench/free_page_probe.py times the same
+    touch, the freeing left out)."""
+    import numpy as np
+    b = np.empty(nbytes, dtype=np.uint8)
+    b[::4096] = 1
+    del b
