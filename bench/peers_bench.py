@@ -86,6 +86,8 @@ def parse_args(argv=None):
     for x in args.peers:
         if x not in ALL_PEERS:
             p.error(f"unknown peer {x!r}")
+    if args.preback is not None and args.preback < 0:
+        p.error(f"--preback wants GiB >= 0, got {args.preback:g}")
     return args
 
 

@@ -80,3 +80,10 @@ def test_layouts():
         if same is not None:
             lo, hi = s.box("tp_dp", 1, 4)[same]
             assert (lo, hi) == (s.box("same", 2, 4)[same][0], s.box("same", 3, 4)[same][1])
+
+
+def test_negative_preback_is_refused():
+    p = subprocess.run([PYTHON, BENCH, "--preback", "-1"], env=subprocess_env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert p.returncode == 2, p.stdout
+    assert "--preback wants GiB >= 0, got -1" in p.stdout, p.stdout
