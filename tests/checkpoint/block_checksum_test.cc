@@ -72,10 +72,11 @@ class RecordingStorage : public StorageWrapper {
     std::string path;
     uint64_t offset, n;
   };
-  std::vector<Read> reads;  // one rank, one I/O thread
-
+  // Reads come from the rank's thread (manifest, headers) and its I/O
+  // threads at once: guarded.
   bool ReadByte(const std::string& suffix, uint64_t at) const {
-    for (const Read& r : reads) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Read& r : reads_) {
       if (r.path.size() >= suffix.size() &&
           r.path.compare(r.path.size() - suffix.size(), suffix.size(), suffix) == 0 &&
           r.offset <= at && at < r.offset + r.n) {
@@ -96,7 +97,7 @@ class RecordingStorage : public StorageWrapper {
     File(std::unique_ptr<ReadableFile> f, RecordingStorage* s, std::string path)
         : ReadableFileWrapper(std::move(f)), s_(s), path_(std::move(path)) {}
     Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
-      s_->reads.push_back({path_, offset, n});
+      s_->Record({path_, offset, n});
       return ReadableFileWrapper::ReadAt(offset, n, dst);
     }
 
@@ -104,6 +105,12 @@ class RecordingStorage : public StorageWrapper {
     RecordingStorage* s_;
     std::string path_;
   };
+  void Record(Read r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    reads_.push_back(std::move(r));
+  }
+  mutable std::mutex mu_;
+  std::vector<Read> reads_;
 };
 
 // Logs, in order, every Prefetch hint and every read of a data file.
