@@ -36,6 +36,10 @@ struct ExportHfOptions : Resources {
   size_t block_bytes = size_t{64} << 20;  // a tensor is read and written in blocks of this size
   std::map<std::string, int64_t> variables;
   HfProgress progress;
+  // ConvertToDcp: the torch whose DCP reads the output. 2 (default): torch
+  // 2.x's class paths (torch.distributed.checkpoint); 1: torch 1.13's
+  // (torch.distributed._shard.checkpoint). Neither torch loads the other's.
+  int dcp_torch_major = 2;
 };
 struct ExportHfStats {
   int files = 0;
@@ -59,8 +63,10 @@ Result<ExportHfStats> ConvertHfToShardpoint(const std::string& hf_dir, const std
                                             const ExportHfOptions& options = {});
 
 // Offline any checkpoint (shardpoint, HF model, PyTorch DCP) -> a PyTorch
-// DCP directory in torch 1.13's layout (`.metadata` + `__<n>_0.distcp`), which
-// torch.distributed(._shard).checkpoint loads: one tensor item per stored
+// DCP directory (`.metadata` + `__<n>_0.distcp`, FileSystemWriter's layout),
+// which torch 2.x's torch.distributed.checkpoint loads (or, with
+// options.dcp_torch_major = 1, torch 1.13's
+// torch.distributed._shard.checkpoint): one tensor item per stored
 // chunk, unsharded objects as byte items (their bytes as stored; DCP's
 // load_state_dict torch.loads them). Streams like ExportHf (max_shard_size is
 // not used). FailedPrecondition if `dcp_dir` exists, for a dtype torch 1.13

@@ -118,7 +118,8 @@ def test_real_dcp_loads_what_convert_to_dcp_wrote(dcp_dir, tmp_path, request):
     run_ranks(2, save)
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     for src, dst in ((spd, a), (dcp_dir, b)):  # b: DCP -> DCP keeps the byte item
-        r = subprocess.run([exe, "convert", "--to", "dcp", src, dst], capture_output=True,
+        r = subprocess.run([exe, "convert", "--to", "dcp", "--torch", "1.13", src, dst],
+                           capture_output=True,
                            text=True, timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "(PyTorch DCP)" in r.stdout

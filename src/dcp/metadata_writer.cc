@@ -9,9 +9,18 @@
 namespace shardpoint::internal_dcp {
 namespace {
 
-constexpr std::string_view kMod = "torch.distributed._shard.checkpoint.metadata";
-constexpr std::string_view kShardMod = "torch.distributed._shard.sharded_tensor.metadata";
-constexpr std::string_view kFsMod = "torch.distributed._shard.checkpoint.filesystem";
+// The modules that hold DCP's classes. torch 2.x keeps the 1.13 names only as
+// an alias package: unpickled from there, MetadataIndex is another class
+// than the reader's own, never equal to its keys (KeyError on every read).
+struct Modules {
+  std::string_view metadata, properties, filesystem;
+};
+constexpr Modules kTorch1{"torch.distributed._shard.checkpoint.metadata",
+                          "torch.distributed._shard.sharded_tensor.metadata",
+                          "torch.distributed._shard.checkpoint.filesystem"};
+constexpr Modules kTorch2{"torch.distributed.checkpoint.metadata",
+                          "torch.distributed.checkpoint.metadata",
+                          "torch.distributed.checkpoint.filesystem"};
 
 // cls() with its fields set by BUILD from a dict: how pickle stores a dataclass.
 // `fields` emits key/value pairs.
@@ -30,6 +39,13 @@ void Dataclass(PickleWriter& p, std::string_view module, std::string_view cls, F
 }  // namespace
 
 Result<std::string> EncodeDcpMetadata(const DcpMetadata& md) {
+  if (md.torch_major != 1 && md.torch_major != 2) {
+    return InvalidArgumentError("DCP metadata for torch major version " +
+                                std::to_string(md.torch_major) +
+                                ": only 1 (1.13) and 2 are written");
+  }
+  const Modules& mods = md.torch_major == 1 ? kTorch1 : kTorch2;
+  const std::string_view kMod = mods.metadata;
   PickleWriter p;
   auto size = [&p](const Shape& s) {
     p.Global("torch", "Size");
@@ -52,7 +68,7 @@ Result<std::string> EncodeDcpMetadata(const DcpMetadata& md) {
       p.Str(t.fqn);
       Dataclass(p, kMod, "TensorStorageMetadata", [&] {
         p.Str("properties");
-        p.Global(kShardMod, "TensorProperties");
+        p.Global(mods.properties, "TensorProperties");
         p.EmptyTuple();
         p.NewObj();
         p.Mark();  // __getstate__: (dtype, layout, requires_grad, memory format, pin_memory)
@@ -63,10 +79,16 @@ Result<std::string> EncodeDcpMetadata(const DcpMetadata& md) {
         p.Tuple();
         p.Reduce();
         p.Bool(false);
-        p.Global("builtins", "getattr");
-        p.Mark();
-        p.Global(kShardMod, "MEM_FORMAT_ENCODING");
-        p.Str("TORCH_CONTIGUOUS_FORMAT");
+        if (md.torch_major == 1) {  // getattr(MEM_FORMAT_ENCODING, "TORCH_CONTIGUOUS_FORMAT")
+          p.Global("builtins", "getattr");
+          p.Mark();
+          p.Global(mods.properties, "MEM_FORMAT_ENCODING");
+          p.Str("TORCH_CONTIGUOUS_FORMAT");
+        } else {  // _MEM_FORMAT_ENCODING(0), as torch 2.x pickles the enum member
+          p.Global(mods.properties, "_MEM_FORMAT_ENCODING");
+          p.Mark();
+          p.Int(0);
+        }
         p.Tuple();
         p.Reduce();
         p.Bool(false);
@@ -136,7 +158,7 @@ Result<std::string> EncodeDcpMetadata(const DcpMetadata& md) {
           p.Int(index);
         }
       });
-      Dataclass(p, kFsMod, "_StorageInfo", [&] {
+      Dataclass(p, mods.filesystem, "_StorageInfo", [&] {
         p.Str("relative_path");
         p.Str(info.relative_path);
         p.Str("offset");

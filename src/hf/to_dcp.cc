@@ -78,6 +78,7 @@ Result<ExportHfStats> ConvertToDcpImpl(const std::string& src_dir, const std::st
     return std::pair<DcpFile*, uint64_t>{&f, at};
   };
   DcpMetadata md;
+  md.torch_major = options.dcp_torch_major;
   std::vector<Item> items;
   std::vector<OutTensor> outs;
   for (const TensorRecord& t : src.index.tensors) {

@@ -161,6 +161,28 @@ TEST(DcpCliTest, ConvertToDcpVerifiesLoadsAndRefusesAnExistingDestination) {
   std::filesystem::remove_all(out);
 }
 
+// --torch picks whose class paths .metadata names: torch 2.x by default,
+// torch 1.13 on request (each torch reads only its own); anything else is a
+// usage error.
+TEST(DcpCliTest, ConvertToDcpWritesForTheTorchAskedFor) {
+  const std::string out = ::testing::TempDir() + "sp_dcp_torch_" + std::to_string(::getpid());
+  for (const auto& [flag, major] :
+       std::vector<std::pair<std::string, int>>{{"", 2}, {" --torch 2", 2}, {" --torch 1.13", 1}}) {
+    SCOPED_TRACE(flag);
+    std::filesystem::remove_all(out);
+    CliRun r = RunCli("convert --to dcp" + flag + " " + Fixture() + " " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    Result<DcpIndex> idx = ReadDcpIndex(DefaultStorage(), out);
+    ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+    EXPECT_EQ(idx->metadata.torch_major, major);
+  }
+  std::filesystem::remove_all(out);
+  CliRun bad = RunCli("convert --to dcp --torch 3 " + Fixture() + " " + out);
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_THAT(bad.out, HasSubstr("--torch"));
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
 // export-hf from DCP writes the fixture's values (checked through the HF
 // loader, not through the DCP reader that wrote them), and diff says the
 // DCP directory and the export are equal.

@@ -10,7 +10,7 @@ namespace shardpoint::tools {
 
 std::function<int()> AddConvert(CLI::App& app) {
   struct Args {
-    std::string src, dst, max_shard = "5GB", dtype, to;
+    std::string src, dst, max_shard = "5GB", dtype, to, torch = "2";
     HfFlags hf;
     bool quiet = false;
   };
@@ -26,14 +26,20 @@ std::function<int()> AddConvert(CLI::App& app) {
       ->default_val("5GB");
   cmd->add_option("--dtype", a->dtype, "convert floating tensors, e.g. bf16");
   cmd->add_option("--to", a->to,
-                  "dcp: write a PyTorch DCP directory (torch 1.13 layout, see docs/dcp.md); "
+                  "dcp: write a PyTorch DCP directory (see docs/dcp.md); "
                   "default: shardpoint <-> HF by what SRC is")
       ->check(CLI::IsMember({"dcp"}));
+  cmd->add_option("--torch", a->torch,
+                  "with --to dcp: the torch that loads it, 2 (torch >= 2.0) or 1.13; each reads "
+                  "only its own class paths")
+      ->default_val("2")
+      ->check(CLI::IsMember({"2", "1.13"}));
   a->hf.Add(cmd);
   AddQuiet(cmd, a->quiet);
   SetExamples(cmd, {"shardpoint convert Llama-3-8B/ ckpt/iter_0000000 --mapping llama",
                     "shardpoint convert ckpt/iter_0001000 hf_out --mapping llama",
-                    "shardpoint convert --to dcp ckpt/iter_0001000 dcp_out"});
+                    "shardpoint convert --to dcp ckpt/iter_0001000 dcp_out",
+                    "shardpoint convert --to dcp --torch 1.13 ckpt/iter_0001000 dcp_out"});
   return [cmd, a]() -> int {
     if (!*cmd) return -1;
     auto fail = [](const Status& s) {
@@ -47,6 +53,7 @@ std::function<int()> AddConvert(CLI::App& app) {
     Result<std::map<std::string, int64_t>> vars = ParseVariables(a->hf.sets);
     if (!vars.ok()) return fail(vars.status());
     ExportHfOptions o;
+    o.dcp_torch_major = a->torch == "1.13" ? 1 : 2;
     o.max_shard_size = *max_shard;
     o.io_threads = a->hf.io_threads;
     o.variables = *vars;
