@@ -1,5 +1,7 @@
-// The committed torch 1.13 DCP fixtures (tests/dcp/fixtures/make_fixture.py):
-// indexed, loaded whole and resharded bit for bit without Python.
+// The committed DCP fixtures, written by torch 1.13
+// (tests/dcp/fixtures/make_fixture.py) and by torch 2.11
+// (make_torch2_fixture.py) with the same contents: indexed, loaded whole and
+// resharded bit for bit without Python.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -46,7 +48,7 @@ class DcpFixtureTest : public ::testing::TestWithParam<const char*> {
 TEST_P(DcpFixtureTest, IndexesTensorsChunksAndBytes) {
   Result<DcpIndex> idx = ReadDcpIndex(DefaultStorage(), dir());
   ASSERT_TRUE(idx.ok()) << idx.status().ToString();
-  EXPECT_EQ(idx->metadata.torch_major, 1);
+  EXPECT_EQ(idx->metadata.torch_major, std::string(GetParam()).starts_with("torch2") ? 2 : 1);
   const Manifest& m = idx->m;
   ASSERT_EQ(m.tensors.size(), 3u);
   EXPECT_EQ(m.tensors[0].key, "b");
@@ -80,7 +82,7 @@ TEST_P(DcpFixtureTest, LoadsWholeTensorsBitForBit) {
   // bfloat16 0, 0.5, 1, 1.5
   EXPECT_EQ(b, (std::vector<uint16_t>{0x0000, 0x3f00, 0x3f80, 0x3fc0}));
   EXPECT_EQ(idx, (std::vector<int64_t>{10, 11, 12, 13}));
-  // A byte item is the bytes DCP stored: torch 1.13 torch.saves the BytesIO.
+  // A byte item is the bytes DCP stored: torch (1.13 and 2.11) torch.saves the BytesIO.
   ASSERT_GE(st.objects[0].bytes.size(), 4u);
   EXPECT_EQ(st.objects[0].bytes.substr(0, 4), std::string("PK\x03\x04", 4));
   EXPECT_NE(st.objects[0].bytes.find("shardpoint-dcp"), std::string::npos);
@@ -111,7 +113,8 @@ TEST_P(DcpFixtureTest, ReshardsAcrossStoredChunks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DcpFixtureTest,
-                         ::testing::Values("torch113_2ranks", "torch113_per_rank"));
+                         ::testing::Values("torch113_2ranks", "torch113_per_rank", "torch2_2ranks",
+                                           "torch2_per_rank"));
 
 }  // namespace
 }  // namespace shardpoint

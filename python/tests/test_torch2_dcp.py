@@ -1,0 +1,113 @@
+"""torch 2.x's real DCP (`torch.distributed.checkpoint`, DTensors on a CPU device
+mesh, several gloo processes) and shardpoint, both ways, bit for bit. Needs
+torch >= 2.4: skipped on this project's machines (Debian's torch 1.13), run on a
+GPU machine by tests/gpu/run.sh."""
+
+import io
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import shardpoint as sp
+from conftest import run_ranks, subprocess_env
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "workers", "dcp2_worker.py")
+sys.path.insert(0, os.path.join(HERE, "workers"))
+from dcp2_worker import globals_, same  # noqa: E402
+
+
+def _torch2():
+    if tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 4):
+        return False
+    try:
+        import torch.distributed.checkpoint as dcp  # noqa: F401
+        from torch.distributed.tensor import DTensor  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+pytestmark = pytest.mark.skipif(
+    not _torch2(), reason=f"needs torch >= 2.4's DCP and DTensor (this is torch "
+    f"{torch.__version__})")
+G = globals_()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(*args):
+    r = subprocess.run([sys.executable, WORKER, *map(str, args)], capture_output=True,
+                       text=True, env=subprocess_env(), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+@pytest.fixture(scope="module", params=[(4, False), (3, True)],
+                ids=["4ranks-2d-mesh", "3ranks-single-file"])
+def dcp2_dir(request, tmp_path_factory):  # pragma: no cover - torch >= 2.4
+    world, single = request.param
+    out = str(tmp_path_factory.mktemp("dcp2") / "ckpt")
+    _worker("save", out, world, free_port(), *(["--single-file"] if single else []))
+    return out
+
+
+def test_whole_tensors_bit_for_bit(dcp2_dir):  # pragma: no cover - torch >= 2.4
+    sd = {k: torch.zeros_like(t) for k, t in G.items()}
+    res = sp.load(sd, dcp2_dir, sp.single(), strict=False)
+    for k, t in G.items():
+        assert same(sd[k], t), k
+    assert "extra" in res.unexpected_keys and "step" in res.unexpected_keys, res
+
+
+def test_reshards_columns_and_rows(dcp2_dir):  # pragma: no cover - torch >= 2.4
+    def load(r, comm):
+        grid = torch.zeros(8, 2)
+        col = torch.zeros(2, 7, dtype=torch.bfloat16)
+        sd = {"grid": sp.ShardedTensor("grid", grid, [8, 6], [0, 2 * r]),
+              "col": sp.ShardedTensor("col", col, [6, 7], [2 * r, 0])}
+        sp.load(sd, dcp2_dir, comm, allow_unexpected_keys=True)
+        return grid, col
+
+    for r, (grid, col) in enumerate(run_ranks(3, load)):
+        assert same(grid, G["grid"][:, 2 * r:2 * r + 2].contiguous()), r
+        assert same(col, G["col"][2 * r:2 * r + 2]), r
+
+
+def test_byte_items(dcp2_dir):  # pragma: no cover - torch >= 2.4
+    # torch 2.x, as 1.13, stores every object with torch.save, a BytesIO too
+    sd = {"extra": b"", "step": b""}
+    sp.load(sd, dcp2_dir, sp.single(), allow_unexpected_keys=True, raw_objects=True)
+    assert sd["extra"][:4] == b"PK\x03\x04"
+    assert torch.load(io.BytesIO(sd["extra"]), weights_only=False).getvalue() == \
+        b"dcp-bytes-item"
+    assert torch.load(io.BytesIO(sd["step"]), weights_only=False) == 7
+
+
+def test_dcp2_loads_what_convert_to_dcp_wrote(tmp_path):  # pragma: no cover - torch >= 2.4
+    from test_dcp import cli
+    exe = cli()
+    if exe is None:
+        pytest.skip("no shardpoint CLI: not in the package, beside it, nor on PATH")
+    spd, out = str(tmp_path / "sp"), str(tmp_path / "dcp")
+
+    def save(r, comm):  # emb rows 0:7 | 7:10, the rest whole on both ranks
+        rows = [(0, 7), (7, 10)][r]
+        sd = {k: t for k, t in G.items() if k != "emb"}
+        sd["emb"] = sp.ShardedTensor("emb", G["emb"][rows[0]:rows[1]].clone(), [10, 4],
+                                     [rows[0], 0])
+        sp.save(sd, spd, comm)
+
+    run_ranks(2, save)
+    r = subprocess.run([exe, "convert", "--to", "dcp", spd, out], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "dcp2_worker: ok" in _worker("load", out, 4, free_port())
