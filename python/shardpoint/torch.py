@@ -523,9 +523,10 @@ def set_state_dict(model: Any, optimizers: Any = None, state_dict: dict | None =
                 src = v.data if isinstance(v, _sh.ShardedTensor) else v
                 cur = state.get(name)
                 if _is_torch_tensor(src) and _is_torch_tensor(cur):
-                    if src.data_ptr() != cur.data_ptr():
+                    dst = _local(cur)  # a DTensor's (FSDP2) local tensor: src is one too
+                    if src.data_ptr() != dst.data_ptr():
                         with torch.no_grad():
-                            cur.copy_(src)
+                            dst.copy_(src)
                 else:
                     state[name] = src
         _apply_param_groups(prefix, opt, saved["param_groups"], names)

@@ -1,0 +1,63 @@
+"""FSDP2 (torch 2.x `fully_shard`, DTensor parameters and AdamW state) saved with
+`shardpoint.torch.TrainState` and resumed under another FSDP2 world size and in one
+unsharded process, bit for bit. Needs torch >= 2.6: skipped on this project's
+machines (Debian's torch 1.13), run on a GPU machine by tests/gpu/run.sh."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import shardpoint.torch as spt
+from conftest import subprocess_env
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "workers", "fsdp2_worker.py")
+sys.path.insert(0, os.path.join(HERE, "workers"))
+
+
+def _fsdp2():
+    # the version first: torch 1.13's fsdp package fails to import on Python 3.11
+    if tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 6):
+        return False
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+pytestmark = pytest.mark.skipif(
+    not _fsdp2(), reason=f"needs torch >= 2.6's FSDP2 (this is torch {torch.__version__})")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(*args):
+    r = subprocess.run([sys.executable, WORKER, *map(str, args)], capture_output=True,
+                       text=True, env=subprocess_env(), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "fsdp2_worker: ok" in r.stdout
+
+
+def test_fsdp2_resumes_under_another_world_size(tmp_path):  # pragma: no cover - torch >= 2.6
+    from fsdp2_worker import build
+    ckpt, ref = tmp_path / "ckpt", tmp_path / "ref.pt"
+    _worker("save", ckpt, 2, free_port(), ref)
+    _worker("load", ckpt, 3, free_port(), ref)  # 10 rows over 3 ranks: 4, 4, 2
+    # one process, no FSDP: the plain model and optimizer get the full tensors
+    model = build()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    spt.TrainState(model, opt, rng=False).load(ckpt)
+    want = torch.load(ref, weights_only=True)
+    for name, p in model.named_parameters():
+        assert torch.equal(p.detach(), want[name]), name
+        assert torch.equal(opt.state[p]["exp_avg"], want[f"{name}.exp_avg"]), name
+        assert torch.equal(opt.state[p]["exp_avg_sq"], want[f"{name}.exp_avg_sq"]), name
