@@ -15,15 +15,19 @@ def test_cuda_round_trip_and_pool_reuse(ckpt, tmp_path):
     g = torch.Generator().manual_seed(0)
     w = torch.randn(64, 33, generator=g).to(torch.bfloat16).cuda()
     view = torch.randn(8, 16, generator=g).cuda().t()  # non-contiguous
-    sp.save({"w": w, "v": view, "st": sp.column_parallel("s", w[:32], [64, 33], 0, 2)}, ckpt)
+    def halves(t):  # both TP pieces of "s" (one process holds the whole tensor)
+        return [sp.column_parallel("s", t[:32], [64, 33], 0, 2),
+                sp.column_parallel("s", t[32:], [64, 33], 1, 2)]
+
+    sp.save({"w": w, "v": view, "st": halves(w)}, ckpt)
     before = _staging.pool_bytes()
-    sp.save({"w": w, "v": view, "st": sp.column_parallel("s", w[:32], [64, 33], 0, 2)},
-            tmp_path / "again")
+    sp.save({"w": w, "v": view, "st": halves(w)}, tmp_path / "again")
     assert _staging.pool_bytes() == before  # reused
     w2 = torch.zeros_like(w)
     v2 = torch.zeros(16, 8, device="cuda")
-    sp.load({"w": w2, "v": v2, "st": sp.column_parallel("s", w2[:32], [64, 33], 0, 2)}, ckpt)
-    assert torch.equal(w2, w) and torch.equal(v2, view)
+    s2 = torch.zeros_like(w)
+    sp.load({"w": w2, "v": v2, "st": halves(s2)}, ckpt)
+    assert torch.equal(w2, w) and torch.equal(v2, view) and torch.equal(s2, w)
     cpu = torch.zeros(64, 33, dtype=torch.bfloat16)
     sp.load({"w": cpu}, ckpt, strict=False)
     assert torch.equal(cpu, w.cpu())
