@@ -54,6 +54,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 DEFAULT_PEERS = ["shardpoint", "torch.save", "numpy .npy", "PyTorch DCP", "fio", "memcpy"]
+CUDA_PEERS = ["shardpoint", "torch.save", "PyTorch DCP", "fio", "memcpy"]
 ALL_PEERS = DEFAULT_PEERS + ["shardpoint, cooperative on", "shardpoint, 16 MiB reads"]
 OPS = ["save", "same", "tp_dp", "other_dim"]
 
@@ -66,9 +67,10 @@ def parse_args(argv=None):
     p.add_argument("--ranks", type=int, default=4, help="processes = TP size")
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--dir", default=None, help="where checkpoints go (default: a temp dir in /tmp)")
-    p.add_argument("--peers", default=";".join(DEFAULT_PEERS),
-                   help="';'-separated, of: " + "; ".join(ALL_PEERS) + " (default: all but "
-                   "the last)")
+    p.add_argument("--peers", default=None,
+                   help="';'-separated, of: " + "; ".join(ALL_PEERS) + " (default: "
+                   + "; ".join(DEFAULT_PEERS) + "; with --device cuda: "
+                   + "; ".join(CUDA_PEERS) + ")")
     p.add_argument("--drop", choices=["all", "files", "none"], default="all",
                    help="page cache before each operation: drop all (root), evict files, keep")
     p.add_argument("--preback", type=float, default=None,
@@ -78,14 +80,23 @@ def parse_args(argv=None):
     p.add_argument("--verify-all", action="store_true",
                    help="check every load, not the first rep's")
     p.add_argument("--json", help="write every measurement here")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where the state lives: cuda runs the GPU peers (bench/peers/cuda.py: "
+                   "torch 2.x DCP with DTensors, torch.save of CUDA tensors; numpy left out; "
+                   "memcpy is a device <-> pinned host copy)")
     p.add_argument("--keep", action="store_true", help="keep the checkpoints")
     p.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     p.add_argument("--init", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.peers is None:
+        args.peers = ";".join(CUDA_PEERS if args.device == "cuda" else DEFAULT_PEERS)
     args.peers = [x.strip() for x in args.peers.split(";") if x.strip()]
     for x in args.peers:
         if x not in ALL_PEERS:
             p.error(f"unknown peer {x!r}")
+        if args.device == "cuda" and x not in CUDA_PEERS:
+            p.error(f"peer {x!r} has no CUDA version (--device cuda runs: "
+                    + "; ".join(CUDA_PEERS) + ")")
     if args.preback is not None and args.preback < 0:
         p.error(f"--preback wants GiB >= 0, got {args.preback:g}")
     return args
@@ -101,21 +112,29 @@ def slug(peer):
 def worker(args):
     sys.path.insert(0, HERE)
     sys.path.insert(0, os.path.join(REPO, "python", "tests"))
-    from dcp_compat import import_dcp
-    dcp = import_dcp()  # before torch.distributed._shard: patches its import on Python 3.11
+    cuda = args.device == "cuda"
+    if not cuda:
+        from dcp_compat import import_dcp
+        dcp = import_dcp()  # before torch.distributed._shard: patches its import on Python 3.11
     import torch
     import torch.distributed as dist
     import shardpoint as sp
     from peers import measure as M
     from peers import state as S
-    from peers.formats import PEERS, Rank, make_tensors
 
     rank, world = args.worker, args.ranks
     dist.init_process_group("gloo", init_method=f"file://{args.init}", rank=rank,
                             world_size=world)
     comm = sp.TorchDistributedComm()
     hidden, specs = S.scale_model(int(args.gib * 2**30), world, args.layers)
-    ctx = Rank(rank, world, specs, comm, dcp)
+    if cuda:
+        from peers.cuda import CudaRank, cuda_peers, host_copy, make_cuda_tensors
+        ctx, PEERS, make_tensors = CudaRank(rank, world, specs, comm), cuda_peers(), \
+            make_cuda_tensors
+        sync = torch.cuda.synchronize
+    else:
+        from peers.formats import PEERS, Rank, make_tensors
+        ctx, sync = Rank(rank, world, specs, comm, dcp), (lambda: None)
     total = sum(s.nbytes() for s in specs)
     local = sum(s.nbytes() // (world if s.dims["same"] is not None else 1) for s in specs)
     records, drop_kind = [], None
@@ -134,6 +153,7 @@ def worker(args):
         dist.barrier()
         cpu0, t0 = os.times(), time.perf_counter()
         extra = fn()
+        sync()  # CUDA: the copies the operation queued are done
         dist.barrier()
         seconds = time.perf_counter() - t0
         cpu1, io1 = os.times(), M.io_counters()
@@ -188,6 +208,8 @@ def worker(args):
     buf = None
 
     def memcpy(to_buffer):
+        if cuda:
+            return host_copy(ctx, buf, to_buffer)
         off = 0
         for t in ctx.state.values():
             b = t.view(-1).view(torch.uint8)
@@ -204,7 +226,7 @@ def worker(args):
         order = peers[k:] + peers[:k]
         ctx.make_state()  # filled anew each repetition, dropped after the saves (memory)
         for s in specs:
-            S.fill(s, "same", rank, world, ctx.state[s.key])
+            ctx.fill(s, ctx.state[s.key])
         for op in ops:
             if op != "save":
                 ctx.state = ctx.sharded_state = None
@@ -219,7 +241,7 @@ def worker(args):
                     continue
                 if peer == "memcpy":
                     if op == "save":  # both directions now: the state is gone during loads
-                        buf = torch.zeros(local, dtype=torch.uint8)
+                        buf = torch.zeros(local, dtype=torch.uint8, pin_memory=cuda)
                         timed(peer, "save", rep, lambda: memcpy(True), local)
                         timed(peer, "same", rep, lambda: memcpy(False), local)
                         buf = None
@@ -236,13 +258,14 @@ def worker(args):
                       needed)
                 if rep == 0 or args.verify_all:
                     for s in specs:
-                        S.check(s, layout, rank, world, tensors[s.key])
+                        ctx.check(s, layout, tensors[s.key])
                 tensors = dcp_values = None
         if rank == 0:  # after every repetition: a run cut short still has figures
             info = {"hidden": hidden, "layers": args.layers, "tensors": len(specs),
                     "state_bytes": total, "ranks": world, "reps": rep + 1,
                     "cache": drop_kind or "kept", "fio_bytes_per_job": fio_size,
-                    "preback_bytes": preback}
+                    "preback_bytes": preback, "device": _device_name(torch, cuda),
+                    "torch": torch.__version__}
             with open(os.path.join(args.dir, "results.json.tmp"), "w") as f:
                 json.dump({"info": info, "records": records}, f)
             os.replace(os.path.join(args.dir, "results.json.tmp"),
@@ -264,7 +287,8 @@ def launch(args):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     base = [sys.executable, os.path.abspath(__file__), "--gib", str(args.gib), "--reps",
             str(args.reps), "--ranks", str(args.ranks), "--layers", str(args.layers), "--dir",
-            args.dir, "--peers", ";".join(args.peers), "--drop", args.drop, "--init", init]
+            args.dir, "--peers", ";".join(args.peers), "--drop", args.drop, "--init", init,
+            "--device", args.device]
     if args.preback is not None:
         base += ["--preback", str(args.preback)]
     if args.verify_all:
@@ -296,6 +320,14 @@ def launch(args):
             shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
         if own_dir:
             os.rmdir(args.dir)
+
+
+def _device_name(torch, cuda):
+    if not cuda:
+        return "cpu"
+    p = torch.cuda.get_device_properties(0)
+    return f"cuda ({p.name}, {p.total_memory / 2**30:.0f} GiB; {torch.cuda.device_count()} " \
+        f"device(s) shared by the ranks)"
 
 
 def _commit():
@@ -336,7 +368,8 @@ def report(results):
              f"moments, hidden {info['hidden']}, {info['layers']} layers, "
              f"{info['tensors']} tensors; {info['reps']} interleaved reps; "
              f"page cache before each op: {info['cache']}; memory touched and freed "
-             f"before each op: {info.get('preback_bytes', 0) / 2**30:.2f} GiB",
+             f"before each op: {info.get('preback_bytes', 0) / 2**30:.2f} GiB; state on "
+             f"{info.get('device', 'cpu')}, torch {info.get('torch', '?')}",
              f"commit {info.get('commit', '?')}; {info.get('date', '')}", "",
              "| GB/s, median (min–max) | " + " | ".join(names) + " |",
              "|---" * (len(ops) + 1) + "|"]

@@ -31,6 +31,13 @@ class Rank:
         self.state = self.sharded_state = None
         self.state, self.sharded_state = make_tensors(self, "same")
 
+    def fill(self, spec, t):
+        """Fills this rank's piece of `spec` under the saved layout."""
+        S.fill(spec, "same", self.rank, self.world, t)
+
+    def check(self, spec, layout, t):
+        S.check(spec, layout, self.rank, self.world, t)
+
 
 def make_tensors(ctx, layout):
     """Zeroed local tensors of every key under `layout`: (key -> tensor, key ->

@@ -87,3 +87,29 @@ def test_negative_preback_is_refused():
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
     assert p.returncode == 2, p.stdout
     assert "--preback wants GiB >= 0, got -1" in p.stdout, p.stdout
+
+
+def test_a_peer_without_a_cuda_version_is_refused():
+    p = subprocess.run([PYTHON, BENCH, "--device", "cuda", "--peers", "shardpoint;numpy .npy"],
+                       env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=60)
+    assert p.returncode == 2, p.stdout
+    assert "peer 'numpy .npy' has no CUDA version" in p.stdout, p.stdout
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+def test_tiny_cuda_run_of_every_peer(tmp_path):  # pragma: no cover - needs a GPU (torch 2.x)
+    out = tmp_path / "results.json"
+    cmd = [sys.executable, BENCH, "--device", "cuda", "--gib", "0.001", "--layers", "1", "--reps", "1",
+           "--ranks", "4", "--drop", "files", "--preback", "0", "--dir", str(tmp_path / "ckpt"),
+           "--json", str(out)]
+    p = subprocess.run(cmd, env=subprocess_env(), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout
+    with open(out) as f:
+        res = json.load(f)
+    assert res["info"]["device"].startswith("cuda"), res["info"]
+    ops = {(r["peer"], r["op"]) for r in res["records"]}
+    for peer in ("shardpoint", "torch.save", "PyTorch DCP"):
+        for op in ("save", "same", "tp_dp", "other_dim"):
+            assert (peer, op) in ops, (peer, op, sorted(ops))
