@@ -55,6 +55,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 DEFAULT_PEERS = ["shardpoint", "torch.save", "numpy .npy", "PyTorch DCP", "fio", "memcpy"]
 CUDA_PEERS = ["shardpoint", "torch.save", "PyTorch DCP", "fio", "memcpy"]
+CUDA_ALL_PEERS = CUDA_PEERS + ["shardpoint, cooperative on", "shardpoint, 16 MiB reads"]
 ALL_PEERS = DEFAULT_PEERS + ["shardpoint, cooperative on", "shardpoint, 16 MiB reads"]
 OPS = ["save", "same", "tp_dp", "other_dim"]
 
@@ -94,9 +95,9 @@ def parse_args(argv=None):
     for x in args.peers:
         if x not in ALL_PEERS:
             p.error(f"unknown peer {x!r}")
-        if args.device == "cuda" and x not in CUDA_PEERS:
+        if args.device == "cuda" and x not in CUDA_ALL_PEERS:
             p.error(f"peer {x!r} has no CUDA version (--device cuda runs: "
-                    + "; ".join(CUDA_PEERS) + ")")
+                    + "; ".join(CUDA_ALL_PEERS) + ")")
     if args.preback is not None and args.preback < 0:
         p.error(f"--preback wants GiB >= 0, got {args.preback:g}")
     return args

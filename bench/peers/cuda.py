@@ -124,8 +124,9 @@ class CudaTorchSave:
 
 
 def cuda_peers():
-    from peers.formats import Shardpoint
-    return {p.name: p for p in (Shardpoint(), CudaTorchSave(), Dcp2())}
+    from peers.formats import Shardpoint, ShardpointCooperative, ShardpointLargeReads
+    return {p.name: p for p in (Shardpoint(), ShardpointCooperative(), ShardpointLargeReads(),
+                                CudaTorchSave(), Dcp2())}
 
 
 def host_copy(ctx, buf, to_buffer):

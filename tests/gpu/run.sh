@@ -11,6 +11,8 @@
 #   here:  bash tests/gpu/pack_deps.sh
 #   there: bash tests/gpu/run.sh [GIB] [REPS]     (carry .devdeps)
 #          SHARDPOINT_GPU_STAGES="build tests" bash tests/gpu/run.sh
+#          SHARDPOINT_GPU_STAGES="build bench" SHARDPOINT_GPU_PEERS="shardpoint;torch.save" \
+#            bash tests/gpu/run.sh 2 3
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/shardpoint_gpu_out}
@@ -61,12 +63,22 @@ tar czf "$OUT/torch2_fixtures.tgz" -C tests/dcp/fixtures torch2_2ranks torch2_pe
 fi
 
 if want bench; then
-stage "tiny CUDA peers run (pytest)"
-timeout 150 python3 -m pytest -q -p no:cacheprovider \
-  python/tests/test_peers_bench.py::test_tiny_cuda_run_of_every_peer 2>&1 | tail -15
-tiny=${PIPESTATUS[0]}
-peers="shardpoint;torch.save;PyTorch DCP;fio;memcpy"
-[ "$tiny" = 0 ] || peers="shardpoint;torch.save;fio;memcpy"
+# SHARDPOINT_GPU_PEERS: the peers to run (skips the tiny run that picks them).
+peers=${SHARDPOINT_GPU_PEERS:-}
+if [ -z "$peers" ]; then
+  stage "tiny CUDA peers run (pytest)"
+  timeout 150 python3 -m pytest -q -p no:cacheprovider \
+    python/tests/test_peers_bench.py::test_tiny_cuda_run_of_every_peer 2>&1 | tail -15
+  tiny=${PIPESTATUS[0]}
+  peers="shardpoint;torch.save;PyTorch DCP;fio;memcpy"
+  [ "$tiny" = 0 ] || peers="shardpoint;torch.save;fio;memcpy"
+fi
+if ! command -v fio > /dev/null; then  # a disk reference where fio is missing
+  stage "dd O_DIRECT, 2 GiB in 4 MiB requests, one stream (no fio here)"
+  { dd if=/dev/zero of=/tmp/dd_probe bs=4M count=512 oflag=direct conv=fsync 2>&1 | tail -1
+    dd if=/tmp/dd_probe of=/dev/null bs=4M iflag=direct 2>&1 | tail -1; } | tee "$OUT/dd.txt"
+  rm -f /tmp/dd_probe
+fi
 
 stage "peers_bench --device cuda --gib $gib --reps $reps (peers: $peers)"
 timeout 240 python3 bench/peers_bench.py --device cuda --gib "$gib" --reps "$reps" --preback 0 \
