@@ -6,19 +6,17 @@ The DCP peer is torch 2.x's `torch.distributed.checkpoint` with DTensors
 for TP=W, `[Replicate(), Shard(d)]` on a 2 x W/2 mesh for TP=W/2 x DP=2;
 replicated keys: plain tensors), which reshards on load as shardpoint does.
 shardpoint stages through its pinned host pool; torch.save copies each tensor
-to the host and `torch.load` puts it back on the device it came from.
+to the host and `torch.load(map_location=<this rank's device>)` puts it back
+(formats.TorchSave, as on the CPU).
 
 Ranks may share one GPU (this project's GPU machines have one): the process
 group is gloo (NCCL refuses two ranks on one device), which DCP uses only for
 its planning (objects), never for tensor data.
 """
 
-import os
-
 import torch
 
 from peers import state as S
-from peers.measure import fsync_path
 
 
 class CudaRank:
@@ -96,37 +94,10 @@ class Dcp2:
         dcp.load(dcp_values, storage_reader=dcp.FileSystemReader(path))
 
 
-class CudaTorchSave:
-    """torch.save of this rank's CUDA tensors into rank<r>.pt; a load reads each
-    file it needs with `map_location` the device and copies the overlaps."""
-    name = "torch.save"
-
-    def save(self, ctx, path):
-        f_path = os.path.join(path, f"rank{ctx.rank}.pt")
-        with open(f_path, "wb") as f:
-            torch.save(ctx.state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        fsync_path(path)
-
-    def load(self, ctx, path, layout, tensors, dcp_values):
-        from peers.formats import _wanted
-        for src in range(ctx.world):
-            wanted = _wanted(ctx, layout, src)
-            if not wanted:
-                continue
-            saved = torch.load(os.path.join(path, f"rank{src}.pt"), map_location=ctx.device)
-            for spec, part, within in wanted:
-                box = spec.box(layout, ctx.rank, ctx.world)
-                tensors[spec.key][S.slices(part, box)].copy_(saved[spec.key][S.slices(part,
-                                                                                      within)])
-            del saved
-
-
 def cuda_peers():
-    from peers.formats import Shardpoint, ShardpointCooperative, ShardpointLargeReads
+    from peers.formats import Shardpoint, ShardpointCooperative, ShardpointLargeReads, TorchSave
     return {p.name: p for p in (Shardpoint(), ShardpointCooperative(), ShardpointLargeReads(),
-                                CudaTorchSave(), Dcp2())}
+                                TorchSave(), Dcp2())}
 
 
 def host_copy(ctx, buf, to_buffer):

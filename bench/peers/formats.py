@@ -110,7 +110,7 @@ class ShardpointLargeReads(Shardpoint):
 
 
 class TorchSave:
-    """torch.save of a dict of this rank's tensors into rank<r>.pt."""
+    """torch.save of a dict of this rank's tensors into rank<r>.pt (CPU or CUDA)."""
     name = "torch.save"
 
     def save(self, ctx, path):
@@ -126,7 +126,8 @@ class TorchSave:
             wanted = _wanted(ctx, layout, src)
             if not wanted:
                 continue
-            saved = torch.load(os.path.join(path, f"rank{src}.pt"))
+            saved = torch.load(os.path.join(path, f"rank{src}.pt"),  # CUDA: onto this rank's GPU
+                               map_location=getattr(ctx, "device", None))
             for spec, part, within in wanted:
                 box = spec.box(layout, ctx.rank, ctx.world)
                 src_part = saved[spec.key][S.slices(part, within)]

@@ -7,6 +7,7 @@ SHARDPOINT_TEST_INSTALLED=<venv>, and the package must come from there).
 """
 
 import os
+import subprocess
 import sys
 import threading
 
@@ -58,6 +59,30 @@ def native_module():
                     f"_shardpoint_testing; SHARDPOINT_PYTHON_TESTING=ON) or set "
                     f"SHARDPOINT_TESTING_DIR (looked in {where})")
     return _shardpoint_testing
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 nobody listens on now (for a gloo rendezvous)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torch_at_least(major, minor):
+    """True when the imported torch is at least major.minor (checked before importing
+    torch 2.x modules: torch 1.13's fsdp package fails to import on Python 3.11)."""
+    import torch
+    return tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (major, minor)
+
+
+def run_python(script, *args, timeout=300):
+    """Runs `script` with this test's interpreter (its torch), the package on the
+    path; returns stdout, and fails the test with the output on a non-zero exit."""
+    r = subprocess.run([sys.executable, script, *map(str, args)], capture_output=True,
+                       text=True, env=subprocess_env(), timeout=timeout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
 
 
 def subprocess_env():

@@ -4,7 +4,6 @@ processes) loaded by shardpoint under other layouts, bit for bit."""
 import io
 import os
 import shutil
-import socket
 import subprocess
 import sys
 
@@ -12,18 +11,12 @@ import pytest
 import torch
 
 import shardpoint as sp
-from conftest import PYTHON, run_ranks, subprocess_env
+from conftest import PYTHON, free_port, run_ranks, subprocess_env
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers"))
 from dcp_save import globals_  # noqa: E402
 
 G = globals_()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module", params=[(3, False), (2, True)], ids=["3ranks", "2ranks-single-file"])

@@ -14,7 +14,6 @@ under a timeout, so a hang is a failure, not a stuck suite.
 import json
 import os
 import shutil
-import socket
 import subprocess
 import textwrap
 
@@ -23,15 +22,9 @@ import pytest
 
 import shardpoint as sp
 
-from conftest import PYTHON, REPO, run_ranks, subprocess_env
+from conftest import PYTHON, REPO, free_port, run_ranks, subprocess_env
 
 SCRIPT = os.path.join(REPO, "scripts", "sshfs_mount.sh")
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +36,7 @@ def netfs(tmp_path_factory):
         pytest.skip("needs /dev/fuse, sshfs and sshd (apt-get install sshfs openssh-server)")
     base = tmp_path_factory.mktemp("netfs")
     mnt = str(base / "mnt")
-    up = subprocess.run(["bash", SCRIPT, "up", str(base / "export"), mnt, str(_free_port())],
+    up = subprocess.run(["bash", SCRIPT, "up", str(base / "export"), mnt, str(free_port())],
                         capture_output=True, text=True, timeout=120)
     if up.returncode != 0:
         pytest.skip(f"could not mount sshfs: {up.stderr.strip()}")

@@ -5,7 +5,6 @@ GPU machine by tests/gpu/run.sh."""
 
 import io
 import os
-import socket
 import subprocess
 import sys
 
@@ -13,7 +12,7 @@ import pytest
 import torch
 
 import shardpoint as sp
-from conftest import run_ranks, subprocess_env
+from conftest import free_port, run_python, run_ranks, torch_at_least
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "workers", "dcp2_worker.py")
@@ -22,7 +21,7 @@ from dcp2_worker import globals_, same  # noqa: E402
 
 
 def _torch2():
-    if tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 4):
+    if not torch_at_least(2, 4):
         return False
     try:
         import torch.distributed.checkpoint as dcp  # noqa: F401
@@ -38,17 +37,8 @@ pytestmark = pytest.mark.skipif(
 G = globals_()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _worker(*args):
-    r = subprocess.run([sys.executable, WORKER, *map(str, args)], capture_output=True,
-                       text=True, env=subprocess_env(), timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r.stdout
+    return run_python(WORKER, *args)
 
 
 @pytest.fixture(scope="module", params=[(4, False), (3, True)],

@@ -4,15 +4,13 @@ unsharded process, bit for bit. Needs torch >= 2.6: skipped on this project's
 machines (Debian's torch 1.13), run on a GPU machine by tests/gpu/run.sh."""
 
 import os
-import socket
-import subprocess
 import sys
 
 import pytest
 import torch
 
 import shardpoint.torch as spt
-from conftest import subprocess_env
+from conftest import free_port, run_python, torch_at_least
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "workers", "fsdp2_worker.py")
@@ -20,8 +18,7 @@ sys.path.insert(0, os.path.join(HERE, "workers"))
 
 
 def _fsdp2():
-    # the version first: torch 1.13's fsdp package fails to import on Python 3.11
-    if tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 6):
+    if not torch_at_least(2, 6):
         return False
     try:
         from torch.distributed.fsdp import fully_shard  # noqa: F401
@@ -34,17 +31,8 @@ pytestmark = pytest.mark.skipif(
     not _fsdp2(), reason=f"needs torch >= 2.6's FSDP2 (this is torch {torch.__version__})")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _worker(*args):
-    r = subprocess.run([sys.executable, WORKER, *map(str, args)], capture_output=True,
-                       text=True, env=subprocess_env(), timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "fsdp2_worker: ok" in r.stdout
+    assert "fsdp2_worker: ok" in run_python(WORKER, *args)
 
 
 def test_fsdp2_resumes_under_another_world_size(tmp_path):  # pragma: no cover - torch >= 2.6
