@@ -54,9 +54,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 DEFAULT_PEERS = ["shardpoint", "torch.save", "numpy .npy", "PyTorch DCP", "fio", "memcpy"]
-CUDA_PEERS = ["shardpoint", "torch.save", "PyTorch DCP", "fio", "memcpy"]
-CUDA_ALL_PEERS = CUDA_PEERS + ["shardpoint, cooperative on", "shardpoint, 16 MiB reads"]
-ALL_PEERS = DEFAULT_PEERS + ["shardpoint, cooperative on", "shardpoint, 16 MiB reads"]
+CUDA_PEERS = [p for p in DEFAULT_PEERS if p != "numpy .npy"]
+VARIANTS = ["shardpoint, cooperative on", "shardpoint, 16 MiB reads"]  # on request only
+ALL_PEERS, CUDA_ALL_PEERS = DEFAULT_PEERS + VARIANTS, CUDA_PEERS + VARIANTS
 OPS = ["save", "same", "tp_dp", "other_dim"]
 
 

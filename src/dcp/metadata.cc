@@ -11,9 +11,9 @@ using shardpoint::internal_base::kMaxRank;
 namespace shardpoint::internal_dcp {
 namespace {
 
-constexpr std::string_view kOld = "torch.distributed._shard.checkpoint.metadata";
-constexpr std::string_view kNew = "torch.distributed.checkpoint.metadata";
-constexpr std::string_view kShard = "torch.distributed._shard.sharded_tensor.metadata";
+constexpr std::string_view kOld = kDcpTorch1.metadata;
+constexpr std::string_view kNew = kDcpTorch2.metadata;
+constexpr std::string_view kShard = kDcpTorch1.properties;
 
 struct TorchDType {
   std::string_view name;
@@ -150,8 +150,7 @@ bool DcpMetadataClassAllowed(std::string_view module, std::string_view name) {
   if (module == kShard) {
     return name == "TensorProperties" || name == "MEM_FORMAT_ENCODING";
   }
-  if (module == "torch.distributed._shard.checkpoint.filesystem" ||
-      module == "torch.distributed.checkpoint.filesystem") {
+  if (module == kDcpTorch1.filesystem || module == kDcpTorch2.filesystem) {
     return name == "_StorageInfo";
   }
   if (module == "torch") return name == "Size" || IsTorchDType(name);

@@ -22,6 +22,22 @@ namespace shardpoint::internal_dcp {
 
 inline constexpr char kDcpMetadataName[] = ".metadata";
 
+// The modules that hold DCP's classes, per torch major version. torch 2.x
+// keeps 1.13's names only as an alias package: unpickled from there,
+// MetadataIndex is another class than its reader's own, equal to none of its
+// keys, so the writer names each torch's own modules.
+struct DcpModules {
+  std::string_view metadata;    // Metadata, MetadataIndex, *StorageMetadata
+  std::string_view properties;  // TensorProperties and the memory-format enum
+  std::string_view filesystem;  // _StorageInfo
+};
+inline constexpr DcpModules kDcpTorch1{"torch.distributed._shard.checkpoint.metadata",
+                                       "torch.distributed._shard.sharded_tensor.metadata",
+                                       "torch.distributed._shard.checkpoint.filesystem"};
+inline constexpr DcpModules kDcpTorch2{"torch.distributed.checkpoint.metadata",
+                                       "torch.distributed.checkpoint.metadata",
+                                       "torch.distributed.checkpoint.filesystem"};
+
 struct DcpTensorMeta {
   std::string fqn;
   DType dtype = DType::kF32;

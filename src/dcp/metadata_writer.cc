@@ -9,19 +9,6 @@
 namespace shardpoint::internal_dcp {
 namespace {
 
-// The modules that hold DCP's classes. torch 2.x keeps the 1.13 names only as
-// an alias package: unpickled from there, MetadataIndex is another class
-// than the reader's own, never equal to its keys (KeyError on every read).
-struct Modules {
-  std::string_view metadata, properties, filesystem;
-};
-constexpr Modules kTorch1{"torch.distributed._shard.checkpoint.metadata",
-                          "torch.distributed._shard.sharded_tensor.metadata",
-                          "torch.distributed._shard.checkpoint.filesystem"};
-constexpr Modules kTorch2{"torch.distributed.checkpoint.metadata",
-                          "torch.distributed.checkpoint.metadata",
-                          "torch.distributed.checkpoint.filesystem"};
-
 // cls() with its fields set by BUILD from a dict: how pickle stores a dataclass.
 // `fields` emits key/value pairs.
 template <typename F>
@@ -44,7 +31,7 @@ Result<std::string> EncodeDcpMetadata(const DcpMetadata& md) {
                                 std::to_string(md.torch_major) +
                                 ": only 1 (1.13) and 2 are written");
   }
-  const Modules& mods = md.torch_major == 1 ? kTorch1 : kTorch2;
+  const DcpModules& mods = md.torch_major == 1 ? kDcpTorch1 : kDcpTorch2;
   const std::string_view kMod = mods.metadata;
   PickleWriter p;
   auto size = [&p](const Shape& s) {
