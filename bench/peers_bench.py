@@ -55,8 +55,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 DEFAULT_PEERS = ["shardpoint", "torch.save", "numpy .npy", "PyTorch DCP", "fio", "memcpy"]
 CUDA_PEERS = [p for p in DEFAULT_PEERS if p != "numpy .npy"]
-VARIANTS = ["shardpoint, cooperative on", "shardpoint, 16 MiB reads"]  # on request only
-ALL_PEERS, CUDA_ALL_PEERS = DEFAULT_PEERS + VARIANTS, CUDA_PEERS + VARIANTS
+VARIANTS = ["shardpoint, cooperative on", "shardpoint, 16 MiB reads",
+            "shardpoint, no prefetch hints"]  # on request only
+CUDA_VARIANTS = ["shardpoint, pinned loads"]  # on request, with --device cuda only
+ALL_PEERS = DEFAULT_PEERS + VARIANTS + CUDA_VARIANTS
+CUDA_ALL_PEERS = CUDA_PEERS + VARIANTS + CUDA_VARIANTS
 OPS = ["save", "same", "tp_dp", "other_dim"]
 
 
@@ -95,6 +98,8 @@ def parse_args(argv=None):
     for x in args.peers:
         if x not in ALL_PEERS:
             p.error(f"unknown peer {x!r}")
+        if args.device == "cpu" and x in CUDA_VARIANTS:
+            p.error(f"peer {x!r} runs with --device cuda only")
         if args.device == "cuda" and x not in CUDA_ALL_PEERS:
             p.error(f"peer {x!r} has no CUDA version (--device cuda runs: "
                     + "; ".join(CUDA_ALL_PEERS) + ")")

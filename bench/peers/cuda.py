@@ -95,9 +95,29 @@ class Dcp2:
 
 
 def cuda_peers():
-    from peers.formats import Shardpoint, ShardpointCooperative, ShardpointLargeReads, TorchSave
+    from peers.formats import (Shardpoint, ShardpointCooperative, ShardpointLargeReads,
+                               ShardpointNoHints, TorchSave)
+
+    class ShardpointPinnedLoads(Shardpoint):
+        """shardpoint's loads as before 2026-11-27: into pinned buffers, allocated
+        (and kept) per shape, and a device-to-host copy first. Its own pool, so
+        that the default's loads never find the buffers this one pinned."""
+        name = "shardpoint, pinned loads"
+        pool = None
+
+        def load(self, ctx, path, layout, tensors, dcp_values):
+            from shardpoint import _staging
+            self.pool = self.pool or _staging._PinnedPool()
+            saved = _staging._POOL, _staging.pin_loads
+            _staging._POOL, _staging.pin_loads = self.pool, True
+            try:
+                super().load(ctx, path, layout, tensors, dcp_values)
+            finally:
+                _staging._POOL, _staging.pin_loads = saved
+
     return {p.name: p for p in (Shardpoint(), ShardpointCooperative(), ShardpointLargeReads(),
-                                TorchSave(), Dcp2())}
+                                ShardpointNoHints(), ShardpointPinnedLoads(), TorchSave(),
+                                Dcp2())}
 
 
 def host_copy(ctx, buf, to_buffer):

@@ -109,6 +109,13 @@ class ShardpointLargeReads(Shardpoint):
     reads = {"read_slice_bytes": 16 << 20, "prefetch_bytes": 0}
 
 
+class ShardpointNoHints(Shardpoint):
+    """shardpoint's 1 MiB reads without the read-ahead hints (prefetch_bytes 0): with
+    "16 MiB reads", tells the request size's share from the hints'."""
+    name = "shardpoint, no prefetch hints"
+    reads = {"prefetch_bytes": 0}
+
+
 class TorchSave:
     """torch.save of a dict of this rank's tensors into rank<r>.pt (CPU or CUDA)."""
     name = "torch.save"
@@ -186,4 +193,4 @@ class Dcp:
 
 
 PEERS = {p.name: p for p in (Shardpoint(), ShardpointCooperative(), ShardpointLargeReads(),
-                             TorchSave(), Numpy(), Dcp())}
+                             ShardpointNoHints(), TorchSave(), Numpy(), Dcp())}

@@ -557,11 +557,13 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     """
     comm = comm if comm is not None else default_comm()
     _wait_until_comm_idle(comm)
-    staging = DeviceStaging(load=True)
+    allow_missing = (not strict) if allow_missing_keys is None else bool(allow_missing_keys)
+    # a key the checkpoint lacks keeps its values: only then are device values copied in first
+    staging = DeviceStaging(load=True, keep_values=allow_missing)
     st, owners, _ = _build(state_dict, load=True, allow_pickle=allow_pickle, common=common,
                            staging=staging)
     o = _C.LoadOptions()
-    o.allow_missing_keys = (not strict) if allow_missing_keys is None else bool(allow_missing_keys)
+    o.allow_missing_keys = allow_missing
     o.allow_unexpected_keys = ((not strict) if allow_unexpected_keys is None
                                else bool(allow_unexpected_keys))
     o.allow_dtype_conversion = bool(allow_dtype_conversion)

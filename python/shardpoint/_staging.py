@@ -2,10 +2,17 @@
 
 The C++ engine reads and writes host memory. A save copies each device
 tensor into a pinned host buffer (all copies queued, then one stream
-synchronize) and hands the buffer to C++; a load reads into pinned buffers
-and copies them to the device afterwards. Buffers come from one process-wide
-pool keyed by dtype and shape, so a training job that saves the same state
-every N steps allocates its pinned memory once. CPU tensors never come here.
+synchronize) and hands the buffer to C++. Pinned buffers come from one
+process-wide pool keyed by dtype and shape, so a training job that saves the
+same state every N steps allocates its pinned memory once.
+
+A load reads into host buffers and copies them to the device afterwards: a
+pooled pinned buffer where one of that dtype and shape is free (a job that
+saved this layout before), else ordinary pageable memory. Pinning costs
+several times a pageable copy (the driver locks and maps every page), so a
+process that loads a layout once (a resume before any save, an evaluation,
+an export) does not pin what it will not reuse; its first save pins. CPU
+tensors never come here.
 """
 
 from __future__ import annotations
@@ -28,13 +35,17 @@ class _PinnedPool:
         self._lock = threading.Lock()
         self.bytes = 0
 
+    def take_free(self, like: Any) -> Any:
+        """A free pooled buffer like ``like``, or None."""
+        with self._lock:
+            free = self._free.get((like.dtype, tuple(like.shape)))
+            return free.pop() if free else None
+
     def take(self, like: Any) -> Any:
         import torch
-        key = (like.dtype, tuple(like.shape))
-        with self._lock:
-            free = self._free.get(key)
-            if free:
-                return free.pop()
+        buf = self.take_free(like)
+        if buf is not None:
+            return buf
         buf = torch.empty(like.shape, dtype=like.dtype, pin_memory=True)
         with self._lock:
             self.bytes += buf.numel() * buf.element_size()
@@ -46,6 +57,9 @@ class _PinnedPool:
 
 
 _POOL = _PinnedPool()
+# True: loads pin (and pool) their buffers too, as before 2026-11-27; for
+# benchmarks' before/after (peers_bench's "shardpoint, pinned loads").
+pin_loads = False
 
 
 def pool_bytes() -> int:
@@ -54,19 +68,34 @@ def pool_bytes() -> int:
 
 
 class DeviceStaging:
-    """The pinned buffers of one save or load. ``host(t)`` returns the buffer C++
-    uses for device tensor ``t`` (holding a copy of it, queued); ``ready()``
-    waits for the queued device-to-host copies; ``finish()`` (load) copies the
-    buffers to the devices; ``release()`` returns the buffers to the pool."""
+    """The host buffers of one save or load. ``host(t)`` returns the buffer C++
+    uses for device tensor ``t`` (a save's holds a copy of it, queued);
+    ``ready()`` waits for the queued device-to-host copies; ``finish()`` (load)
+    copies the buffers to the devices; ``release()`` returns the pinned ones to
+    the pool. ``keep_values`` (load): copy each tensor into its buffer first,
+    for loads that may leave some of it unwritten (``allow_missing_keys``: a
+    key the checkpoint lacks keeps its values); a strict load writes all of
+    every buffer, so it skips that copy."""
 
-    def __init__(self, load: bool) -> None:
+    def __init__(self, load: bool, keep_values: bool = True) -> None:
         self.load = load
+        self.copy_in = not load or keep_values
         self.pairs: list[tuple[Any, Any]] = []
+        self.pinned: list[Any] = []
 
     def host(self, t: Any) -> Any:
-        h = _POOL.take(t)
-        # a load copies too: a key the checkpoint lacks (allow_missing_keys) keeps its values
-        h.copy_(t.detach(), non_blocking=True)
+        if self.load:
+            import torch
+            h = _POOL.take(t) if pin_loads else _POOL.take_free(t)
+            if h is None:
+                h = torch.empty(t.shape, dtype=t.dtype)  # pageable: see the module's doc
+            else:
+                self.pinned.append(h)
+        else:
+            h = _POOL.take(t)
+            self.pinned.append(h)
+        if self.copy_in:
+            h.copy_(t.detach(), non_blocking=True)
         self.pairs.append((h, t))
         return h
 
@@ -89,6 +118,6 @@ class DeviceStaging:
         self._sync()
 
     def release(self) -> None:
-        for h, _ in self.pairs:
+        for h in self.pinned:
             _POOL.give(h)
-        self.pairs = []
+        self.pairs, self.pinned = [], []

@@ -28,6 +28,18 @@ def test_cuda_round_trip_and_pool_reuse(ckpt, tmp_path):
     s2 = torch.zeros_like(w)
     sp.load({"w": w2, "v": v2, "st": halves(s2)}, ckpt)
     assert torch.equal(w2, w) and torch.equal(v2, view) and torch.equal(s2, w)
+    # a load into shapes no save pinned stages in pageable memory: the pool does not grow
+    w3 = torch.zeros(64, 33, dtype=torch.bfloat16, device="cuda")
+    sp.load({"st": [sp.chunk("s", w3[:, :17], [64, 33], 1, 0, 2),
+                    sp.chunk("s", w3[:, 17:], [64, 33], 1, 1, 2)]}, ckpt,
+            allow_unexpected_keys=True)
+    assert torch.equal(w3, w) and _staging.pool_bytes() == before
+    # allow_missing_keys: a key the checkpoint lacks keeps its device values
+    keep = torch.full((3,), 5.0, device="cuda")
+    w4 = torch.zeros_like(w)
+    r = sp.load({"w": w4, "absent": keep}, ckpt, strict=False)
+    assert "absent" in r.missing_keys and torch.equal(keep, torch.full((3,), 5.0, device="cuda"))
+    assert torch.equal(w4, w)
     cpu = torch.zeros(64, 33, dtype=torch.bfloat16)
     sp.load({"w": cpu}, ckpt, strict=False)
     assert torch.equal(cpu, w.cpu())

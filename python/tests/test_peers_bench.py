@@ -97,6 +97,14 @@ def test_a_peer_without_a_cuda_version_is_refused():
     assert "peer 'numpy .npy' has no CUDA version" in p.stdout, p.stdout
 
 
+def test_a_cuda_only_variant_is_refused_on_the_cpu():
+    p = subprocess.run([PYTHON, BENCH, "--peers", "shardpoint;shardpoint, pinned loads"],
+                       env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=60)
+    assert p.returncode == 2, p.stdout
+    assert "peer 'shardpoint, pinned loads' runs with --device cuda only" in p.stdout, p.stdout
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 def test_tiny_cuda_run_of_every_peer(tmp_path):  # pragma: no cover - needs a GPU (torch 2.x)
     out = tmp_path / "results.json"

@@ -13,6 +13,8 @@
 #          SHARDPOINT_GPU_STAGES="build tests" bash tests/gpu/run.sh
 #          SHARDPOINT_GPU_STAGES="build bench" SHARDPOINT_GPU_PEERS="shardpoint;torch.save" \
 #            bash tests/gpu/run.sh 2 3
+#   SHARDPOINT_GPU_BENCH_S: the bench's time limit (default 240 s);
+#   SHARDPOINT_GPU_TESTS: the tests stage's pytest arguments.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/shardpoint_gpu_out}
@@ -81,7 +83,7 @@ if ! command -v fio > /dev/null; then  # a disk reference where fio is missing
 fi
 
 stage "peers_bench --device cuda --gib $gib --reps $reps (peers: $peers)"
-timeout 240 python3 bench/peers_bench.py --device cuda --gib "$gib" --reps "$reps" --preback 0 \
+timeout "${SHARDPOINT_GPU_BENCH_S:-240}" python3 bench/peers_bench.py --device cuda --gib "$gib" --reps "$reps" --preback 0 \
   --dir /tmp/pq --peers "$peers" --json "$OUT/gpu_peers.json" --keep > "$OUT/peers.log" 2>&1
 echo "peers_bench exit $?"
 pkill -f "peers_bench.py --gib" || true  # ranks left by a timeout
@@ -91,9 +93,11 @@ fi
 
 if want tests; then
 stage "pytest: CUDA, DTensor, FSDP2 and torch 2.x DCP tests"
-timeout 200 python3 -m pytest -q -p no:cacheprovider -rs python/tests/test_cuda.py \
-  python/tests/test_torch2_dcp.py python/tests/test_torch2_fsdp.py \
-  "python/tests/test_torch_layouts.py::test_dtensor_placements_map_to_layouts" \
+# SHARDPOINT_GPU_TESTS: the pytest arguments (default: every test that needs this machine)
+# shellcheck disable=SC2086
+timeout 200 python3 -m pytest -q -p no:cacheprovider -rs ${SHARDPOINT_GPU_TESTS:-python/tests/test_cuda.py \
+  python/tests/test_staging.py python/tests/test_torch2_dcp.py python/tests/test_torch2_fsdp.py \
+  python/tests/test_torch_layouts.py::test_dtensor_placements_map_to_layouts} \
   > "$OUT/pytest.log" 2>&1
 echo "pytest exit $?"
 tail -30 "$OUT/pytest.log"
