@@ -436,7 +436,28 @@ def report(results):
                 cells.append(f"{_ratio(recs, 'read_bytes'):.2f} / {_ratio(recs, 'rchar'):.2f}; "
                              f"{rss_s}")
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    if info["reps"] > 1:
+        lines += first_reps(by, peers, ops, names)
     return "\n".join(lines)
+
+
+def first_reps(by, peers, ops, names):
+    """Seconds of each peer's first repetition of an operation against the median of
+    its later ones: a process's first save or load of a layout pays what later ones
+    reuse (pinned staging, pools, plans), as a job's one resume does."""
+    lines = ["", "| seconds, first rep / median of the later ones | " + " | ".join(names)
+             + " |", "|---" * (len(ops) + 1) + "|"]
+    for p in peers:
+        if p == "fio":
+            continue
+        cells = []
+        for op in ops:
+            recs = sorted(by.get((p, op), []), key=lambda r: r["rep"])
+            later = [r["seconds"] for r in recs[1:]]
+            cells.append(f"{recs[0]['seconds']:.2f} / {statistics.median(later):.2f}"
+                         if later else "")
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def main():
