@@ -584,7 +584,7 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     path = os.fspath(path)
     try:
         r = _C.load(st, path, comm, o)
-        staging.finish()  # pinned buffers -> device tensors
+        staging.finish()  # host buffers -> device tensors
     finally:
         staging.release()
     del owners

@@ -121,3 +121,21 @@ def test_tiny_cuda_run_of_every_peer(tmp_path):  # pragma: no cover - needs a GP
     for peer in ("shardpoint", "torch.save", "PyTorch DCP"):
         for op in ("save", "same", "tp_dp", "other_dim"):
             assert (peer, op) in ops, (peer, op, sorted(ops))
+
+
+def test_the_report_sets_each_peers_first_repetition_apart():
+    sys.argv = ["peers_bench.py"]
+    import peers_bench as pb
+    rec = lambda peer, op, rep, s: {"peer": peer, "op": op, "rep": rep, "seconds": s,  # noqa: E731
+                                     "ranks": [{"rchar": 8, "read_bytes": 8, "needed": 8,
+                                                "peak_rss_growth": 0}]}
+    info = {"ranks": 4, "state_bytes": 2 * 10**9, "hidden": 64, "layers": 1, "tensors": 1,
+            "reps": 3, "cache": "kept"}
+    records = [rec("shardpoint", "same", 2, 1.0), rec("shardpoint", "same", 0, 4.0),
+               rec("shardpoint", "same", 1, 2.0), rec("torch.save", "same", 0, 1.5)]
+    out = pb.report({"info": info, "records": records})
+    assert "| seconds, first rep / median of the later ones | load, same layout |" in out, out
+    assert "| shardpoint | 4.00 / 1.50 |" in out, out
+    assert "| torch.save |  |" in out, out  # one repetition: nothing to set apart
+    one = pb.report({"info": dict(info, reps=1), "records": records[:1]})
+    assert "first rep" not in one, one
