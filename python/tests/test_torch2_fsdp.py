@@ -1,6 +1,7 @@
 """FSDP2 (torch 2.x `fully_shard`, DTensor parameters and AdamW state) saved with
-`shardpoint.torch.TrainState` and resumed under another FSDP2 world size and in one
-unsharded process, bit for bit. Needs torch >= 2.6: skipped on this project's
+`shardpoint.torch.TrainState` and resumed under another FSDP2 world size, under
+FSDP2 over tensor parallelism (2 x 2, `_StridedShard`) and in one unsharded
+process, bit for bit; and the same from FSDP2 over tensor parallelism. Needs torch >= 2.6: skipped on this project's
 machines (Debian's torch 1.13), run on a GPU machine by tests/gpu/run.sh."""
 
 import os
@@ -40,6 +41,7 @@ def test_fsdp2_resumes_under_another_world_size(tmp_path):  # pragma: no cover -
     ckpt, ref = tmp_path / "ckpt", tmp_path / "ref.pt"
     _worker("save", ckpt, 2, free_port(), ref)
     _worker("load", ckpt, 3, free_port(), ref)  # 10 rows over 3 ranks: 4, 4, 2
+    _worker("load2d", ckpt, 4, free_port(), ref)  # into FSDP2 over TP (2 x 2)
     # one process, no FSDP: the plain model and optimizer get the full tensors
     model = build()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -49,3 +51,19 @@ def test_fsdp2_resumes_under_another_world_size(tmp_path):  # pragma: no cover -
         assert torch.equal(p.detach(), want[name]), name
         assert torch.equal(opt.state[p]["exp_avg"], want[f"{name}.exp_avg"]), name
         assert torch.equal(opt.state[p]["exp_avg_sq"], want[f"{name}.exp_avg_sq"]), name
+
+
+def test_fsdp2_over_tp_resumes_as_plain_fsdp2_and_unsharded(tmp_path):  # pragma: no cover
+    # saved from FSDP2 over TP (2 x 2: _StridedShard on the column-parallel weight)
+    from fsdp2_worker import build
+    ckpt, ref = tmp_path / "ckpt", tmp_path / "ref.pt"
+    _worker("save2d", ckpt, 4, free_port(), ref)
+    _worker("load", ckpt, 3, free_port(), ref)
+    _worker("load2d", ckpt, 4, free_port(), ref)
+    model = build()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    spt.TrainState(model, opt, rng=False).load(ckpt)
+    want = torch.load(ref, weights_only=True)
+    for name, p in model.named_parameters():
+        assert torch.equal(p.detach(), want[name]), name
+        assert torch.equal(opt.state[p]["exp_avg"], want[f"{name}.exp_avg"]), name
