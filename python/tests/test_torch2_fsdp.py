@@ -36,28 +36,15 @@ def _worker(*args):
     assert "fsdp2_worker: ok" in run_python(WORKER, *args)
 
 
-def test_fsdp2_resumes_under_another_world_size(tmp_path):  # pragma: no cover - torch >= 2.6
+# saved from plain FSDP2 (2 ranks), or from FSDP2 over TP (2 x 2: _StridedShard on the
+# column-parallel weight); resumed by 3 FSDP2 ranks (10 rows: 4, 4, 2), by FSDP2 over TP
+# (2 x 2) and, with no FSDP, by one process whose plain model and optimizer get the full
+# tensors
+@pytest.mark.parametrize("mode, ranks", [("save", 2), ("save2d", 4)], ids=["fsdp2", "fsdp2_tp"])
+def test_fsdp2_resumes_under_another_layout(tmp_path, mode, ranks):  # pragma: no cover
     from fsdp2_worker import build
     ckpt, ref = tmp_path / "ckpt", tmp_path / "ref.pt"
-    _worker("save", ckpt, 2, free_port(), ref)
-    _worker("load", ckpt, 3, free_port(), ref)  # 10 rows over 3 ranks: 4, 4, 2
-    _worker("load2d", ckpt, 4, free_port(), ref)  # into FSDP2 over TP (2 x 2)
-    # one process, no FSDP: the plain model and optimizer get the full tensors
-    model = build()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    spt.TrainState(model, opt, rng=False).load(ckpt)
-    want = torch.load(ref, weights_only=True)
-    for name, p in model.named_parameters():
-        assert torch.equal(p.detach(), want[name]), name
-        assert torch.equal(opt.state[p]["exp_avg"], want[f"{name}.exp_avg"]), name
-        assert torch.equal(opt.state[p]["exp_avg_sq"], want[f"{name}.exp_avg_sq"]), name
-
-
-def test_fsdp2_over_tp_resumes_as_plain_fsdp2_and_unsharded(tmp_path):  # pragma: no cover
-    # saved from FSDP2 over TP (2 x 2: _StridedShard on the column-parallel weight)
-    from fsdp2_worker import build
-    ckpt, ref = tmp_path / "ckpt", tmp_path / "ref.pt"
-    _worker("save2d", ckpt, 4, free_port(), ref)
+    _worker(mode, ckpt, ranks, free_port(), ref)
     _worker("load", ckpt, 3, free_port(), ref)
     _worker("load2d", ckpt, 4, free_port(), ref)
     model = build()
@@ -67,3 +54,4 @@ def test_fsdp2_over_tp_resumes_as_plain_fsdp2_and_unsharded(tmp_path):  # pragma
     for name, p in model.named_parameters():
         assert torch.equal(p.detach(), want[name]), name
         assert torch.equal(opt.state[p]["exp_avg"], want[f"{name}.exp_avg"]), name
+        assert torch.equal(opt.state[p]["exp_avg_sq"], want[f"{name}.exp_avg_sq"]), name
