@@ -76,6 +76,25 @@ def torch_at_least(major, minor):
     return tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (major, minor)
 
 
+def torch_has(major, minor, *names):
+    """True when the imported torch is at least major.minor and each dotted name
+    imports: a module (``torch.distributed.checkpoint``) or a module's attribute
+    (``torch.distributed.tensor.DTensor``). The torch 2.x tests skip otherwise."""
+    import importlib
+    if not torch_at_least(major, minor):
+        return False
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            module, _, attr = name.rpartition(".")
+            try:
+                getattr(importlib.import_module(module), attr)
+            except (ImportError, AttributeError):
+                return False
+    return True
+
+
 def run_python(script, *args, timeout=300):
     """Runs `script` with this test's interpreter (its torch), the package on the
     path; returns stdout, and fails the test with the output on a non-zero exit."""

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import shardpoint as sp
-from conftest import free_port, run_python, run_ranks, torch_at_least
+from conftest import free_port, run_python, run_ranks, torch_has
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "workers", "dcp2_worker.py")
@@ -20,19 +20,9 @@ sys.path.insert(0, os.path.join(HERE, "workers"))
 from dcp2_worker import globals_, same  # noqa: E402
 
 
-def _torch2():
-    if not torch_at_least(2, 4):
-        return False
-    try:
-        import torch.distributed.checkpoint as dcp  # noqa: F401
-        from torch.distributed.tensor import DTensor  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 pytestmark = pytest.mark.skipif(
-    not _torch2(), reason=f"needs torch >= 2.4's DCP and DTensor (this is torch "
+    not torch_has(2, 4, "torch.distributed.checkpoint", "torch.distributed.tensor.DTensor"),
+    reason=f"needs torch >= 2.4's DCP and DTensor (this is torch "
     f"{torch.__version__})")
 G = globals_()
 

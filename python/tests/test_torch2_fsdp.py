@@ -11,25 +11,15 @@ import pytest
 import torch
 
 import shardpoint.torch as spt
-from conftest import free_port, run_python, torch_at_least
+from conftest import free_port, run_python, torch_has
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "workers", "fsdp2_worker.py")
 sys.path.insert(0, os.path.join(HERE, "workers"))
 
 
-def _fsdp2():
-    if not torch_at_least(2, 6):
-        return False
-    try:
-        from torch.distributed.fsdp import fully_shard  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 pytestmark = pytest.mark.skipif(
-    not _fsdp2(), reason=f"needs torch >= 2.6's FSDP2 (this is torch {torch.__version__})")
+    not torch_has(2, 6, "torch.distributed.fsdp.fully_shard"), reason=f"needs torch >= 2.6's FSDP2 (this is torch {torch.__version__})")
 
 
 def _worker(*args):

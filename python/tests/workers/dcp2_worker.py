@@ -21,12 +21,12 @@ Saved layout (mesh: 1-D of N ranks; grid: 2-D of 2 x N/2 when N is even):
   "step"     7 (an int)
 """
 import io
-import os
 import sys
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from gloo_init import init_gloo
 
 
 def globals_():
@@ -65,7 +65,7 @@ def _dtensors(g, world, layout):
 
 def save(rank, out, world, port, single_file):
     import torch.distributed.checkpoint as dcp
-    _init(rank, world, port)
+    init_gloo(rank, world, port)
     g = globals_()
     sd = dict(_dtensors(g, world, "saved"))
     sd.update(bias=g["bias"], nested={"ids": g["nested.ids"]},
@@ -77,7 +77,7 @@ def save(rank, out, world, port, single_file):
 
 def load(rank, path, world, port):
     import torch.distributed.checkpoint as dcp
-    _init(rank, world, port)
+    init_gloo(rank, world, port)
     g = globals_()
     # into DTensors of another layout
     sd = _dtensors({k: torch.zeros_like(t) for k, t in g.items()}, world, "other")
@@ -91,12 +91,6 @@ def load(rank, path, world, port):
             sys.exit(f"dcp2_worker: rank {rank}: {k!r} differs")
     dist.barrier()
     dist.destroy_process_group()
-
-
-def _init(rank, world, port):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
 
 
 if __name__ == "__main__":

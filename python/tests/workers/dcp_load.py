@@ -19,6 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from dcp_compat import import_dcp  # noqa: E402
+from gloo_init import init_gloo  # noqa: E402
 from dcp_save import globals_  # noqa: E402
 
 
@@ -32,9 +33,7 @@ def worker(rank, port, world, dirs):
     from torch.distributed._shard import sharded_tensor
     from torch.distributed._shard.sharding_spec import ChunkShardingSpec
 
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    init_gloo(rank, world, port)
     g = globals_()
     placements = [f"rank:{r}/cpu" for r in range(world)]
     for d in dirs:

@@ -17,12 +17,12 @@ parallel, the second row-parallel, then `fully_shard` over dp, so the first
 one's weight and bias are `(_StridedShard(0, 2), Shard(0))` DTensors; `load2d`
 resumes into that layout.
 """
-import os
 import sys
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from gloo_init import init_gloo
 
 
 def build():
@@ -68,7 +68,7 @@ def full(t):
 
 def save(rank, out, world, port, ref, two_d=False):
     import shardpoint.torch as spt
-    _init(rank, world, port)
+    init_gloo(rank, world, port)
     model = build()
     opt = shard_2d(model, world) if two_d else shard(model, world)
     if two_d:  # the layout this mode exists for
@@ -99,7 +99,7 @@ def load2d(rank, out, world, port, ref):
 
 def load(rank, out, world, port, ref, two_d=False):
     import shardpoint.torch as spt
-    _init(rank, world, port)
+    init_gloo(rank, world, port)
     model = build()
     opt = shard_2d(model, world) if two_d else shard(model, world)
     spt.TrainState(model, opt, rng=False).load(out)
@@ -111,12 +111,6 @@ def load(rank, out, world, port, ref, two_d=False):
                 sys.exit(f"fsdp2_worker: rank {rank}: {key} differs after the resume")
     dist.barrier()
     dist.destroy_process_group()
-
-
-def _init(rank, world, port):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
 
 
 if __name__ == "__main__":
