@@ -98,22 +98,27 @@ def cuda_peers():
     from peers.formats import (Shardpoint, ShardpointCooperative, ShardpointLargeReads,
                                ShardpointNoHints, TorchSave)
 
+    from shardpoint import _staging
+
+    class PinningPool(_staging._PinnedPool):
+        def take_free(self, like):  # a load's buffer: pinned when none is free
+            buf = super().take_free(like)
+            return self.new(like) if buf is None else buf
+
     class ShardpointPinnedLoads(Shardpoint):
         """shardpoint's loads as before 2026-11-27: into pinned buffers, allocated
-        (and kept) per shape, and a device-to-host copy first. Its own pool, so
-        that the default's loads never find the buffers this one pinned."""
+        (and kept) per shape. Its own pool, so that the default's loads never
+        find the buffers this one pinned."""
         name = "shardpoint, pinned loads"
         pool = None
 
         def load(self, ctx, path, layout, tensors, dcp_values):
-            from shardpoint import _staging
-            self.pool = self.pool or _staging._PinnedPool()
-            saved = _staging._POOL, _staging.pin_loads
-            _staging._POOL, _staging.pin_loads = self.pool, True
+            self.pool = self.pool or PinningPool()
+            saved, _staging._POOL = _staging._POOL, self.pool
             try:
                 super().load(ctx, path, layout, tensors, dcp_values)
             finally:
-                _staging._POOL, _staging.pin_loads = saved
+                _staging._POOL = saved
 
     return {p.name: p for p in (Shardpoint(), ShardpointCooperative(), ShardpointLargeReads(),
                                 ShardpointNoHints(), ShardpointPinnedLoads(), TorchSave(),

@@ -42,10 +42,12 @@ class _PinnedPool:
             return free.pop() if free else None
 
     def take(self, like: Any) -> Any:
-        import torch
+        """A free pooled buffer like ``like``, else a new pinned one (pooled on give)."""
         buf = self.take_free(like)
-        if buf is not None:
-            return buf
+        return self.new(like) if buf is None else buf
+
+    def new(self, like: Any) -> Any:
+        import torch
         buf = torch.empty(like.shape, dtype=like.dtype, pin_memory=True)
         with self._lock:
             self.bytes += buf.numel() * buf.element_size()
@@ -57,9 +59,6 @@ class _PinnedPool:
 
 
 _POOL = _PinnedPool()
-# True: loads pin (and pool) their buffers too, as before 2026-11-27; for
-# benchmarks' before/after (peers_bench's "shardpoint, pinned loads").
-pin_loads = False
 
 
 def pool_bytes() -> int:
@@ -86,7 +85,7 @@ class DeviceStaging:
     def host(self, t: Any) -> Any:
         if self.load:
             import torch
-            h = _POOL.take(t) if pin_loads else _POOL.take_free(t)
+            h = _POOL.take_free(t)
             if h is None:
                 h = torch.empty(t.shape, dtype=t.dtype)  # pageable: see the module's doc
             else:
