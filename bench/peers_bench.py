@@ -168,6 +168,8 @@ def worker(args):
         mine["system_seconds"] = cpu1.system - cpu0.system
         mine["peak_rss_growth"] = M.peak_rss_bytes() - rss0
         mine["needed"] = needed
+        if extra and "rank" in extra:  # this rank's own figures (not rank 0's alone)
+            mine.update(extra.pop("rank"))
         per_rank = [None] * world
         dist.all_gather_object(per_rank, mine)
         if rank == 0:
@@ -438,7 +440,32 @@ def report(results):
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
     if info["reps"] > 1:
         lines += first_reps(by, peers, ops, names)
+    lines += engine_split(by, peers, ops, names)
     return "\n".join(lines)
+
+
+def engine_split(by, peers, ops, names):
+    """Where shardpoint's load calls spend their time, on the rank whose call took
+    longest (median over reps): the engine (plan, reads, verification, placing)
+    against the whole call (with CUDA, + host staging and the copies to the device)."""
+    loads = [(op, n) for op, n in zip(ops, names) if op != "save"]
+    rows = []
+    for p in peers:
+        cells = []
+        for op, _ in loads:
+            recs = [r for r in by.get((p, op), []) if "engine_seconds" in r["ranks"][0]]
+            if not recs:
+                cells.append("")
+                continue
+            slowest = [max(r["ranks"], key=lambda x: x["call_seconds"]) for r in recs]
+            cells.append(f"{statistics.median(x['engine_seconds'] for x in slowest):.2f} / "
+                         f"{statistics.median(x['call_seconds'] for x in slowest):.2f}")
+        if any(cells):
+            rows.append(f"| {p} | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return ["", "| seconds in the engine / in the whole load call, slowest rank | "
+            + " | ".join(n for _, n in loads) + " |", "|---" * (len(loads) + 1) + "|"] + rows
 
 
 def first_reps(by, peers, ops, names):

@@ -116,7 +116,7 @@ def cuda_peers():
             self.pool = self.pool or PinningPool()
             saved, _staging._POOL = _staging._POOL, self.pool
             try:
-                super().load(ctx, path, layout, tensors, dcp_values)
+                return super().load(ctx, path, layout, tensors, dcp_values)
             finally:
                 _staging._POOL = saved
 

@@ -45,6 +45,9 @@ def test_tiny_run_of_every_peer(tmp_path):
         assert all(x["system_seconds"] >= 0 and x["user_seconds"] >= 0 for x in r["ranks"]), r
         if r["op"] != "save" and r["peer"] != "fio":
             assert all(x["needed"] > 0 for x in r["ranks"]), r
+        if r["op"] != "save" and r["peer"] == "shardpoint":  # every rank's own split
+            assert all(0 < x["engine_seconds"] <= x["call_seconds"] for x in r["ranks"]), r
+    assert "| seconds in the engine / in the whole load call, slowest rank |" in p.stdout
     # a torch.save load reads whole files: every rank's file for another dim (4x what it
     # needs), two for TP 2 x DP 2 (all it needs, plus replicated norms and pickle framing)
     def rchar_per_needed(op):
@@ -139,3 +142,22 @@ def test_the_report_sets_each_peers_first_repetition_apart():
     assert "| torch.save |  |" in out, out  # one repetition: nothing to set apart
     one = pb.report({"info": dict(info, reps=1), "records": records[:1]})
     assert "first rep" not in one, one
+
+
+def test_the_report_splits_shardpoints_load_calls_on_their_slowest_rank():
+    sys.argv = ["peers_bench.py"]
+    import peers_bench as pb
+    ranks = lambda *pairs: [{"rchar": 8, "read_bytes": 8, "needed": 8,  # noqa: E731
+                             "peak_rss_growth": 0, "engine_seconds": e, "call_seconds": c}
+                            for e, c in pairs]
+    records = [{"peer": "shardpoint", "op": "tp_dp", "rep": 0, "seconds": 2.0,
+                "ranks": ranks((1.0, 1.2), (1.5, 1.9))},
+               {"peer": "torch.save", "op": "tp_dp", "rep": 0, "seconds": 2.0,
+                "ranks": [{"rchar": 8, "read_bytes": 8, "needed": 8, "peak_rss_growth": 0}]}]
+    info = {"ranks": 4, "state_bytes": 2 * 10**9, "hidden": 64, "layers": 1, "tensors": 1,
+            "reps": 1, "cache": "kept"}
+    out = pb.report({"info": info, "records": records})
+    assert "| seconds in the engine / in the whole load call, slowest rank | " \
+           "load, TP=2 x DP=2 |" in out, out
+    assert "| shardpoint | 1.50 / 1.90 |" in out, out  # rank 1: its call took longest
+    assert "| torch.save |" not in out.split("in the whole load call")[1], out

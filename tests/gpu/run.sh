@@ -32,6 +32,7 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
   python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
   g++ --version | head -1; cmake --version | head -1; nproc; free -g | head -2
   df -h /tmp | tail -1; command -v fio || echo "no fio"
+  echo "transparent huge pages: $(cat /sys/kernel/mm/transparent_hugepage/enabled)"
 } > "$OUT/env.txt" 2>&1
 
 if want build; then
