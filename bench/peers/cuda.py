@@ -120,9 +120,21 @@ def cuda_peers():
             finally:
                 _staging._POOL = saved
 
+    class ShardpointOneGroup(Shardpoint):
+        """shardpoint's loads as before 2026-11-27 (afternoon): every device tensor
+        read first, then copied to the device (one tensor group)."""
+        name = "shardpoint, one group"
+
+        def load(self, ctx, path, layout, tensors, dcp_values):
+            saved, _staging.GROUP_BYTES = _staging.GROUP_BYTES, 1 << 62
+            try:
+                return super().load(ctx, path, layout, tensors, dcp_values)
+            finally:
+                _staging.GROUP_BYTES = saved
+
     return {p.name: p for p in (Shardpoint(), ShardpointCooperative(), ShardpointLargeReads(),
-                                ShardpointNoHints(), ShardpointPinnedLoads(), TorchSave(),
-                                Dcp2())}
+                                ShardpointNoHints(), ShardpointPinnedLoads(),
+                                ShardpointOneGroup(), TorchSave(), Dcp2())}
 
 
 def host_copy(ctx, buf, to_buffer):

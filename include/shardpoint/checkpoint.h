@@ -129,6 +129,18 @@ struct LoadOptions : Resources {
   // the next round run during a round's exchange, so up to two rounds are
   // held. Default 256 MiB.
   uint64_t cooperative_round_bytes = uint64_t{256} << 20;
+  // Tensor groups, announced as they complete: tensor_groups[i] is the group
+  // (>= 0) of state.tensors[i]; the load reads group 0's tensors, calls
+  // on_group_loaded(0) once every byte of them is placed (and verified), then
+  // reads group 1's, and so on up to the largest group, each called once
+  // (a group whose tensors need no bytes too). A caller that stages device
+  // tensors in host memory copies one group to the device while the next is
+  // read. A cooperative load reads all groups at once and calls each after
+  // it. Called from the thread running Load; it must not throw. Empty (the
+  // default): one read of everything, no calls. Otherwise its size must be
+  // state.tensors.size() (InvalidArgument).
+  std::vector<int> tensor_groups;
+  std::function<void(int)> on_group_loaded;
 };
 
 struct LoadResult {

@@ -148,7 +148,8 @@ def _build(state_dict, *, load, allow_pickle, common=None, metadata=None, raw_ob
             if is_device_tensor(sharded.data):  # CUDA: through pinned host memory
                 if staging is None:
                     raise _C.InvalidArgumentError(f"'{key}': a tensor on {sharded.data.device}")
-                lt, owner = sharded.bind(writable=load, data=staging.host(sharded.data))
+                lt, owner = sharded.bind(writable=load,
+                                        data=staging.host(sharded.data, len(tensors)))
             else:
                 lt, owner = sharded.bind(writable=load)
             tensors.append(lt)
@@ -583,6 +584,9 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     o.common_optional = bool(common)
     path = os.fspath(path)
     try:
+        if staging.pairs:  # device tensors: copied group by group while the next is read
+            o.tensor_groups = staging.groups(len(st.tensors))
+            o.on_group_loaded = staging.on_group_loaded
         r = _C.load(st, path, comm, o)
         staging.finish()  # host buffers -> device tensors
     finally:

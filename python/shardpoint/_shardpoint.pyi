@@ -140,8 +140,10 @@ class LoadOptions:
     cooperative: bool
     cooperative_round_bytes: int
     io_threads: int
+    on_group_loaded: Callable[[int], None]
     prefetch_bytes: int
     read_slice_bytes: int
+    tensor_groups: List[int]
     verify_checksums: bool
 
 class LoadResult:

@@ -66,23 +66,41 @@ def pool_bytes() -> int:
     return _POOL.bytes
 
 
+# A load's device tensors are read and copied in groups of about this many bytes.
+GROUP_BYTES = 64 << 20
+
+
 class DeviceStaging:
-    """The host buffers of one save or load. ``host(t)`` returns the buffer C++
-    uses for device tensor ``t`` (a save's holds a copy of it, queued);
-    ``ready()`` waits for the queued device-to-host copies; ``finish()`` (load)
-    copies the buffers to the devices; ``release()`` returns the pinned ones to
-    the pool. ``keep_values`` (load): copy each tensor into its buffer first,
-    for loads that may leave some of it unwritten (``allow_missing_keys``: a
-    key the checkpoint lacks keeps its values); a strict load writes all of
-    every buffer, so it skips that copy."""
+    """The host buffers of one save or load. ``host(t, index)`` returns the
+    buffer C++ uses for device tensor ``t``, the state's tensor ``index`` (a
+    save's holds a copy of it, queued); ``ready()`` waits for the queued
+    device-to-host copies; ``release()`` returns the pinned buffers to the
+    pool. ``keep_values`` (load): copy each tensor into its buffer first, for
+    loads that may leave some of it unwritten (``allow_missing_keys``: a key
+    the checkpoint lacks keeps its values); a strict load writes all of every
+    buffer, so it skips that copy.
+
+    A load copies to the devices while it reads: ``groups(n)`` splits the
+    device tensors, in state order, into groups of about ``GROUP_BYTES``
+    (``LoadOptions.tensor_groups``), and C++ calls ``on_group_loaded(g)`` as
+    each group is complete; a copier thread then copies that group to its
+    devices and frees its pageable buffers, while C++ reads the next group.
+    ``finish()`` waits for the copier (and copies what no call announced)."""
 
     def __init__(self, load: bool, keep_values: bool = True) -> None:
         self.load = load
         self.copy_in = not load or keep_values
         self.pairs: list[tuple[Any, Any]] = []
         self.pinned: list[Any] = []
+        self._index: list[int] = []  # the state's tensor index of each pair
+        self._group: list[int] = []  # the group of each pair
+        self._queue: Any = None
+        self._copier: threading.Thread | None = None
+        self._copied: set[int] = set()
+        self._error: BaseException | None = None
+        self._devices: set[Any] = set()
 
-    def host(self, t: Any) -> Any:
+    def host(self, t: Any, index: int = -1) -> Any:
         if self.load:
             import torch
             h = _POOL.take_free(t)
@@ -96,11 +114,70 @@ class DeviceStaging:
         if self.copy_in:
             h.copy_(t.detach(), non_blocking=True)
         self.pairs.append((h, t))
+        self._index.append(index)
+        if t.device.type == "cuda":
+            self._devices.add(t.device)
         return h
+
+    def groups(self, n: int) -> list[int]:
+        """The group of each of the state's ``n`` tensors (host tensors: 0), and
+        starts the copier."""
+        out = [0] * n
+        group, size = 0, 0
+        self._group = []
+        for (h, _), i in zip(self.pairs, self._index):
+            nbytes = h.numel() * h.element_size()
+            if size and size + nbytes > GROUP_BYTES:
+                group, size = group + 1, 0
+            size += nbytes
+            self._group.append(group)
+            out[i] = group
+        import queue
+        self._queue = queue.SimpleQueue()
+        self._copier = threading.Thread(target=self._copy_groups, name="shardpoint-h2d",
+                                        daemon=True)
+        self._copier.start()
+        return out
+
+    def on_group_loaded(self, g: int) -> None:
+        """Called by C++ (with the GIL) when every byte of group ``g`` is in place."""
+        self._queue.put(g)
+
+    def _copy_group(self, g: int) -> None:
+        import torch
+        pinned = {id(h) for h in self.pinned}
+        if not self._group:  # no groups(): one group
+            self._group = [0] * len(self.pairs)
+        with torch.no_grad():
+            for k, pair in enumerate(self.pairs):
+                if pair is None or self._group[k] != g:
+                    continue
+                h, t = pair
+                t.copy_(h, non_blocking=True)
+                if id(h) not in pinned:  # a pageable copy has read h when copy_ returns
+                    self.pairs[k] = None
+        self._copied.add(g)
+
+    def _copy_groups(self) -> None:
+        while True:
+            g = self._queue.get()
+            if g is None:
+                return
+            if self._error is None:
+                try:
+                    self._copy_group(g)
+                except BaseException as e:  # noqa: BLE001 - raised by finish()
+                    self._error = e
+
+    def _stop_copier(self) -> None:
+        if self._copier is not None:
+            self._queue.put(None)
+            self._copier.join()
+            self._copier = None
 
     def _sync(self) -> None:
         import torch
-        for dev in {t.device for _, t in self.pairs if t.device.type == "cuda"}:
+        for dev in self._devices:
             torch.cuda.synchronize(dev)
 
     def ready(self) -> None:
@@ -110,13 +187,15 @@ class DeviceStaging:
     def finish(self) -> None:
         if not self.load or not self.pairs:
             return
-        import torch
-        with torch.no_grad():
-            for h, t in self.pairs:
-                t.copy_(h, non_blocking=True)
+        self._stop_copier()
+        if self._error is not None:
+            raise self._error
+        for g in sorted(set(self._group or [0]) - self._copied):  # none unannounced, normally
+            self._copy_group(g)
         self._sync()
 
     def release(self) -> None:
+        self._stop_copier()
         for h in self.pinned:
             _POOL.give(h)
         self.pairs, self.pinned = [], []

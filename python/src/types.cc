@@ -170,7 +170,11 @@ void RegisterTypes(py::module_& m) {
       .def_readwrite("read_slice_bytes", &LoadOptions::read_slice_bytes)
       .def_readwrite("prefetch_bytes", &LoadOptions::prefetch_bytes)
       .def_readwrite("cooperative", &LoadOptions::cooperative)
-      .def_readwrite("cooperative_round_bytes", &LoadOptions::cooperative_round_bytes);
+      .def_readwrite("cooperative_round_bytes", &LoadOptions::cooperative_round_bytes)
+      .def_readwrite("tensor_groups", &LoadOptions::tensor_groups)
+      // A Python callable, called with each group from the thread running the
+      // load (pybind11 takes the GIL for the call); it must not raise.
+      .def_readwrite("on_group_loaded", &LoadOptions::on_group_loaded);
   py::class_<SaveStats>(m, "SaveStats")
       .def_readonly("bytes_written", &SaveStats::bytes_written)
       .def_readonly("rank_bytes", &SaveStats::rank_bytes)

@@ -53,3 +53,24 @@ def test_cuda_async_save(ckpt):
     out = torch.zeros(1000)
     sp.load({"w": out}, ckpt)
     assert torch.equal(out, torch.arange(1000, dtype=torch.float32))
+
+
+def test_cuda_load_copies_group_by_group(ckpt, monkeypatch):
+    # small groups: each copied to the GPU while C++ reads the next; some tensors in
+    # pooled pinned buffers (the shapes saved), the resharded ones in pageable memory
+    monkeypatch.setattr(_staging, "GROUP_BYTES", 3000)
+    g = torch.Generator().manual_seed(5)
+    src = {f"w{i}": torch.randn(24, 16 + i, generator=g).cuda() for i in range(8)}
+    sp.save(src, ckpt)
+    halves = {k: [torch.zeros(12, v.shape[1], device="cuda") for _ in range(2)]
+              for k, v in src.items() if k in ("w1", "w6")}
+    dst = {k: torch.zeros_like(v) for k, v in src.items() if k not in halves}
+    state = dict(dst)
+    for k, (a, b) in halves.items():
+        shape = list(src[k].shape)
+        state[k] = [sp.chunk(k, a, shape, 0, 0, 2), sp.chunk(k, b, shape, 0, 1, 2)]
+    sp.load(state, ckpt)
+    for k, v in dst.items():
+        assert torch.equal(v, src[k]), k
+    for k, (a, b) in halves.items():
+        assert torch.equal(torch.cat([a, b]), src[k]), k

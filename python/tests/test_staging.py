@@ -73,3 +73,42 @@ def test_a_save_copies_the_values_in_and_pools_its_buffers(pool, monkeypatch):
         s.finish()  # a save's finish copies nothing back
         s.release()
     assert len(made) == 1 and pool.take_free(t) is made[0]
+
+
+def test_a_load_groups_its_device_tensors_by_bytes_in_state_order(pool, monkeypatch):
+    monkeypatch.setattr(_staging, "GROUP_BYTES", 100)
+    s = _staging.DeviceStaging(load=True, keep_values=False)
+    sizes = [40, 40, 40, 200, 10, 10]  # bytes (int8)
+    ts = [torch.zeros(n, dtype=torch.int8) for n in sizes]
+    for i, t in zip([1, 2, 4, 5, 6, 7], ts):  # the state's tensors 0 and 3 are host tensors
+        s.host(t, i)
+    # 40 + 40 fit; the third starts group 1; 200 alone; the two small ones together
+    assert s.groups(8) == [0, 0, 0, 0, 1, 2, 3, 3]
+    s.release()
+
+
+def test_each_announced_group_is_copied_and_its_pageable_buffers_freed(pool):
+    s = _staging.DeviceStaging(load=True, keep_values=False)
+    ts = [torch.zeros(3, dtype=torch.float32) for _ in range(3)]
+    hs = [s.host(t, i) for i, t in enumerate(ts)]
+    s._group = [0, 1, 1]
+    for k, h in enumerate(hs):
+        h.fill_(k + 1)
+    s._copy_group(1)
+    assert [t.tolist() for t in ts] == [[0, 0, 0], [2, 2, 2], [3, 3, 3]]  # group 0 waits
+    assert s.pairs[0] is not None and s.pairs[1] is None and s.pairs[2] is None
+    s.finish()  # copies what no call announced
+    assert ts[0].tolist() == [1, 1, 1]
+    s.release()
+
+
+def test_a_copy_that_fails_is_raised_by_finish(pool):
+    s = _staging.DeviceStaging(load=True, keep_values=False)
+    s.host(torch.zeros(2), 0)
+    s.pairs[0] = (torch.zeros(3), s.pairs[0][1])  # a buffer the tensor cannot take
+    s.groups(1)
+    s.on_group_loaded(0)
+    with pytest.raises(RuntimeError):
+        s.finish()
+    s.release()
+    assert s._copier is None

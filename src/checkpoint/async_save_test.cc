@@ -113,7 +113,9 @@ TEST(AsyncSave, StridedTensorIsStagedByValue) {
   d.data = out.data();
   d.strides.clear();
   dst.tensors.push_back(d);
-  ASSERT_TRUE(Load(dst, "ckpt", *comm, LoadOptions{storage.get()}).ok());
+  LoadOptions lo;
+  lo.storage = storage.get();
+  ASSERT_TRUE(Load(dst, "ckpt", *comm, lo).ok());
   for (int r = 0; r < 3; ++r) {
     for (int c = 0; c < 4; ++c) EXPECT_EQ(out[r * 4 + c], static_cast<float>(c * 3 + r));
   }

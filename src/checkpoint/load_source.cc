@@ -42,6 +42,51 @@ const ObjectRecord* FindObject(const Manifest& m, const Object& o) {
   return &*it;
 }
 
+// LoadOptions::tensor_groups fits the state.
+Status CheckGroups(const State& state, const LoadOptions& options) {
+  const std::vector<int>& g = options.tensor_groups;
+  if (g.empty()) return OkStatus();
+  if (g.size() != state.tensors.size()) {
+    return InvalidArgumentError("tensor_groups has " + std::to_string(g.size()) +
+                                " entries for a state of " + std::to_string(state.tensors.size()) +
+                                " tensors");
+  }
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (g[i] < 0) {
+      return InvalidArgumentError("tensor_groups[" + std::to_string(i) +
+                                  "] is negative: " + std::to_string(g[i]));
+    }
+  }
+  return OkStatus();
+}
+
+// Announces groups [0, the largest] (tensor_groups; none when empty).
+void AnnounceGroups(const LoadOptions& options) {
+  if (options.tensor_groups.empty() || !options.on_group_loaded) return;
+  const int n = *std::max_element(options.tensor_groups.begin(), options.tensor_groups.end());
+  for (int g = 0; g <= n; ++g) options.on_group_loaded(g);
+}
+
+// Reads the plan group by group (LoadOptions::tensor_groups), announcing
+// each group once its pieces are placed; the whole plan at once without groups.
+Status ExecuteByGroup(const Manifest& m, const LoadPlan& plan, const LoadOptions& options,
+                      DataFiles* files, ThreadPool* pool, const ReadOptions& read_options,
+                      ReadStats* stats) {
+  const std::vector<int>& groups = options.tensor_groups;
+  if (groups.empty()) return ExecuteLoadPlan(m, plan, files, pool, read_options, stats);
+  std::vector<LoadPlan> parts(*std::max_element(groups.begin(), groups.end()) + 1);
+  for (const internal_plan::ReadPiece& p : plan.pieces) {  // keeps the plan's file order
+    LoadPlan& part = parts[groups[p.local]];
+    part.bytes += p.nbytes;
+    part.pieces.push_back(p);
+  }
+  for (size_t g = 0; g < parts.size(); ++g) {
+    SP_RETURN_IF_ERROR(ExecuteLoadPlan(m, parts[g], files, pool, read_options, stats));
+    if (options.on_group_loaded) options.on_group_loaded(static_cast<int>(g));
+  }
+  return OkStatus();
+}
+
 // Checks this rank's requests against the index; marks requested tensors
 // and objects (by key) in `wanted` (tensors first, then objects).
 Status CheckRequests(const Source& src, const State& state, const LoadOptions& options,
@@ -154,6 +199,7 @@ Result<LoadResult> LoadFromSource(State& state, const Status& index_status, cons
   LoadResult result;
   std::string wanted;
   Status s = index_status;
+  if (s.ok()) s = CheckGroups(state, options);
   if (s.ok()) {
     s = Guarded(what + ": checking the requests",
                 [&] { return CheckRequests(src, state, options, &result.missing_keys, &wanted); });
@@ -203,10 +249,15 @@ Result<LoadResult> LoadFromSource(State& state, const Status& index_status, cons
     result.bytes_received = coop.bytes_received;
     result.requests = coop.requests;
     result.bytes_needed = coop.bytes_needed;
+    s = Guarded(what + ": announcing tensor groups", [&] {
+      AnnounceGroups(options);
+      return OkStatus();
+    });
   } else if (s.ok()) {
     ReadStats read;
-    s = Guarded(what + ": reading",
-                [&] { return ExecuteLoadPlan(m, *plan, &files, pool, read_options, &read); });
+    s = Guarded(what + ": reading", [&] {
+      return ExecuteByGroup(m, *plan, options, &files, pool, read_options, &read);
+    });
     result.bytes_read = read.bytes.load();
     result.requests = read.requests.load();
     result.bytes_needed = read.needed.load();

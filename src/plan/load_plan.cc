@@ -135,6 +135,7 @@ Result<LoadPlan> PlanLoad(const Manifest& m, const std::vector<Region>& regions,
       p.dst_dtype = r.desc.dtype;
       p.whole_chunk = (*ib == c->box);
       p.nbytes = static_cast<uint64_t>(ib->num_elements()) * DTypeSize(rec.dtype);
+      p.local = r.local;
       covered += ib->num_elements();
       plan.bytes += p.nbytes;
       plan.pieces.push_back(std::move(p));

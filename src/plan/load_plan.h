@@ -22,6 +22,7 @@ struct ReadPiece {
   DType dst_dtype = DType::kF32;
   bool whole_chunk = false;  // in_chunk is the whole chunk: its checksum can be verified
   uint64_t nbytes = 0;       // stored bytes read
+  size_t local = 0;          // the local tensor dst lies in (Region::local)
 };
 
 struct LoadPlan {

@@ -84,12 +84,13 @@ Result<std::vector<Region>> BuildRegions(const std::vector<LocalTensor>& tensors
         }
         desc.box = GlobalPart(seg, *part);
         out.push_back(
-            Region{desc, DropLeading(v, seg.local_offset.size() - seg.global_box.rank())});
+            Region{desc, DropLeading(v, seg.local_offset.size() - seg.global_box.rank()), t});
         any = true;
       }
       if (!any && Box::Whole(seg.global_shape).empty()) {
         desc.box = Box::Whole(seg.global_shape);
-        out.push_back(Region{desc, View{nullptr, es, desc.box.shape, Shape(desc.box.rank(), 0)}});
+        out.push_back(
+            Region{desc, View{nullptr, es, desc.box.shape, Shape(desc.box.rank(), 0)}, t});
       }
     }
   }

@@ -21,6 +21,7 @@ struct RegionDesc {
 struct Region {
   RegionDesc desc;
   internal_geometry::View view;  // shape == desc.box.shape; byte strides into the local tensor
+  size_t local = 0;              // index of the local tensor it lies in
 };
 
 // Validates every tensor (ValidateLocalTensor) and reduces it to regions: one

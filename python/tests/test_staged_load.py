@@ -1,0 +1,99 @@
+"""A load of device tensors, end to end through C++'s tensor groups
+(LoadOptions.tensor_groups / on_group_loaded) and the staging's copier thread,
+run here on CPU tensors treated as device tensors (the real CUDA load is
+test_cuda.py's, on the GPU machine): every group is announced in order and
+copied while the next is read, the result is bit for bit, and a load that fails
+stops the copier and raises."""
+
+import os
+
+import pytest
+import torch
+
+import shardpoint as sp
+from shardpoint import _checkpoint, _staging
+
+
+@pytest.fixture
+def staged(monkeypatch):
+    """Every torch tensor goes through DeviceStaging; records the announced groups."""
+    monkeypatch.setattr(_checkpoint, "is_device_tensor", lambda t: isinstance(t, torch.Tensor))
+    monkeypatch.setattr(_staging, "GROUP_BYTES", 5000)
+    class PageablePool(_staging._PinnedPool):  # pinning needs CUDA
+        def new(self, like):
+            self.bytes += like.numel() * like.element_size()
+            return torch.empty(like.shape, dtype=like.dtype)
+
+    monkeypatch.setattr(_staging, "_POOL", PageablePool())
+    calls = []
+    announce = _staging.DeviceStaging.on_group_loaded
+
+    def spy(self, g):  # (g, {pair index: its host buffer now}) for the pairs of group g
+        calls.append((g, {k: p[0].clone() for k, p in enumerate(self.pairs)
+                          if p is not None and self._group[k] == g}))
+        announce(self, g)
+
+    monkeypatch.setattr(_staging.DeviceStaging, "on_group_loaded", spy)
+    return calls
+
+
+def _state(seed):
+    g = torch.Generator().manual_seed(seed)
+    return {f"w{i}": torch.randn(16, 32 + i, generator=g) for i in range(6)}  # 2-2.7 KiB each
+
+
+def test_groups_are_announced_in_order_and_the_load_is_bit_for_bit(staged, tmp_path):
+    src = _state(1)
+    sp.save(src, tmp_path / "c")
+    dst = {k: torch.zeros_like(v) for k, v in src.items()}
+    sp.load(dst, tmp_path / "c")
+    assert [g for g, _ in staged] == [0, 1, 2]  # 5000-byte groups: two tensors each
+    assert [sorted(bufs) for _, bufs in staged] == [[0, 1], [2, 3], [4, 5]]
+    for _, bufs in staged:  # each group complete when announced
+        for k, h in bufs.items():
+            assert torch.equal(h, src[f"w{k}"]), k
+    for k in src:
+        assert torch.equal(dst[k], src[k]), k
+
+
+def test_a_resharded_staged_load_across_ranks(staged, tmp_path):
+    full = torch.randn(64, 48, generator=torch.Generator().manual_seed(2))
+    comms = sp.thread_comms(2)
+
+    def run(fn):
+        import threading
+        errors = []
+
+        def body(r):
+            try:
+                fn(r, comms[r])
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+        ts = [threading.Thread(target=body, args=(r,)) for r in range(2)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        if errors:
+            raise errors[0]
+
+    run(lambda r, c: sp.save({"w": sp.chunk("w", full[32 * r:32 * (r + 1)].clone(), [64, 48],
+                                            0, r, 2)}, tmp_path / "c", c))
+    outs = [torch.zeros(64, 24), torch.zeros(64, 24)]
+    run(lambda r, c: sp.load({"w": sp.chunk("w", outs[r], [64, 48], 1, r, 2)}, tmp_path / "c",
+                             c))
+    assert torch.equal(torch.cat(outs, 1), full)
+
+
+def test_a_failed_staged_load_raises_and_stops_the_copier(staged, tmp_path):
+    src = _state(3)
+    sp.save(src, tmp_path / "c")
+    data = tmp_path / "c" / "data" / os.listdir(tmp_path / "c" / "data")[0]
+    with open(data, "r+b") as f:  # one flipped byte in the last tensor
+        f.seek(os.path.getsize(data) - 5)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 1]))
+    dst = {k: torch.zeros_like(v) for k, v in src.items()}
+    with pytest.raises(sp.DataLossError):
+        sp.load(dst, tmp_path / "c")
+    import threading
+    assert not [t for t in threading.enumerate() if t.name == "shardpoint-h2d"]
