@@ -150,6 +150,8 @@ def _build(state_dict, *, load, allow_pickle, common=None, metadata=None, raw_ob
                     raise _C.InvalidArgumentError(f"'{key}': a tensor on {sharded.data.device}")
                 lt, owner = sharded.bind(writable=load,
                                         data=staging.host(sharded.data, len(tensors)))
+                staging.hold(owner)  # freed with its buffer (a load: once copied)
+                owner = None
             else:
                 lt, owner = sharded.bind(writable=load)
             tensors.append(lt)

@@ -68,6 +68,23 @@ def pool_bytes() -> int:
 
 # A load's device tensors are read and copied in groups of about this many bytes.
 GROUP_BYTES = 64 << 20
+# Pageable buffers of at least this many bytes are mappings of their own.
+OWN_MAPPING_BYTES = 1 << 20
+
+
+def _pageable(like: Any) -> Any:
+    """An empty pageable buffer like ``like``. A large one is an anonymous mapping
+    of its own, unmapped when freed: memory from the heap could stay with the
+    process after a free (glibc keeps freed chunks below its adaptive mmap
+    threshold), and then the groups' buffers freed one by one would not lower
+    the load's peak."""
+    import torch
+    n = like.numel() * like.element_size()
+    if n < OWN_MAPPING_BYTES:
+        return torch.empty(like.shape, dtype=like.dtype)
+    import mmap
+    m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return torch.frombuffer(m, dtype=torch.uint8).view(like.dtype).view(like.shape)
 
 
 class DeviceStaging:
@@ -99,13 +116,14 @@ class DeviceStaging:
         self._copied: set[int] = set()
         self._error: BaseException | None = None
         self._devices: set[Any] = set()
+        self._owners: list[Any] = []  # what keeps C++'s view of each buffer alive
 
     def host(self, t: Any, index: int = -1) -> Any:
         if self.load:
             import torch
             h = _POOL.take_free(t)
             if h is None:
-                h = torch.empty(t.shape, dtype=t.dtype)  # pageable: see the module's doc
+                h = _pageable(t)  # see the module's doc
             else:
                 self.pinned.append(h)
         else:
@@ -114,10 +132,16 @@ class DeviceStaging:
         if self.copy_in:
             h.copy_(t.detach(), non_blocking=True)
         self.pairs.append((h, t))
+        self._owners.append(None)
         self._index.append(index)
         if t.device.type == "cuda":
             self._devices.add(t.device)
         return h
+
+    def hold(self, owner: Any) -> None:
+        """Keeps ``owner`` (the object behind C++'s view of the last buffer) as long
+        as that buffer."""
+        self._owners[-1] = owner
 
     def groups(self, n: int) -> list[int]:
         """The group of each of the state's ``n`` tensors (host tensors: 0), and
@@ -155,7 +179,7 @@ class DeviceStaging:
                 h, t = pair
                 t.copy_(h, non_blocking=True)
                 if id(h) not in pinned:  # a pageable copy has read h when copy_ returns
-                    self.pairs[k] = None
+                    self.pairs[k] = self._owners[k] = None  # C++ is done with it: freed
         self._copied.add(g)
 
     def _copy_groups(self) -> None:
@@ -198,4 +222,4 @@ class DeviceStaging:
         self._stop_copier()
         for h in self.pinned:
             _POOL.give(h)
-        self.pairs, self.pinned = [], []
+        self.pairs, self.pinned, self._owners = [], [], []

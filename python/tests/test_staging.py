@@ -112,3 +112,27 @@ def test_a_copy_that_fails_is_raised_by_finish(pool):
         s.finish()
     s.release()
     assert s._copier is None
+
+
+def _mapped(addr):
+    with open("/proc/self/maps") as f:
+        for line in f:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            if lo <= addr < hi:
+                return True
+    return False
+
+
+def test_a_large_pageable_buffer_is_a_mapping_of_its_own_unmapped_when_freed():
+    del_me = torch.empty(4 << 20, dtype=torch.uint8)  # a free of 4 MiB raises glibc's mmap
+    del del_me  # threshold: a torch.empty of 1.5 MiB would now stay mapped after its free
+    like = torch.zeros(3, 1 << 18, dtype=torch.bfloat16)  # 1.5 MiB
+    h = _staging._pageable(like)
+    assert h.shape == like.shape and h.dtype == like.dtype and h.is_contiguous()
+    h.fill_(2)  # writable
+    addr = h.data_ptr()
+    assert addr % 4096 == 0 and _mapped(addr)
+    del h
+    assert not _mapped(addr)  # unmapped with the tensor (heap memory would stay): the peak falls
+    small = _staging._pageable(torch.zeros(10, dtype=torch.int32))
+    assert small.shape == (10,) and small.dtype == torch.int32
