@@ -26,7 +26,9 @@ with O_DIRECT (W jobs, 4 MiB requests, or 1 MiB where a job's share is not a
 multiple of 4 MiB, libaio depth 4, writes ending with fsync): its row is fio's
 own bandwidth, which leaves out its start and file layout; the row "fio,
 barrier to barrier" times the same runs as every other row;
-memcpy copies each rank's state into a buffer and back. `--json FILE` keeps
+memcpy copies each rank's state into a buffer and back; shardpoint's loads
+also give each rank's seconds in the engine (LoadResult.seconds) against its
+whole call (with CUDA, + host staging and copies). `--json FILE` keeps
 every measurement. Exits non-zero if any peer fails or loads wrong values.
 
 Memory backing (`--preback`): on a VM with free page reporting (this
