@@ -120,7 +120,6 @@ class DeviceStaging:
 
     def host(self, t: Any, index: int = -1) -> Any:
         if self.load:
-            import torch
             h = _POOL.take_free(t)
             if h is None:
                 h = _pageable(t)  # see the module's doc
@@ -134,6 +133,7 @@ class DeviceStaging:
         self.pairs.append((h, t))
         self._owners.append(None)
         self._index.append(index)
+        self._group.append(0)  # one group unless groups() splits them
         if t.device.type == "cuda":
             self._devices.add(t.device)
         return h
@@ -148,14 +148,12 @@ class DeviceStaging:
         starts the copier."""
         out = [0] * n
         group, size = 0, 0
-        self._group = []
-        for (h, _), i in zip(self.pairs, self._index):
+        for k, ((h, _), i) in enumerate(zip(self.pairs, self._index)):
             nbytes = h.numel() * h.element_size()
             if size and size + nbytes > GROUP_BYTES:
                 group, size = group + 1, 0
             size += nbytes
-            self._group.append(group)
-            out[i] = group
+            self._group[k] = out[i] = group
         import queue
         self._queue = queue.SimpleQueue()
         self._copier = threading.Thread(target=self._copy_groups, name="shardpoint-h2d",
@@ -170,8 +168,6 @@ class DeviceStaging:
     def _copy_group(self, g: int) -> None:
         import torch
         pinned = {id(h) for h in self.pinned}
-        if not self._group:  # no groups(): one group
-            self._group = [0] * len(self.pairs)
         with torch.no_grad():
             for k, pair in enumerate(self.pairs):
                 if pair is None or self._group[k] != g:
@@ -214,7 +210,7 @@ class DeviceStaging:
         self._stop_copier()
         if self._error is not None:
             raise self._error
-        for g in sorted(set(self._group or [0]) - self._copied):  # none unannounced, normally
+        for g in sorted(set(self._group) - self._copied):  # none unannounced, normally
             self._copy_group(g)
         self._sync()
 
@@ -222,4 +218,4 @@ class DeviceStaging:
         self._stop_copier()
         for h in self.pinned:
             _POOL.give(h)
-        self.pairs, self.pinned, self._owners = [], [], []
+        self.pairs, self.pinned, self._owners, self._index, self._group = [], [], [], [], []

@@ -60,11 +60,16 @@ Status CheckGroups(const State& state, const LoadOptions& options) {
   return OkStatus();
 }
 
-// Announces groups [0, the largest] (tensor_groups; none when empty).
+// Groups 0 to the largest of LoadOptions::tensor_groups (0 when it is empty).
+int GroupCount(const LoadOptions& options) {
+  const std::vector<int>& g = options.tensor_groups;
+  return g.empty() ? 0 : *std::max_element(g.begin(), g.end()) + 1;
+}
+
+// Announces every group (none without tensor_groups).
 void AnnounceGroups(const LoadOptions& options) {
-  if (options.tensor_groups.empty() || !options.on_group_loaded) return;
-  const int n = *std::max_element(options.tensor_groups.begin(), options.tensor_groups.end());
-  for (int g = 0; g <= n; ++g) options.on_group_loaded(g);
+  if (!options.on_group_loaded) return;
+  for (int g = 0; g < GroupCount(options); ++g) options.on_group_loaded(g);
 }
 
 // Reads the plan group by group (LoadOptions::tensor_groups), announcing
@@ -74,7 +79,7 @@ Status ExecuteByGroup(const Manifest& m, const LoadPlan& plan, const LoadOptions
                       ReadStats* stats) {
   const std::vector<int>& groups = options.tensor_groups;
   if (groups.empty()) return ExecuteLoadPlan(m, plan, files, pool, read_options, stats);
-  std::vector<LoadPlan> parts(*std::max_element(groups.begin(), groups.end()) + 1);
+  std::vector<LoadPlan> parts(GroupCount(options));
   for (const internal_plan::ReadPiece& p : plan.pieces) {  // keeps the plan's file order
     LoadPlan& part = parts[groups[p.local]];
     part.bytes += p.nbytes;
