@@ -96,7 +96,7 @@ class Dcp2:
 
 def cuda_peers():
     from peers.formats import (Shardpoint, ShardpointCooperative, ShardpointLargeReads,
-                               ShardpointNoHints, TorchSave)
+                               ShardpointNoHints, ShardpointOneThread, TorchSave)
 
     from shardpoint import _staging
 
@@ -133,7 +133,7 @@ def cuda_peers():
                 _staging.GROUP_BYTES = saved
 
     return {p.name: p for p in (Shardpoint(), ShardpointCooperative(), ShardpointLargeReads(),
-                                ShardpointNoHints(), ShardpointPinnedLoads(),
+                                ShardpointNoHints(), ShardpointOneThread(), ShardpointPinnedLoads(),
                                 ShardpointOneGroup(), TorchSave(), Dcp2())}
 
 

@@ -122,6 +122,13 @@ class ShardpointNoHints(Shardpoint):
     reads = {"prefetch_bytes": 0}
 
 
+class ShardpointOneThread(Shardpoint):
+    """shardpoint with one I/O thread per rank (io_threads=1): one request in flight
+    per rank, as torch.load reads its file."""
+    name = "shardpoint, io_threads 1"
+    reads = {"io_threads": 1}
+
+
 class TorchSave:
     """torch.save of a dict of this rank's tensors into rank<r>.pt (CPU or CUDA)."""
     name = "torch.save"
@@ -199,4 +206,5 @@ class Dcp:
 
 
 PEERS = {p.name: p for p in (Shardpoint(), ShardpointCooperative(), ShardpointLargeReads(),
-                             ShardpointNoHints(), TorchSave(), Numpy(), Dcp())}
+                             ShardpointNoHints(), ShardpointOneThread(), TorchSave(), Numpy(),
+                             Dcp())}

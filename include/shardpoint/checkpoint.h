@@ -135,8 +135,10 @@ struct LoadOptions : Resources {
   // reads group 1's, and so on up to the largest group, each called once
   // (a group whose tensors need no bytes too). A caller that stages device
   // tensors in host memory copies one group to the device while the next is
-  // read. A cooperative load reads all groups at once and calls each after
-  // it. Called from the thread running Load; it must not throw. Empty (the
+  // read. A cooperative load reads in its own order (file order, in rounds)
+  // and calls each group once, after the round that places its last bytes:
+  // in the order the groups complete, not by number. Called from the thread
+  // running Load; it must not throw. Empty (the
   // default): one read of everything, no calls. Otherwise its size must be
   // state.tensors.size() (InvalidArgument).
   std::vector<int> tensor_groups;

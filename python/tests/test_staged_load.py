@@ -14,6 +14,30 @@ import shardpoint as sp
 from shardpoint import _checkpoint, _staging
 
 
+class _Calls(list):
+    """The announcements: (group, {pair index: host buffer}); `by`: the staging of each."""
+
+    def __init__(self):
+        super().__init__()
+        self.by = []
+
+
+def _run_ranks(comms, fn):
+    import threading
+    errors = []
+
+    def body(r):
+        try:
+            fn(r, comms[r])
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+    ts = [threading.Thread(target=body, args=(r,)) for r in range(len(comms))]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    if errors:
+        raise errors[0]
+
+
 @pytest.fixture
 def staged(monkeypatch):
     """Every torch tensor goes through DeviceStaging; records the announced groups."""
@@ -25,12 +49,13 @@ def staged(monkeypatch):
             return torch.empty(like.shape, dtype=like.dtype)
 
     monkeypatch.setattr(_staging, "_POOL", PageablePool())
-    calls = []
+    calls = _Calls()
     announce = _staging.DeviceStaging.on_group_loaded
 
     def spy(self, g):  # (g, {pair index: its host buffer now}) for the pairs of group g
         calls.append((g, {k: p[0].clone() for k, p in enumerate(self.pairs)
                           if p is not None and self._group[k] == g}))
+        calls.by.append(self)
         announce(self, g)
 
     monkeypatch.setattr(_staging.DeviceStaging, "on_group_loaded", spy)
@@ -61,19 +86,7 @@ def test_a_resharded_staged_load_across_ranks(staged, tmp_path):
     comms = sp.thread_comms(2)
 
     def run(fn):
-        import threading
-        errors = []
-
-        def body(r):
-            try:
-                fn(r, comms[r])
-            except BaseException as e:  # noqa: BLE001
-                errors.append(e)
-        ts = [threading.Thread(target=body, args=(r,)) for r in range(2)]
-        [t.start() for t in ts]
-        [t.join() for t in ts]
-        if errors:
-            raise errors[0]
+        _run_ranks(comms, fn)
 
     run(lambda r, c: sp.save({"w": sp.chunk("w", full[32 * r:32 * (r + 1)].clone(), [64, 48],
                                             0, r, 2)}, tmp_path / "c", c))
@@ -97,3 +110,30 @@ def test_a_failed_staged_load_raises_and_stops_the_copier(staged, tmp_path):
         sp.load(dst, tmp_path / "c")
     import threading
     assert not [t for t in threading.enumerate() if t.name == "shardpoint-h2d"]
+
+
+def test_a_cooperative_staged_load_copies_every_group_once(staged, tmp_path):
+    # Two thread ranks (a C++ comm: cooperative), rows saved, columns loaded:
+    # each rank's 5 KiB tensors are groups of one, announced in the order the
+    # rounds complete them, each complete when announced.
+    g = torch.Generator().manual_seed(4)
+    full = {f"w{i}": torch.randn(64, 40, generator=g) for i in range(6)}
+    comms = sp.thread_comms(2)
+    _run_ranks(comms, lambda r, c: sp.save(
+        {k: sp.chunk(k, v[32 * r:32 * (r + 1)].clone(), [64, 40], 0, r, 2)
+         for k, v in full.items()}, tmp_path / "c", c))
+    outs = [{k: torch.zeros(64, 20) for k in full} for _ in range(2)]
+    _run_ranks(comms, lambda r, c: sp.load(
+        {k: sp.chunk(k, outs[r][k], [64, 40], 1, r, 2) for k in full}, tmp_path / "c", c,
+        cooperative=True))
+    for st in set(staged.by):
+        groups = [gr for (gr, _), by in zip(staged, staged.by) if by is st]
+        assert sorted(groups) == list(range(6))  # every group once
+    for (gr, bufs), st in zip(staged, staged.by):
+        assert list(bufs) == [gr]  # pair k is w{k}, alone in group k
+        h = bufs[gr]
+        assert any(torch.equal(h, full[f"w{gr}"][:, 20 * r:20 * (r + 1)]) for r in range(2))
+    assert len(set(staged.by)) == 2
+    for r in range(2):
+        for k, v in full.items():
+            assert torch.equal(outs[r][k], v[:, 20 * r:20 * (r + 1)]), (r, k)

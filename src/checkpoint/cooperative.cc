@@ -374,11 +374,35 @@ Status PlaceRound(const Manifest& m, const LoadPlan& plan, const std::vector<Chu
   return OkStatus();
 }
 
+// The last round (index) placing bytes of each of rank `me`'s groups: the
+// last round with a span of any chunk holding one of its pieces; -1 for a
+// group of no piece.
+std::vector<int64_t> LastRoundOfGroups(const std::vector<ChunkNeeds>& chunks,
+                                       const std::vector<Span>& spans,
+                                       const std::vector<size_t>& round_of_span, int me,
+                                       const LoadGroups& groups) {
+  std::vector<int64_t> chunk_last(chunks.size(), -1);
+  for (size_t i = 0; i < spans.size(); ++i) {
+    int64_t& l = chunk_last[spans[i].chunk];
+    l = std::max(l, static_cast<int64_t>(round_of_span[i]));
+  }
+  std::vector<int64_t> last(static_cast<size_t>(groups.count), -1);
+  if (groups.count == 0) return last;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    for (const Need& need : chunks[c].needs) {
+      if (need.rank != me) continue;
+      int64_t& l = last[static_cast<size_t>(groups.of_piece[static_cast<size_t>(need.piece)])];
+      l = std::max(l, chunk_last[c]);
+    }
+  }
+  return last;
+}
+
 }  // namespace
 
 Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, DataFiles* files,
                        ThreadPool* pool, const ReadOptions& options, uint64_t round_bytes,
-                       CooperativeStats* stats) {
+                       const LoadGroups& groups, CooperativeStats* stats) {
   const int me = comm.rank(), n = comm.size();
   std::vector<std::string> all;
   SP_RETURN_IF_ERROR(comm.AllGather(EncodePlan(plan), &all));
@@ -412,6 +436,21 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
     rounds.push_back(r);
     r0 = r.r1;
   }
+  std::vector<size_t> round_of_span(spans.size());
+  for (size_t ri = 0; ri < rounds.size(); ++ri) {
+    for (size_t i = rounds[ri].r0; i < rounds[ri].r1; ++i) round_of_span[i] = ri;
+  }
+  const std::vector<int64_t> group_last =
+      LastRoundOfGroups(chunks, spans, round_of_span, me, groups);
+  // Groups by the round that completes them, announced after it (no piece: first).
+  std::vector<std::vector<int>> completes(rounds.size() + 1);
+  for (int g = 0; g < groups.count; ++g) {
+    completes[static_cast<size_t>(group_last[static_cast<size_t>(g)] + 1)].push_back(g);
+  }
+  auto announce = [&](size_t round_plus_one) {
+    for (int g : completes[round_plus_one]) groups.announce(g);
+  };
+  announce(0);
   // A round's reads, run while the previous round's bytes move.
   struct Reads {
     std::vector<std::string> send;
@@ -454,6 +493,8 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
       });
       SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
     }
+    // Round i's bytes are placed; the reads ahead touch only later rounds' groups.
+    announce(i + 1);
     if (ahead) ahead->Wait();
     cur = std::move(next);
   }

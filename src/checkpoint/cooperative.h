@@ -20,10 +20,15 @@
 // plus one span of at most round_bytes / 4), two rounds at most are held:
 // memory stays bounded whatever the checkpoint size. Every step is agreed
 // on: a failure on one rank (a checksum mismatch in a block it read for
-// others included) is every rank's error.
+// others included) is every rank's error. Tensor groups
+// (LoadOptions::tensor_groups) are announced after the round that places
+// their last bytes, in the order they complete: a caller copying groups to a
+// device overlaps the copies with the later rounds' reads.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "shardpoint/comm.h"
 #include "src/checkpoint/reader.h"
@@ -38,8 +43,18 @@ struct CooperativeStats {
   uint64_t bytes_needed = 0;    // needed bytes (by any rank) in the blocks this rank read
 };
 
+// This rank's tensor groups: the group of each of its plan's pieces, and the
+// number of groups; `announce(g)` is called once for each g in [0, count),
+// once every piece of group g is placed (groups of no piece first), in the
+// order they complete. No groups: `count` 0.
+struct LoadGroups {
+  std::vector<int> of_piece;
+  int count = 0;
+  std::function<void(int)> announce;  // must not throw
+};
+
 Status CooperativeLoad(const internal_format::Manifest& m, const internal_plan::LoadPlan& plan,
                        Comm& comm, DataFiles* files, ThreadPool* pool, const ReadOptions& options,
-                       uint64_t round_bytes, CooperativeStats* stats);
+                       uint64_t round_bytes, const LoadGroups& groups, CooperativeStats* stats);
 
 }  // namespace shardpoint::internal_checkpoint

@@ -66,12 +66,6 @@ int GroupCount(const LoadOptions& options) {
   return g.empty() ? 0 : *std::max_element(g.begin(), g.end()) + 1;
 }
 
-// Announces every group (none without tensor_groups).
-void AnnounceGroups(const LoadOptions& options) {
-  if (!options.on_group_loaded) return;
-  for (int g = 0; g < GroupCount(options); ++g) options.on_group_loaded(g);
-}
-
 // Reads the plan group by group (LoadOptions::tensor_groups), announcing
 // each group once its pieces are placed; the whole plan at once without groups.
 Status ExecuteByGroup(const Manifest& m, const LoadPlan& plan, const LoadOptions& options,
@@ -247,17 +241,28 @@ Result<LoadResult> LoadFromSource(State& state, const Status& index_status, cons
   read_options.gap_bytes = options.read_gap_bytes;
   if (s.ok() && cooperative) {
     // CooperativeLoad agrees on its own errors: every rank returns the same.
+    // A failing announcement is this rank's error, agreed on at the end: it
+    // must not leave the rounds' collectives.
+    LoadGroups groups;
+    groups.count = options.on_group_loaded ? GroupCount(options) : 0;
+    for (const internal_plan::ReadPiece& p : plan->pieces) {
+      if (groups.count > 0) groups.of_piece.push_back(options.tensor_groups[p.local]);
+    }
+    groups.announce = [&](int g) {
+      if (s.ok()) {
+        s = Guarded(what + ": announcing tensor group " + std::to_string(g), [&] {
+          options.on_group_loaded(g);
+          return OkStatus();
+        });
+      }
+    };
     CooperativeStats coop;
     SP_RETURN_IF_ERROR(CooperativeLoad(m, *plan, comm, &files, pool, read_options,
-                                       options.cooperative_round_bytes, &coop));
+                                       options.cooperative_round_bytes, groups, &coop));
     result.bytes_read = coop.bytes_read;
     result.bytes_received = coop.bytes_received;
     result.requests = coop.requests;
     result.bytes_needed = coop.bytes_needed;
-    s = Guarded(what + ": announcing tensor groups", [&] {
-      AnnounceGroups(options);
-      return OkStatus();
-    });
   } else if (s.ok()) {
     ReadStats read;
     s = Guarded(what + ": reading", [&] {
