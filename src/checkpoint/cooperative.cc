@@ -493,9 +493,11 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
       });
       SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
     }
-    // Round i's bytes are placed; the reads ahead touch only later rounds' groups.
-    announce(i + 1);
+    // Round i's bytes are placed. Its groups are announced once the next
+    // round's reads are done too: with no read in flight, a callback may
+    // look at any tensor.
     if (ahead) ahead->Wait();
+    announce(i + 1);
     cur = std::move(next);
   }
   return OkStatus();
