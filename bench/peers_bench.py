@@ -46,6 +46,7 @@ system CPU seconds.
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -85,6 +86,9 @@ def parse_args(argv=None):
                    "0: off)")
     p.add_argument("--verify-all", action="store_true",
                    help="check every load, not the first rep's")
+    p.add_argument("--ops", default=";".join(OPS),
+                   help="the operations, ';'-separated, save first (default: "
+                   + ";".join(OPS) + "; e.g. 'save' alone for more save reps in the time)")
     p.add_argument("--json", help="write every measurement here")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="where the state lives: cuda runs the GPU peers (bench/peers/cuda.py: "
@@ -105,6 +109,12 @@ def parse_args(argv=None):
         if args.device == "cuda" and x not in CUDA_ALL_PEERS:
             p.error(f"peer {x!r} has no CUDA version (--device cuda runs: "
                     + "; ".join(CUDA_ALL_PEERS) + ")")
+    args.ops = [x.strip() for x in args.ops.split(";") if x.strip()]
+    for x in args.ops:
+        if x not in OPS:
+            p.error(f"unknown operation {x!r} (--ops takes: {';'.join(OPS)})")
+    if "save" not in args.ops:
+        p.error("--ops needs save: every load reads what the repetition saved")
     if args.preback is not None and args.preback < 0:
         p.error(f"--preback wants GiB >= 0, got {args.preback:g}")
     return args
@@ -114,7 +124,8 @@ def parse_args(argv=None):
 # Worker: one rank.
 
 def slug(peer):
-    return peer.replace(" ", "_").replace(".", "_").replace(",", "")
+    """The peer's directory name: letters, digits and single underscores."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", peer)
 
 
 def worker(args):
@@ -230,7 +241,7 @@ def worker(args):
             off += b.numel()
 
     peers = [p for p in args.peers if p != "fio" or shutil.which("fio")]
-    ops = [op for op in OPS if op != "tp_dp" or world % 2 == 0]
+    ops = [op for op in OPS if op in args.ops and (op != "tp_dp" or world % 2 == 0)]
     for rep in range(args.reps):
         k = rep % len(peers)
         order = peers[k:] + peers[:k]
@@ -297,7 +308,8 @@ def launch(args):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     base = [sys.executable, os.path.abspath(__file__), "--gib", str(args.gib), "--reps",
             str(args.reps), "--ranks", str(args.ranks), "--layers", str(args.layers), "--dir",
-            args.dir, "--peers", ";".join(args.peers), "--drop", args.drop, "--init", init,
+            args.dir, "--peers", ";".join(args.peers), "--ops", ";".join(args.ops), "--drop",
+            args.drop, "--init", init,
             "--device", args.device]
     if args.preback is not None:
         base += ["--preback", str(args.preback)]

@@ -85,6 +85,32 @@ def test_layouts():
             assert (lo, hi) == (s.box("same", 2, 4)[same][0], s.box("same", 3, 4)[same][1])
 
 
+def test_ops_runs_only_the_operations_asked_for(tmp_path):
+    out = tmp_path / "results.json"
+    cmd = [PYTHON, BENCH, "--gib", "0.001", "--layers", "1", "--reps", "2", "--ranks", "2",
+           "--drop", "files", "--dir", str(tmp_path / "ckpt"), "--json", str(out),
+           "--peers", "shardpoint;shardpoint, io_threads 1;torch.save", "--ops", "save"]
+    p = subprocess.run(cmd, env=subprocess_env(), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout
+    with open(out) as f:
+        res = json.load(f)
+    got = sorted({(r["peer"], r["op"], r["rep"]) for r in res["records"]})
+    assert got == [(peer, "save", rep) for peer in ("shardpoint", "shardpoint, io_threads 1",
+                                                    "torch.save") for rep in (0, 1)], got
+
+
+@pytest.mark.parametrize("ops, message", [
+    ("save;sideways", "unknown operation 'sideways' (--ops takes: save;same;tp_dp;other_dim)"),
+    ("same;tp_dp", "--ops needs save: every load reads what the repetition saved"),
+])
+def test_bad_ops_are_refused(ops, message):
+    p = subprocess.run([PYTHON, BENCH, "--ops", ops], env=subprocess_env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert p.returncode == 2, p.stdout
+    assert message in p.stdout, p.stdout
+
+
 def test_negative_preback_is_refused():
     p = subprocess.run([PYTHON, BENCH, "--preback", "-1"], env=subprocess_env(),
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
