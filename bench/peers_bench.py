@@ -430,7 +430,7 @@ def report(results):
     loads = [op for op in ops if op != "save"]
     lines += ["", "| read_bytes / rchar per needed byte; peak RSS growth of a rank; system "
               "CPU seconds of all ranks | "
-              + " | ".join(names[1:]) + " | save |", "|---" * (len(ops) + 1) + "|"]
+              + " | ".join(names[1:] + ["save"]) + " |", "|---" * (len(ops) + 1) + "|"]
     for p in peers:
         if p == "fio":
             continue
