@@ -327,7 +327,9 @@ class AsyncSaver:
         and dtypes) needs. Waits for the save in flight first; a pool already
         that large is kept. Raises ``FailedPreconditionError`` beyond
         ``max_staging_bytes``. Returns the pool's size in bytes. Local: no
-        other rank takes part."""
+        other rank takes part. A state dict with CUDA tensors also gets their
+        pinned host buffers, in the process-wide pool that ``save`` and
+        ``save_async`` take from: the first save then pins nothing."""
         if isinstance(size_or_state_dict, int):
             self._saver.reserve(size_or_state_dict)
             return self._saver.pool_bytes

@@ -137,3 +137,21 @@ def test_a_cooperative_staged_load_copies_every_group_once(staged, tmp_path):
     for r in range(2):
         for k, v in full.items():
             assert torch.equal(outs[r][k], v[:, 20 * r:20 * (r + 1)]), (r, k)
+
+
+def test_reserve_pins_what_the_first_save_of_device_tensors_needs(staged, tmp_path):
+    # AsyncSaver.reserve of a device state also fills the process's pool of
+    # (pinned) host buffers, which sp.save and the saver's saves both take from:
+    # neither first save pins anything more.
+    src = _state(5)
+    saver = sp.AsyncSaver(reserve=src)
+    pinned = _staging.pool_bytes()
+    assert pinned == sum(v.numel() * v.element_size() for v in src.values())
+    sp.save(src, tmp_path / "c")
+    saver.save(src, tmp_path / "d").wait()
+    assert _staging.pool_bytes() == pinned
+    for name in ("c", "d"):
+        dst = {k: torch.zeros_like(v) for k, v in src.items()}
+        sp.load(dst, tmp_path / name)
+        for k in src:
+            assert torch.equal(dst[k], src[k]), (name, k)
