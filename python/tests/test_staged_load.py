@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import shardpoint as sp
+from conftest import run_ranks
 from shardpoint import _checkpoint, _staging
 
 
@@ -20,22 +21,6 @@ class _Calls(list):
     def __init__(self):
         super().__init__()
         self.by = []
-
-
-def _run_ranks(comms, fn):
-    import threading
-    errors = []
-
-    def body(r):
-        try:
-            fn(r, comms[r])
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-    ts = [threading.Thread(target=body, args=(r,)) for r in range(len(comms))]
-    [t.start() for t in ts]
-    [t.join() for t in ts]
-    if errors:
-        raise errors[0]
 
 
 @pytest.fixture
@@ -83,16 +68,12 @@ def test_groups_are_announced_in_order_and_the_load_is_bit_for_bit(staged, tmp_p
 
 def test_a_resharded_staged_load_across_ranks(staged, tmp_path):
     full = torch.randn(64, 48, generator=torch.Generator().manual_seed(2))
-    comms = sp.thread_comms(2)
-
-    def run(fn):
-        _run_ranks(comms, fn)
-
-    run(lambda r, c: sp.save({"w": sp.chunk("w", full[32 * r:32 * (r + 1)].clone(), [64, 48],
-                                            0, r, 2)}, tmp_path / "c", c))
+    run_ranks(2, lambda r, c: sp.save(
+        {"w": sp.chunk("w", full[32 * r:32 * (r + 1)].clone(), [64, 48], 0, r, 2)},
+        tmp_path / "c", c))
     outs = [torch.zeros(64, 24), torch.zeros(64, 24)]
-    run(lambda r, c: sp.load({"w": sp.chunk("w", outs[r], [64, 48], 1, r, 2)}, tmp_path / "c",
-                             c))
+    run_ranks(2, lambda r, c: sp.load({"w": sp.chunk("w", outs[r], [64, 48], 1, r, 2)},
+                                      tmp_path / "c", c))
     assert torch.equal(torch.cat(outs, 1), full)
 
 
@@ -118,12 +99,11 @@ def test_a_cooperative_staged_load_copies_every_group_once(staged, tmp_path):
     # rounds complete them, each complete when announced.
     g = torch.Generator().manual_seed(4)
     full = {f"w{i}": torch.randn(64, 40, generator=g) for i in range(6)}
-    comms = sp.thread_comms(2)
-    _run_ranks(comms, lambda r, c: sp.save(
+    run_ranks(2, lambda r, c: sp.save(
         {k: sp.chunk(k, v[32 * r:32 * (r + 1)].clone(), [64, 40], 0, r, 2)
          for k, v in full.items()}, tmp_path / "c", c))
     outs = [{k: torch.zeros(64, 20) for k in full} for _ in range(2)]
-    _run_ranks(comms, lambda r, c: sp.load(
+    run_ranks(2, lambda r, c: sp.load(
         {k: sp.chunk(k, outs[r][k], [64, 40], 1, r, 2) for k in full}, tmp_path / "c", c,
         cooperative=True))
     for st in set(staged.by):

@@ -374,28 +374,26 @@ Status PlaceRound(const Manifest& m, const LoadPlan& plan, const std::vector<Chu
   return OkStatus();
 }
 
-// The last round (index) placing bytes of each of rank `me`'s groups: the
-// last round with a span of any chunk holding one of its pieces; -1 for a
-// group of no piece.
-std::vector<int64_t> LastRoundOfGroups(const std::vector<ChunkNeeds>& chunks,
-                                       const std::vector<Span>& spans,
-                                       const std::vector<size_t>& round_of_span, int me,
-                                       const LoadGroups& groups) {
-  std::vector<int64_t> chunk_last(chunks.size(), -1);
-  for (size_t i = 0; i < spans.size(); ++i) {
-    int64_t& l = chunk_last[spans[i].chunk];
-    l = std::max(l, static_cast<int64_t>(round_of_span[i]));
-  }
+// Rank `me`'s groups by the round that completes them: element r + 1 holds
+// those whose last bytes round r places (the last round with a span of a
+// chunk holding one of their pieces), element 0 those of no piece.
+// `chunk_last`: the last round with a span of each chunk (-1: none).
+std::vector<std::vector<int>> GroupsByRound(const std::vector<ChunkNeeds>& chunks,
+                                            const std::vector<int64_t>& chunk_last, size_t rounds,
+                                            int me, const LoadGroups& groups) {
   std::vector<int64_t> last(static_cast<size_t>(groups.count), -1);
-  if (groups.count == 0) return last;
-  for (size_t c = 0; c < chunks.size(); ++c) {
+  for (size_t c = 0; c < chunks.size() && groups.count > 0; ++c) {
     for (const Need& need : chunks[c].needs) {
       if (need.rank != me) continue;
       int64_t& l = last[static_cast<size_t>(groups.of_piece[static_cast<size_t>(need.piece)])];
       l = std::max(l, chunk_last[c]);
     }
   }
-  return last;
+  std::vector<std::vector<int>> out(rounds + 1);
+  for (int g = 0; g < groups.count; ++g) {
+    out[static_cast<size_t>(last[static_cast<size_t>(g)] + 1)].push_back(g);
+  }
+  return out;
 }
 
 }  // namespace
@@ -436,17 +434,15 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
     rounds.push_back(r);
     r0 = r.r1;
   }
-  std::vector<size_t> round_of_span(spans.size());
+  // Each group is announced after the round that completes it (no piece: first).
+  std::vector<int64_t> chunk_last(chunks.size(), -1);
   for (size_t ri = 0; ri < rounds.size(); ++ri) {
-    for (size_t i = rounds[ri].r0; i < rounds[ri].r1; ++i) round_of_span[i] = ri;
+    for (size_t i = rounds[ri].r0; i < rounds[ri].r1; ++i) {
+      chunk_last[spans[i].chunk] = static_cast<int64_t>(ri);  // rounds ascend
+    }
   }
-  const std::vector<int64_t> group_last =
-      LastRoundOfGroups(chunks, spans, round_of_span, me, groups);
-  // Groups by the round that completes them, announced after it (no piece: first).
-  std::vector<std::vector<int>> completes(rounds.size() + 1);
-  for (int g = 0; g < groups.count; ++g) {
-    completes[static_cast<size_t>(group_last[static_cast<size_t>(g)] + 1)].push_back(g);
-  }
+  const std::vector<std::vector<int>> completes =
+      GroupsByRound(chunks, chunk_last, rounds.size(), me, groups);
   auto announce = [&](size_t round_plus_one) {
     for (int g : completes[round_plus_one]) groups.announce(g);
   };

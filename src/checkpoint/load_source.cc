@@ -245,8 +245,10 @@ Result<LoadResult> LoadFromSource(State& state, const Status& index_status, cons
     // must not leave the rounds' collectives.
     LoadGroups groups;
     groups.count = options.on_group_loaded ? GroupCount(options) : 0;
-    for (const internal_plan::ReadPiece& p : plan->pieces) {
-      if (groups.count > 0) groups.of_piece.push_back(options.tensor_groups[p.local]);
+    if (groups.count > 0) {
+      for (const internal_plan::ReadPiece& p : plan->pieces) {
+        groups.of_piece.push_back(options.tensor_groups[p.local]);
+      }
     }
     groups.announce = [&](int g) {
       if (s.ok()) {
