@@ -96,7 +96,8 @@ class Dcp2:
 
 def cuda_peers():
     from peers.formats import (Shardpoint, ShardpointCooperative, ShardpointLargeReads,
-                               ShardpointNoHints, ShardpointOneThread, TorchSave)
+                               ShardpointNoHints, ShardpointOneStream, ShardpointOneThread,
+                               TorchSave)
 
     from shardpoint import _staging
 
@@ -133,7 +134,8 @@ def cuda_peers():
                 _staging.GROUP_BYTES = saved
 
     return {p.name: p for p in (Shardpoint(), ShardpointCooperative(), ShardpointLargeReads(),
-                                ShardpointNoHints(), ShardpointOneThread(), ShardpointPinnedLoads(),
+                                ShardpointNoHints(), ShardpointOneThread(), ShardpointOneStream(),
+                                ShardpointPinnedLoads(),
                                 ShardpointOneGroup(), TorchSave(), Dcp2())}
 
 

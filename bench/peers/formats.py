@@ -129,6 +129,13 @@ class ShardpointOneThread(Shardpoint):
     reads = {"io_threads": 1}
 
 
+class ShardpointOneStream(Shardpoint):
+    """shardpoint read as torch.load reads its file: one I/O thread per rank, 64 MiB
+    requests, no read-ahead hints (the kernel's own read-ahead only)."""
+    name = "shardpoint, one stream"
+    reads = {"io_threads": 1, "read_slice_bytes": 64 << 20, "prefetch_bytes": 0}
+
+
 class TorchSave:
     """torch.save of a dict of this rank's tensors into rank<r>.pt (CPU or CUDA)."""
     name = "torch.save"
@@ -206,5 +213,6 @@ class Dcp:
 
 
 PEERS = {p.name: p for p in (Shardpoint(), ShardpointCooperative(), ShardpointLargeReads(),
-                             ShardpointNoHints(), ShardpointOneThread(), TorchSave(), Numpy(),
+                             ShardpointNoHints(), ShardpointOneThread(), ShardpointOneStream(),
+                             TorchSave(), Numpy(),
                              Dcp())}

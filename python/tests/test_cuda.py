@@ -1,6 +1,8 @@
 """CUDA tensors are saved through a reusable pinned host pool and loaded back to
 the device. Needs a GPU (skipped otherwise, with the reason)."""
 
+import threading
+
 import pytest
 import torch
 
@@ -74,3 +76,52 @@ def test_cuda_load_copies_group_by_group(ckpt, monkeypatch):
         assert torch.equal(v, src[k]), k
     for k, (a, b) in halves.items():
         assert torch.equal(torch.cat([a, b]), src[k]), k
+
+
+def test_cuda_cooperative_load_copies_every_group_once(ckpt, monkeypatch):
+    # Two thread ranks over a C++ comm (cooperative): rows saved, columns loaded
+    # into CUDA tensors, one tensor per group, each group copied once, as the
+    # rounds complete it.
+    from conftest import run_ranks
+    monkeypatch.setattr(_staging, "GROUP_BYTES", 5000)
+    announced, lock = {}, threading.Lock()
+    announce = _staging.DeviceStaging.on_group_loaded
+
+    def spy(self, g):
+        with lock:
+            announced.setdefault(id(self), []).append(g)
+        announce(self, g)
+
+    monkeypatch.setattr(_staging.DeviceStaging, "on_group_loaded", spy)
+    g = torch.Generator().manual_seed(6)
+    full = {f"w{i}": torch.randn(64, 40, generator=g).cuda() for i in range(6)}
+    run_ranks(2, lambda r, c: sp.save(
+        {k: sp.chunk(k, v[32 * r:32 * (r + 1)].clone(), [64, 40], 0, r, 2)
+         for k, v in full.items()}, ckpt, c))
+    outs = [{k: torch.zeros(64, 20, device="cuda") for k in full} for _ in range(2)]
+    run_ranks(2, lambda r, c: sp.load(
+        {k: sp.chunk(k, outs[r][k], [64, 40], 1, r, 2) for k in full}, ckpt, c,
+        cooperative=True))
+    assert len(announced) == 2 and all(sorted(v) == list(range(6)) for v in announced.values())
+    for r in range(2):
+        for k, v in full.items():
+            assert torch.equal(outs[r][k], v[:, 20 * r:20 * (r + 1)]), (r, k)
+
+
+def test_cuda_reserve_pins_what_the_first_saves_need(ckpt, tmp_path):
+    # shapes no other test here uses: the pool grows by exactly this state
+    g = torch.Generator().manual_seed(7)
+    src = {f"r{i}": torch.randn(40 + i, 24, generator=g).to(torch.bfloat16).cuda()
+           for i in range(4)}
+    before = _staging.pool_bytes()
+    saver = sp.AsyncSaver(reserve=src)
+    pinned = _staging.pool_bytes()
+    assert pinned - before == sum(v.numel() * v.element_size() for v in src.values())
+    sp.save(src, ckpt)
+    saver.save(src, tmp_path / "async").wait()
+    assert _staging.pool_bytes() == pinned  # neither first save pinned more
+    for path in (ckpt, tmp_path / "async"):
+        dst = {k: torch.zeros_like(v) for k, v in src.items()}
+        sp.load(dst, path)
+        for k in src:
+            assert torch.equal(dst[k], src[k]), (path, k)
