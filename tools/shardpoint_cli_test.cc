@@ -91,6 +91,25 @@ class CliTest : public ::testing::Test {
   std::vector<float> w_ = std::vector<float>(64 * 16);
 };
 
+TEST_F(CliTest, ExportAndConvertNameTheOptionTheyRefuse) {
+  // export-hf and convert read --max-shard-size, --set and --dtype alike;
+  // a bad value exits 2 naming it, and writes nothing.
+  for (const std::string sub : {"export-hf", "convert"}) {
+    const std::string run = sub + " " + dir_ + " " + root_ + "/out ";
+    CliRun r = RunCli(run + "--max-shard-size 5XB");
+    EXPECT_EQ(r.exit_code, 2) << sub;
+    EXPECT_THAT(r.out, HasSubstr("shardpoint " + sub + ": ")) << sub;
+    EXPECT_THAT(r.out, HasSubstr("size '5XB': unknown unit")) << r.out;
+    r = RunCli(run + "--set heads");
+    EXPECT_EQ(r.exit_code, 2) << sub;
+    EXPECT_THAT(r.out, HasSubstr("--set 'heads': expected name=integer")) << r.out;
+    r = RunCli(run + "--dtype q7");
+    EXPECT_EQ(r.exit_code, 2) << sub;
+    EXPECT_THAT(r.out, HasSubstr("q7")) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(root_ + "/out")) << sub;
+  }
+}
+
 TEST_F(CliTest, InspectPrintsTableAndJson) {
   CliRun r = RunCli("inspect " + dir_);
   EXPECT_EQ(r.exit_code, 0) << r.out;

@@ -48,21 +48,11 @@ std::function<int()> AddConvert(CLI::App& app) {
     };
     Result<HfMapping> mapping = LoadMapping(a->hf.mapping);
     if (!mapping.ok()) return fail(mapping.status());
-    Result<uint64_t> max_shard = ParseByteSize(a->max_shard);
-    if (!max_shard.ok()) return fail(max_shard.status());
-    Result<std::map<std::string, int64_t>> vars = ParseVariables(a->hf.sets);
-    if (!vars.ok()) return fail(vars.status());
-    ExportHfOptions o;
+    Result<ExportHfOptions> opts =
+        ExportOptions(a->hf, a->max_shard, a->dtype, a->quiet, "convert");
+    if (!opts.ok()) return fail(opts.status());
+    ExportHfOptions& o = *opts;
     o.dcp_torch_major = a->torch == "1.13" ? 1 : 2;
-    o.max_shard_size = *max_shard;
-    o.io_threads = a->hf.io_threads;
-    o.variables = *vars;
-    if (!a->quiet) o.progress = TerminalProgress("convert");
-    if (!a->dtype.empty()) {
-      Result<DType> d = ParseDType(a->dtype);
-      if (!d.ok()) return fail(d.status());
-      o.dtype = *d;
-    }
     Result<bool> manifest = DefaultStorage()->Exists(a->src + "/manifest");
     if (!manifest.ok()) return fail(manifest.status());
     const bool to_dcp = a->to == "dcp";

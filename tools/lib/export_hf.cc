@@ -37,22 +37,10 @@ std::function<int()> AddExportHf(CLI::App& app) {
     };
     Result<HfMapping> mapping = LoadMapping(a->hf.mapping);
     if (!mapping.ok()) return fail(mapping.status());
-    Result<uint64_t> max_shard = ParseByteSize(a->max_shard);
-    if (!max_shard.ok()) return fail(max_shard.status());
-    Result<std::map<std::string, int64_t>> vars = ParseVariables(a->hf.sets);
-    if (!vars.ok()) return fail(vars.status());
-    ExportHfOptions o;
-    o.max_shard_size = *max_shard;
-    o.io_threads = a->hf.io_threads;
-    o.block_bytes = a->block_mb << 20;
-    o.variables = *vars;
-    if (!a->quiet) o.progress = TerminalProgress("export-hf");
-    if (!a->dtype.empty()) {
-      Result<DType> d = ParseDType(a->dtype);
-      if (!d.ok()) return fail(d.status());
-      o.dtype = *d;
-    }
-    Result<ExportHfStats> st = ExportHf(a->ckpt, a->out, *mapping, o);
+    Result<ExportHfOptions> o = ExportOptions(a->hf, a->max_shard, a->dtype, a->quiet, "export-hf");
+    if (!o.ok()) return fail(o.status());
+    o->block_bytes = a->block_mb << 20;
+    Result<ExportHfStats> st = ExportHf(a->ckpt, a->out, *mapping, *o);
     if (!st.ok()) return fail(st.status());
     if (a->quiet) return 0;
     std::printf(

@@ -103,4 +103,18 @@ void HfFlags::Add(CLI::App* cmd) {
   AddIoThreads(cmd, io_threads, "I/O threads");
 }
 
+Result<ExportHfOptions> ExportOptions(const HfFlags& hf, const std::string& max_shard,
+                                      const std::string& dtype, bool quiet,
+                                      const std::string& label) {
+  ExportHfOptions o;
+  SP_ASSIGN_OR_RETURN(o.max_shard_size, ParseByteSize(max_shard));
+  SP_ASSIGN_OR_RETURN(o.variables, ParseVariables(hf.sets));
+  o.io_threads = hf.io_threads;
+  if (!quiet) o.progress = TerminalProgress(label);
+  if (!dtype.empty()) {
+    SP_ASSIGN_OR_RETURN(o.dtype, ParseDType(dtype));
+  }
+  return o;
+}
+
 }  // namespace shardpoint::tools

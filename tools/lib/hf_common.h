@@ -1,6 +1,6 @@
 // Shared pieces of the HF subcommands (export-hf, convert, diff): progress
 // bar on a terminal (also used by verify), peak RSS, byte sizes, --set
-// variables, --mapping.
+// variables, --mapping, the options of an export or conversion.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -34,5 +34,12 @@ struct HfFlags {
   int io_threads = 4;
   void Add(CLI::App* cmd);
 };
+
+// The options of an export or conversion: io_threads and variables from
+// `hf`, --max-shard-size, --dtype (when given), progress on a terminal under
+// `label` unless `quiet`. Errors name the flag at fault.
+Result<ExportHfOptions> ExportOptions(const HfFlags& hf, const std::string& max_shard,
+                                      const std::string& dtype, bool quiet,
+                                      const std::string& label);
 
 }  // namespace shardpoint::tools
