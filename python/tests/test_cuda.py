@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import shardpoint as sp
+from conftest import run_ranks
 from shardpoint import _staging
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
@@ -82,7 +83,6 @@ def test_cuda_cooperative_load_copies_every_group_once(ckpt, monkeypatch):
     # Two thread ranks over a C++ comm (cooperative): rows saved, columns loaded
     # into CUDA tensors, one tensor per group, each group copied once, as the
     # rounds complete it.
-    from conftest import run_ranks
     monkeypatch.setattr(_staging, "GROUP_BYTES", 5000)
     announced, lock = {}, threading.Lock()
     announce = _staging.DeviceStaging.on_group_loaded

@@ -95,8 +95,9 @@ fi
 if want tests; then
 stage "pytest: CUDA, DTensor, FSDP2 and torch 2.x DCP tests"
 # SHARDPOINT_GPU_TESTS: the pytest arguments (default: every test that needs this
-# machine, and the error and staged-load tests: this machine's toolchain and
-# torch differ from the development machine's, and a load error once crashed here)
+# machine, and the error, staged-load and module-symbol tests: this machine's
+# toolchain and torch differ from the development machine's, and a load error
+# once crashed here)
 # shellcheck disable=SC2086
 timeout 200 python3 -m pytest -q -p no:cacheprovider -rs ${SHARDPOINT_GPU_TESTS:-python/tests/test_cuda.py \
   python/tests/test_staging.py python/tests/test_staged_load.py python/tests/test_errors.py \
