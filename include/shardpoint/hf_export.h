@@ -69,8 +69,10 @@ Result<ExportHfStats> ConvertHfToShardpoint(const std::string& hf_dir, const std
 // torch.distributed._shard.checkpoint): one tensor item per stored
 // chunk, unsharded objects as byte items (their bytes as stored; DCP's
 // load_state_dict torch.loads them). Streams like ExportHf (max_shard_size is
-// not used). FailedPrecondition if `dcp_dir` exists, for a dtype torch 1.13
-// lacks (U16, U32, U64, F8) and for sharded objects, naming it. Common state
+// not used). U16/U32/U64 (torch >= 2.3) and F8 (>= 2.1) tensors are written
+// as torch 2.x saves them (`_rebuild_tensor_v3`). FailedPrecondition if
+// `dcp_dir` exists, for those dtypes with dcp_torch_major = 1 (torch 1.13
+// lacks them) and for sharded objects, naming it. Common state
 // and user metadata are not written (DCP has no place for them).
 Result<ExportHfStats> ConvertToDcp(const std::string& src_dir, const std::string& dcp_dir,
                                    const HfMapping& mapping, const ExportHfOptions& options = {});

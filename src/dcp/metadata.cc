@@ -131,12 +131,12 @@ class Walker {
   const std::string& what_;
 };
 
+}  // namespace
+
 bool IsTorchDType(std::string_view name) {
   return std::any_of(kTorchDTypes.begin(), kTorchDTypes.end(),
                      [&](const TorchDType& d) { return d.name == name; });
 }
-
-}  // namespace
 
 bool DcpMetadataClassAllowed(std::string_view module, std::string_view name) {
   if (module == kOld || module == kNew) {

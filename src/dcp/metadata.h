@@ -63,6 +63,8 @@ struct DcpMetadata {
 
 // The classes and functions a `.metadata` pickle may name.
 bool DcpMetadataClassAllowed(std::string_view module, std::string_view name);
+// Whether `name` ("float32", ...) is a torch dtype a pickle may name.
+bool IsTorchDType(std::string_view name);
 // The dtype named by a pickled torch dtype ("torch.float32", ...).
 Result<DType> DTypeFromTorchName(std::string_view full_name);
 

@@ -47,7 +47,7 @@ Result<std::string> EncodeDcpMetadata(const DcpMetadata& md) {
     p.EmptyDict();
     p.Mark();
     for (const DcpTensorMeta& t : md.tensors) {
-      Result<std::string_view> dtype = TorchDTypeName(t.dtype);
+      Result<std::string_view> dtype = TorchDTypeName(t.dtype, md.torch_major);
       if (!dtype.ok()) {
         status = dtype.status().WithContext("tensor '" + t.fqn + "'");
         return;

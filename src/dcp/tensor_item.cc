@@ -3,6 +3,7 @@
 #include <array>
 
 #include "src/base/limits.h"
+#include "src/dcp/metadata.h"
 #include "src/dcp/pickle.h"
 
 using shardpoint::internal_base::kMaxRank;
@@ -14,8 +15,9 @@ struct StorageType {
   std::string_view name;
   DType dtype;
 };
-// torch's typed storage classes as torch.save names them.
-constexpr std::array<StorageType, 15> kStorageTypes{{
+// torch's typed storage classes as torch.save names them (for the dtypes of
+// torch 1.x; torch 2.x saves newer dtypes as an untyped storage, below).
+constexpr std::array<StorageType, 10> kStorageTypes{{
     {"FloatStorage", DType::kF32},
     {"DoubleStorage", DType::kF64},
     {"HalfStorage", DType::kF16},
@@ -26,12 +28,13 @@ constexpr std::array<StorageType, 15> kStorageTypes{{
     {"IntStorage", DType::kI32},
     {"LongStorage", DType::kI64},
     {"BoolStorage", DType::kBool},
-    {"UInt16Storage", DType::kU16},
-    {"UInt32Storage", DType::kU32},
-    {"UInt64Storage", DType::kU64},
-    {"Float8_e4m3fnStorage", DType::kF8E4M3},
-    {"Float8_e5m2Storage", DType::kF8E5M2},
 }};
+// torch >= 2.1 saves float8 (and >= 2.3 uint16/32/64) tensors as
+// `_rebuild_tensor_v3` of a `torch.UntypedStorage` (numel in bytes) with the
+// dtype as a further argument (torch.storage._new_dtypes).
+constexpr std::string_view kV2 = "torch._utils._rebuild_tensor_v2";
+constexpr std::string_view kV3 = "torch._utils._rebuild_tensor_v3";
+constexpr std::string_view kUntyped = "torch.UntypedStorage";
 
 Status Bad(const std::string& what, const std::string& m) {
   return DataLossError("'" + what + "': torch.save tensor " + m);
@@ -54,12 +57,13 @@ Result<Shape> Ints(const PickleTree& t, uint32_t v, bool nonneg, const std::stri
 }  // namespace
 
 bool TensorPickleClassAllowed(std::string_view module, std::string_view name) {
-  if (module == "torch._utils") return name == "_rebuild_tensor_v2";
+  if (module == "torch._utils") return name == "_rebuild_tensor_v2" || name == "_rebuild_tensor_v3";
   if (module == "collections") return name == "OrderedDict";
   if (module == "torch") {
     for (const StorageType& s : kStorageTypes) {
       if (s.name == name) return true;
     }
+    return name == "UntypedStorage" || IsTorchDType(name);
   }
   return false;
 }
@@ -67,12 +71,15 @@ bool TensorPickleClassAllowed(std::string_view module, std::string_view name) {
 Result<TorchSavedTensor> DecodeTensorPickle(std::string_view data_pkl, const std::string& what) {
   SP_ASSIGN_OR_RETURN(PickleTree t, ParsePickle(data_pkl, TensorPickleClassAllowed, what));
   const PyValue& root = t.at(t.root);
-  if (root.kind != PyKind::kCall || t.at(root.callable).text != "torch._utils._rebuild_tensor_v2") {
-    return Bad(what, "pickle is " + Describe(t, t.root) + ", not a _rebuild_tensor_v2 call");
+  const bool v3 = root.kind == PyKind::kCall && t.at(root.callable).text == kV3;
+  if (root.kind != PyKind::kCall || (!v3 && t.at(root.callable).text != kV2)) {
+    return Bad(what, "pickle is " + Describe(t, t.root) +
+                         ", not a _rebuild_tensor_v2 or _rebuild_tensor_v3 call");
   }
-  // (storage, storage_offset, size, stride, requires_grad, backward_hooks[, metadata])
+  // (storage, storage_offset, size, stride, requires_grad, backward_hooks[, metadata]);
+  // v3: (storage, storage_offset, size, stride, requires_grad, backward_hooks, dtype[, metadata])
   const std::vector<uint32_t>& args = t.at(root.args).items;
-  if (args.size() < 4)
+  if (args.size() < (v3 ? 7u : 4u))
     return Bad(what, "rebuild call has " + std::to_string(args.size()) + " arguments");
   const PyValue& pid = t.at(args[0]);
   if (pid.kind != PyKind::kPersId || t.at(pid.args).kind != PyKind::kTuple) {
@@ -87,19 +94,38 @@ Result<TorchSavedTensor> DecodeTensorPickle(std::string_view data_pkl, const std
   }
   TorchSavedTensor out;
   const std::string& type = t.at(st[1]).text;
-  bool known = false;
-  for (const StorageType& s : kStorageTypes) {
-    if (type == "torch." + std::string(s.name)) {
-      out.dtype = s.dtype;
-      known = true;
+  out.storage_numel = static_cast<uint64_t>(t.at(st[4]).i);
+  if (v3) {
+    if (type != kUntyped) {
+      return Bad(what,
+                 "_rebuild_tensor_v3 storage type is '" + type + "', not " + std::string(kUntyped));
     }
+    if (t.at(args[6]).kind != PyKind::kGlobal) {
+      return Bad(what, "_rebuild_tensor_v3 dtype is " + Describe(t, args[6]));
+    }
+    Result<DType> d = DTypeFromTorchName(t.at(args[6]).text);
+    if (!d.ok()) return d.status().WithContext("'" + what + "'");
+    out.dtype = *d;
+    const uint64_t es = DTypeSize(out.dtype);
+    if (out.storage_numel % es != 0) {
+      return Bad(what, "untyped storage of " + std::to_string(out.storage_numel) +
+                           " bytes is not a whole number of " + t.at(args[6]).text + " elements");
+    }
+    out.storage_numel /= es;
+  } else {
+    bool known = false;
+    for (const StorageType& s : kStorageTypes) {
+      if (type == "torch." + std::string(s.name)) {
+        out.dtype = s.dtype;
+        known = true;
+      }
+    }
+    if (!known) return Bad(what, "storage type '" + type + "' is unknown");
   }
-  if (!known) return Bad(what, "storage type '" + type + "' is unknown");
   out.storage_key = t.at(st[2]).text;
   if (out.storage_key.empty() || out.storage_key.find('/') != std::string::npos) {
     return Bad(what, "storage key '" + out.storage_key + "' is not a plain name");
   }
-  out.storage_numel = static_cast<uint64_t>(t.at(st[4]).i);
   if (t.at(args[1]).kind != PyKind::kInt || t.at(args[1]).i < 0) {
     return Bad(what, "storage offset is " + Describe(t, args[1]));
   }

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "src/dcp/tensor_item_writer.h"
+
 namespace shardpoint::internal_dcp {
 namespace {
 
@@ -34,6 +36,22 @@ std::string DataPkl(const std::string& storage_type, const std::string& key, int
          Str("cpu") + Int(numel) + "tQ" + Int(offset) + Tuple(size) + Tuple(stride) +
          "\x89"
          "ccollections\nOrderedDict\n)RtR.";
+}
+
+// The opcodes torch 2.x's torch.save writes for a tensor of a newer dtype
+// (torch.storage._new_dtypes: float8, uint16/32/64): `_rebuild_tensor_v3` of
+// an UntypedStorage whose numel is its byte count, the dtype last.
+std::string DataPklV3(const std::string& dtype, int64_t nbytes, int64_t offset,
+                      const std::vector<int64_t>& size, const std::vector<int64_t>& stride,
+                      const std::string& storage_type = "UntypedStorage") {
+  return "\x80\x02"
+         "ctorch._utils\n_rebuild_tensor_v3\n((" +
+         Str("storage") + "ctorch\n" + storage_type + "\n" + Str("0") + Str("cpu") + Int(nbytes) +
+         "tQ" + Int(offset) + Tuple(size) + Tuple(stride) +
+         "\x89"
+         "ccollections\nOrderedDict\n)R"
+         "ctorch\n" +
+         dtype + "\ntR.";
 }
 
 TEST(DcpTensorItemTest, DecodesStorageOffsetSizeAndStride) {
@@ -100,7 +118,8 @@ TEST(DcpTensorItemTest, StrideOfAnotherRank) {
 }
 
 TEST(DcpTensorItemTest, NotATensor) {
-  ExpectError("\x80\x02K\x01.", StatusCode::kDataLoss, "not a _rebuild_tensor_v2 call");
+  ExpectError("\x80\x02K\x01.", StatusCode::kDataLoss,
+              "not a _rebuild_tensor_v2 or _rebuild_tensor_v3 call");
 }
 
 TEST(DcpTensorItemTest, StorageIdOfAnotherShape) {
@@ -111,6 +130,88 @@ TEST(DcpTensorItemTest, StorageIdOfAnotherShape) {
       "\x89"
       "NtR.";
   ExpectError(pkl, StatusCode::kDataLoss, "storage id");
+}
+
+TEST(DcpTensorItemTest, DecodesTorch2NewerDTypes) {
+  struct Case {
+    const char* name;
+    DType dtype;
+  };
+  for (const Case c :
+       {Case{"uint16", DType::kU16}, Case{"uint32", DType::kU32}, Case{"uint64", DType::kU64},
+        Case{"float8_e4m3fn", DType::kF8E4M3}, Case{"float8_e5m2", DType::kF8E5M2}}) {
+    const int64_t es = static_cast<int64_t>(DTypeSize(c.dtype));
+    Result<TorchSavedTensor> t =
+        DecodeTensorPickle(DataPklV3(c.name, 14 * es, 2, {3, 4}, {4, 1}), "x");
+    ASSERT_TRUE(t.ok()) << c.name << ": " << t.status().ToString();
+    EXPECT_EQ(t->dtype, c.dtype) << c.name;
+    EXPECT_EQ(t->storage_numel, 14u) << c.name;  // elements, from 14 x es bytes
+    EXPECT_EQ(t->storage_offset, 2u) << c.name;
+    EXPECT_EQ(t->size, (Shape{3, 4})) << c.name;
+  }
+}
+
+TEST(DcpTensorItemTest, WriterPicklesDecodeForEachTorch) {
+  for (int major : {1, 2}) {
+    for (DType d : {DType::kF32, DType::kBF16, DType::kI64, DType::kBool, DType::kU16, DType::kU32,
+                    DType::kU64, DType::kF8E4M3, DType::kF8E5M2}) {
+      Result<std::string> pkl = EncodeTensorPickle(d, {5, 3}, major);
+      const bool newer = d == DType::kU16 || d == DType::kU32 || d == DType::kU64 ||
+                         d == DType::kF8E4M3 || d == DType::kF8E5M2;
+      if (major == 1 && newer) {
+        ASSERT_EQ(pkl.status().code(), StatusCode::kFailedPrecondition) << DTypeName(d);
+        EXPECT_NE(pkl.status().message().find("torch 1.13"), std::string::npos);
+        continue;
+      }
+      ASSERT_TRUE(pkl.ok()) << DTypeName(d) << ": " << pkl.status().ToString();
+      EXPECT_EQ(pkl->find("_rebuild_tensor_v3") != std::string::npos, newer) << DTypeName(d);
+      Result<TorchSavedTensor> t = DecodeTensorPickle(*pkl, "x");
+      ASSERT_TRUE(t.ok()) << DTypeName(d) << ": " << t.status().ToString();
+      EXPECT_EQ(t->dtype, d);
+      EXPECT_EQ(t->storage_numel, 15u);
+      EXPECT_EQ(t->size, (Shape{5, 3}));
+      EXPECT_EQ(t->stride, (Shape{3, 1}));
+    }
+  }
+}
+
+TEST(DcpTensorItemTest, V3OfATypedStorageIsRefused) {
+  ExpectError(DataPklV3("uint16", 24, 0, {3, 4}, {4, 1}, "ShortStorage"), StatusCode::kDataLoss,
+              "not torch.UntypedStorage");
+}
+
+TEST(DcpTensorItemTest, V3BytesNotWholeElements) {
+  ExpectError(DataPklV3("uint32", 47, 0, {3, 4}, {4, 1}), StatusCode::kDataLoss,
+              "47 bytes is not a whole number of torch.uint32 elements");
+}
+
+TEST(DcpTensorItemTest, V3DTypeWithoutAnEquivalent) {
+  ExpectError(DataPklV3("float8_e4m3fnuz", 12, 0, {3, 4}, {4, 1}), StatusCode::kFailedPrecondition,
+              "'torch.float8_e4m3fnuz' has no shardpoint equivalent");
+  ExpectError(DataPklV3("complex32", 48, 0, {3, 4}, {4, 1}), StatusCode::kFailedPrecondition,
+              "'torch.complex32'");
+}
+
+TEST(DcpTensorItemTest, V3WithoutItsDType) {
+  const std::string pkl =
+      "\x80\x02"
+      "ctorch._utils\n_rebuild_tensor_v3\n((" +
+      Str("storage") + "ctorch\nUntypedStorage\n" + Str("0") + Str("cpu") + Int(24) + "tQ" +
+      Int(0) + Tuple({3, 4}) + Tuple({4, 1}) + "\x89" + "ccollections\nOrderedDict\n)RtR.";
+  ExpectError(pkl, StatusCode::kDataLoss, "rebuild call has 6 arguments");
+  const std::string not_global =
+      "\x80\x02"
+      "ctorch._utils\n_rebuild_tensor_v3\n((" +
+      Str("storage") + "ctorch\nUntypedStorage\n" + Str("0") + Str("cpu") + Int(24) + "tQ" +
+      Int(0) + Tuple({3, 4}) + Tuple({4, 1}) + "\x89" + "ccollections\nOrderedDict\n)R" +
+      Str("uint16") + "tR.";
+  ExpectError(not_global, StatusCode::kDataLoss, "_rebuild_tensor_v3 dtype is");
+}
+
+// torch never names a typed storage for the newer dtypes.
+TEST(DcpTensorItemTest, TypedStorageOfANewerDTypeIsRefused) {
+  ExpectError(DataPkl("UInt16Storage", "0", 12, 0, {3, 4}, {4, 1}), StatusCode::kFailedPrecondition,
+              "'torch.UInt16Storage'");
 }
 
 }  // namespace

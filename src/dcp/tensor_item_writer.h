@@ -1,5 +1,6 @@
 // Writing one tensor as DCP stores it: a torch.save archive (stored zip)
-// holding archive/data.pkl (a `_rebuild_tensor_v2` of a typed storage, C-
+// holding archive/data.pkl (a `_rebuild_tensor_v2` of a typed storage, or for
+// torch 2.x's newer dtypes a `_rebuild_tensor_v3` of an untyped storage, C-
 // contiguous, offset 0), archive/byteorder ("little"), the storage bytes
 // archive/data/0 and archive/version, exactly what LocateTensorItem reads and
 // torch.load loads. The layout is planned first, so the caller streams the
@@ -19,20 +20,21 @@
 
 namespace shardpoint::internal_dcp {
 
-// The typed storage class ("FloatStorage", ...) torch 1.13 saves `dtype`
-// with; FailedPrecondition for dtypes torch 1.13 has no storage for (U16,
-// U32, U64, F8).
-Result<std::string_view> TorchStorageClass(DType dtype);
-// The pickled torch dtype name ("float32", ...), same dtypes.
-Result<std::string_view> TorchDTypeName(DType dtype);
+// The pickled torch dtype name ("float32", ...) of `dtype` for torch major
+// version `torch_major` (1: 1.13, 2: 2.x); FailedPrecondition for a dtype
+// that torch lacks (U16, U32, U64, F8 in 1.13).
+Result<std::string_view> TorchDTypeName(DType dtype, int torch_major);
 
-// data.pkl of a contiguous tensor of `shape` over a whole storage of class
-// `storage_class` keyed "0".
-std::string EncodeTensorPickle(std::string_view storage_class, const Shape& shape);
+// data.pkl of a contiguous tensor of `shape` over a whole storage keyed "0",
+// as that torch's torch.save writes it: `_rebuild_tensor_v2` of a typed
+// storage ("torch.FloatStorage", numel in elements), or, for U16, U32, U64
+// and F8 (torch 2.x only), `_rebuild_tensor_v3` of a `torch.UntypedStorage`
+// (numel in bytes) with the dtype as its seventh argument.
+Result<std::string> EncodeTensorPickle(DType dtype, const Shape& shape, int torch_major);
 
 class TensorItemLayout {
  public:
-  static Result<TensorItemLayout> Plan(DType dtype, const Shape& shape);
+  static Result<TensorItemLayout> Plan(DType dtype, const Shape& shape, int torch_major);
 
   uint64_t size() const { return zip_.size(); }  // of the archive
   uint64_t data_offset() const { return zip_.data_offset(data_); }

@@ -87,7 +87,7 @@ Result<ExportHfStats> ConvertToDcpImpl(const std::string& src_dir, const std::st
     tm.dtype = options.dtype && IsFloatDType(t.dtype) ? *options.dtype : t.dtype;
     tm.shape = t.shape;
     for (const ChunkRecord& c : t.chunks) {
-      Result<TensorItemLayout> l = TensorItemLayout::Plan(tm.dtype, c.box.shape);
+      Result<TensorItemLayout> l = TensorItemLayout::Plan(tm.dtype, c.box.shape, md.torch_major);
       if (!l.ok()) return l.status().WithContext("'" + src_dir + "' tensor '" + t.key + "'");
       auto [f, at] = place(c.file, l->size());
       md.storage[{t.key, c.box.offset}] = {f->name, at, l->size(), {}};

@@ -223,14 +223,70 @@ TEST(DcpWriteTest, DTypeTorch113LacksIsRefusedNamingTheKey) {
   st.tensors.push_back(Piece("counts", DType::kU16, {4}, Box::Whole({4}), v.data()));
   std::unique_ptr<Comm> comm = MakeSingleComm();
   ASSERT_TRUE(Save(st, sp, *comm).ok());
-  Result<ExportHfStats> r = ConvertToDcp(sp, dcp, HfMapping{});
+  ExportHfOptions o;
+  o.dcp_torch_major = 1;
+  Result<ExportHfStats> r = ConvertToDcp(sp, dcp, HfMapping{}, o);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(r.status().message(), HasSubstr("tensor 'counts'"));
   EXPECT_THAT(r.status().message(), HasSubstr("U16"));
+  EXPECT_THAT(r.status().message(), HasSubstr("torch 1.13"));
   EXPECT_FALSE(std::filesystem::exists(dcp));
   EXPECT_FALSE(std::filesystem::exists(dcp + ".partial"));
   std::filesystem::remove_all(sp);
+}
+
+// torch 2.x's newer dtypes go out as torch 2.x saves them (_rebuild_tensor_v3
+// of an untyped storage) and come back bit for bit, resharded; the items'
+// CRC-32s verify.
+TEST(DcpWriteTest, Torch2NewerDTypesRoundTripResharded) {
+  const std::string sp = Temp("sp_new"), dcp = Temp("dcp_new");
+  const std::vector<DType> dtypes = {DType::kU16, DType::kU32, DType::kU64, DType::kF8E4M3,
+                                     DType::kF8E5M2};
+  std::vector<std::vector<char>> saved, halves;
+  State st;
+  for (size_t k = 0; k < dtypes.size(); ++k) {
+    const size_t es = DTypeSize(dtypes[k]);
+    saved.push_back(RandomBytes(4 * 6 * es, 20 + static_cast<uint32_t>(k)));
+    for (int r : {0, 2}) {  // saved as two row chunks
+      halves.emplace_back(saved[k].begin() + r * 6 * es, saved[k].begin() + (r + 2) * 6 * es);
+    }
+  }
+  for (size_t k = 0; k < dtypes.size(); ++k) {
+    for (int h : {0, 1}) {
+      st.tensors.push_back(Piece("t" + std::to_string(k), dtypes[k], {4, 6},
+                                 Box{{h * 2, 0}, {2, 6}}, halves[2 * k + h].data()));
+    }
+  }
+  std::unique_ptr<Comm> comm = MakeSingleComm();
+  ASSERT_TRUE(Save(st, sp, *comm).ok());
+  Result<ExportHfStats> r = ConvertToDcp(sp, dcp, HfMapping{});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+
+  // Columns 1:5 of every row: a strip of each saved chunk.
+  std::vector<std::vector<char>> got;
+  State back;
+  for (size_t k = 0; k < dtypes.size(); ++k) got.emplace_back(4 * 4 * DTypeSize(dtypes[k]));
+  for (size_t k = 0; k < dtypes.size(); ++k) {
+    back.tensors.push_back(
+        Piece("t" + std::to_string(k), dtypes[k], {4, 6}, Box{{0, 1}, {4, 4}}, got[k].data()));
+  }
+  Result<LoadResult> lr = Load(back, dcp, *comm);
+  ASSERT_TRUE(lr.ok()) << lr.status().ToString();
+  for (size_t k = 0; k < dtypes.size(); ++k) {
+    const size_t es = DTypeSize(dtypes[k]);
+    for (int row = 0; row < 4; ++row) {
+      ASSERT_EQ(
+          std::memcmp(got[k].data() + row * 4 * es, saved[k].data() + (row * 6 + 1) * es, 4 * es),
+          0)
+          << DTypeName(dtypes[k]) << " row " << row;
+    }
+  }
+  Result<internal_checkpoint::VerifyReport> v = VerifyDcp(DefaultStorage(), dcp);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_TRUE(v->faults.empty()) << v->faults[0].message;
+  std::filesystem::remove_all(sp);
+  std::filesystem::remove_all(dcp);
 }
 
 // A corrupt source chunk fails the conversion with the checksum error, and
