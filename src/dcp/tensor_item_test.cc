@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "src/dcp/tensor_item_writer.h"
 
 namespace shardpoint::internal_dcp {
@@ -132,14 +135,18 @@ TEST(DcpTensorItemTest, StorageIdOfAnotherShape) {
   ExpectError(pkl, StatusCode::kDataLoss, "storage id");
 }
 
+struct NewerDType {
+  const char* name;
+  DType dtype;
+};
+constexpr NewerDType kNewer[] = {{"uint16", DType::kU16},
+                                 {"uint32", DType::kU32},
+                                 {"uint64", DType::kU64},
+                                 {"float8_e4m3fn", DType::kF8E4M3},
+                                 {"float8_e5m2", DType::kF8E5M2}};
+
 TEST(DcpTensorItemTest, DecodesTorch2NewerDTypes) {
-  struct Case {
-    const char* name;
-    DType dtype;
-  };
-  for (const Case c :
-       {Case{"uint16", DType::kU16}, Case{"uint32", DType::kU32}, Case{"uint64", DType::kU64},
-        Case{"float8_e4m3fn", DType::kF8E4M3}, Case{"float8_e5m2", DType::kF8E5M2}}) {
+  for (const NewerDType& c : kNewer) {
     const int64_t es = static_cast<int64_t>(DTypeSize(c.dtype));
     Result<TorchSavedTensor> t =
         DecodeTensorPickle(DataPklV3(c.name, 14 * es, 2, {3, 4}, {4, 1}), "x");
@@ -212,6 +219,28 @@ TEST(DcpTensorItemTest, V3WithoutItsDType) {
 TEST(DcpTensorItemTest, TypedStorageOfANewerDTypeIsRefused) {
   ExpectError(DataPkl("UInt16Storage", "0", 12, 0, {3, 4}, {4, 1}), StatusCode::kFailedPrecondition,
               "'torch.UInt16Storage'");
+}
+
+// The same, pickled by Python's own pickle module (memo and all) with
+// stand-ins for torch: tests/dcp/fixtures/make_v3_pickles.py.
+TEST(DcpTensorItemTest, PythonPickledNewerDTypesDecode) {
+  for (const NewerDType& c : kNewer) {
+    std::string f = __FILE__;
+    f = f.substr(0, f.rfind("/src/dcp/")) + "/tests/dcp/fixtures/v3_pickles/" + c.name;
+    std::ifstream in(f, std::ios::binary);
+    if (!in) in.open(std::string("tests/dcp/fixtures/v3_pickles/") + c.name, std::ios::binary);
+    ASSERT_TRUE(in) << c.name;
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    Result<TorchSavedTensor> t = DecodeTensorPickle(bytes.str(), c.name);
+    ASSERT_TRUE(t.ok()) << c.name << ": " << t.status().ToString();
+    EXPECT_EQ(t->dtype, c.dtype) << c.name;
+    EXPECT_EQ(t->storage_key, "0");
+    EXPECT_EQ(t->storage_numel, 12u) << c.name;
+    EXPECT_EQ(t->storage_offset, 0u);
+    EXPECT_EQ(t->size, (Shape{3, 4}));
+    EXPECT_EQ(t->stride, (Shape{4, 1}));
+  }
 }
 
 }  // namespace

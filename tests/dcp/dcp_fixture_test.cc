@@ -1,25 +1,19 @@
 // The committed DCP fixtures, written by torch 1.13
 // (tests/dcp/fixtures/make_fixture.py) and by torch 2.11
 // (make_torch2_fixture.py) with the same contents: indexed, loaded whole and
-// resharded bit for bit without Python; and the data.pkl torch 2.x writes for
-// its newer dtypes, as Python's pickle module writes it (make_v3_pickles.py).
+// resharded bit for bit without Python.
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/comm.h"
 #include "src/dcp/dcp_dir.h"
-#include "src/dcp/tensor_item.h"
 #include "tests/testing/ranks.h"
 
 using shardpoint::internal_dcp::DcpIndex;
-using shardpoint::internal_dcp::DecodeTensorPickle;
 using shardpoint::internal_dcp::IsDcpDir;
 using shardpoint::internal_dcp::ReadDcpIndex;
-using shardpoint::internal_dcp::TorchSavedTensor;
 using shardpoint::internal_format::Manifest;
 
 namespace shardpoint {
@@ -121,34 +115,6 @@ TEST_P(DcpFixtureTest, ReshardsAcrossStoredChunks) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, DcpFixtureTest,
                          ::testing::Values("torch113_2ranks", "torch113_per_rank", "torch2_2ranks",
                                            "torch2_per_rank"));
-
-// `_rebuild_tensor_v3` of an UntypedStorage with the dtype last, memo and
-// all, as pickled by Python itself.
-TEST(DcpV3PickleTest, PythonPickledNewerDTypesDecode) {
-  struct Case {
-    const char* name;
-    DType dtype;
-  };
-  for (const Case c :
-       {Case{"uint16", DType::kU16}, Case{"uint32", DType::kU32}, Case{"uint64", DType::kU64},
-        Case{"float8_e4m3fn", DType::kF8E4M3}, Case{"float8_e5m2", DType::kF8E5M2}}) {
-    std::string f = __FILE__;
-    f = f.substr(0, f.rfind("/tests/dcp/")) + "/tests/dcp/fixtures/v3_pickles/" + c.name;
-    std::ifstream in(f, std::ios::binary);
-    if (!in) in.open(std::string("tests/dcp/fixtures/v3_pickles/") + c.name, std::ios::binary);
-    ASSERT_TRUE(in) << c.name;
-    std::stringstream bytes;
-    bytes << in.rdbuf();
-    Result<TorchSavedTensor> t = DecodeTensorPickle(bytes.str(), c.name);
-    ASSERT_TRUE(t.ok()) << c.name << ": " << t.status().ToString();
-    EXPECT_EQ(t->dtype, c.dtype) << c.name;
-    EXPECT_EQ(t->storage_key, "0");
-    EXPECT_EQ(t->storage_numel, 12u) << c.name;
-    EXPECT_EQ(t->storage_offset, 0u);
-    EXPECT_EQ(t->size, (Shape{3, 4}));
-    EXPECT_EQ(t->stride, (Shape{4, 1}));
-  }
-}
 
 }  // namespace
 }  // namespace shardpoint
