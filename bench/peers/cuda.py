@@ -96,8 +96,8 @@ class Dcp2:
 
 def cuda_peers():
     from peers.formats import (Shardpoint, ShardpointCooperative, ShardpointLargeReads,
-                               ShardpointNoHints, ShardpointOneStream, ShardpointOneThread,
-                               TorchSave)
+                               ShardpointNoHints, ShardpointNoVerify, ShardpointOneStream,
+                               ShardpointOneThread, TorchSave)
 
     from shardpoint import _staging
 
@@ -135,7 +135,7 @@ def cuda_peers():
 
     return {p.name: p for p in (Shardpoint(), ShardpointCooperative(), ShardpointLargeReads(),
                                 ShardpointNoHints(), ShardpointOneThread(), ShardpointOneStream(),
-                                ShardpointPinnedLoads(),
+                                ShardpointNoVerify(), ShardpointPinnedLoads(),
                                 ShardpointOneGroup(), TorchSave(), Dcp2())}
 
 

@@ -136,6 +136,13 @@ class ShardpointOneStream(Shardpoint):
     reads = {"io_threads": 1, "read_slice_bytes": 64 << 20, "prefetch_bytes": 0}
 
 
+class ShardpointNoVerify(Shardpoint):
+    """shardpoint's loads with checksums off (verify_checksums=False): what verifying
+    every byte costs; a resharded load still reads whole blocks."""
+    name = "shardpoint, no verify"
+    reads = {"verify_checksums": False}
+
+
 class TorchSave:
     """torch.save of a dict of this rank's tensors into rank<r>.pt (CPU or CUDA)."""
     name = "torch.save"
@@ -214,5 +221,5 @@ class Dcp:
 
 PEERS = {p.name: p for p in (Shardpoint(), ShardpointCooperative(), ShardpointLargeReads(),
                              ShardpointNoHints(), ShardpointOneThread(), ShardpointOneStream(),
-                             TorchSave(), Numpy(),
+                             ShardpointNoVerify(), TorchSave(), Numpy(),
                              Dcp())}

@@ -111,9 +111,12 @@ struct LoadOptions : Resources {
   // Default 16 MiB.
   uint64_t prefetch_bytes = uint64_t{16} << 20;
   // Needed byte ranges of a file separated by at most this many unneeded
-  // bytes are read in one request, as long as such unneeded bytes stay within
-  // 5% of the needed ones: fewer, larger requests on network filesystems.
-  // Default 256 KiB; 0 reads no unneeded bytes except whole verified blocks.
+  // bytes are read in one request where they lie in one read_slice_bytes
+  // unit of a chunk (an unverified load cut along another dim, strips of
+  // every row: a request per unit, not per strip), and elsewhere as long as
+  // such unneeded bytes stay within 5% of the needed ones: fewer, larger
+  // requests, on network filesystems above all. Default 256 KiB; 0 reads no
+  // unneeded bytes except whole verified blocks.
   uint64_t read_gap_bytes = uint64_t{256} << 10;
   // Block exchange: when several ranks need bytes of the same verified
   // block (replicas, e.g. the DP copies of a TP shard, or strips of a chunk

@@ -533,7 +533,8 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
          allow_dtype_conversion: bool = False, allow_shape_mismatch: bool = False,
          verify_checksums: bool = True, io_threads: int | None = None,
          raw_objects: bool = False, cooperative: bool | None = None,
-         read_slice_bytes: int | None = None, prefetch_bytes: int | None = None) -> LoadResult:
+         read_slice_bytes: int | None = None, prefetch_bytes: int | None = None,
+         read_gap_bytes: int | None = None) -> LoadResult:
     """Loads checkpoint ``path`` into ``state_dict`` (the template, under any layout).
     Collective.
 
@@ -557,8 +558,12 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     thread (default 1 MiB, one checksum block). ``prefetch_bytes``: the reads
     of a file are announced to the storage in windows of this size, one ahead,
     so that the kernel fetches them in large requests meanwhile (default
-    16 MiB; 0 turns it off). Returns a LoadResult. The GIL is released
-    while it runs.
+    16 MiB; 0 turns it off). ``read_gap_bytes``: needed ranges of a file at
+    most this far apart are read by one request where they lie in one
+    ``read_slice_bytes`` unit of a chunk (a load cut along another dim without
+    verification), or while the unneeded bytes stay within 5% of the needed
+    ones (default 256 KiB; 0 reads only needed bytes, and whole blocks when
+    verifying). Returns a LoadResult. The GIL is released while it runs.
     """
     comm = comm if comm is not None else default_comm()
     _wait_until_comm_idle(comm)
@@ -583,6 +588,10 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
         o.read_slice_bytes = int(read_slice_bytes)
     if prefetch_bytes is not None:
         o.prefetch_bytes = prefetch_bytes_option(prefetch_bytes)
+    if read_gap_bytes is not None:
+        if read_gap_bytes < 0:
+            raise ValueError(f"read_gap_bytes must be >= 0, not {read_gap_bytes}")
+        o.read_gap_bytes = int(read_gap_bytes)
     # A checkpoint without common state (written by the CLI or the C++ API)
     # loads with common None.
     o.common_optional = bool(common)

@@ -142,6 +142,7 @@ class LoadOptions:
     io_threads: int
     on_group_loaded: Callable[[int], None]
     prefetch_bytes: int
+    read_gap_bytes: int
     read_slice_bytes: int
     tensor_groups: List[int]
     verify_checksums: bool

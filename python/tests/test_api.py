@@ -301,10 +301,18 @@ def test_load_reports_requests_and_bytes_needed(tmp_path):
                 read_slice_bytes=16 << 20)
     assert torch.equal(cols, g[:, 256:512])
     assert (r.requests, r.bytes_needed, r.bytes_read) == (1, 1 << 20, 4 << 20)
-    # without verification: the 1024 row runs, 3 KiB apart; gaps are bridged only while
-    # the bridged bytes stay within 5% of the needed ones (17 gaps of 3 KiB)
+    # without verification: the 1024 row runs, 3 KiB apart; those inside one 1 MiB unit
+    # of the chunk (256 rows) are read by one request, from the unit's first needed byte
+    # to its last (the gaps between units, within 5% of the needed bytes, too)
+    cols.zero_()
     r = sp.load({"w": sp.chunk("w", cols, [1024, 1024], 1, 1, 4)}, tmp_path / "c",
                 verify_checksums=False)
-    bridged = int(0.05 * (1 << 20)) // 3072
+    assert torch.equal(cols, g[:, 256:512])
     assert r.bytes_needed == 1 << 20
-    assert (r.requests, r.bytes_read) == (1024 - bridged, (1 << 20) + bridged * 3072)
+    assert (r.requests, r.bytes_read) == (4, 4 * (255 * 4096 + 1024))
+    # with read_gap_bytes=0, only the needed bytes: a request per row
+    cols.zero_()
+    r = sp.load({"w": sp.chunk("w", cols, [1024, 1024], 1, 1, 4)}, tmp_path / "c",
+                verify_checksums=False, read_gap_bytes=0)
+    assert torch.equal(cols, g[:, 256:512])
+    assert (r.requests, r.bytes_read) == (1024, 1 << 20)

@@ -274,17 +274,30 @@ std::vector<Task> BuildTasks(const Manifest& m, const std::vector<std::vector<Pi
   std::sort(ranges.begin(), ranges.end(), [](const Range2& x, const Range2& y) {
     return std::tie(x.file, x.begin) < std::tie(y.file, y.begin);
   });
+  const uint64_t slice = std::max<uint64_t>(8, options.staging_bytes / 8 * 8);
   // Which gaps to bridge: those of at most gap_bytes, smallest first, while
-  // the bridged bytes stay within max_gap_fraction of the needed ones.
+  // the bridged bytes stay within max_gap_fraction of the needed ones; and,
+  // whatever that budget, those inside one slice-sized unit of a chunk: an
+  // unverified load cut along another dim (strips of every row) then makes a
+  // request per unit, as a verified one does per block, not one per strip.
   std::vector<bool> join(ranges.size(), false);  // join[i]: range i continues range i-1's request
   std::vector<std::pair<uint64_t, size_t>> gaps;
   for (size_t i = 1; i < ranges.size(); ++i) {
-    if (ranges[i].file != ranges[i - 1].file || ranges[i].begin < ranges[i - 1].end) continue;
-    const uint64_t gap = ranges[i].begin - ranges[i - 1].end;
+    const Range2& p = ranges[i - 1];
+    const Range2& r = ranges[i];
+    if (r.file != p.file || r.begin < p.end) continue;
+    const uint64_t gap = r.begin - p.end;
+    const uint64_t at = m.tensors[r.tensor].chunks[r.chunk].offset;
     if (gap == 0) {
       join[i] = true;
     } else if (gap <= options.gap_bytes) {
-      gaps.push_back({gap, i});
+      const bool one_unit = r.tensor == p.tensor && r.chunk == p.chunk &&
+                            (p.end - 1 - at) / slice == (r.begin - at) / slice;
+      if (one_unit) {
+        join[i] = true;
+      } else {
+        gaps.push_back({gap, i});
+      }
     }
   }
   std::sort(gaps.begin(), gaps.end());
@@ -296,7 +309,6 @@ std::vector<Task> BuildTasks(const Manifest& m, const std::vector<std::vector<Pi
   }
   // Requests of at most a slice, cut on block boundaries; a block larger than
   // a slice is a task of its own, read in slices as a stream.
-  const uint64_t slice = std::max<uint64_t>(8, options.staging_bytes / 8 * 8);
   std::vector<Task> tasks;
   for (size_t i = 0; i < ranges.size(); ++i) {
     const Range2& r = ranges[i];

@@ -41,7 +41,8 @@ struct ReadOptions {
   // in windows of this many bytes, one window ahead of the reads; 0: never.
   uint64_t prefetch_bytes = uint64_t{16} << 20;
   // Ranges of one file separated by at most this many unneeded bytes are read
-  // by one request, as long as the unneeded bytes read this way stay within
+  // by one request where both lie in one staging_bytes unit of a chunk, and
+  // elsewhere as long as the unneeded bytes read this way stay within
   // max_gap_fraction of the needed ones (smallest gaps first).
   uint64_t gap_bytes = uint64_t{256} << 10;
   double max_gap_fraction = 0.05;

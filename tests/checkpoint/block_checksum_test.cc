@@ -572,6 +572,39 @@ TEST_F(BlockChecksumTest, UnverifiedLoadReadsOnlyNeededBytes) {
   }
 }
 
+TEST_F(BlockChecksumTest, UnverifiedStripsAreReadPerUnitNotPerRow) {
+  // Verification off (as for DCP and HF sources), cut along dims 1 and 2:
+  // each rank needs a strip of every row. Runs inside one 1 MiB unit of a
+  // chunk are read by one request, so a rank makes a few requests per unit
+  // (two files of 3.5 MiB: at most 8 units, 6 chunks), not one per row
+  // (1024 + 1536 rows); bit for bit. With read_gap_bytes 0 it reads only
+  // its bytes, in one request per strip.
+  for (int dim = 1; dim < 3; ++dim) {
+    for (uint64_t gap : {uint64_t{256} << 10, uint64_t{0}}) {
+      std::vector<TestRank> dst(3);
+      for (int r = 0; r < 3; ++r) Build(&dst[r], dim, r, 3, false);
+      CountingStorage counting(DefaultStorage());
+      LoadOptions o;
+      o.verify_checksums = false;
+      o.cooperative = false;
+      o.read_gap_bytes = gap;
+      o.storage = &counting;
+      std::vector<LoadResult> res;
+      ASSERT_TRUE(LoadRanks(StatesOf(dst), dir_, o, &res).ok());
+      for (int r = 0; r < 3; ++r) {
+        EXPECT_TRUE(Loaded(dst[r])) << "dim " << dim << " rank " << r;
+        if (gap) {
+          EXPECT_LE(res[r].requests, 16u) << "dim " << dim << " rank " << r;
+          EXPECT_LE(res[r].bytes_read, 2 * (uint64_t{7} << 19)) << "dim " << dim;
+        } else {
+          EXPECT_GT(res[r].requests, 1000u) << "dim " << dim << " rank " << r;
+          EXPECT_EQ(res[r].bytes_read, res[r].bytes_needed) << "dim " << dim << " rank " << r;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(BlockChecksumTest, FewLargeRequests) {
   // Same layout: one request per slice of each file's needed range (the
   // chunks of a rank lie back to back), here one per 16 MiB slice: 1 per rank.
