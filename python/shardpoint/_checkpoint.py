@@ -519,12 +519,17 @@ def decode_metadata(st: Any, checkpoint: str) -> dict | None:
     return meta
 
 
-def prefetch_bytes_option(value) -> int:
-    """``prefetch_bytes=`` of load and verify: a byte count >= 0 (0: no hints)."""
+def byte_count_option(name: str, value, zero: str) -> int:
+    """A byte-count option ``name=``: an int >= 0, where 0 does what ``zero`` says."""
     n = int(value)
     if n < 0:
-        raise ValueError(f"prefetch_bytes must be >= 0 (0 turns read-ahead hints off), got {n}")
+        raise ValueError(f"{name} must be >= 0 (0 {zero}), got {n}")
     return n
+
+
+def prefetch_bytes_option(value) -> int:
+    """``prefetch_bytes=`` of load and verify: a byte count >= 0 (0: no hints)."""
+    return byte_count_option("prefetch_bytes", value, "turns read-ahead hints off")
 
 
 def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
@@ -589,9 +594,8 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     if prefetch_bytes is not None:
         o.prefetch_bytes = prefetch_bytes_option(prefetch_bytes)
     if read_gap_bytes is not None:
-        if read_gap_bytes < 0:
-            raise ValueError(f"read_gap_bytes must be >= 0, not {read_gap_bytes}")
-        o.read_gap_bytes = int(read_gap_bytes)
+        o.read_gap_bytes = byte_count_option("read_gap_bytes", read_gap_bytes,
+                                             "reads only the needed bytes")
     # A checkpoint without common state (written by the CLI or the C++ API)
     # loads with common None.
     o.common_optional = bool(common)

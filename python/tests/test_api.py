@@ -275,6 +275,8 @@ def test_prefetch_bytes_reaches_load_and_verify(tmp_path):
         sp.load({"w": torch.zeros(1024, 1024)}, tmp_path / "c", prefetch_bytes=-1)
     with pytest.raises(ValueError, match=r"prefetch_bytes must be >= 0 .*got -1"):
         sp.verify(tmp_path / "c", prefetch_bytes=-1)
+    with pytest.raises(ValueError, match=r"read_gap_bytes must be >= 0 .*got -1"):
+        sp.load({"w": torch.zeros(1024, 1024)}, tmp_path / "c", read_gap_bytes=-1)
 
 
 def test_load_reports_requests_and_bytes_needed(tmp_path):

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "src/dcp/tensor_item_writer.h"
@@ -44,17 +46,23 @@ std::string DataPkl(const std::string& storage_type, const std::string& key, int
 // The opcodes torch 2.x's torch.save writes for a tensor of a newer dtype
 // (torch.storage._new_dtypes: float8, uint16/32/64): `_rebuild_tensor_v3` of
 // an UntypedStorage whose numel is its byte count, the dtype last.
-std::string DataPklV3(const std::string& dtype, int64_t nbytes, int64_t offset,
-                      const std::vector<int64_t>& size, const std::vector<int64_t>& stride,
-                      const std::string& storage_type = "UntypedStorage") {
+// `dtype_arg`: the opcodes of that seventh argument ("" leaves it out).
+std::string DataPklV3Args(const std::string& dtype_arg, int64_t nbytes, int64_t offset,
+                          const std::vector<int64_t>& size, const std::vector<int64_t>& stride,
+                          const std::string& storage_type = "UntypedStorage") {
   return "\x80\x02"
          "ctorch._utils\n_rebuild_tensor_v3\n((" +
          Str("storage") + "ctorch\n" + storage_type + "\n" + Str("0") + Str("cpu") + Int(nbytes) +
          "tQ" + Int(offset) + Tuple(size) + Tuple(stride) +
          "\x89"
-         "ccollections\nOrderedDict\n)R"
-         "ctorch\n" +
-         dtype + "\ntR.";
+         "ccollections\nOrderedDict\n)R" +
+         dtype_arg + "tR.";
+}
+// ... with the dtype as torch pickles it: the global torch.<dtype>.
+std::string DataPklV3(const std::string& dtype, int64_t nbytes, int64_t offset,
+                      const std::vector<int64_t>& size, const std::vector<int64_t>& stride,
+                      const std::string& storage_type = "UntypedStorage") {
+  return DataPklV3Args("ctorch\n" + dtype + "\n", nbytes, offset, size, stride, storage_type);
 }
 
 TEST(DcpTensorItemTest, DecodesStorageOffsetSizeAndStride) {
@@ -163,8 +171,8 @@ TEST(DcpTensorItemTest, WriterPicklesDecodeForEachTorch) {
     for (DType d : {DType::kF32, DType::kBF16, DType::kI64, DType::kBool, DType::kU16, DType::kU32,
                     DType::kU64, DType::kF8E4M3, DType::kF8E5M2}) {
       Result<std::string> pkl = EncodeTensorPickle(d, {5, 3}, major);
-      const bool newer = d == DType::kU16 || d == DType::kU32 || d == DType::kU64 ||
-                         d == DType::kF8E4M3 || d == DType::kF8E5M2;
+      const bool newer = std::any_of(std::begin(kNewer), std::end(kNewer),
+                                     [d](const NewerDType& n) { return n.dtype == d; });
       if (major == 1 && newer) {
         ASSERT_EQ(pkl.status().code(), StatusCode::kFailedPrecondition) << DTypeName(d);
         EXPECT_NE(pkl.status().message().find("torch 1.13"), std::string::npos);
@@ -200,19 +208,10 @@ TEST(DcpTensorItemTest, V3DTypeWithoutAnEquivalent) {
 }
 
 TEST(DcpTensorItemTest, V3WithoutItsDType) {
-  const std::string pkl =
-      "\x80\x02"
-      "ctorch._utils\n_rebuild_tensor_v3\n((" +
-      Str("storage") + "ctorch\nUntypedStorage\n" + Str("0") + Str("cpu") + Int(24) + "tQ" +
-      Int(0) + Tuple({3, 4}) + Tuple({4, 1}) + "\x89" + "ccollections\nOrderedDict\n)RtR.";
-  ExpectError(pkl, StatusCode::kDataLoss, "rebuild call has 6 arguments");
-  const std::string not_global =
-      "\x80\x02"
-      "ctorch._utils\n_rebuild_tensor_v3\n((" +
-      Str("storage") + "ctorch\nUntypedStorage\n" + Str("0") + Str("cpu") + Int(24) + "tQ" +
-      Int(0) + Tuple({3, 4}) + Tuple({4, 1}) + "\x89" + "ccollections\nOrderedDict\n)R" +
-      Str("uint16") + "tR.";
-  ExpectError(not_global, StatusCode::kDataLoss, "_rebuild_tensor_v3 dtype is");
+  ExpectError(DataPklV3Args("", 24, 0, {3, 4}, {4, 1}), StatusCode::kDataLoss,
+              "rebuild call has 6 arguments");
+  ExpectError(DataPklV3Args(Str("uint16"), 24, 0, {3, 4}, {4, 1}), StatusCode::kDataLoss,
+              "_rebuild_tensor_v3 dtype is");
 }
 
 // torch never names a typed storage for the newer dtypes.
