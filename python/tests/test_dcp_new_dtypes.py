@@ -1,6 +1,6 @@
 """`convert --to dcp` writes torch 2.x's newer dtypes (uint16/32/64, float8) as
 torch 2.x's torch.save does: `_rebuild_tensor_v3(storage, storage_offset, size,
-stride, requires_grad, backward_hooks, dtype)` of a `torch.UntypedStorage`
+stride, requires_grad, backward_hooks, dtype)` of a `torch.storage.UntypedStorage`
 whose persistent id carries its byte count (torch/_tensor.py,
 torch/serialization.py). Here each item is unpickled by Python's own pickle
 module with that signature, without torch 2.x; test_torch2_dcp.py does the
@@ -36,7 +36,7 @@ class _Torch2Unpickler(pickle.Unpickler):
             return _rebuild_tensor_v3
         if (module, name) == ("collections", "OrderedDict"):
             return collections.OrderedDict
-        if module == "torch" and name == "UntypedStorage":
+        if module == "torch.storage" and name == "UntypedStorage":  # the class's own module
             return "UntypedStorage"
         if module == "torch" and name in NEWER:
             return NEWER[name][0]

@@ -30,11 +30,14 @@ constexpr std::array<StorageType, 10> kStorageTypes{{
     {"BoolStorage", DType::kBool},
 }};
 // torch >= 2.1 saves float8 (and >= 2.3 uint16/32/64) tensors as
-// `_rebuild_tensor_v3` of a `torch.UntypedStorage` (numel in bytes) with the
-// dtype as a further argument (torch.storage._new_dtypes).
+// `_rebuild_tensor_v3` of an untyped storage (numel in bytes) with the dtype as
+// a further argument (torch.storage._new_dtypes). The class pickles under its
+// own module, `torch.storage.UntypedStorage`; `torch.UntypedStorage` is what
+// shardpoint's DCP writer wrote for it before 2026-11-27, read too.
 constexpr std::string_view kV2 = "torch._utils._rebuild_tensor_v2";
 constexpr std::string_view kV3 = "torch._utils._rebuild_tensor_v3";
-constexpr std::string_view kUntyped = "torch.UntypedStorage";
+constexpr std::string_view kUntyped = "torch.storage.UntypedStorage";
+constexpr std::string_view kUntypedOld = "torch.UntypedStorage";
 
 Status Bad(const std::string& what, const std::string& m) {
   return DataLossError("'" + what + "': torch.save tensor " + m);
@@ -59,6 +62,7 @@ Result<Shape> Ints(const PickleTree& t, uint32_t v, bool nonneg, const std::stri
 bool TensorPickleClassAllowed(std::string_view module, std::string_view name) {
   if (module == "torch._utils") return name == "_rebuild_tensor_v2" || name == "_rebuild_tensor_v3";
   if (module == "collections") return name == "OrderedDict";
+  if (module == "torch.storage") return name == "UntypedStorage";
   if (module == "torch") {
     for (const StorageType& s : kStorageTypes) {
       if (s.name == name) return true;
@@ -96,7 +100,7 @@ Result<TorchSavedTensor> DecodeTensorPickle(std::string_view data_pkl, const std
   const std::string& type = t.at(st[1]).text;
   out.storage_numel = static_cast<uint64_t>(t.at(st[4]).i);
   if (v3) {
-    if (type != kUntyped) {
+    if (type != kUntyped && type != kUntypedOld) {
       return Bad(what,
                  "_rebuild_tensor_v3 storage type is '" + type + "', not " + std::string(kUntyped));
     }

@@ -5,7 +5,7 @@
 // raw bytes without reading them.
 //
 // Read: one `_rebuild_tensor_v2` of one typed storage ("torch.FloatStorage",
-// ...), or one `_rebuild_tensor_v3` of a `torch.UntypedStorage` and a dtype
+// ...), or one `_rebuild_tensor_v3` of a `torch.storage.UntypedStorage` and a dtype
 // (how torch 2.x saves float8 and uint16/32/64), C-contiguous strides,
 // little-endian. Refused (FailedPrecondition):
 // other rebuild functions (sparse, quantized, nested, parameters with hooks),

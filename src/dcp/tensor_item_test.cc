@@ -46,14 +46,15 @@ std::string DataPkl(const std::string& storage_type, const std::string& key, int
 // The opcodes torch 2.x's torch.save writes for a tensor of a newer dtype
 // (torch.storage._new_dtypes: float8, uint16/32/64): `_rebuild_tensor_v3` of
 // an UntypedStorage whose numel is its byte count, the dtype last.
-// `dtype_arg`: the opcodes of that seventh argument ("" leaves it out).
+// `dtype_arg`: the opcodes of that seventh argument ("" leaves it out);
+// `storage_type`: module and name of the storage class, as GLOBAL spells them.
 std::string DataPklV3Args(const std::string& dtype_arg, int64_t nbytes, int64_t offset,
                           const std::vector<int64_t>& size, const std::vector<int64_t>& stride,
-                          const std::string& storage_type = "UntypedStorage") {
+                          const std::string& storage_type = "torch.storage\nUntypedStorage") {
   return "\x80\x02"
          "ctorch._utils\n_rebuild_tensor_v3\n((" +
-         Str("storage") + "ctorch\n" + storage_type + "\n" + Str("0") + Str("cpu") + Int(nbytes) +
-         "tQ" + Int(offset) + Tuple(size) + Tuple(stride) +
+         Str("storage") + "c" + storage_type + "\n" + Str("0") + Str("cpu") + Int(nbytes) + "tQ" +
+         Int(offset) + Tuple(size) + Tuple(stride) +
          "\x89"
          "ccollections\nOrderedDict\n)R" +
          dtype_arg + "tR.";
@@ -61,7 +62,7 @@ std::string DataPklV3Args(const std::string& dtype_arg, int64_t nbytes, int64_t 
 // ... with the dtype as torch pickles it: the global torch.<dtype>.
 std::string DataPklV3(const std::string& dtype, int64_t nbytes, int64_t offset,
                       const std::vector<int64_t>& size, const std::vector<int64_t>& stride,
-                      const std::string& storage_type = "UntypedStorage") {
+                      const std::string& storage_type = "torch.storage\nUntypedStorage") {
   return DataPklV3Args("ctorch\n" + dtype + "\n", nbytes, offset, size, stride, storage_type);
 }
 
@@ -191,8 +192,18 @@ TEST(DcpTensorItemTest, WriterPicklesDecodeForEachTorch) {
 }
 
 TEST(DcpTensorItemTest, V3OfATypedStorageIsRefused) {
-  ExpectError(DataPklV3("uint16", 24, 0, {3, 4}, {4, 1}, "ShortStorage"), StatusCode::kDataLoss,
-              "not torch.UntypedStorage");
+  ExpectError(DataPklV3("uint16", 24, 0, {3, 4}, {4, 1}, "torch\nShortStorage"),
+              StatusCode::kDataLoss, "not torch.storage.UntypedStorage");
+}
+
+// What shardpoint's DCP writer named the class before it wrote the module
+// torch does (torch.storage): still read.
+TEST(DcpTensorItemTest, V3OfTheOldUntypedStorageNameDecodes) {
+  Result<TorchSavedTensor> t =
+      DecodeTensorPickle(DataPklV3("uint16", 24, 0, {3, 4}, {4, 1}, "torch\nUntypedStorage"), "x");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->dtype, DType::kU16);
+  EXPECT_EQ(t->storage_numel, 12u);
 }
 
 TEST(DcpTensorItemTest, V3BytesNotWholeElements) {
@@ -220,9 +231,9 @@ TEST(DcpTensorItemTest, TypedStorageOfANewerDTypeIsRefused) {
               "'torch.UInt16Storage'");
 }
 
-// The same, pickled by Python's own pickle module (memo and all) with
-// stand-ins for torch: tests/dcp/fixtures/make_v3_pickles.py.
-TEST(DcpTensorItemTest, PythonPickledNewerDTypesDecode) {
+// The same, as torch 2.11's torch.save pickled them (memo and all):
+// tests/dcp/fixtures/make_torch2_newer_dtypes.py.
+TEST(DcpTensorItemTest, Torch2PickledNewerDTypesDecode) {
   for (const NewerDType& c : kNewer) {
     std::string f = __FILE__;
     f = f.substr(0, f.rfind("/src/dcp/")) + "/tests/dcp/fixtures/v3_pickles/" + c.name;

@@ -65,7 +65,7 @@ Result<std::string> EncodeTensorPickle(DType dtype, const Shape& shape, int torc
   {
     p.Mark();  // the persistent id of the storage
     p.Str("storage");
-    p.Global("torch", v3 ? "UntypedStorage" : n->storage);
+    p.Global(v3 ? "torch.storage" : "torch", v3 ? "UntypedStorage" : n->storage);
     p.Str("0");
     p.Str("cpu");
     p.Int(v3 ? numel * static_cast<int64_t>(DTypeSize(dtype)) : numel);  // v3: bytes

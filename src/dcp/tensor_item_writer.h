@@ -28,7 +28,7 @@ Result<std::string_view> TorchDTypeName(DType dtype, int torch_major);
 // data.pkl of a contiguous tensor of `shape` over a whole storage keyed "0",
 // as that torch's torch.save writes it: `_rebuild_tensor_v2` of a typed
 // storage ("torch.FloatStorage", numel in elements), or, for U16, U32, U64
-// and F8 (torch 2.x only), `_rebuild_tensor_v3` of a `torch.UntypedStorage`
+// and F8 (torch 2.x only), `_rebuild_tensor_v3` of a `torch.storage.UntypedStorage`
 // (numel in bytes) with the dtype as its seventh argument.
 Result<std::string> EncodeTensorPickle(DType dtype, const Shape& shape, int torch_major);
 

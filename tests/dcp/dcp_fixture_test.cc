@@ -116,5 +116,45 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DcpFixtureTest,
                          ::testing::Values("torch113_2ranks", "torch113_per_rank", "torch2_2ranks",
                                            "torch2_per_rank"));
 
+// torch 2.11's DCP of its newer dtypes (`_rebuild_tensor_v3` of a
+// torch.storage.UntypedStorage: make_torch2_newer_dtypes.py): a (5, 6) tensor
+// of each, byte j of the k-th being (7 j + 13 k + 1) % 251, loaded as rows 1:4
+// x columns 2:5 bit for bit.
+TEST(DcpNewerDTypesFixtureTest, LoadsABoxOfEachBitForBit) {
+  struct Newer {
+    const char* key;
+    DType dtype;
+  };
+  const Newer kNewer[] = {{"uint16", DType::kU16},
+                          {"uint32", DType::kU32},
+                          {"uint64", DType::kU64},
+                          {"float8_e4m3fn", DType::kF8E4M3},
+                          {"float8_e5m2", DType::kF8E5M2}};
+  std::vector<std::vector<uint8_t>> got;
+  State st;
+  for (const Newer& n : kNewer) {
+    got.emplace_back(9 * DTypeSize(n.dtype), 0);
+    LocalTensor lt;
+    lt.dtype = n.dtype;
+    lt.shape = {3, 3};
+    lt.data = got.back().data();
+    lt.segments.push_back({n.key, {5, 6}, Box({1, 2}, {3, 3}), {0, 0}});
+    st.tensors.push_back(lt);
+  }
+  std::unique_ptr<Comm> comm = MakeSingleComm();
+  Result<LoadResult> r = Load(st, Fixture("torch2_newer_dtypes"), *comm);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (size_t k = 0; k < got.size(); ++k) {
+    const size_t es = DTypeSize(kNewer[k].dtype);
+    for (size_t i = 0; i < 3; ++i) {
+      for (size_t j = 0; j < 3 * es; ++j) {
+        const size_t src = (1 + i) * 6 * es + 2 * es + j;  // byte in the stored tensor
+        ASSERT_EQ(got[k][i * 3 * es + j], (7 * src + 13 * k + 1) % 251)
+            << kNewer[k].key << " row " << i << " byte " << j;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shardpoint

@@ -62,7 +62,9 @@ export PYTHONPATH=/tmp/spb/python
 if want fixtures; then
 stage "torch 2.x DCP fixtures"
 timeout 90 python3 tests/dcp/fixtures/make_torch2_fixture.py 2>&1 | tail -3
-tar czf "$OUT/torch2_fixtures.tgz" -C tests/dcp/fixtures torch2_2ranks torch2_per_rank
+timeout 90 python3 tests/dcp/fixtures/make_torch2_newer_dtypes.py 2>&1 | tail -1
+tar czf "$OUT/torch2_fixtures.tgz" -C tests/dcp/fixtures torch2_2ranks torch2_per_rank \
+  torch2_newer_dtypes v3_pickles
 fi
 
 if want bench; then
