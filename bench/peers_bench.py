@@ -61,7 +61,8 @@ CUDA_PEERS = [p for p in DEFAULT_PEERS if p != "numpy .npy"]
 VARIANTS = ["shardpoint, cooperative on", "shardpoint, 16 MiB reads",
             "shardpoint, no prefetch hints", "shardpoint, io_threads 1",
             "shardpoint, one stream", "shardpoint, no verify"]  # on request only
-CUDA_VARIANTS = ["shardpoint, pinned loads", "shardpoint, one group"]  # --device cuda only
+CUDA_VARIANTS = ["shardpoint, pinned loads", "shardpoint, one group",
+                 "shardpoint, fresh staging pages"]  # --device cuda only
 ALL_PEERS = DEFAULT_PEERS + VARIANTS + CUDA_VARIANTS
 CUDA_ALL_PEERS = CUDA_PEERS + VARIANTS + CUDA_VARIANTS
 OPS = ["save", "same", "tp_dp", "other_dim"]

@@ -133,10 +133,24 @@ def cuda_peers():
             finally:
                 _staging.GROUP_BYTES = saved
 
+    class ShardpointFreshPages(Shardpoint):
+        """shardpoint's loads as before 2026-11-27 (evening): a fresh pageable
+        buffer for every tensor, each page faulted in by the reader, where the
+        groups now take turns in two arenas."""
+        name = "shardpoint, fresh staging pages"
+
+        def load(self, ctx, path, layout, tensors, dcp_values):
+            saved, _staging.ARENAS = _staging.ARENAS, False
+            try:
+                return super().load(ctx, path, layout, tensors, dcp_values)
+            finally:
+                _staging.ARENAS = saved
+
     return {p.name: p for p in (Shardpoint(), ShardpointCooperative(), ShardpointLargeReads(),
                                 ShardpointNoHints(), ShardpointOneThread(), ShardpointOneStream(),
                                 ShardpointNoVerify(), ShardpointPinnedLoads(),
-                                ShardpointOneGroup(), TorchSave(), Dcp2())}
+                                ShardpointOneGroup(), ShardpointFreshPages(), TorchSave(),
+                                Dcp2())}
 
 
 def host_copy(ctx, buf, to_buffer):

@@ -573,8 +573,11 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     comm = comm if comm is not None else default_comm()
     _wait_until_comm_idle(comm)
     allow_missing = (not strict) if allow_missing_keys is None else bool(allow_missing_keys)
-    # a key the checkpoint lacks keeps its values: only then are device values copied in first
-    staging = DeviceStaging(load=True, keep_values=allow_missing)
+    if cooperative is None:
+        cooperative = type(comm) is _C.Comm  # a C++ comm, not a Python subclass
+    # a key the checkpoint lacks keeps its values: only then are device values
+    # copied in first; the groups reuse host memory where announced in order
+    staging = DeviceStaging(load=True, keep_values=allow_missing, reuse=not cooperative)
     st, owners, _ = _build(state_dict, load=True, allow_pickle=allow_pickle, common=common,
                            staging=staging)
     o = _C.LoadOptions()
@@ -586,8 +589,6 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     o.verify_checksums = bool(verify_checksums)
     if io_threads is not None:
         o.io_threads = int(io_threads)
-    if cooperative is None:
-        cooperative = type(comm) is _C.Comm  # a C++ comm, not a Python subclass
     o.cooperative = bool(cooperative)
     if read_slice_bytes is not None:
         o.read_slice_bytes = int(read_slice_bytes)

@@ -11,14 +11,18 @@ pooled pinned buffer where one of that dtype and shape is free (a job that
 saved this layout before), else ordinary pageable memory. Pinning costs
 several times a pageable copy (the driver locks and maps every page), so a
 process that loads a layout once (a resume before any save, an evaluation,
-an export) does not pin what it will not reuse; its first save pins. CPU
-tensors never come here.
+an export) does not pin what it will not reuse; its first save pins. The
+pageable buffers of a load's tensor groups take turns in two arenas
+(``_arenas``), so that a load faults in two groups' pages, not its whole
+share. CPU tensors never come here.
 """
 
 from __future__ import annotations
 
 import threading
 from typing import Any
+
+from shardpoint._arenas import MAX_ARENA, GroupArenas
 
 __all__ = ["is_device_tensor", "DeviceStaging", "pool_bytes"]
 
@@ -68,6 +72,9 @@ def pool_bytes() -> int:
 
 # A load's device tensors are read and copied in groups of about this many bytes.
 GROUP_BYTES = 64 << 20
+# The groups' pageable buffers take turns in two arenas (False: a fresh buffer
+# for each tensor, as before 2026-11-27's evening; the bench compares both).
+ARENAS = True
 # Pageable buffers of at least this many bytes are mappings of their own.
 OWN_MAPPING_BYTES = 1 << 20
 
@@ -104,7 +111,7 @@ class DeviceStaging:
     devices and frees its pageable buffers, while C++ reads the next group.
     ``finish()`` waits for the copier (and copies what no call announced)."""
 
-    def __init__(self, load: bool, keep_values: bool = True) -> None:
+    def __init__(self, load: bool, keep_values: bool = True, reuse: bool = False) -> None:
         self.load = load
         self.copy_in = not load or keep_values
         self.pairs: list[tuple[Any, Any]] = []
@@ -117,12 +124,20 @@ class DeviceStaging:
         self._error: BaseException | None = None
         self._devices: set[Any] = set()
         self._owners: list[Any] = []  # what keeps C++'s view of each buffer alive
+        self._last_group, self._group_size = 0, 0
+        # group g's pageable buffers in arena g % 2: only where every group is
+        # announced in order (not cooperative) and no value is copied in first
+        use = load and reuse and ARENAS and not self.copy_in and GROUP_BYTES <= MAX_ARENA
+        self._arenas = GroupArenas(GROUP_BYTES) if use else None
+        self._copied_event: list[threading.Event] = []
 
     def host(self, t: Any, index: int = -1) -> Any:
+        group = self._next_group(t.numel() * t.element_size())
         if self.load:
             h = _POOL.take_free(t)
-            if h is None:
-                h = _pageable(t)  # see the module's doc
+            if h is None:  # see the module's doc
+                h = self._arenas.take(t, group) if self._arenas is not None else None
+                h = _pageable(t) if h is None else h
             else:
                 self.pinned.append(h)
         else:
@@ -133,7 +148,7 @@ class DeviceStaging:
         self.pairs.append((h, t))
         self._owners.append(None)
         self._index.append(index)
-        self._group.append(0)  # one group unless groups() splits them
+        self._group.append(group)
         if t.device.type == "cuda":
             self._devices.add(t.device)
         return h
@@ -143,17 +158,21 @@ class DeviceStaging:
         as that buffer."""
         self._owners[-1] = owner
 
+    def _next_group(self, nbytes: int) -> int:
+        """The group of the next device tensor: groups of about GROUP_BYTES, in
+        state order (one larger tensor is a group of its own)."""
+        if self._group_size and self._group_size + nbytes > GROUP_BYTES:
+            self._last_group, self._group_size = self._last_group + 1, 0
+        self._group_size += nbytes
+        return self._last_group
+
     def groups(self, n: int) -> list[int]:
         """The group of each of the state's ``n`` tensors (host tensors: 0), and
         starts the copier."""
         out = [0] * n
-        group, size = 0, 0
-        for k, ((h, _), i) in enumerate(zip(self.pairs, self._index)):
-            nbytes = h.numel() * h.element_size()
-            if size and size + nbytes > GROUP_BYTES:
-                group, size = group + 1, 0
-            size += nbytes
-            self._group[k] = out[i] = group
+        for g, i in zip(self._group, self._index):
+            out[i] = g
+        self._copied_event = [threading.Event() for _ in range(self._last_group + 1)]
         import queue
         self._queue = queue.SimpleQueue()
         self._copier = threading.Thread(target=self._copy_groups, name="shardpoint-h2d",
@@ -162,8 +181,12 @@ class DeviceStaging:
         return out
 
     def on_group_loaded(self, g: int) -> None:
-        """Called by C++ (with the GIL) when every byte of group ``g`` is in place."""
+        """Called by C++ (with the GIL) when every byte of group ``g`` is in place.
+        With arenas, returns once group g - 1 is copied out: the engine reads
+        group g + 1, into g - 1's arena, when this returns."""
         self._queue.put(g)
+        if self._arenas is not None and g >= 1:
+            self._copied_event[g - 1].wait()  # releases the GIL for the copier
 
     def _copy_group(self, g: int) -> None:
         import torch
@@ -188,6 +211,7 @@ class DeviceStaging:
                     self._copy_group(g)
                 except BaseException as e:  # noqa: BLE001 - raised by finish()
                     self._error = e
+            self._copied_event[g].set()  # copied, or never will be (an error)
 
     def _stop_copier(self) -> None:
         if self._copier is not None:

@@ -135,3 +135,62 @@ def test_reserve_pins_what_the_first_save_of_device_tensors_needs(staged, tmp_pa
         sp.load(dst, tmp_path / name)
         for k in src:
             assert torch.equal(dst[k], src[k]), (name, k)
+
+
+def _load_only(monkeypatch, src, path):
+    """Loads ``path`` into zeros like ``src`` as a process that never saved: no
+    free pooled buffer, so the groups' buffers are pageable. Returns the state."""
+    monkeypatch.setattr(_staging, "_POOL", type(_staging._POOL)())
+    dst = {k: torch.zeros_like(v) for k, v in src.items()}
+    sp.load(dst, path, sp.single(), cooperative=False)
+    return dst
+
+
+def test_groups_take_turns_in_two_arenas(staged, monkeypatch, tmp_path):
+    # 3 groups of two tensors: group 2 is read into group 0's memory, which the
+    # copier has copied out by then
+    src = _state(6)
+    sp.save(src, tmp_path / "c")
+    dst = _load_only(monkeypatch, src, tmp_path / "c")
+    assert [sorted(bufs) for _, bufs in staged] == [[0, 1], [2, 3], [4, 5]]
+    st = staged.by[0]
+    assert st._arenas is not None and st._arenas.mapped_bytes == 2 * st._arenas.capacity
+    for _, bufs in staged:  # each group complete when announced
+        for k, h in bufs.items():
+            assert torch.equal(h, src[f"w{k}"]), k
+    for k in src:
+        assert torch.equal(dst[k], src[k]), k
+
+
+def test_a_slow_copier_holds_back_the_group_that_reuses_its_arena(staged, monkeypatch, tmp_path):
+    # Were group 2 read before group 0 is copied out, w0 and w1 would hold
+    # group 2's bytes.
+    import time
+    src = _state(7)
+    sp.save(src, tmp_path / "c")
+    copy = _staging.DeviceStaging._copy_group
+    ptrs = {}
+
+    def slow(self, g):
+        time.sleep(0.3)
+        ptrs.update({k: p[0].data_ptr() for k, p in enumerate(self.pairs) if p is not None})
+        copy(self, g)
+
+    monkeypatch.setattr(_staging.DeviceStaging, "_copy_group", slow)
+    dst = _load_only(monkeypatch, src, tmp_path / "c")
+    assert ptrs[0] == ptrs[4]  # w0 and w4: the same memory
+    for k in src:
+        assert torch.equal(dst[k], src[k]), k
+
+
+def test_no_arenas_where_groups_complete_out_of_order_or_values_are_kept(staged, monkeypatch,
+                                                                          tmp_path):
+    src = _state(8)
+    sp.save(src, tmp_path / "c")
+    monkeypatch.setattr(_staging, "_POOL", type(_staging._POOL)())
+    for kw in ({"cooperative": True}, {"strict": False}):
+        dst = {k: torch.zeros_like(v) for k, v in src.items()}
+        sp.load(dst, tmp_path / "c", sp.single(), **kw)
+        assert staged.by[-1]._arenas is None, kw
+        for k in src:
+            assert torch.equal(dst[k], src[k]), (kw, k)
