@@ -135,7 +135,9 @@ struct LoadOptions : Resources {
   // Tensor groups, announced as they complete: tensor_groups[i] is the group
   // (>= 0) of state.tensors[i]; the load reads group 0's tensors, calls
   // on_group_loaded(0) once every byte of them is placed (and verified), then
-  // reads group 1's, and so on up to the largest group, each called once
+  // reads group 1's (nothing of it before that call returns: a caller may
+  // hand a copied group's memory to a later group), and so on up to the
+  // largest group, each called once
   // (a group whose tensors need no bytes too). A caller that stages device
   // tensors in host memory copies one group to the device while the next is
   // read. A cooperative load reads in its own order (file order, in rounds)
