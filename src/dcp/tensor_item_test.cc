@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "src/dcp/tensor_item_writer.h"
+#include "tests/testing/torch_newer_dtypes.h"
 
 namespace shardpoint::internal_dcp {
 namespace {
@@ -144,15 +145,8 @@ TEST(DcpTensorItemTest, StorageIdOfAnotherShape) {
   ExpectError(pkl, StatusCode::kDataLoss, "storage id");
 }
 
-struct NewerDType {
-  const char* name;
-  DType dtype;
-};
-constexpr NewerDType kNewer[] = {{"uint16", DType::kU16},
-                                 {"uint32", DType::kU32},
-                                 {"uint64", DType::kU64},
-                                 {"float8_e4m3fn", DType::kF8E4M3},
-                                 {"float8_e5m2", DType::kF8E5M2}};
+using NewerDType = ::shardpoint::testing::TorchNewerDType;
+constexpr auto& kNewer = ::shardpoint::testing::kTorchNewerDTypes;
 
 TEST(DcpTensorItemTest, DecodesTorch2NewerDTypes) {
   for (const NewerDType& c : kNewer) {

@@ -10,6 +10,7 @@
 #include "shardpoint/comm.h"
 #include "src/dcp/dcp_dir.h"
 #include "tests/testing/ranks.h"
+#include "tests/testing/torch_newer_dtypes.h"
 
 using shardpoint::internal_dcp::DcpIndex;
 using shardpoint::internal_dcp::IsDcpDir;
@@ -121,24 +122,16 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DcpFixtureTest,
 // of each, byte j of the k-th being (7 j + 13 k + 1) % 251, loaded as rows 1:4
 // x columns 2:5 bit for bit.
 TEST(DcpNewerDTypesFixtureTest, LoadsABoxOfEachBitForBit) {
-  struct Newer {
-    const char* key;
-    DType dtype;
-  };
-  const Newer kNewer[] = {{"uint16", DType::kU16},
-                          {"uint32", DType::kU32},
-                          {"uint64", DType::kU64},
-                          {"float8_e4m3fn", DType::kF8E4M3},
-                          {"float8_e5m2", DType::kF8E5M2}};
+  const auto& kNewer = testing::kTorchNewerDTypes;
   std::vector<std::vector<uint8_t>> got;
   State st;
-  for (const Newer& n : kNewer) {
+  for (const testing::TorchNewerDType& n : kNewer) {
     got.emplace_back(9 * DTypeSize(n.dtype), 0);
     LocalTensor lt;
     lt.dtype = n.dtype;
     lt.shape = {3, 3};
     lt.data = got.back().data();
-    lt.segments.push_back({n.key, {5, 6}, Box({1, 2}, {3, 3}), {0, 0}});
+    lt.segments.push_back({n.name, {5, 6}, Box({1, 2}, {3, 3}), {0, 0}});
     st.tensors.push_back(lt);
   }
   std::unique_ptr<Comm> comm = MakeSingleComm();
@@ -150,7 +143,7 @@ TEST(DcpNewerDTypesFixtureTest, LoadsABoxOfEachBitForBit) {
       for (size_t j = 0; j < 3 * es; ++j) {
         const size_t src = (1 + i) * 6 * es + 2 * es + j;  // byte in the stored tensor
         ASSERT_EQ(got[k][i * 3 * es + j], (7 * src + 13 * k + 1) % 251)
-            << kNewer[k].key << " row " << i << " byte " << j;
+            << kNewer[k].name << " row " << i << " byte " << j;
       }
     }
   }
