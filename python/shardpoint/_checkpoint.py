@@ -577,7 +577,9 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
         cooperative = type(comm) is _C.Comm  # a C++ comm, not a Python subclass
     # a key the checkpoint lacks keeps its values: only then are device values
     # copied in first; the groups reuse host memory where announced in order
-    staging = DeviceStaging(load=True, keep_values=allow_missing, reuse=not cooperative)
+    # (not cooperative: C++ runs a one-rank load alone whatever the option)
+    staging = DeviceStaging(load=True, keep_values=allow_missing,
+                            reuse=not (cooperative and comm.size() > 1))
     st, owners, _ = _build(state_dict, load=True, allow_pickle=allow_pickle, common=common,
                            staging=staging)
     o = _C.LoadOptions()
