@@ -16,8 +16,9 @@ rank needs a piece of every stored item.
 
 * shardpoint: sp.load of the DCP directory over TorchDistributedComm into
   sp.ShardedTensor column pieces: it reads the byte runs each rank needs,
-  those of one 1 MiB unit of an item in one request; with its defaults (cooperative reads on: bytes several ranks need
-  are read once and sent over the comm) and with cooperative=False;
+  those of one 1 MiB unit of an item in one request; with its defaults
+  (cooperative reads on: bytes several ranks need are read once and sent
+  over the comm) and with cooperative=False;
 * DCP: load_state_dict(FileSystemReader) into ShardedTensors sharded by
   columns (it torch.loads every stored item a rank's shard overlaps, whole).
 
