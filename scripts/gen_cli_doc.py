@@ -51,6 +51,11 @@ for the Hugging Face commands).
   fault(s)` line per failing checkpoint, only. The exit code says the rest.
 - Progress bars (verify, export-hf, convert) are drawn on stderr only when it
   is a terminal, and never with `--json` or `--quiet`.
+- Outputs (export-hf, convert, convert --to dcp) are written into
+  `OUT.partial` and renamed to `OUT` once complete and durable, so `OUT` is
+  never half written, whatever kills the command. An existing `OUT` that is
+  not an empty directory is refused (exit 2, naming it) unless `--overwrite`,
+  which replaces it whole in one atomic swap ([huggingface.md](huggingface.md#cli)).
 
 ## Help texts
 

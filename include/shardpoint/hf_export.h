@@ -40,6 +40,12 @@ struct ExportHfOptions : Resources {
   // 2.x's class paths (torch.distributed.checkpoint); 1: torch 1.13's
   // (torch.distributed._shard.checkpoint). Neither torch loads the other's.
   int dcp_torch_major = 2;
+  // Every conversion writes "<out>.partial" and renames it to <out> once
+  // complete and durable. An existing <out> that is not an empty directory
+  // is refused (FailedPrecondition naming it, nothing written) unless
+  // `overwrite`, which replaces it whole in one atomic swap (CLI:
+  // --overwrite); a reader sees the old output or the new one, never a mix.
+  bool overwrite = false;
 };
 struct ExportHfStats {
   int files = 0;
@@ -71,7 +77,7 @@ Result<ExportHfStats> ConvertHfToShardpoint(const std::string& hf_dir, const std
 // load_state_dict torch.loads them). Streams like ExportHf (max_shard_size is
 // not used). U16/U32/U64 (torch >= 2.3) and F8 (>= 2.1) tensors are written
 // as torch 2.x saves them (`_rebuild_tensor_v3`). FailedPrecondition if
-// `dcp_dir` exists, for those dtypes with dcp_torch_major = 1 (torch 1.13
+// `dcp_dir` exists (and not `overwrite`), for those dtypes with dcp_torch_major = 1 (torch 1.13
 // lacks them) and for sharded objects, naming it. Common state
 // and user metadata are not written (DCP has no place for them).
 Result<ExportHfStats> ConvertToDcp(const std::string& src_dir, const std::string& dcp_dir,

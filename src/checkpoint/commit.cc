@@ -16,9 +16,12 @@
 // the previous one (if any, elsewhere or at `dir` when overwriting) intact.
 // A crash inside 4 leaves `dir` holding the old or the new checkpoint, both
 // complete (with the fallback, a crash between its two renames leaves
-// `dir.old` and `dir.partial`, both complete, and no `dir`);
+// `dir.old` and `dir.partial`, both complete, and no `dir`: the next
+// PrepareDirectory or ReadManifest completes the swap, RecoverCheckpointSwap);
 // PrepareDirectory of the next overwrite removes the leftovers (one held
 // open on NFS or FUSE is moved aside to `dir.stale.N` and removed later).
+// Step 4 is SwapIntoPlace (src/io/staged_output.h), which every other output
+// (export-hf, the converts) commits through too.
 //
 // Removing a checkpoint (the old one in 4, retention in manager.cc) runs the
 // commit backwards: remove the manifest, fsync the directory, then remove the
@@ -30,32 +33,27 @@
 #include <string>
 #include <vector>
 
+#include "src/io/staged_output.h"
+
 using shardpoint::internal_format::DecodeManifest;
 using shardpoint::internal_format::EncodeManifest;
 using shardpoint::internal_format::kDataDir;
 using shardpoint::internal_format::kManifestName;
 using shardpoint::internal_format::Manifest;
+using shardpoint::internal_io::ParentDir;
+using shardpoint::internal_io::RecoverSwap;
+using shardpoint::internal_io::StripSlashes;
+using shardpoint::internal_io::SwapIntoPlace;
 
 namespace shardpoint::internal_checkpoint {
 namespace {
-
-std::string Parent(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-std::string StripSlash(std::string p) {
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  return p;
-}
 
 constexpr char kStale[] = ".stale.";
 
 // Removes `<dir>.stale.N` left by earlier overwrites, as far as it can (a
 // file of one may still be held open).
 void SweepStale(Storage* storage, const std::string& dir) {
-  const std::string parent = Parent(dir);
+  const std::string parent = ParentDir(dir);
   const std::string prefix = dir.substr(dir.find_last_of('/') + 1) + kStale;
   Result<std::vector<std::string>> names = storage->ListDir(parent);
   if (!names.ok()) return;
@@ -93,18 +91,28 @@ std::string JoinPath(const std::string& dir, const std::string& name) {
   return dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
+Result<bool> RecoverCheckpointSwap(Storage* storage, const std::string& dir) {
+  return RecoverSwap(
+      storage, dir,
+      [storage](const std::string& partial) {
+        return storage->Exists(JoinPath(partial, kManifestName));
+      },
+      [storage](const std::string& old) { return RemoveCheckpoint(storage, old); });
+}
+
 Result<std::string> PrepareDirectory(Storage* storage, const std::string& dir, bool overwrite) {
+  SP_RETURN_IF_ERROR(RecoverCheckpointSwap(storage, dir).status());
   SP_RETURN_IF_ERROR(storage->CreateDirs(dir));
   SP_ASSIGN_OR_RETURN(bool exists, storage->Exists(JoinPath(dir, kManifestName)));
   if (exists && !overwrite) {
     return FailedPreconditionError("a checkpoint already exists at '" + dir +
                                    "' (it has a manifest); save elsewhere or pass overwrite");
   }
-  const std::string w = exists ? StripSlash(dir) + ".partial" : dir;
+  const std::string w = exists ? StripSlashes(dir) + ".partial" : dir;
   if (w != dir) {
-    SweepStale(storage, StripSlash(dir));
-    SP_RETURN_IF_ERROR(ClearLeftover(storage, StripSlash(dir), w));
-    SP_RETURN_IF_ERROR(ClearLeftover(storage, StripSlash(dir), StripSlash(dir) + ".old"));
+    SweepStale(storage, StripSlashes(dir));
+    SP_RETURN_IF_ERROR(ClearLeftover(storage, StripSlashes(dir), w));
+    SP_RETURN_IF_ERROR(ClearLeftover(storage, StripSlashes(dir), StripSlashes(dir) + ".old"));
   }
   SP_RETURN_IF_ERROR(storage->CreateDirs(w));
   SP_RETURN_IF_ERROR(storage->RemoveAll(JoinPath(w, kDataDir)));
@@ -123,19 +131,9 @@ Status CommitCheckpoint(Storage* storage, const std::string& dir, const std::str
   SP_RETURN_IF_ERROR(storage->WriteStringToFile(tmp, EncodeManifest(manifest)));
   SP_RETURN_IF_ERROR(storage->Rename(tmp, JoinPath(w, kManifestName)));
   SP_RETURN_IF_ERROR(storage->SyncDir(w));
-  if (w == dir) return storage->SyncDir(Parent(StripSlash(dir)));
-  SP_ASSIGN_OR_RETURN(bool swapped, storage->Exchange(StripSlash(dir), w));
-  if (swapped) {
-    SP_RETURN_IF_ERROR(storage->SyncDir(Parent(StripSlash(dir))));
-    *previous = w;  // the previous checkpoint, now under the .partial name
-    return OkStatus();
-  }
-  const std::string old = StripSlash(dir) + ".old";
-  SP_RETURN_IF_ERROR(storage->Rename(StripSlash(dir), old));
-  SP_RETURN_IF_ERROR(storage->Rename(w, StripSlash(dir)));
-  SP_RETURN_IF_ERROR(storage->SyncDir(Parent(StripSlash(dir))));
-  *previous = old;
-  return OkStatus();
+  if (w == dir) return storage->SyncDir(ParentDir(dir));
+  // The previous checkpoint ends under the .partial name (exchanged) or .old.
+  return SwapIntoPlace(storage, dir, w, previous);
 }
 
 Status RemoveFailedSave(Storage* storage, const std::string& dir, const std::string& w) {
@@ -162,6 +160,8 @@ Result<std::string> ReadManifestBytes(Storage* storage, const std::string& dir) 
   const std::string path = JoinPath(dir, kManifestName);
   SP_ASSIGN_OR_RETURN(bool exists, storage->Exists(path));
   if (!exists) {
+    SP_ASSIGN_OR_RETURN(bool recovered, RecoverCheckpointSwap(storage, dir));
+    if (recovered) return storage->ReadFileToString(path);
     return NotFoundError("no checkpoint at '" + dir + "': '" + path +
                          "' does not exist (a save that did not commit leaves no manifest)");
   }

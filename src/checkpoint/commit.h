@@ -44,7 +44,15 @@ Status RemoveCheckpoint(Storage* storage, const std::string& dir);
 // everything.
 Status RemoveFailedSave(Storage* storage, const std::string& dir, const std::string& w);
 
-// The bytes of `dir`/manifest. NotFound if there is none.
+// Completes an overwrite of checkpoint `dir` that a crash interrupted
+// between the two renames of the fallback (no `dir`; `dir.old` and a
+// `dir.partial` holding a manifest): `dir.partial` becomes `dir`, `dir.old`
+// is removed. Returns whether it did. PrepareDirectory and ReadManifest call
+// it, so the next save or load finds exactly one committed checkpoint.
+Result<bool> RecoverCheckpointSwap(Storage* storage, const std::string& dir);
+
+// The bytes of `dir`/manifest (after RecoverCheckpointSwap). NotFound if
+// there is none.
 Result<std::string> ReadManifestBytes(Storage* storage, const std::string& dir);
 // Reads and decodes `dir`/manifest. NotFound if there is none.
 Result<internal_format::Manifest> ReadManifest(Storage* storage, const std::string& dir);

@@ -6,6 +6,7 @@
 #include "src/checkpoint/commit.h"
 #include "src/hf/hf_files.h"
 #include "src/hf/stream.h"
+#include "src/io/staged_output.h"
 
 using shardpoint::internal_checkpoint::JoinPath;
 using shardpoint::internal_format::SafetensorsEntry;
@@ -31,6 +32,7 @@ using shardpoint::internal_hf::StreamPool;
 using shardpoint::internal_hf::StreamTensors;
 using shardpoint::internal_hf::Vars;
 using shardpoint::internal_io::CallResources;
+using shardpoint::internal_io::StagedOutput;
 
 namespace shardpoint {
 
@@ -69,13 +71,16 @@ Result<ExportHfStats> ExportHfImpl(const std::string& ckpt_dir, const std::strin
   for (const Out* o : order) metas.push_back(o->meta);
   HfModelPlan plan = PlanHfModel(metas, options.max_shard_size, {{"format", "pt"}});
 
-  // Files, headers, then the data.
-  SP_RETURN_IF_ERROR(storage->CreateDirs(out_dir));
+  // Files, headers, then the data, all in "<out>.partial", renamed to
+  // <out> once durable: no reader ever sees the shards of an unfinished
+  // export, or a mix of two.
+  SP_ASSIGN_OR_RETURN(StagedOutput out,
+                      StagedOutput::Begin(storage, out_dir, options.overwrite, "export-hf"));
   std::vector<std::unique_ptr<WritableFile>> files;
   std::vector<WritableFile*> raw;
   for (const HfFilePlan& f : plan.files) {
     SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> w,
-                        storage->NewWritableFile(JoinPath(out_dir, f.name), {}));
+                        storage->NewWritableFile(JoinPath(out.dir(), f.name), {}));
     SP_RETURN_IF_ERROR(w->WriteAt(0, f.header.data(), f.header.size()));
     SP_RETURN_IF_ERROR(w->Truncate(f.header.size() + f.data_bytes));
     raw.push_back(w.get());
@@ -105,12 +110,13 @@ Result<ExportHfStats> ExportHfImpl(const std::string& ckpt_dir, const std::strin
   }
   if (!plan.index_json.empty()) {
     SP_RETURN_IF_ERROR(
-        storage->WriteStringToFile(JoinPath(out_dir, kHfIndexName), plan.index_json));
+        storage->WriteStringToFile(JoinPath(out.dir(), kHfIndexName), plan.index_json));
   }
   if (!src.config_json.empty()) {
     SP_RETURN_IF_ERROR(
-        storage->WriteStringToFile(JoinPath(out_dir, "config.json"), src.config_json));
+        storage->WriteStringToFile(JoinPath(out.dir(), "config.json"), src.config_json));
   }
+  SP_RETURN_IF_ERROR(out.Commit());
   stats.files = static_cast<int>(plan.files.size());
   stats.tensors = static_cast<int64_t>(tensors.size());
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

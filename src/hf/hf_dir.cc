@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 
 #include "src/base/bytes.h"
@@ -28,6 +29,12 @@ bool EndsWith(const std::string& s, std::string_view suffix) {
 
 bool SafeName(const std::string& f) {
   return !f.empty() && f.find('/') == std::string::npos && f != "." && f != "..";
+}
+
+// "<stem>-<digits>-of-<digits>.safetensors", as transformers names shards.
+bool IsShardName(const std::string& f) {
+  static const std::regex kShard(R"(.+-[0-9]+-of-[0-9]+\.safetensors)");
+  return std::regex_match(f, kShard);
 }
 
 // The data files, and the weight_map of the index (empty without an index).
@@ -58,6 +65,18 @@ Status ListFiles(Storage* storage, const std::string& dir, std::vector<std::stri
     if (EndsWith(f, ".safetensors")) files->push_back(f);
   }
   if (files->empty()) return NotFoundError("'" + dir + "' holds no .safetensors file");
+  // Shards named "<stem>-0000i-of-0000N" belong to an index: without it they
+  // are an unfinished export or download (the index is written last), never
+  // a model to read as it is.
+  for (const std::string& f : *files) {
+    if (IsShardName(f)) {
+      return FailedPreconditionError(
+          "HF model '" + dir + "': '" + f + "' is one shard of a sharded model, but '" +
+          index_path +
+          "' does not exist (an unfinished export or download?); refusing to read the shards "
+          "without their index");
+    }
+  }
   return OkStatus();
 }
 

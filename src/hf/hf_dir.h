@@ -1,7 +1,10 @@
 // An HF model directory: its safetensors files, their headers, config.json.
 //
 // Files come from model.safetensors.index.json when present (its weight_map
-// must agree with the headers), else every *.safetensors in the directory.
+// must agree with the headers), else every *.safetensors in the directory,
+// unless one is named as a shard ("model-00001-of-00003.safetensors"):
+// shards without their index are refused (FailedPrecondition naming the
+// index), as an export or download that did not finish.
 // Rank 0 reads the raw headers (ReadHfHeaders) and broadcasts them; every
 // rank decodes and validates them (DecodeHfHeaders).
 #pragma once

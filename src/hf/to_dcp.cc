@@ -3,8 +3,9 @@
 // streaming. Every stored chunk becomes one DCP tensor item (a torch.save
 // archive) in the .distcp file named after the chunk's source file; objects
 // become byte items (their bytes as stored). Written into "<dst>.partial",
-// .metadata last, then renamed to <dst>: a directory named <dst> is complete
-// (on failure the partial directory is removed).
+// .metadata last, then renamed to <dst> (src/io/staged_output.h): a
+// directory named <dst> is complete (on failure the partial directory is
+// removed).
 #include <chrono>
 #include <map>
 
@@ -15,6 +16,7 @@
 #include "src/dcp/tensor_item_writer.h"
 #include "src/format/checksum.h"
 #include "src/hf/stream.h"
+#include "src/io/staged_output.h"
 
 using shardpoint::internal_checkpoint::DataFiles;
 using shardpoint::internal_checkpoint::JoinPath;
@@ -36,6 +38,7 @@ using shardpoint::internal_hf::StreamOptions;
 using shardpoint::internal_hf::StreamPool;
 using shardpoint::internal_hf::StreamTensors;
 using shardpoint::internal_io::CallResources;
+using shardpoint::internal_io::StagedOutput;
 
 namespace shardpoint {
 
@@ -58,11 +61,9 @@ Result<ExportHfStats> ConvertToDcpImpl(const std::string& src_dir, const std::st
                                        CallResources& res) {
   const auto start = std::chrono::steady_clock::now();
   Storage* storage = res.storage();
-  SP_ASSIGN_OR_RETURN(bool exists, storage->Exists(dcp_dir));
-  if (exists) {
-    return FailedPreconditionError("'" + dcp_dir +
-                                   "' exists: convert --to dcp writes a new directory only");
-  }
+  // Written into "<dst>.partial", renamed to <dst> once durable.
+  SP_ASSIGN_OR_RETURN(StagedOutput out,
+                      StagedOutput::Begin(storage, dcp_dir, options.overwrite, "convert --to dcp"));
   SP_ASSIGN_OR_RETURN(MappedSource src, OpenSource(storage, src_dir, mapping, options.variables));
 
   // The plan: items, their files and offsets, the metadata.
@@ -129,13 +130,8 @@ Result<ExportHfStats> ConvertToDcpImpl(const std::string& src_dir, const std::st
     }
   }
 
-  // Write into <dst>.partial, then rename.
-  const std::string w = dcp_dir + ".partial";
-  SP_ASSIGN_OR_RETURN(bool stale, storage->Exists(w));
-  if (stale) SP_RETURN_IF_ERROR(storage->RemoveAll(w));
-  // On any failure the partial directory goes: nothing named <dst> appears.
+  const std::string& w = out.dir();
   Status written = [&]() -> Status {
-    SP_RETURN_IF_ERROR(storage->CreateDirs(w));
     std::vector<std::unique_ptr<WritableFile>> out_files(files.size());
     std::vector<WritableFile*> raw(files.size());
     for (const auto& [n, f] : files) {
@@ -177,17 +173,10 @@ Result<ExportHfStats> ConvertToDcpImpl(const std::string& src_dir, const std::st
       SP_RETURN_IF_ERROR(m->Sync());
       SP_RETURN_IF_ERROR(m->Close());
     }
-    SP_RETURN_IF_ERROR(storage->SyncDir(w));
     return OkStatus();
   }();
-  if (!written.ok()) {
-    storage->RemoveAll(w).IgnoreError();
-    return written;
-  }
-  SP_RETURN_IF_ERROR(storage->Rename(w, dcp_dir));
-  const size_t slash = dcp_dir.find_last_of('/');
-  SP_RETURN_IF_ERROR(
-      storage->SyncDir(slash == std::string::npos ? "." : dcp_dir.substr(0, slash + 1)));
+  SP_RETURN_IF_ERROR(written);  // on failure `out` removes the partial directory
+  SP_RETURN_IF_ERROR(out.Commit());
 
   ExportHfStats stats;
   stats.files = static_cast<int>(files.size());

@@ -1,7 +1,7 @@
 // ConvertHfToShardpoint: an HF model -> a shardpoint checkpoint, offline and
 // streaming. One data file; every mapped tensor in chunks of whole rows of at
-// most block_bytes (one row at least), each with its checksum; then the usual
-// atomic commit.
+// most block_bytes (one row at least), each with its checksum; then the
+// manifest, in "<ckpt>.partial" renamed into place (src/io/staged_output.h).
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -9,11 +9,11 @@
 #include "src/checkpoint/commit.h"
 #include "src/format/safetensors.h"
 #include "src/hf/stream.h"
+#include "src/io/staged_output.h"
 #include "src/plan/save_plan.h"
 
 using shardpoint::internal_checkpoint::CommitCheckpoint;
 using shardpoint::internal_checkpoint::JoinPath;
-using shardpoint::internal_checkpoint::PrepareDirectory;
 using shardpoint::internal_format::AssignSafetensorsOffsets;
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::EncodeDataFileHeader;
@@ -30,6 +30,7 @@ using shardpoint::internal_hf::StreamOptions;
 using shardpoint::internal_hf::StreamPool;
 using shardpoint::internal_hf::StreamTensors;
 using shardpoint::internal_io::CallResources;
+using shardpoint::internal_io::StagedOutput;
 using shardpoint::internal_plan::ChunkEntryName;
 
 namespace shardpoint {
@@ -108,7 +109,12 @@ Result<ExportHfStats> ConvertHfToShardpointImpl(const std::string& hf_dir,
     outs.push_back({t.key, t.dtype, c.box.num_elements(), 0, c.offset, {{t.key, c.box, 0}}});
   }
 
-  SP_ASSIGN_OR_RETURN(std::string w, PrepareDirectory(storage, ckpt_dir, /*overwrite=*/false));
+  // Written into "<ckpt>.partial" (data, then the manifest), renamed to
+  // <ckpt> once durable (src/io/staged_output.h).
+  SP_ASSIGN_OR_RETURN(StagedOutput out,
+                      StagedOutput::Begin(storage, ckpt_dir, options.overwrite, "convert"));
+  const std::string& w = out.dir();
+  SP_RETURN_IF_ERROR(storage->CreateDirs(JoinPath(w, kDataDir)));
   SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
                       storage->NewWritableFile(JoinPath(w, m.files[0]), {}));
   SP_RETURN_IF_ERROR(file->WriteAt(0, header.data(), header.size()));
@@ -122,8 +128,9 @@ Result<ExportHfStats> ConvertHfToShardpointImpl(const std::string& hf_dir,
   for (size_t i = 0; i < refs.size(); ++i) {
     m.tensors[refs[i].tensor].chunks[refs[i].chunk].checksum = sums[i];
   }
-  std::string previous;  // none: this never overwrites
-  SP_RETURN_IF_ERROR(CommitCheckpoint(storage, ckpt_dir, w, m, &previous));
+  std::string previous;  // none: `w` is new
+  SP_RETURN_IF_ERROR(CommitCheckpoint(storage, w, w, m, &previous));
+  SP_RETURN_IF_ERROR(out.Commit());
   ExportHfStats stats;
   stats.files = 1;
   stats.tensors = static_cast<int64_t>(m.tensors.size());

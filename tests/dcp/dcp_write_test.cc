@@ -208,10 +208,13 @@ TEST(DcpWriteTest, ExistingDestinationIsRefused) {
   std::vector<std::vector<char>> scratch;
   SaveFixture(sp, s, &scratch);
   std::filesystem::create_directories(dcp);
+  ASSERT_TRUE(DefaultStorage()->WriteStringToFile(dcp + "/keep", "mine").ok());
   Result<ExportHfStats> st = ConvertToDcp(sp, dcp, HfMapping{});
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_THAT(st.status().message(), HasSubstr("'" + dcp + "' exists"));
+  EXPECT_THAT(st.status().message(), HasSubstr("'" + dcp + "' exists and is not empty"));
+  EXPECT_EQ(DefaultStorage()->ReadFileToString(dcp + "/keep").value(), "mine");
+  EXPECT_FALSE(std::filesystem::exists(dcp + ".partial"));
   std::filesystem::remove_all(sp);
   std::filesystem::remove_all(dcp);
 }

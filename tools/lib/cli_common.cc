@@ -26,6 +26,12 @@ void AddQuiet(CLI::App* cmd, bool& quiet) {
   cmd->add_flag("-q,--quiet", quiet, "no progress bar, no summary: only errors and findings");
 }
 
+void AddOverwrite(CLI::App* cmd, bool& overwrite) {
+  cmd->add_flag("--overwrite", overwrite,
+                "replace an existing non-empty output directory (atomically, once the new "
+                "output is complete); without it one is refused");
+}
+
 bool IsDcpDir(const std::string& dir) {
   Result<bool> r = DefaultStorage()->Exists(dir + "/.metadata");
   return r.ok() && *r;

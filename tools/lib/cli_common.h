@@ -21,6 +21,9 @@ int Fail(const std::string& command, const Status& status);
 void SetExamples(CLI::App* cmd, const std::vector<std::string>& examples);
 // Adds -q/--quiet: no progress bar and no summary; errors and findings only.
 void AddQuiet(CLI::App* cmd, bool& quiet);
+// Adds --overwrite: replace an existing non-empty output directory whole
+// (ExportHfOptions::overwrite); without it such a directory is refused.
+void AddOverwrite(CLI::App* cmd, bool& overwrite);
 // Adds --io-threads (default 4) and, hidden from --help, its old name
 // --threads (an alias: either sets `threads`).
 void AddIoThreads(CLI::App* cmd, int& threads, const std::string& what);

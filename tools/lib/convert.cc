@@ -12,7 +12,7 @@ std::function<int()> AddConvert(CLI::App& app) {
   struct Args {
     std::string src, dst, max_shard = "5GB", dtype, to, torch = "2";
     HfFlags hf;
-    bool quiet = false;
+    bool quiet = false, overwrite = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -36,6 +36,7 @@ std::function<int()> AddConvert(CLI::App& app) {
       ->check(CLI::IsMember({"2", "1.13"}));
   a->hf.Add(cmd);
   AddQuiet(cmd, a->quiet);
+  AddOverwrite(cmd, a->overwrite);
   SetExamples(cmd, {"shardpoint convert Llama-3-8B/ ckpt/iter_0000000 --mapping llama",
                     "shardpoint convert ckpt/iter_0001000 hf_out --mapping llama",
                     "shardpoint convert --to dcp ckpt/iter_0001000 dcp_out",
@@ -53,6 +54,7 @@ std::function<int()> AddConvert(CLI::App& app) {
     if (!opts.ok()) return fail(opts.status());
     ExportHfOptions& o = *opts;
     o.dcp_torch_major = a->torch == "1.13" ? 1 : 2;
+    o.overwrite = a->overwrite;
     Result<bool> manifest = DefaultStorage()->Exists(a->src + "/manifest");
     if (!manifest.ok()) return fail(manifest.status());
     const bool to_dcp = a->to == "dcp";

@@ -12,7 +12,7 @@ std::function<int()> AddExportHf(CLI::App& app) {
   struct Args {
     std::string ckpt, out, max_shard = "5GB", dtype;
     size_t block_mb = 64;
-    bool quiet = false;
+    bool quiet = false, overwrite = false;
     HfFlags hf;
   };
   auto a = std::make_shared<Args>();
@@ -27,6 +27,7 @@ std::function<int()> AddExportHf(CLI::App& app) {
       ->default_val(64);
   a->hf.Add(cmd);
   AddQuiet(cmd, a->quiet);
+  AddOverwrite(cmd, a->overwrite);
   SetExamples(cmd, {"shardpoint export-hf ckpt/iter_0001000 hf_out --mapping llama --dtype bf16",
                     "shardpoint export-hf ckpt/iter_0001000 hf_out --max-shard-size 2GB"});
   return [cmd, a]() -> int {
@@ -40,6 +41,7 @@ std::function<int()> AddExportHf(CLI::App& app) {
     Result<ExportHfOptions> o = ExportOptions(a->hf, a->max_shard, a->dtype, a->quiet, "export-hf");
     if (!o.ok()) return fail(o.status());
     o->block_bytes = a->block_mb << 20;
+    o->overwrite = a->overwrite;
     Result<ExportHfStats> st = ExportHf(a->ckpt, a->out, *mapping, *o);
     if (!st.ok()) return fail(st.status());
     if (a->quiet) return 0;
