@@ -39,7 +39,8 @@ for the Hugging Face commands).
 - `inspect` and `verify` take several directories (`ckpt/iter_*`).
 - `--json` (inspect, verify): one line of JSON per directory, in argument
   order (JSON Lines; `jq` reads it as is). Nothing else goes to stdout: no
-  progress bar, no summary. `inspect`: `{"dir", "manifest"}`, the manifest as
+  progress bar, no summary. `inspect`: `{"dir", "kind", "manifest"}` (kind: `shardpoint` or
+  `pytorch_dcp`, as `DetectCheckpointKind` decides), the manifest as
   in [format.md](format.md). `verify`: `{"dir", "ok", "tensors",
   "chunks_checked", "objects_checked", "bytes_checked", "files", "seconds",
   "faults": [{"kind": "chunk" | "object" | "tiling" | "file_header", "key",

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "shardpoint/box.h"
+#include "shardpoint/checkpoint_kind.h"
 #include "shardpoint/dtype.h"
 #include "shardpoint/resources.h"
 #include "shardpoint/status.h"
@@ -55,6 +56,9 @@ struct ObjectDescription {
 };
 
 struct CheckpointDescription {
+  // kShardpoint, or kPyTorchDcp for a DCP (or Megatron torch_dist)
+  // directory described from its index (checkpoint_kind.h).
+  CheckpointKind kind = CheckpointKind::kShardpoint;
   uint32_t format_version = 0;
   std::vector<std::string> files;          // relative to the checkpoint directory
   std::vector<TensorDescription> tensors;  // sorted by key

@@ -11,6 +11,7 @@
 #include <chrono>
 
 #include "shardpoint/checkpoint.h"
+#include "shardpoint/checkpoint_kind.h"
 #include "src/base/guard.h"
 #include "src/checkpoint/commit.h"
 #include "src/checkpoint/load_source.h"
@@ -23,8 +24,8 @@ namespace {
 // The manifest of `dir` as 'S' + its bytes, or for a DCP directory 'D' + the
 // encoding of the index built from it.
 Result<std::string> ReadIndexBytes(Storage* storage, const std::string& dir) {
-  SP_ASSIGN_OR_RETURN(bool dcp, internal_dcp::IsDcpDir(storage, dir));
-  if (dcp) {
+  SP_ASSIGN_OR_RETURN(CheckpointKind kind, DetectCheckpointKind(dir, storage));
+  if (kind == CheckpointKind::kPyTorchDcp) {
     SP_ASSIGN_OR_RETURN(internal_dcp::DcpIndex idx, internal_dcp::ReadDcpIndex(storage, dir));
     return "D" + internal_dcp::EncodeDcpManifest(idx.m);
   }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "shardpoint/checkpoint_kind.h"
 #include "shardpoint/verify.h"
 #include "src/checkpoint/commit.h"
 #include "src/checkpoint/verify.h"
@@ -51,9 +52,12 @@ Result<CheckpointDescription> DescribeCheckpoint(const std::string& dir,
                                                  const DescribeOptions& options) {
   Storage* storage = internal_io::CallResources(options).storage();
   // A PyTorch DCP directory (docs/dcp.md) is described from its index.
-  if (Result<bool> dcp = internal_dcp::IsDcpDir(storage, dir); dcp.ok() && *dcp) {
+  SP_ASSIGN_OR_RETURN(CheckpointKind kind, DetectCheckpointKind(dir, storage));
+  if (kind == CheckpointKind::kPyTorchDcp) {
     SP_ASSIGN_OR_RETURN(internal_dcp::DcpIndex idx, internal_dcp::ReadDcpIndex(storage, dir));
-    return Describe(idx.m);
+    CheckpointDescription d = Describe(idx.m);
+    d.kind = kind;
+    return d;
   }
   SP_ASSIGN_OR_RETURN(internal_format::Manifest m, internal_checkpoint::ReadManifest(storage, dir));
   return Describe(m);
@@ -69,11 +73,12 @@ Result<VerifyReport> Verify(const std::string& dir, const VerifyOptions& options
   o.prefetch_bytes = options.prefetch_bytes;
   o.progress = options.progress;
   Storage* storage = res.storage();
-  Result<bool> dcp = internal_dcp::IsDcpDir(storage, dir);
-  if (!(dcp.ok() && *dcp)) o.pool = res.pool();  // the DCP check reads sequentially
+  SP_ASSIGN_OR_RETURN(CheckpointKind kind, DetectCheckpointKind(dir, storage));
+  const bool dcp = kind == CheckpointKind::kPyTorchDcp;
+  if (!dcp) o.pool = res.pool();  // the DCP check reads sequentially
   SP_ASSIGN_OR_RETURN(internal_checkpoint::VerifyReport r,
-                      dcp.ok() && *dcp ? internal_checkpoint::VerifyDcp(storage, dir, o)
-                                       : internal_checkpoint::VerifyCheckpoint(storage, dir, o));
+                      dcp ? internal_checkpoint::VerifyDcp(storage, dir, o)
+                          : internal_checkpoint::VerifyCheckpoint(storage, dir, o));
   VerifyReport report;
   report.tensors = static_cast<int64_t>(r.manifest.tensors.size());
   report.chunks_checked = r.chunks_checked;

@@ -40,10 +40,6 @@ Status CheckFileName(const std::string& name, const std::string& what) {
 
 }  // namespace
 
-Result<bool> IsDcpDir(Storage* storage, const std::string& dir) {
-  return storage->Exists(Join(dir, kDcpMetadataName));
-}
-
 Result<DcpIndex> ReadDcpIndex(Storage* storage, const std::string& dir) {
   const std::string meta_path = Join(dir, kDcpMetadataName);
   SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> mf, storage->NewReadableFile(meta_path));

@@ -36,8 +36,6 @@ struct DcpIndex {
   std::vector<DcpCheckedEntry> entries;  // the storage entry of every tensor chunk
 };
 
-Result<bool> IsDcpDir(Storage* storage, const std::string& dir);
-
 // Reads `.metadata` and the zip directory and data.pkl of every tensor item.
 Result<DcpIndex> ReadDcpIndex(Storage* storage, const std::string& dir);
 

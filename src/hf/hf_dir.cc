@@ -168,16 +168,4 @@ Result<HfDirIndex> ScanHfDir(Storage* storage, const std::string& dir) {
   return DecodeHfHeaders(blob, dir);
 }
 
-Result<bool> IsHfDir(Storage* storage, const std::string& dir) {
-  SP_ASSIGN_OR_RETURN(bool manifest, storage->Exists(JoinPath(dir, "manifest")));
-  if (manifest) return false;
-  SP_ASSIGN_OR_RETURN(bool is_dir, storage->IsDirectory(dir));
-  if (!is_dir) return NotFoundError("'" + dir + "' is not a directory");
-  SP_ASSIGN_OR_RETURN(std::vector<std::string> all, storage->ListDir(dir));
-  for (const std::string& f : all) {
-    if (EndsWith(f, ".safetensors")) return true;
-  }
-  return false;
-}
-
 }  // namespace shardpoint::internal_hf

@@ -38,7 +38,4 @@ Result<std::string> ReadHfHeaders(Storage* storage, const std::string& dir);
 Result<HfDirIndex> DecodeHfHeaders(std::string_view blob, const std::string& dir);
 Result<HfDirIndex> ScanHfDir(Storage* storage, const std::string& dir);
 
-// True if `dir` holds *.safetensors files (and no shardpoint manifest).
-Result<bool> IsHfDir(Storage* storage, const std::string& dir);
-
 }  // namespace shardpoint::internal_hf

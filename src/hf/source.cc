@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "shardpoint/checkpoint_kind.h"
 #include "src/checkpoint/commit.h"
 #include "src/dcp/dcp_dir.h"
 #include "src/plan/load_plan.h"
@@ -14,7 +15,6 @@ using shardpoint::internal_checkpoint::ReadManifest;
 using shardpoint::internal_checkpoint::ReadOptions;
 using shardpoint::internal_checkpoint::ReadStats;
 using shardpoint::internal_dcp::DcpIndex;
-using shardpoint::internal_dcp::IsDcpDir;
 using shardpoint::internal_dcp::ReadDcpIndex;
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::Manifest;
@@ -97,10 +97,9 @@ Result<MappedSource> OpenDcpSource(Storage* storage, const std::string& dir) {
 
 Result<MappedSource> OpenSource(Storage* storage, const std::string& dir, const HfMapping& mapping,
                                 const Vars& explicit_vars) {
-  SP_ASSIGN_OR_RETURN(bool dcp, IsDcpDir(storage, dir));
-  if (dcp) return OpenDcpSource(storage, dir);
-  SP_ASSIGN_OR_RETURN(bool hf, IsHfDir(storage, dir));
-  if (hf) {
+  SP_ASSIGN_OR_RETURN(CheckpointKind kind, DetectCheckpointKind(dir, storage));
+  if (kind == CheckpointKind::kPyTorchDcp) return OpenDcpSource(storage, dir);
+  if (kind == CheckpointKind::kHfModel) {
     SP_ASSIGN_OR_RETURN(HfDirIndex idx, ScanHfDir(storage, dir));
     return SourceFromHfIndex(std::move(idx), dir, mapping, explicit_vars);
   }

@@ -7,13 +7,13 @@
 #include <cstring>
 
 #include "shardpoint/checkpoint.h"
+#include "shardpoint/checkpoint_kind.h"
 #include "shardpoint/comm.h"
 #include "src/dcp/dcp_dir.h"
 #include "tests/testing/ranks.h"
 #include "tests/testing/torch_newer_dtypes.h"
 
 using shardpoint::internal_dcp::DcpIndex;
-using shardpoint::internal_dcp::IsDcpDir;
 using shardpoint::internal_dcp::ReadDcpIndex;
 using shardpoint::internal_format::Manifest;
 
@@ -64,7 +64,7 @@ TEST_P(DcpFixtureTest, IndexesTensorsChunksAndBytes) {
   EXPECT_EQ(m.tensors[2].chunks[0].nbytes, 36u);
   ASSERT_EQ(m.objects.size(), 1u);
   EXPECT_EQ(m.objects[0].key, "blob");
-  EXPECT_EQ(IsDcpDir(DefaultStorage(), dir()).value(), true);
+  EXPECT_EQ(DetectCheckpointKind(dir()).value(), CheckpointKind::kPyTorchDcp);
 }
 
 TEST_P(DcpFixtureTest, LoadsWholeTensorsBitForBit) {

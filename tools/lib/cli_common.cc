@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "shardpoint/checkpoint_kind.h"
 #include "shardpoint/storage.h"
 
 namespace shardpoint::tools {
@@ -33,8 +34,8 @@ void AddOverwrite(CLI::App* cmd, bool& overwrite) {
 }
 
 bool IsDcpDir(const std::string& dir) {
-  Result<bool> r = DefaultStorage()->Exists(dir + "/.metadata");
-  return r.ok() && *r;
+  Result<CheckpointKind> k = DetectCheckpointKind(dir);
+  return k.ok() && *k == CheckpointKind::kPyTorchDcp;
 }
 
 std::string HumanBytes(uint64_t n) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "shardpoint/checkpoint_kind.h"
 #include "tools/lib/cli_common.h"
 #include "tools/lib/hf_common.h"
 
@@ -55,18 +56,20 @@ std::function<int()> AddConvert(CLI::App& app) {
     ExportHfOptions& o = *opts;
     o.dcp_torch_major = a->torch == "1.13" ? 1 : 2;
     o.overwrite = a->overwrite;
-    Result<bool> manifest = DefaultStorage()->Exists(a->src + "/manifest");
-    if (!manifest.ok()) return fail(manifest.status());
+    Result<CheckpointKind> kind = DetectCheckpointKind(a->src);
+    if (!kind.ok()) return fail(kind.status());
+    const bool shardpoint = *kind == CheckpointKind::kShardpoint;
     const bool to_dcp = a->to == "dcp";
-    const bool to_hf = *manifest && !to_dcp;
+    const bool to_hf = shardpoint && !to_dcp;
     Result<ExportHfStats> st = to_dcp  ? ConvertToDcp(a->src, a->dst, *mapping, o)
                                : to_hf ? ExportHf(a->src, a->dst, *mapping, o)
                                        : ConvertHfToShardpoint(a->src, a->dst, *mapping, o);
     if (!st.ok()) return fail(st.status());
     if (a->quiet) return 0;
-    // A PyTorch DCP directory (.metadata) converts like an HF model (docs/dcp.md).
-    Result<bool> dcp = DefaultStorage()->Exists(a->src + "/.metadata");
-    const char* from = *manifest ? "shardpoint" : (dcp.ok() && *dcp ? "PyTorch DCP" : "HF");
+    // A PyTorch DCP directory converts like an HF model (docs/dcp.md).
+    const char* from = shardpoint                             ? "shardpoint"
+                       : *kind == CheckpointKind::kPyTorchDcp ? "PyTorch DCP"
+                                                              : "HF";
     const char* to = to_dcp ? "PyTorch DCP" : to_hf ? "HF" : "shardpoint";
     std::printf("converted %s (%s) -> %s (%s): %lld tensors, %s, %.2f s, peak RSS %s\n",
                 a->src.c_str(), from, a->dst.c_str(), to, static_cast<long long>(st->tensors),

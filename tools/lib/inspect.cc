@@ -46,6 +46,7 @@ std::string InspectTable(const CheckpointDescription& d, const std::string& dir)
 std::string InspectJson(const CheckpointDescription& d, const std::string& dir) {
   nlohmann::ordered_json j;
   j["dir"] = dir;
+  j["kind"] = CheckpointKindName(d.kind);
   j["manifest"] = nlohmann::ordered_json::parse(d.json);
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
@@ -77,10 +78,10 @@ std::function<int()> AddInspect(CLI::App& app) {
         std::cout << InspectJson(*d, dir);
       } else {
         std::cout << (i > 0 ? "\n" : "") << InspectTable(*d, dir);
-        if (IsDcpDir(dir)) std::cout << "PyTorch DCP checkpoint (no checksums)\n";
+        const bool dcp = d->kind == CheckpointKind::kPyTorchDcp;
+        if (dcp) std::cout << "PyTorch DCP checkpoint (no checksums)\n";
         // Megatron torch_dist: metadata.json and common.pt, rendered (docs/dcp.md).
-        if (IsDcpDir(dir) &&
-            d->metadata_json.find("\"megatron_torch_dist\"") != std::string::npos) {
+        if (dcp && d->metadata_json.find("\"megatron_torch_dist\"") != std::string::npos) {
           std::cout << "Megatron torch_dist checkpoint: " << d->metadata_json << "\n";
         }
       }
