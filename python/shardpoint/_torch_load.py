@@ -56,7 +56,8 @@ def drop_state(sd: dict, prefixes: Iterable[str], drop: Callable[[set[str]], boo
 
 
 def read_structure(sd: dict, path: str, comm: Comm, opt_prefixes: list[str],
-                   sched_prefixes: list[str], verify_checksums: bool) -> dict:
+                   sched_prefixes: list[str], verify_checksums: bool,
+                   allow_pickle: bool) -> dict:
     """A state dict with the structure values of the checkpoint (collective):
     parameter groups, schedulers, scaler, tied parameters; absent ones are None."""
     sub: dict = {"model_aliases": ShardedObject("model_aliases")}
@@ -67,7 +68,7 @@ def read_structure(sd: dict, path: str, comm: Comm, opt_prefixes: list[str],
     if "scaler" in sd:
         sub["scaler"] = ShardedObject("scaler")
     _load(sub, path, comm, allow_missing_keys=True, allow_unexpected_keys=True, common=False,
-          verify_checksums=verify_checksums, cooperative=False)
+          verify_checksums=verify_checksums, allow_pickle=allow_pickle, cooperative=False)
     return sub
 
 

@@ -548,7 +548,7 @@ class TrainState:
             sd = self.state_dict(allow_dry_step=True, init_state=True)
             restore_rng = self._rng_to_restore(sd, md, path)
             tl.drop_state(sd, [p for p, _ in opts], lambda keys: not keys & stored)
-            plan = self._checked(sd, path, stored, allow, kwargs.get("verify_checksums", True))
+            plan = self._checked(sd, path, stored, allow, kwargs)
             result = _load(sd, path, self.comm, **kwargs)
         except BaseException:
             for (_, o), keep in zip(opts, before):
@@ -570,7 +570,7 @@ class TrainState:
         return result
 
     def _checked(self, sd: dict, path: Any, stored: set[str], allow: tuple[bool, bool],
-                 verify_checksums: bool) -> _Structure | None:
+                 load_kwargs: dict) -> _Structure | None:
         """Reads the structure values of checkpoint ``path`` and checks them against
         the objects; the ranks agree (InvalidArgumentError on every rank). None
         where a strict load lacks keys: shardpoint.load then names them, before
@@ -578,7 +578,8 @@ class TrainState:
         from shardpoint import _torch_load as tl
         structure = tl.read_structure(
             sd, path, self.comm, [p for p, _ in _named(self.optimizers, "optim")],
-            [p for p, _ in _named(self.schedulers, "scheduler")], verify_checksums)
+            [p for p, _ in _named(self.schedulers, "scheduler")],
+            load_kwargs.get("verify_checksums", True), load_kwargs.get("allow_pickle", False))
         error, plan = "", None
         if allow[0] or not set(flatten_keys(sd)) - stored:
             try:

@@ -71,11 +71,15 @@ def test_scheduler_mismatch_changes_nothing(ckpt):
     assert s2.last_epoch == 0
 
 
-def test_shape_mismatch_changes_nothing(ckpt):
+@pytest.mark.parametrize("change", ["shape", "dtype"])
+def test_shape_or_dtype_mismatch_changes_nothing(ckpt, change):
     model, opt, s = trained()
     spt.TrainState(model, opt, rng=False).save(ckpt)
     model2, opt2, _ = make(seed=4)
-    model2.fc1 = torch.nn.Linear(16, 32)  # stored [64, 16]
+    if change == "shape":
+        model2.fc1 = torch.nn.Linear(16, 32)  # stored [64, 16]
+    else:
+        model2.fc1 = torch.nn.Linear(16, 64).double()  # stored float32
     opt2 = torch.optim.AdamW(model2.parameters())
     snap = snapshot(model2, opt2)
     with pytest.raises(sp.InvalidArgumentError, match="fc1"):
