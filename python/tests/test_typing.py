@@ -74,8 +74,8 @@ def test_user_script_calls_every_public_name():
 
 def test_mypy_is_clean_on_the_package_and_a_user_script(tmp_path):
     """Debian's mypy (scripts/setup.sh installs it) over the built package, its stub
-    included, and a user script that calls every public function as documented
-    (state.extra["step"] among them)."""
+    included, a user script that calls every public function as documented
+    (state.extra["step"] among them) and the examples."""
     import shutil
     import tempfile
     mypy = shutil.which("mypy")
@@ -83,7 +83,9 @@ def test_mypy_is_clean_on_the_package_and_a_user_script(tmp_path):
     cache = os.path.join(tempfile.gettempdir(), f"shardpoint-mypy-{os.getuid()}")
     env = dict(subprocess_env(), MYPYPATH=package_dir())
     r = subprocess.run([mypy, "--python-executable", PYTHON, "--cache-dir", cache,
-                        os.path.join(package_dir(), "shardpoint"), _USER_SCRIPT],
+                        os.path.join(package_dir(), "shardpoint"), _USER_SCRIPT,
+                        os.path.join(REPO, "examples", "train_gpt.py"),
+                        os.path.join(REPO, "examples", "train_tp.py")],
                        env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
 
