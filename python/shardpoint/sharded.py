@@ -189,9 +189,12 @@ def _wrap(layout, data, dtype):
 def whole(key: str, data: Array | None, *, dtype: DTypeLike | None = None,
           shape: Sequence[int] | None = None) -> ShardedTensor:
     """A full replica of tensor ``key``."""
-    if shape is None and data is None:
+    if shape is not None:
+        shp = _shape(shape)
+    elif data is not None:
+        shp = _shape(data.shape)
+    else:
         raise _C.InvalidArgumentError(f"'{key}': whole() without data needs shape=")
-    shp = _shape(shape if shape is not None else data.shape)  # type: ignore[union-attr]
     return _wrap(_C.whole_tensor(key, _dt(data, dtype), 0, shp), data, dtype)
 
 
@@ -313,7 +316,10 @@ def flat_buffer(params: Sequence[ShardedTensor], dp_rank: int, dp_size: int, sha
     flat = shard_data.reshape(-1)
     out = []
     for lt in pieces:
-        n = lt.flat.size() if lt.flat is not None else 0
+        if lt.flat is None:  # every piece of a flat buffer holds a flat range
+            raise _C.InternalError(f"'{lt.segments[0].key}': a flat buffer piece without a "
+                                   "flat range")
+        n = lt.flat.size()
         off = (lt.data - d.address) // size if n else 0
         out.append(_wrap(lt, flat[off:off + n], dtype))
     return out, plan
