@@ -134,7 +134,13 @@ def test_real_ddp_over_gloo(tmp_path):
     procs = [subprocess.Popen([PYTHON, script, str(r), "2", str(port), src, out],
                               env=subprocess_env(), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for r in range(2)]
-    outs = [p.communicate(timeout=180)[0] for p in procs]
+    try:
+        outs = [p.communicate(timeout=180)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:  # a hang: never leave a rank behind
+                p.kill()
+                p.wait()
     for r, (p, text) in enumerate(zip(procs, outs)):
         assert p.returncode == 0 and f"ok {r}" in text, text
     assert sorted(sp.metadata(out).tensors) == CANONICAL
