@@ -91,14 +91,19 @@ class CheckpointManager:
         self._last = handle
         return handle
 
+    def agree_on_latest(self) -> int | None:
+        """The newest complete checkpoint's iteration as rank 0 sees it, the same on
+        every rank, or None (collective). What ``resume`` loads."""
+        m = self._manager()
+        _wait_until_comm_idle(self._comm)
+        return m.agree_on_latest(self._comm)
+
     def resume(self, state_dict: dict,
                **kwargs: Any) -> tuple[int, LoadResult] | tuple[None, None]:
         """Loads the newest complete checkpoint (rank 0 chooses it) into
         ``state_dict``. Returns ``(iteration, LoadResult)``, or ``(None, None)``
         when there is none. Same keyword arguments as ``load``."""
-        m = self._manager()
-        _wait_until_comm_idle(self._comm)
-        it = m.agree_on_latest(self._comm)
+        it = self.agree_on_latest()
         if it is None:
             return None, None
         return it, load(state_dict, self.path_for(it), self._comm, **kwargs)

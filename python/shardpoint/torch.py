@@ -569,6 +569,15 @@ class TrainState:
         result.unexpected_keys.sort()
         return result
 
+    def resume(self, manager: Any, **kwargs: Any) -> tuple[int, LoadResult] | tuple[None, None]:
+        """``load`` of the newest complete checkpoint of ``manager`` (a
+        ``CheckpointManager``; rank 0 chooses it). Returns ``(iteration,
+        LoadResult)``, or ``(None, None)`` when there is none. Collective."""
+        it = manager.agree_on_latest()
+        if it is None:
+            return None, None
+        return it, self.load(manager.path_for(it), **kwargs)
+
     def _checked(self, sd: dict, path: Any, stored: set[str], allow: tuple[bool, bool],
                  load_kwargs: dict) -> _Structure | None:
         """Reads the structure values of checkpoint ``path`` and checks them against

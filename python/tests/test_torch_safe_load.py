@@ -291,3 +291,23 @@ def test_sp_load_all_or_nothing_numpy_and_sharded(ckpt):
     assert not a.any() and bool((cols == 7).all()) and dst["v"] == 0
     sp.load(dst, ckpt, allow_unexpected_keys=True, all_or_nothing=True, verify_checksums=False)
     assert np.array_equal(a, np.arange(20, dtype=np.float32)) and dst["v"] == 3
+
+
+def test_resume_through_a_checkpoint_manager_with_a_frozen_layer(tmp_path):
+    """state.resume(mgr): the template follows the checkpoint (mgr.resume with
+    state.state_dict() of a fresh optimizer would ask for fc1's state)."""
+    model, opt = frozen_job(1)
+    train(model, opt, torch.optim.lr_scheduler.StepLR(opt, 1), 2)
+    state = spt.TrainState(model, opt, rng=False)
+    with sp.CheckpointManager(tmp_path / "run") as mgr:
+        assert state.resume(mgr) == (None, None)
+        mgr.save(state.state_dict(), 7)
+    ref = snapshot(model, opt)
+    model2, opt2 = frozen_job(2)
+    with sp.CheckpointManager(tmp_path / "run") as mgr:
+        it, res = spt.TrainState(model2, opt2, rng=False).resume(mgr)
+        assert it == 7 and not res.missing_keys and not res.unexpected_keys
+        with pytest.raises(sp.NotFoundError, match="optim.state.fc1.weight"):
+            mgr.resume(spt.TrainState(*make(seed=3)[:2], rng=False).state_dict())
+    assert model2.fc1.weight not in opt2.state
+    assert_unchanged(model2, opt2, ref)

@@ -125,6 +125,10 @@ def training(path: str) -> None:
     state.extra["step"] = step + 1
     sd = state.state_dict()
     state.load_state_dict(sd)
+    with sp.CheckpointManager(path + "_run") as mgr:
+        it, res = state.resume(mgr)
+        latest: int | None = mgr.agree_on_latest()
+        print(it, res, latest)
     sd2 = spt.get_state_dict(model, opt, schedulers=sched, rng=True)
     sp.load(sd2, path)
     spt.set_state_dict(model, opt, sd2, schedulers=sched, rng=True, strict=False)
