@@ -220,12 +220,10 @@ def worker(rank, args):
     if args.resume:
         # strict: every key present, nothing left over; a fresh Adam needs no step first
         if args.resume == "latest":
-            sd = state.state_dict()
-            it, res = ckpt.resume(sd)
-            if it is None:
+            it, found = state.resume(ckpt)
+            if it is None or found is None:
                 raise SystemExit(f"no committed checkpoint under {args.ckpt}")
-            state.load_state_dict(sd)
-            path = ckpt.path_for(it)
+            res, path = found, ckpt.path_for(it)
         else:
             path = args.resume
             res = state.load(path)

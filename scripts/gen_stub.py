@@ -45,10 +45,15 @@ def _signatures(obj, name):
 
 
 def _defs(obj, name, indent, method):
+    if method and name == "__eq__":
+        # pybind11 types the argument as the class; object.__eq__ takes any object,
+        # and a narrower override is an error for type checkers (Liskov)
+        return [f"{indent}def __eq__(self, other: object) -> bool: ..."]
     sigs = _signatures(obj, name)
     if not sigs:
         args = "self, *args: Any, **kwargs: Any" if method else "*args: Any, **kwargs: Any"
-        return [f"{indent}def {name}({args}) -> Any: ..."]
+        ret = "None" if name == "__init__" else "Any"  # a constructor returns None
+        return [f"{indent}def {name}({args}) -> {ret}: ..."]
     out = []
     for sig in sigs:
         sig = _clean(sig)

@@ -7,7 +7,8 @@ PKGS=(build-essential cmake g++ libgtest-dev libgmock-dev libbenchmark-dev libxx
       pybind11-dev python3-dev python3-setuptools python3-wheel python3-venv python3-pip
       python3-build pkg-config dpkg-dev
       python3-numpy python3-torch python3-mpi4py python3-pytest fio clang-format
-      sshfs openssh-server)  # sshfs + sshd: python/tests/test_network_fs.py mounts a loopback sshfs
+      sshfs openssh-server  # sshfs + sshd: python/tests/test_network_fs.py mounts a loopback sshfs
+      mypy)                 # python/tests/test_typing.py type-checks the package and a user script
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

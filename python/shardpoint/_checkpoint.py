@@ -30,7 +30,7 @@ import weakref
 from typing import Any, Callable, Iterable, Sequence
 
 from shardpoint import _shardpoint as _C
-from shardpoint import _objects
+from shardpoint import _objects, _twin
 from shardpoint._staging import DeviceStaging, is_device_tensor
 from shardpoint._tensors import is_tensor
 from shardpoint.comm import Comm, default_comm
@@ -291,7 +291,7 @@ class SaveHandle:
         return self._handle.pool_grew
 
 
-_live_savers = weakref.WeakSet()
+_live_savers: weakref.WeakSet[AsyncSaver] = weakref.WeakSet()
 _COMMON = "<common>"  # how the C++ library names the common blob in key lists
 
 
@@ -539,7 +539,7 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
          verify_checksums: bool = True, io_threads: int | None = None,
          raw_objects: bool = False, cooperative: bool | None = None,
          read_slice_bytes: int | None = None, prefetch_bytes: int | None = None,
-         read_gap_bytes: int | None = None) -> LoadResult:
+         read_gap_bytes: int | None = None, all_or_nothing: bool = False) -> LoadResult:
     """Loads checkpoint ``path`` into ``state_dict`` (the template, under any layout).
     Collective.
 
@@ -568,7 +568,12 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     ``read_slice_bytes`` unit of a chunk (a load cut along another dim without
     verification), or while the unneeded bytes stay within 5% of the needed
     ones (default 256 KiB; 0 reads only needed bytes, and whole blocks when
-    verifying). Returns a LoadResult. The GIL is released while it runs.
+    verifying). ``all_or_nothing``: read into fresh memory and copy it into
+    the template only once every rank has read and verified all of it, so a
+    load that fails while reading data (a checksum mismatch) leaves every
+    tensor as it was (costs the memory of the tensors once more; without it,
+    blocks placed before the failure stay written). Returns a LoadResult. The
+    GIL is released while it runs.
     """
     comm = comm if comm is not None else default_comm()
     _wait_until_comm_idle(comm)
@@ -580,7 +585,9 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     # (not cooperative: C++ runs a one-rank load alone whatever the option)
     staging = DeviceStaging(load=True, keep_values=allow_missing,
                             reuse=not (cooperative and comm.size() > 1))
-    st, owners, _ = _build(state_dict, load=True, allow_pickle=allow_pickle, common=common,
+    pairs: list = []
+    target = _twin.twin(state_dict, "", allow_missing, pairs) if all_or_nothing else state_dict
+    st, owners, _ = _build(target, load=True, allow_pickle=allow_pickle, common=common,
                            staging=staging)
     o = _C.LoadOptions()
     o.allow_missing_keys = allow_missing
@@ -612,6 +619,7 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     finally:
         staging.release()
     del owners
+    _twin.copy_back(pairs)  # every rank read and verified all of it
     values = {(ob.key, tuple(ob.index)): ob.bytes for ob in st.objects if ob.bytes}
     decode = decoder(path, raw_objects, allow_pickle)
     _fill(state_dict, "", values, decode)

@@ -11,9 +11,16 @@ FailedPreconditionError naming the holder of the lock. The C++
 ``shardpoint::CheckpointManager`` does the work; see include/shardpoint/manager.h.
 """
 
+from __future__ import annotations
+
+import os
+from types import TracebackType
+from typing import Any
+
 from shardpoint import _shardpoint as _C
-from shardpoint._checkpoint import _wait_until_comm_idle, default_saver, load, save
-from shardpoint.comm import default_comm
+from shardpoint._checkpoint import (AsyncSaver, LoadResult, SaveHandle, SaveStats,
+                                    _wait_until_comm_idle, default_saver, load, save)
+from shardpoint.comm import Comm, default_comm
 
 __all__ = ["CheckpointManager"]
 
@@ -25,42 +32,44 @@ class CheckpointManager:
     are local. Use it as a context manager (or call ``close``) to release the lock.
     ``lock=False`` skips the lock file (when the scheduler guarantees one writer)."""
 
-    def __init__(self, root, comm=None, *, keep_last=0, lock=True):
+    def __init__(self, root: str | os.PathLike, comm: Comm | None = None, *,
+                 keep_last: int = 0, lock: bool = True) -> None:
         self._comm = comm if comm is not None else default_comm()
         if int(keep_last) < 0:
             raise _C.InvalidArgumentError(f"keep_last must be >= 0, got {keep_last}")
         _wait_until_comm_idle(self._comm)
-        self._m = _C.CheckpointManager.open(str(root), self._comm, int(keep_last), bool(lock))
-        self._last = None
+        self._m: Any = _C.CheckpointManager.open(str(root), self._comm, int(keep_last),
+                                                  bool(lock))
+        self._last: SaveHandle | None = None
 
-    def _manager(self):
+    def _manager(self) -> Any:
         if self._m is None:
             raise _C.FailedPreconditionError("the CheckpointManager is closed")
         return self._m
 
     @property
-    def root(self):
+    def root(self) -> str:
         return self._manager().root
 
-    def path_for(self, iteration):
+    def path_for(self, iteration: int) -> str:
         """``<root>/iter_0000100`` for iteration 100."""
         if int(iteration) < 0:
             raise _C.InvalidArgumentError(f"iteration must be >= 0, got {iteration}")
         return self._manager().path_for(int(iteration))
 
-    def iterations(self):
+    def iterations(self) -> list[int]:
         """Iterations with a complete checkpoint, ascending (local)."""
         return list(self._manager().complete_iterations())
 
-    def latest(self):
+    def latest(self) -> int | None:
         """The newest complete checkpoint's iteration, or None (local)."""
         return self._manager().latest_complete()
 
-    def tracker(self):
+    def tracker(self) -> int | None:
         """What ``<root>/latest`` says, or None (local)."""
         return self._manager().tracker()
 
-    def save(self, state_dict, iteration, **kwargs):
+    def save(self, state_dict: dict, iteration: int, **kwargs: Any) -> SaveStats:
         """``shardpoint.save`` into ``path_for(iteration)``, then updates ``latest`` and
         applies retention. Same keyword arguments as ``save``. Returns SaveStats."""
         m = self._manager()
@@ -68,30 +77,38 @@ class CheckpointManager:
         m.mark_committed(int(iteration), self._comm)
         return stats
 
-    def save_async(self, state_dict, iteration, *, saver=None, **kwargs):
+    def save_async(self, state_dict: dict, iteration: int, *, saver: AsyncSaver | None = None,
+                   **kwargs: Any) -> SaveHandle:
         """``shardpoint.save_async`` into ``path_for(iteration)``; ``latest`` and
         retention follow in the background once the save committed. ``saver``:
         an AsyncSaver (default: the process's own). Returns a SaveHandle."""
         m = self._manager()
         saver = saver if saver is not None else default_saver()
         it = int(iteration)
-        self._last = saver._submit(
+        handle = saver._submit(
             state_dict, self.path_for(it), self._comm,
             lambda st, c, opts: m.save_async(saver._saver, st, it, c, opts), **kwargs)
-        return self._last
+        self._last = handle
+        return handle
 
-    def resume(self, state_dict, **kwargs):
+    def agree_on_latest(self) -> int | None:
+        """The newest complete checkpoint's iteration as rank 0 sees it, the same on
+        every rank, or None (collective). What ``resume`` loads."""
+        m = self._manager()
+        _wait_until_comm_idle(self._comm)
+        return m.agree_on_latest(self._comm)
+
+    def resume(self, state_dict: dict,
+               **kwargs: Any) -> tuple[int, LoadResult] | tuple[None, None]:
         """Loads the newest complete checkpoint (rank 0 chooses it) into
         ``state_dict``. Returns ``(iteration, LoadResult)``, or ``(None, None)``
         when there is none. Same keyword arguments as ``load``."""
-        m = self._manager()
-        _wait_until_comm_idle(self._comm)
-        it = m.agree_on_latest(self._comm)
+        it = self.agree_on_latest()
         if it is None:
             return None, None
         return it, load(state_dict, self.path_for(it), self._comm, **kwargs)
 
-    def close(self):
+    def close(self) -> None:
         """Waits for this manager's save in flight (raising its error) and
         releases the lock, at once: not when the last reference to the manager
         goes (a traceback may keep one). Idempotent."""
@@ -104,17 +121,17 @@ class CheckpointManager:
             if m is not None:
                 m.close()
 
-    def __enter__(self):
+    def __enter__(self) -> CheckpointManager:
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         try:
             self.close()
         except Exception:  # noqa: BLE001
             if exc_type is None:
                 raise
-        return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = "closed" if self._m is None else f"root={self._m.root!r}"
         return f"CheckpointManager({state})"

@@ -228,8 +228,10 @@ def read(path: str | os.PathLike, *, keys: list[str] | None = None,
          max_bytes: int | None = None, objects: bool = True, allow_pickle: bool = False,
          backend: str | None = None, verify_checksums: bool = True) -> dict[str, Any]:
     """Every tensor of checkpoint ``path`` whole (or only ``keys``) and every value,
-    in one flat dict keyed as stored (``{"model.w": tensor, "rng": {(0,): ..., (1,):
-    ...}, ...}``; a value stored per rank is a dict index -> value), like
+    in one flat dict keyed as stored (``{"model.w": tensor, "rng": {0: ..., 1:
+    ...}, ...}``; a value stored per shard of a grid is a dict index -> value,
+    the index an ``int`` for a one-dimensional grid (one value per rank:
+    ``sd["rng"][0]``) and a tuple for a grid of more dimensions), like
     ``torch.load`` of a consolidated file, whatever layout saved it. The common
     state is under ``"<common>"`` if the checkpoint has one. ``max_bytes``:
     raise InvalidArgumentError instead of allocating more than this for the
@@ -251,7 +253,9 @@ def read(path: str | os.PathLike, *, keys: list[str] | None = None,
                    allow_pickle=allow_pickle, verify_checksums=verify_checksums,
                    cooperative=False)
         for o, so in zip(md.objects, template.values()):
-            if o.grid:
+            if len(o.grid) == 1:  # one value per rank: keyed by the rank, rng[0]
+                out.setdefault(o.key, {})[o.index[0]] = so.value
+            elif o.grid:
                 out.setdefault(o.key, {})[o.index] = so.value
             else:
                 out[o.key] = so.value
@@ -303,10 +307,11 @@ def verify(path: str | os.PathLike, *, io_threads: int | None = None,
                         int(r.bytes_checked), int(r.files), float(r.seconds), faults)
 
 
-def _size(n: int) -> str:
+def _size(nbytes: int) -> str:
+    n = float(nbytes)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+            return f"{nbytes} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n}"  # pragma: no cover
 

@@ -114,7 +114,7 @@ class DeviceStaging:
     def __init__(self, load: bool, keep_values: bool = True, reuse: bool = False) -> None:
         self.load = load
         self.copy_in = not load or keep_values
-        self.pairs: list[tuple[Any, Any]] = []
+        self.pairs: list[tuple[Any, Any] | None] = []
         self.pinned: list[Any] = []
         self._index: list[int] = []  # the state's tensor index of each pair
         self._group: list[int] = []  # the group of each pair

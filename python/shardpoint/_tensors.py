@@ -17,7 +17,7 @@ from shardpoint import _shardpoint as _C
 try:  # torch is optional
     import torch
 except ImportError:  # pragma: no cover
-    torch = None
+    torch = None  # type: ignore[assignment]
 
 DType = _C.DType
 

@@ -170,7 +170,7 @@ class TorchDistributedComm(Comm):
                        for _ in range(dist.get_world_size(group))]
                 dist.all_gather(out, torch.tensor([me], dtype=torch.int64), group=group)
                 mine = [int(t.item()) for t in out]
-            every = [None] * world
+            every: list[Any] = [None] * world
             dist.all_gather_object(every, mine)
             groups = sorted({tuple(g) for g in every if g})
         made = {g: dist.new_group(ranks=list(g), backend="gloo") for g in groups}
@@ -287,7 +287,7 @@ class TorchDistributedComm(Comm):
         self._max(0)  # one all_reduce of one number: about half of gloo's barrier
 
 
-_default = {}
+_default: dict[str, Comm] = {}
 _default_lock = threading.Lock()
 
 

@@ -65,9 +65,12 @@ class ShardedTensor:
         desc = describe(data, dtype, device_ok=True) if data is not None else None
         dt = desc.dtype if desc is not None else to_dtype(dtype if dtype is not None else "f32")
         if flat_range is None:
-            if desc is None and local_shape is None:
+            if local_shape is not None:
+                local = _shape(local_shape)
+            elif desc is not None:
+                local = _shape(desc.shape)
+            else:
                 raise _C.InvalidArgumentError(f"'{key}': a layout without data needs local_shape")
-            local = _shape(local_shape if local_shape is not None else desc.shape)
         else:
             if local_shape is None:
                 raise _C.InvalidArgumentError(f"'{key}': flat_range needs local_shape (the shape "
@@ -186,7 +189,12 @@ def _wrap(layout, data, dtype):
 def whole(key: str, data: Array | None, *, dtype: DTypeLike | None = None,
           shape: Sequence[int] | None = None) -> ShardedTensor:
     """A full replica of tensor ``key``."""
-    shp = _shape(shape if shape is not None else data.shape)
+    if shape is not None:
+        shp = _shape(shape)
+    elif data is not None:
+        shp = _shape(data.shape)
+    else:
+        raise _C.InvalidArgumentError(f"'{key}': whole() without data needs shape=")
     return _wrap(_C.whole_tensor(key, _dt(data, dtype), 0, shp), data, dtype)
 
 
@@ -308,8 +316,12 @@ def flat_buffer(params: Sequence[ShardedTensor], dp_rank: int, dp_size: int, sha
     flat = shard_data.reshape(-1)
     out = []
     for lt in pieces:
-        off = (lt.data - d.address) // size if lt.flat.size() else 0
-        out.append(_wrap(lt, flat[off:off + lt.flat.size()], dtype))
+        if lt.flat is None:  # every piece of a flat buffer holds a flat range
+            raise _C.InternalError(f"'{lt.segments[0].key}': a flat buffer piece without a "
+                                   "flat range")
+        n = lt.flat.size()
+        off = (lt.data - d.address) // size if n else 0
+        out.append(_wrap(lt, flat[off:off + n], dtype))
     return out, plan
 
 

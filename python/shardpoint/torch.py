@@ -34,17 +34,21 @@ import base64
 import copy
 import random
 import re
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Union, cast
 
 import numpy as np
 
 from shardpoint import _shardpoint as _C
 from shardpoint import sharded as _sh
-from shardpoint._checkpoint import LoadResult, SaveHandle, SaveStats, ShardedObject
+from shardpoint._checkpoint import LoadResult, SaveHandle, SaveStats, ShardedObject, flatten_keys
 from shardpoint._checkpoint import load as _load
 from shardpoint._checkpoint import save as _save
 from shardpoint._checkpoint import save_async as _save_async
 from shardpoint._tensors import describe
+from shardpoint._torch_names import canonical_names
+from shardpoint._torch_optim import (GroupMatch, apply_param_groups, forget_state, has_state,
+                                     init_optimizer_state, match_groups, optimizer_entries)
+from shardpoint._torch_sched import decode_scheduler_state, load_scheduler_state, scheduler_state
 from shardpoint.comm import Comm, default_comm
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -57,9 +61,6 @@ else:
 
 __all__ = ["TrainState", "get_state_dict", "set_state_dict", "init_optimizer_state", "TPPlan",
            "gqa", "rng_state", "set_rng_state", "scheduler_state", "load_scheduler_state"]
-
-_MARK = "__shardpoint__"  # a dict {_MARK: kind, ...} stands for a value JSON cannot hold
-
 
 def _torch() -> Any:
     import torch
@@ -90,7 +91,8 @@ class TPPlan:
     stored keys do not depend on the TP size, so a checkpoint written under
     one plan loads under another TP size (and its optimizer state with it)."""
 
-    def __init__(self, rules: Iterable[tuple[str, str]], tp_rank: int, tp_size: int) -> None:
+    def __init__(self, rules: Iterable[tuple[str, str | Callable[..., Any]]], tp_rank: int,
+                 tp_size: int) -> None:
         self.rules = [(re.compile(p), k) for p, k in rules]
         for p, k in self.rules:
             if not callable(k) and k not in _KINDS:
@@ -149,20 +151,21 @@ def gqa(heads: int, groups: int, head_dim: int) -> Callable:
 def _layout(layouts: Layouts, fqn: str, t: Any) -> _sh.ShardedTensor:
     """The ShardedTensor of ``t`` (keys not yet prefixed)."""
     from shardpoint import torch_layouts
-    st = None
+    st: _sh.ShardedTensor | None = None
     if isinstance(layouts, Mapping):
         st = layouts.get(fqn)
     elif layouts is not None:
         st = layouts(fqn, t)
-    if st is None:
-        st = torch_layouts.from_torch(fqn, t)  # DTensor, ShardedTensor or a whole tensor
-        if isinstance(st, list):
-            if len(st) != 1:
-                raise _C.InvalidArgumentError(
-                    f"'{fqn}': a ShardedTensor with {len(st)} local shards on this rank; "
-                    "shardpoint.torch handles one local shard per parameter")
-            st = st[0]
-    return st
+    if st is not None:
+        return st
+    found = torch_layouts.from_torch(fqn, t)  # DTensor, ShardedTensor or a whole tensor
+    if not isinstance(found, list):
+        return found
+    if len(found) != 1:
+        raise _C.InvalidArgumentError(
+            f"'{fqn}': a ShardedTensor with {len(found)} local shards on this rank; "
+            "shardpoint.torch handles one local shard per parameter")
+    return found[0]
 
 
 def _rekey(st: _sh.ShardedTensor, data: Any, key: Callable[[str], str]) -> _sh.ShardedTensor:
@@ -197,175 +200,9 @@ def _named(objs: Any, base: str) -> list[tuple[str, Any]]:
     return [(base, objs)]
 
 
-def init_optimizer_state(optimizer: Any, *, allow_dry_step: bool | None = False) -> None:
-    """Creates the state a fresh ``optimizer`` would create on its first step, so
-    that a checkpoint can be loaded into it without stepping it.
-
-    Adam and AdamW get ``step`` 0 and zero moments, SGD with momentum a zero
-    momentum buffer (of each parameter's shape, dtype and device; what their own
-    lazy initialization creates, so saving right after this changes nothing).
-    Parameters that already have state are left alone. Other optimizers need
-    ``allow_dry_step=True``: one ``step()`` with zero gradients and learning rate
-    0 creates their state (the values are then overwritten by the load);
-    without it they raise InvalidArgumentError (``None``: they are left alone)."""
-    torch = _torch()
-    todo = []
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            state = optimizer.state[p]
-            if state:
-                continue
-            if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
-                special = bool(optimizer.defaults.get("capturable")) or bool(
-                    optimizer.defaults.get("fused"))
-                state["step"] = (torch.zeros((1,), dtype=torch.float, device=p.device) if special
-                                 else torch.tensor(0.))
-                for name in ("exp_avg", "exp_avg_sq") + (
-                        ("max_exp_avg_sq",) if group.get("amsgrad") else ()):
-                    state[name] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            elif isinstance(optimizer, torch.optim.SGD):
-                if group.get("momentum", 0) != 0:
-                    state["momentum_buffer"] = torch.zeros_like(
-                        p, memory_format=torch.preserve_format)
-            else:
-                todo.append(p)
-    if not todo or allow_dry_step is None:
-        return
-    if not allow_dry_step:
-        raise _C.InvalidArgumentError(
-            f"{type(optimizer).__name__}: shardpoint creates the state of Adam, AdamW and SGD "
-            "only; pass allow_dry_step=True (a step with zero gradients and lr 0) or step the "
-            "optimizer once before saving")
-    grads = {p: p.grad for p in todo}
-    lrs = [g.get("lr") for g in optimizer.param_groups]
-    try:
-        for p in todo:
-            p.grad = torch.zeros_like(p)
-        for g in optimizer.param_groups:
-            if "lr" in g:
-                g["lr"] = 0.0
-            for p in g["params"]:
-                if p not in grads:
-                    grads[p] = p.grad
-                    p.grad = None  # parameters with state: untouched by the dry step
-        optimizer.step()
-    finally:
-        for g, lr in zip(optimizer.param_groups, lrs):
-            if lr is not None:
-                g["lr"] = lr
-        for p, grad in grads.items():
-            p.grad = grad
-
-
-def _param_names(model: Any) -> dict[int, str]:
-    return {id(p): n for n, p in model.named_parameters()}
-
-
-def _optimizer_entries(prefix: str, opt: Any, names: dict[int, str],
-                       layouts: dict[str, _sh.ShardedTensor]) -> dict:
-    state: dict[str, dict] = {}
-    groups = []
-    for group in opt.param_groups:
-        fqns = []
-        for p in group["params"]:
-            fqn = names.get(id(p))
-            if fqn is None:
-                raise _C.InvalidArgumentError(
-                    f"{prefix}: a parameter of shape {list(p.shape)} is not a parameter of the "
-                    "model (shardpoint keys optimizer state by the model's parameter names)")
-            fqns.append(fqn)
-            entry = {}
-            for name, v in opt.state[p].items():
-                if _is_torch_tensor(v) and v.dim() > 0 and list(_local(v).shape) == list(
-                        _local(p).shape) and fqn in layouts:
-                    entry[name] = _rekey(layouts[fqn], _local(v),
-                                         lambda k, n=name: f"{prefix}.state.{k}.{n}")
-                else:
-                    entry[name] = v  # a scalar tensor (step) whole, or a value
-            state[fqn] = entry
-        groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": fqns})
-    return {"state": state, "param_groups": groups}
-
-
-def _apply_param_groups(prefix: str, opt: Any, saved: list, names: dict[int, str]) -> None:
-    live = {}
-    for i, g in enumerate(opt.param_groups):
-        live[frozenset(names[id(p)] for p in g["params"])] = g
-    for i, g in enumerate(saved):
-        key = frozenset(g["params"])
-        if key not in live:
-            raise _C.InvalidArgumentError(
-                f"{prefix}.param_groups: stored group {i} holds parameters {sorted(key)}, which "
-                "is no parameter group of the optimizer (groups must hold the same names)")
-        target = live[key]
-        for k, v in g.items():
-            if k == "params":
-                continue
-            target[k] = tuple(v) if isinstance(target.get(k), tuple) and isinstance(v, list) else v
-
-
 def _is_torch_tensor(x: Any) -> bool:
     torch = _torch()
     return isinstance(x, torch.Tensor)
-
-
-# ---------------------------------------------------------------------------
-# Schedulers: state as data; functions are rebuilt by the fresh scheduler.
-
-def _to_data(v: Any, path: str) -> Any:
-    torch = _torch()
-    if isinstance(v, dict):
-        return {str(k): _to_data(x, f"{path}.{k}") for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return type(v)(_to_data(x, f"{path}[{i}]") for i, x in enumerate(v))
-    if isinstance(v, torch.Tensor):
-        if v.numel() != 1:
-            raise _C.InvalidArgumentError(f"'{path}': a tensor of shape {list(v.shape)} in "
-                                          "scheduler state (only scalars are stored)")
-        return {_MARK: "tensor", "value": v.item(), "dtype": str(v.dtype).split(".")[-1],
-                "shape": list(v.shape)}
-    if isinstance(v, np.generic):
-        return v.item()
-    if callable(v):  # a bound method or function: rebuilt by the fresh object
-        return {_MARK: "function", "name": getattr(v, "__qualname__", type(v).__qualname__)}
-    return v
-
-
-def _from_data(v: Any, fresh: Any, path: str) -> Any:
-    """Stored scheduler data back to values; functions come from ``fresh``."""
-    torch = _torch()
-    if isinstance(v, dict) and _MARK in v:
-        if v[_MARK] == "tensor":
-            return torch.tensor(v["value"], dtype=getattr(torch, v["dtype"])).reshape(v["shape"])
-        name = getattr(fresh, "__qualname__", None) if callable(fresh) else None
-        if name != v["name"]:
-            raise _C.InvalidArgumentError(
-                f"'{path}' was the function {v['name']} (functions are not stored; the fresh "
-                f"scheduler supplies it) but the fresh scheduler holds "
-                f"{name or type(fresh).__name__}: build it with the same arguments as the "
-                "saved one")
-        return fresh
-    if isinstance(v, dict):
-        f = fresh if isinstance(fresh, dict) else {}
-        return {k: _from_data(x, f.get(k), f"{path}.{k}") for k, x in v.items()}
-    if isinstance(v, list):
-        f = fresh if isinstance(fresh, (list, tuple)) and len(fresh) == len(v) else [None] * len(v)
-        out = [_from_data(x, y, f"{path}[{i}]") for i, (x, y) in enumerate(zip(v, f))]
-        return tuple(out) if isinstance(fresh, tuple) else out
-    return v
-
-
-def scheduler_state(scheduler: Any, name: str = "scheduler") -> dict:
-    """``scheduler.state_dict()`` as JSON data: scalar tensors and numpy scalars as
-    values, functions (OneCycleLR's ``anneal_func``, a lambda) as their names
-    only; ``load_scheduler_state`` takes the functions from the fresh scheduler."""
-    return _to_data(scheduler.state_dict(), name)
-
-
-def load_scheduler_state(scheduler: Any, data: dict, name: str = "scheduler") -> None:
-    """Loads what ``scheduler_state`` returned into a freshly built ``scheduler``.
-    InvalidArgumentError names an attribute whose function differs."""
-    scheduler.load_state_dict(_from_data(data, scheduler.state_dict(), name))
 
 
 # ---------------------------------------------------------------------------
@@ -380,7 +217,7 @@ def rng_state() -> dict:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         out["cuda"] = [base64.b64encode(s.numpy().tobytes()).decode()
                        for s in torch.cuda.get_rng_state_all()]
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    name, keys, pos, has_gauss, gauss = cast(tuple, np.random.get_state())
     out["numpy"] = [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)]
     version, internal, gauss_next = random.getstate()
     out["random"] = [version, list(internal), gauss_next]
@@ -403,33 +240,73 @@ def set_rng_state(state: dict) -> None:
     random.setstate((version, tuple(internal), gauss_next))
 
 
+
+
 # ---------------------------------------------------------------------------
 # The state dict.
 
+def _model_tensors(model: Any) -> dict[str, Any]:
+    """``model.state_dict()`` under canonical names (no wrapper prefixes)."""
+    sd = model.state_dict()
+    canon = canonical_names(model, list(sd))
+    return {canon[k]: v for k, v in sd.items()}
+
+
+def _param_names(model: Any) -> dict[int, str]:
+    """id(parameter) -> its canonical name."""
+    named = list(model.named_parameters())
+    canon = canonical_names(model, [n for n, _ in named])
+    return {id(p): canon[n] for n, p in named}
+
+
+def _ident(t: Any) -> tuple:
+    local = _local(t)
+    return (local.data_ptr(), local.dtype, tuple(local.shape), tuple(local.stride()))
+
+
+def _aliases(live: dict[str, Any]) -> dict[str, str]:
+    """{alias: first name} of the tensors shared by several names (tied weights)."""
+    aliases: dict[str, str] = {}
+    seen: dict[tuple, str] = {}
+    for fqn, t in live.items():
+        if _is_torch_tensor(t):
+            ident = _ident(t)
+            if _local(t).numel() and ident in seen:
+                aliases[fqn] = seen[ident]
+            seen.setdefault(ident, fqn)
+    return aliases
+
+
 def get_state_dict(model: Any, optimizers: Any = None, *, schedulers: Any = None,
                    scaler: Any = None, rng: bool = False, layouts: Layouts = None,
-                   comm: Comm | None = None, extra: dict | None = None,
-                   allow_dry_step: bool | None = None) -> dict:
+                   comm: Comm | None = None, extra: dict[str, Any] | None = None,
+                   allow_dry_step: bool | None = None,
+                   init_state: bool | None = None) -> dict[str, Any]:
     """The state dict of a model, its optimizers (one, a list, or a dict name ->
     optimizer), schedulers (likewise), a grad scaler and (``rng=True``) this
     rank's RNG, ready for ``shardpoint.save`` / ``load``: tensors are the live
-    ones (a load fills them in place). Optimizers without state get it first
-    (``init_optimizer_state(opt, allow_dry_step=allow_dry_step)``; the default
-    None leaves parameters of other optimizers without state as they are).
+    ones (a load fills them in place). Names are canonical: the prefixes of
+    DDP, torch.compile, FSDP1 and activation checkpointing are dropped.
+
+    ``init_state``: None (default, torch DCP's rule) creates the state of an
+    optimizer that has none at all (``init_optimizer_state(opt,
+    allow_dry_step=allow_dry_step)``; the default None leaves parameters of
+    other optimizers without state as they are), so the dict can be a load
+    template; an optimizer with state is left as it is (a frozen parameter
+    stays without state). True creates it for every parameter without state,
+    False never (what ``TrainState.save`` uses: saving changes nothing).
     ``extra`` is added under ``extra``."""
     sd: dict[str, Any] = {}
-    model_sd = model.state_dict()
     seen: dict[tuple, str] = {}
     aliases: dict[str, str] = {}
     placed: dict[str, _sh.ShardedTensor] = {}  # fqn -> layout with unprefixed keys
     entries: dict[str, Any] = {}
-    for fqn, t in model_sd.items():
+    for fqn, t in _model_tensors(model).items():
         if not _is_torch_tensor(t):
             entries[fqn] = t  # e.g. a module's _extra_state: a value
             continue
-        local = _local(t)
-        ident = (local.data_ptr(), local.dtype, tuple(local.shape), tuple(local.stride()))
-        if local.numel() and ident in seen:
+        ident = _ident(t)
+        if _local(t).numel() and ident in seen:
             aliases[fqn] = seen[ident]
             continue
         seen[ident] = fqn
@@ -441,8 +318,9 @@ def get_state_dict(model: Any, optimizers: Any = None, *, schedulers: Any = None
     sd["model_aliases"] = ShardedObject("model_aliases", aliases)
     names = _param_names(model)
     for prefix, opt in _named(optimizers, "optim"):
-        init_optimizer_state(opt, allow_dry_step=allow_dry_step)
-        _put(sd, prefix, _optimizer_entries(prefix, opt, names, placed))
+        if init_state or (init_state is None and not has_state(opt)):
+            init_optimizer_state(opt, allow_dry_step=allow_dry_step)
+        _put(sd, prefix, optimizer_entries(prefix, opt, names, placed, _rekey, _local))
     for prefix, s in _named(schedulers, "scheduler"):
         _put(sd, prefix, ShardedObject(prefix, scheduler_state(s, prefix)))
     if scaler is not None:
@@ -463,10 +341,12 @@ def _put(sd: dict, prefix: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def _get(sd: dict, prefix: str) -> Any:
-    node = sd
+def _get(sd: dict, prefix: str, default: Any = _C) -> Any:
+    node: Any = sd
     for p in prefix.split("."):
         if not isinstance(node, dict) or p not in node:
+            if default is not _C:
+                return default
             raise _C.InvalidArgumentError(f"the state dict has no '{prefix}'")
         node = node[p]
     return node
@@ -476,32 +356,75 @@ def _value(x: Any) -> Any:
     return x.value if isinstance(x, ShardedObject) else x
 
 
+class _Structure:
+    """What ``check_structure`` found applicable: the parameter-group match of
+    each optimizer and the decoded state of each scheduler."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, GroupMatch] = {}
+        self.schedulers: dict[str, dict] = {}
+
+
+def _check_structure(model: Any, optimizers: Any, schedulers: Any, scaler: Any, stored: dict,
+                     allow_missing: bool, allow_unexpected: bool) -> _Structure:
+    """Checks the values of ``stored`` (a state dict whose objects are loaded; an
+    absent or None value is not checked) against the live objects, changing
+    nothing: tied parameters, parameter groups, scheduler and scaler state.
+    InvalidArgumentError says what does not fit."""
+    out = _Structure()
+    stored_aliases = _value(stored.get("model_aliases"))
+    if stored_aliases is not None:
+        aliases = _aliases(_model_tensors(model))
+        if stored_aliases != aliases:
+            raise _C.InvalidArgumentError(
+                f"tied parameters differ: the checkpoint shares {stored_aliases}, the model "
+                f"{aliases} (alias -> stored name)")
+    names = _param_names(model)
+    for prefix, opt in _named(optimizers, "optim"):
+        groups = _get(stored, f"{prefix}.param_groups", None)
+        if groups is not None:
+            live = [[names[id(p)] for p in g["params"]] for g in opt.param_groups]
+            out.groups[prefix] = match_groups(prefix, live, groups, allow_missing,
+                                              allow_unexpected)
+    for prefix, s in _named(schedulers, "scheduler"):
+        data = _value(_get(stored, prefix, None))
+        if data is not None:
+            out.schedulers[prefix] = decode_scheduler_state(s, data, prefix)
+    held = _value(stored.get("scaler"))
+    if scaler is not None and held:
+        live_keys, held_keys = set(scaler.state_dict()), set(held)
+        if live_keys and live_keys != held_keys:
+            raise _C.InvalidArgumentError(
+                f"'scaler': the stored state holds {sorted(held_keys)}, the grad scaler "
+                f"{sorted(live_keys)}")
+    return out
+
+
 def set_state_dict(model: Any, optimizers: Any = None, state_dict: dict | None = None, *,
-                   schedulers: Any = None, scaler: Any = None, rng: bool = False) -> None:
+                   schedulers: Any = None, scaler: Any = None, rng: bool = False,
+                   strict: bool = True) -> None:
     """Applies a loaded ``state_dict`` (from ``get_state_dict`` of these objects,
-    filled by ``shardpoint.load``): tensors not already loaded in place are
-    copied, then hyperparameters, schedulers, scaler and RNG are set."""
+    filled by ``shardpoint.load``): first checks tied parameters, parameter
+    groups, scheduler and scaler state (InvalidArgumentError, nothing
+    changed), then copies tensors not already loaded in place and sets
+    optimizer state, hyperparameters, schedulers, scaler and RNG. A parameter
+    without stored state ends without state, as torch's ``load_state_dict``
+    leaves it. ``strict=False``: parameter groups are matched by the names
+    they share (a group sharing none keeps its hyperparameters)."""
     if state_dict is None:
         raise _C.InvalidArgumentError("set_state_dict needs the loaded state_dict")
+    plan = _check_structure(model, optimizers, schedulers, scaler, state_dict,
+                            not strict, not strict)
+    _apply_state(model, optimizers, schedulers, scaler, state_dict, plan, rng)
+
+
+def _apply_state(model: Any, optimizers: Any, schedulers: Any, scaler: Any, sd: dict,
+                 plan: _Structure, rng: bool) -> None:
+    """Applies a loaded ``sd`` whose structure ``_check_structure`` accepted as ``plan``."""
     torch = _torch()
-    live = model.state_dict()
-    stored_aliases = _value(state_dict.get("model_aliases")) or {}
-    aliases = {}
-    seen: dict[tuple, str] = {}
-    for fqn, t in live.items():
-        if _is_torch_tensor(t):
-            local = _local(t)
-            ident = (local.data_ptr(), local.dtype, tuple(local.shape), tuple(local.stride()))
-            if local.numel() and ident in seen:
-                aliases[fqn] = seen[ident]
-            seen.setdefault(ident, fqn)
-    if stored_aliases != aliases:
-        raise _C.InvalidArgumentError(
-            f"tied parameters differ: the checkpoint shares {stored_aliases}, the model "
-            f"{aliases} (alias -> stored name)")
-    model_entries = state_dict.get("model", {})
+    live = _model_tensors(model)
     with torch.no_grad():
-        for fqn, v in model_entries.items():
+        for fqn, v in sd.get("model", {}).items():
             if fqn not in live:
                 raise _C.InvalidArgumentError(f"the model has no '{fqn}'")
             dst = _local(live[fqn])
@@ -510,32 +433,47 @@ def set_state_dict(model: Any, optimizers: Any = None, state_dict: dict | None =
                 dst.copy_(src)
     names = _param_names(model)
     for prefix, opt in _named(optimizers, "optim"):
-        saved = _get(state_dict, prefix)
-        by_name = {n: p for n, p in ((names.get(id(p)), p) for g in opt.param_groups
-                                     for p in g["params"])}
-        for fqn, entry in saved["state"].items():
-            p = by_name.get(fqn)
-            if p is None:
-                raise _C.InvalidArgumentError(f"{prefix}: state for '{fqn}', which the "
-                                              "optimizer does not hold")
-            state = opt.state[p]
-            for name, v in entry.items():
-                src = v.data if isinstance(v, _sh.ShardedTensor) else v
-                cur = state.get(name)
-                if _is_torch_tensor(src) and _is_torch_tensor(cur):
-                    dst = _local(cur)  # a DTensor's (FSDP2) local tensor: src is one too
-                    if src.data_ptr() != dst.data_ptr():
-                        with torch.no_grad():
-                            dst.copy_(src)
-                else:
-                    state[name] = src
-        _apply_param_groups(prefix, opt, saved["param_groups"], names)
+        saved = _get(sd, prefix)
+        _set_optimizer_state(prefix, opt, saved["state"], names)
+        if prefix in plan.groups:
+            apply_param_groups(opt, saved["param_groups"], plan.groups[prefix])
     for prefix, s in _named(schedulers, "scheduler"):
-        load_scheduler_state(s, _value(_get(state_dict, prefix)), prefix)
-    if scaler is not None and _value(state_dict.get("scaler")):
-        scaler.load_state_dict(_value(state_dict["scaler"]))
+        if prefix in plan.schedulers:
+            s.load_state_dict(plan.schedulers[prefix])
+    if scaler is not None and _value(sd.get("scaler")):
+        scaler.load_state_dict(_value(sd["scaler"]))
     if rng:
-        set_rng_state(_value(state_dict.get("rng")))
+        set_rng_state(_value(sd.get("rng")))
+
+
+def _set_optimizer_state(prefix: str, opt: Any, saved: dict, names: dict[int, str]) -> None:
+    torch = _torch()
+    by_name = {names.get(id(p)): p for g in opt.param_groups for p in g["params"]}
+    for fqn, entry in saved.items():
+        p = by_name.get(fqn)
+        if p is None:
+            raise _C.InvalidArgumentError(f"{prefix}: state for '{fqn}', which the "
+                                          "optimizer does not hold")
+        state = opt.state[p]
+        for name, v in entry.items():
+            src = v.data if isinstance(v, _sh.ShardedTensor) else v
+            cur = state.get(name)
+            if _is_torch_tensor(src) and _is_torch_tensor(cur):
+                dst = _local(cur)  # a DTensor's (FSDP2) local tensor: src is one too
+                if src.data_ptr() != dst.data_ptr():
+                    with torch.no_grad():
+                        dst.copy_(src)
+            else:
+                state[name] = src
+    forget_state(opt, {id(by_name[f]) for f in saved if f in by_name})
+
+
+def _allowed(kwargs: dict) -> tuple[bool, bool]:
+    """(allow_missing_keys, allow_unexpected_keys) as ``shardpoint.load`` reads them."""
+    strict = kwargs.get("strict", True)
+    missing, unexpected = kwargs.get("allow_missing_keys"), kwargs.get("allow_unexpected_keys")
+    return (not strict if missing is None else bool(missing),
+            not strict if unexpected is None else bool(unexpected))
 
 
 class TrainState:
@@ -543,55 +481,133 @@ class TrainState:
     as one checkpoint. Same arguments as ``get_state_dict``; ``comm`` is used by
     ``save``/``load`` (default: ``default_comm()``).
 
-    ``load`` builds the state dict of the (fresh) objects, loads the checkpoint
-    into it under this rank's layout and applies it; a fresh optimizer needs no
-    step first. Keyword arguments of ``save``/``save_async``/``load`` go to
-    ``shardpoint.save``/``save_async``/``load``."""
+    ``extra`` (a dict, default empty) is saved with the state and replaced by
+    the loaded one: ``TrainState(..., extra={"step": 0})`` then
+    ``state.extra["step"]`` after ``load`` (a load template needs the same
+    keys as the saved dict).
+
+    ``save`` stores what the objects hold and changes none of them (a
+    parameter without optimizer state is stored without it). ``load`` builds
+    the state dict of the (fresh) objects, checks it against the checkpoint on
+    every rank before any byte lands, loads it under this rank's layout and
+    applies it; a fresh optimizer needs no step first. Keyword arguments of
+    ``save``/``save_async``/``load`` go to ``shardpoint.save``/``save_async``/
+    ``load``."""
 
     def __init__(self, model: Any, optimizers: Any = None, *, schedulers: Any = None,
                  scaler: Any = None, rng: bool = True, layouts: Layouts = None,
-                 comm: Comm | None = None, extra: dict | None = None) -> None:
+                 comm: Comm | None = None, extra: dict[str, Any] | None = None) -> None:
         self.model, self.optimizers, self.schedulers = model, optimizers, schedulers
         self.scaler, self.rng, self.layouts = scaler, rng, layouts
-        self.comm = comm if comm is not None else default_comm()
-        self.extra = extra
+        self.comm: Comm = comm if comm is not None else default_comm()
+        self.extra: dict[str, Any] = extra if extra is not None else {}
 
-    def state_dict(self, *, allow_dry_step: bool | None = None) -> dict:
+    def state_dict(self, *, allow_dry_step: bool | None = None,
+                   init_state: bool | None = None) -> dict[str, Any]:
+        """``get_state_dict`` of the objects (a template for ``CheckpointManager.resume``
+        as well: a fresh optimizer gets its state)."""
         return get_state_dict(self.model, self.optimizers, schedulers=self.schedulers,
                               scaler=self.scaler, rng=self.rng, layouts=self.layouts,
-                              comm=self.comm, extra=self.extra, allow_dry_step=allow_dry_step)
+                              comm=self.comm, extra=self.extra, allow_dry_step=allow_dry_step,
+                              init_state=init_state)
 
-    def load_state_dict(self, state_dict: dict) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any], *, strict: bool = True) -> None:
         set_state_dict(self.model, self.optimizers, state_dict, schedulers=self.schedulers,
-                       scaler=self.scaler, rng=self.rng)
-        if self.extra is not None and "extra" in state_dict:
+                       scaler=self.scaler, rng=self.rng, strict=strict)
+        if "extra" in state_dict:
             self.extra = state_dict["extra"]
 
     def save(self, path: Any, **kwargs: Any) -> SaveStats:
-        return _save(self.state_dict(), path, self.comm, **kwargs)
+        return _save(self.state_dict(init_state=False), path, self.comm, **kwargs)
 
     def save_async(self, path: Any, **kwargs: Any) -> SaveHandle:
-        return _save_async(self.state_dict(), path, self.comm, **kwargs)
+        return _save_async(self.state_dict(init_state=False), path, self.comm, **kwargs)
 
     def load(self, path: Any, **kwargs: Any) -> LoadResult:
-        """Loads checkpoint ``path`` into the objects. Under another world size, rank r
-        restores the RNG saved by rank r; a rank the saving job did not have keeps
-        its RNG (a RuntimeWarning says so)."""
-        sd = self.state_dict(allow_dry_step=True)
-        restore_rng = self.rng
-        if self.rng:
-            from shardpoint._read import metadata
-            saved = {o.index for o in metadata(path).objects if o.key == "rng"}
-            if (self.comm.rank(),) not in saved:
-                import warnings
-                warnings.warn(f"rank {self.comm.rank()}: checkpoint '{path}' holds the RNG of "
-                              f"{len(saved)} ranks, none for this one: its RNG is not restored",
-                              RuntimeWarning, stacklevel=2)
-                del sd["rng"]
-                restore_rng = False
-        result = _load(sd, path, self.comm, **kwargs)
-        set_state_dict(self.model, self.optimizers, sd, schedulers=self.schedulers,
-                       scaler=self.scaler, rng=restore_rng)
-        if self.extra is not None and "extra" in sd:
-            self.extra = sd["extra"]
+        """Loads checkpoint ``path`` into the objects (collective). Under another world
+        size, rank r restores the RNG saved by rank r; a rank the saving job did
+        not have keeps its RNG (a RuntimeWarning says so).
+
+        Nothing changes when the load fails before reading data: stored keys,
+        dtypes, shapes, parameter groups, scheduler, scaler and tied parameters
+        are checked first, on every rank. ``strict=False`` (or
+        ``allow_missing_keys`` / ``allow_unexpected_keys``) also applies to
+        optimizer state and parameter groups; the result lists what was
+        skipped (a parameter group as ``optim.param_groups[i]``: in
+        ``missing_keys`` the optimizer's group i, in ``unexpected_keys`` the
+        stored group i). ``all_or_nothing=True`` (of ``shardpoint.load``)
+        also keeps everything as it was when reading the data fails."""
+        from shardpoint import _torch_load as tl
+        from shardpoint._read import metadata
+        md = metadata(path)
+        stored = set(md.tensors) | {o.key for o in md.objects}
+        allow = _allowed(kwargs)
+        opts = _named(self.optimizers, "optim")
+        before = [has_state(o) for _, o in opts]
+        try:
+            sd = self.state_dict(allow_dry_step=True, init_state=True)
+            restore_rng = self._rng_to_restore(sd, md, path)
+            tl.drop_state(sd, [p for p, _ in opts], lambda keys: not keys & stored)
+            plan = self._checked(sd, path, stored, allow, kwargs)
+            result = _load(sd, path, self.comm, **kwargs)
+        except BaseException:
+            for (_, o), keep in zip(opts, before):
+                forget_state(o, keep)  # a fresh optimizer is fresh again
+            raise
+        missing = set(result.missing_keys)
+        tl.drop_state(sd, [p for p, _ in opts], lambda keys: keys <= missing)
+        if plan is None:  # not checked before: shardpoint.load accepted the keys
+            plan = _check_structure(self.model, self.optimizers, self.schedulers, self.scaler,
+                                    sd, *allow)
+        _apply_state(self.model, self.optimizers, self.schedulers, self.scaler, sd, plan,
+                     restore_rng)
+        self.extra = sd["extra"]
+        for prefix, m in plan.groups.items():
+            result.missing_keys += [f"{prefix}.param_groups[{i}]" for i in m.missing]
+            result.unexpected_keys += [f"{prefix}.param_groups[{j}]" for j in m.unexpected]
+        result.missing_keys.sort()
+        result.unexpected_keys.sort()
         return result
+
+    def resume(self, manager: Any, **kwargs: Any) -> tuple[int, LoadResult] | tuple[None, None]:
+        """``load`` of the newest complete checkpoint of ``manager`` (a
+        ``CheckpointManager``; rank 0 chooses it). Returns ``(iteration,
+        LoadResult)``, or ``(None, None)`` when there is none. Collective."""
+        it = manager.agree_on_latest()
+        if it is None:
+            return None, None
+        return it, self.load(manager.path_for(it), **kwargs)
+
+    def _checked(self, sd: dict, path: Any, stored: set[str], allow: tuple[bool, bool],
+                 load_kwargs: dict) -> _Structure | None:
+        """Reads the structure values of checkpoint ``path`` and checks them against
+        the objects; the ranks agree (InvalidArgumentError on every rank). None
+        where a strict load lacks keys: shardpoint.load then names them, before
+        any byte lands."""
+        from shardpoint import _torch_load as tl
+        structure = tl.read_structure(
+            sd, path, self.comm, [p for p, _ in _named(self.optimizers, "optim")],
+            [p for p, _ in _named(self.schedulers, "scheduler")],
+            load_kwargs.get("verify_checksums", True), load_kwargs.get("allow_pickle", False))
+        error, plan = "", None
+        if allow[0] or not set(flatten_keys(sd)) - stored:
+            try:
+                plan = _check_structure(self.model, self.optimizers, self.schedulers,
+                                        self.scaler, structure, *allow)
+            except Exception as e:  # noqa: BLE001 - every rank must learn of it
+                error = str(e) if isinstance(e, _C.Error) else f"{type(e).__name__}: {e}"
+        tl.agree(self.comm, error)
+        return plan
+
+    def _rng_to_restore(self, sd: dict, md: Any, path: Any) -> bool:
+        if not self.rng:
+            return False
+        saved = {o.index for o in md.objects if o.key == "rng"}
+        if (self.comm.rank(),) in saved:
+            return True
+        import warnings
+        warnings.warn(f"rank {self.comm.rank()}: checkpoint '{path}' holds the RNG of "
+                      f"{len(saved)} ranks, none for this one: its RNG is not restored",
+                      RuntimeWarning, stacklevel=3)
+        del sd["rng"]
+        return False

@@ -125,3 +125,22 @@ def test_cuda_reserve_pins_what_the_first_saves_need(ckpt, tmp_path):
         sp.load(dst, path)
         for k in src:
             assert torch.equal(dst[k], src[k]), (path, k)
+
+
+def test_all_or_nothing_on_the_device(ckpt):
+    """A checksum mismatch leaves CUDA tensors as they were with all_or_nothing."""
+    src = torch.arange(4096, dtype=torch.float32).cuda()
+    sp.save({"a": src, "b": src * 2}, ckpt)
+    c = sp.metadata(ckpt).tensors["b"].chunks[0]
+    import os
+    with open(os.path.join(ckpt, c.file), "r+b") as f:
+        f.seek((c.begin + c.end) // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 1]))
+    a, b = torch.zeros(4096, device="cuda"), torch.zeros(4096, device="cuda")
+    with pytest.raises(sp.DataLossError):
+        sp.load({"a": a, "b": b}, ckpt, all_or_nothing=True, io_threads=1)
+    assert not a.any() and not b.any()
+    sp.load({"a": a}, ckpt, all_or_nothing=True, allow_unexpected_keys=True)
+    assert torch.equal(a, src) and a.device.type == "cuda"

@@ -38,6 +38,7 @@ def saved(ckpt):
               "qkv": sp.fused([sp.FusedPart(f"model.{n}", [6, 4]) for n in "qkv"], qkv, 0, r, 2),
               "step": g["step"].clone(),
               "rng": sp.ShardedObject("rng", {"rank": r}, index=(r,), grid=(2,)),
+              "pp": sp.ShardedObject("pp", 10 + r, index=(0, r), grid=(1, 2)),
               "cfg": {"lr": 0.5, "name": "tiny"}}
         sp.save(sd, ckpt, comm, common={"iteration": 3}, metadata={"run": "read-test"})
 
@@ -75,7 +76,10 @@ def test_read_everything_whole(saved):
     for n in "qkv":
         assert torch.equal(out[f"model.{n}"], g[n])
     assert out["step"].shape == () and out["step"].item() == 7
-    assert out["rng"] == {(0,): {"rank": 0}, (1,): {"rank": 1}}
+    # one value per rank: keyed by the rank itself; a grid of more dims by tuples
+    assert out["rng"] == {0: {"rank": 0}, 1: {"rank": 1}}
+    assert out["rng"][0] == {"rank": 0}
+    assert out["pp"] == {(0, 0): 10, (0, 1): 11}
     assert out["cfg.lr"] == 0.5 and out["cfg.name"] == "tiny"
     assert out["<common>"] == {"iteration": 3}
 

@@ -257,3 +257,9 @@ def test_experts_and_pipeline(ckpt):
     assert g.components() == [4, 4, 4, 4, 2, 2]
     st = sp.gdn_in_proj("in_proj", torch.zeros(10, 3), g, 3, 0, 2)
     assert st.keys == ["in_proj"] * len(st.layout.segments)
+
+
+def test_whole_without_data_needs_a_shape():
+    with pytest.raises(sp.InvalidArgumentError, match="'x': whole\\(\\) without data needs shape="):
+        sp.whole("x", None, dtype="f32")
+    assert sp.whole("x", None, dtype="f32", shape=[2, 3]).layout.shape == [2, 3]

@@ -188,6 +188,50 @@ def test_onecycle_function_is_rebuilt_not_pickled(ckpt):
         spt.TrainState(model2, opt2, schedulers=s2, rng=False).load(ckpt)
 
 
+def warmup(step):
+    return min(1.0, (step + 1) / 4)
+
+
+def test_lambda_lr_function_is_compared_by_name(ckpt):
+    """torch's LambdaLR.state_dict() stores a function as None; shardpoint stores its
+    qualified name, so a different function is an error, not a silent resume."""
+    model, opt, _ = make()
+    s = torch.optim.lr_scheduler.LambdaLR(opt, warmup)
+    sd = spt.get_state_dict(model, opt, schedulers=s)
+    assert sd["scheduler"].value["lr_lambdas"] == [{"__shardpoint__": "function",
+                                                    "name": "warmup"}] * 2  # one per group
+    spt.TrainState(model, opt, schedulers=s, rng=False).save(ckpt)
+    model2, opt2, _ = make(seed=3)
+    w = model2.fc1.weight.detach().clone()
+    other = torch.optim.lr_scheduler.LambdaLR(opt2, lambda step: 1.0)
+    with pytest.raises(sp.InvalidArgumentError, match=r"'scheduler.lr_lambdas\[0\]' was the "
+                                                      r"function warmup .* holds "
+                                                      r"test_lambda_lr_function_is_compared_by_"
+                                                      r"name.<locals>.<lambda>"):
+        spt.TrainState(model2, opt2, schedulers=other, rng=False).load(ckpt)
+    assert same(model2.fc1.weight, w)
+    # the same function loads
+    s3 = torch.optim.lr_scheduler.LambdaLR(opt2, warmup)
+    spt.TrainState(model2, opt2, schedulers=s3, rng=False).load(ckpt)
+    assert s3.lr_lambdas == [warmup, warmup] and s3.last_epoch == s.last_epoch
+
+
+def test_lambda_inside_sequential_lr_is_compared(ckpt):
+    model, opt, _ = make()
+    seq = torch.optim.lr_scheduler.SequentialLR(
+        opt, [torch.optim.lr_scheduler.LambdaLR(opt, warmup),
+              torch.optim.lr_scheduler.StepLR(opt, 2)], milestones=[3])
+    spt.TrainState(model, opt, schedulers=seq, rng=False).save(ckpt)
+    model2, opt2, _ = make()
+    seq2 = torch.optim.lr_scheduler.SequentialLR(
+        opt2, [torch.optim.lr_scheduler.LambdaLR(opt2, lambda e: 1.0),
+               torch.optim.lr_scheduler.StepLR(opt2, 2)], milestones=[3])
+    with pytest.raises(sp.InvalidArgumentError,
+                       match=r"'scheduler._schedulers\[0\].lr_lambdas\[0\]' was the function "
+                             r"warmup"):
+        spt.TrainState(model2, opt2, schedulers=seq2, rng=False).load(ckpt)
+
+
 def test_reduce_on_plateau_with_tensor_metric(ckpt):
     model, opt, _ = make()
     s = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0)
