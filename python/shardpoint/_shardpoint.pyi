@@ -138,7 +138,7 @@ class GqaDims:
     heads: int
 
 class HfKeyInfo:
-    def __init__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def __init__(self) -> None: ...
     dtype: DType
     groups: int
     heads: int

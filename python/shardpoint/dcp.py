@@ -51,7 +51,8 @@ from shardpoint.sharded import ShardedTensor
 __all__ = ["StorageWriter", "StorageReader", "WRITER_TAG"]
 
 _D = _torch_dcp.api()
-WRITER_TAG = "shardpoint.dcp"  # metadata {"dcp": {"writer": WRITER_TAG, ...}} of a written checkpoint
+# A written checkpoint's user metadata: {"dcp": {"writer": WRITER_TAG, "torch": version}}.
+WRITER_TAG = "shardpoint.dcp"
 
 
 def _done(value: Any) -> torch.futures.Future:
@@ -260,13 +261,18 @@ class StorageReader(_D.StorageReader):  # type: ignore[misc, name-defined]
         self.set_up_storage_reader(metadata, is_coordinator)
 
     # -- both -----------------------------------------------------------------
-    def read_metadata(self) -> Any:
+    def _where(self) -> str:
         if self.path is None:
-            raise _C.InvalidArgumentError("shardpoint.dcp.StorageReader: no path")
-        if os.path.exists(os.path.join(self.path, ".metadata")):  # a plain DCP directory
+            raise _C.InvalidArgumentError("shardpoint.dcp.StorageReader: no path (give one, or "
+                                          "a checkpoint_id to torch's load)")
+        return self.path
+
+    def read_metadata(self) -> Any:
+        path = self._where()
+        if os.path.exists(os.path.join(path, ".metadata")):  # a plain DCP directory
             self._objects = "dcp"
-            return _D.FileSystemReader(self.path).read_metadata()
-        md = _sp_metadata(self.path)
+            return _D.FileSystemReader(path).read_metadata()
+        md = _sp_metadata(path)
         written = isinstance(md.metadata, dict) and isinstance(md.metadata.get("dcp"), dict) \
             and md.metadata["dcp"].get("writer") == WRITER_TAG
         self._objects = "written" if written else "values"
@@ -322,7 +328,7 @@ class StorageReader(_D.StorageReader):  # type: ignore[misc, name-defined]
         st.tensors = tensors
         st.objects = [_C.Object(i.storage_index.fqn) for i in byte_items]
         st.common = None
-        _C.load(st, self.path, single(), self._options)
+        _C.load(st, self._where(), single(), self._options)
         for item, target, buf in reads:
             if buf is not None:
                 target.copy_(buf)

@@ -3,8 +3,8 @@
     import shardpoint.hf as sphf
     from shardpoint.torch import TPPlan
     plan = TPPlan([(r"linear_qkv\\.weight$", "column"), (r"linear_fc1\\.weight$", "swiglu"),
-                   (r"linear_(proj|fc2)\\.weight$", "row"), (r"word_embeddings|output_layer", "vocab")],
-                  tp_rank, tp_size)
+                   (r"linear_(proj|fc2)\\.weight$", "row"),
+                   (r"word_embeddings|output_layer", "vocab")], tp_rank, tp_size)
     sphf.load(model, "Llama-3-8B/", "llama", comm, plan=plan)     # collective
     sphf.export("ckpt/iter_100", "out-hf/", "llama")                 # one process
     sphf.describe("Llama-3-8B/", "llama")                            # keys, shapes, hints
@@ -91,6 +91,40 @@ def _describe(hf_dir: str | os.PathLike, mp: _C.HfMapping, variables: Any) -> di
     return {i.key: i for i in _C.describe_hf(os.fspath(hf_dir), mp, _variables(variables))}
 
 
+_INFO_FIELDS = ("key", "split", "heads", "groups", "hf")
+
+
+def _describe_on_rank0(hf_dir: str | os.PathLike, mp: _C.HfMapping, variables: Any,
+                       comm: Comm) -> dict[str, Any]:
+    """``_describe`` on rank 0 alone, broadcast to the others (one collective): N
+    ranks do not read every header N times. Rank 0's error is raised on every rank."""
+    if comm.size() == 1:
+        return _describe(hf_dir, mp, variables)
+    payload = b""
+    if comm.rank() == 0:
+        try:
+            infos = _describe(hf_dir, mp, variables)
+            payload = b"K" + json.dumps([
+                dict({f: getattr(i, f) for f in _INFO_FIELDS}, dtype=_C.dtype_name(i.dtype),
+                     shape=list(i.shape)) for i in infos.values()]).encode()
+        except Exception as e:  # noqa: BLE001 - every rank raises it (below)
+            name = type(e).__name__ if isinstance(e, _C.Error) else "InvalidArgumentError"
+            payload = b"E" + json.dumps([name, str(e)]).encode()
+    payload = comm.broadcast(payload, 0)
+    if payload[:1] == b"E":
+        name, message = json.loads(payload[1:])
+        raise getattr(_C, name, _C.InternalError)(
+            message if comm.rank() == 0 else f"rank 0: {message}")
+    out = {}
+    for d in json.loads(payload[1:]):
+        info = _C.HfKeyInfo()
+        for f in _INFO_FIELDS:
+            setattr(info, f, d[f])
+        info.dtype, info.shape = _C.parse_dtype(d["dtype"]), d["shape"]
+        out[info.key] = info
+    return out
+
+
 def describe(hf_dir: str | os.PathLike, mapping_spec: MappingLike = None, *,
              variables: Mapping[str, int] | None = None) -> dict[str, KeyInfo]:
     """What the HF model at ``hf_dir`` provides in shardpoint keys under the mapping,
@@ -106,7 +140,7 @@ def describe(hf_dir: str | os.PathLike, mapping_spec: MappingLike = None, *,
 
 # TPPlan kinds and the mapping hints whose Megatron layout holds the same
 # local memory (used where the plan stores sub-keys the mapping fuses).
-_SAME_MEMORY = {"swiglu": {"swiglu"}, "qkv": set()}
+_SAME_MEMORY: dict[str, set[str]] = {"swiglu": {"swiglu"}, "qkv": set()}
 
 
 def _plan_kind(plan: Any, fqn: str) -> Any:
@@ -201,7 +235,12 @@ def state_dict(model: Any, hf_dir: str | os.PathLike, mapping_spec: MappingLike 
     (the TPPlan's meaning), except keys with an ``experts_*`` hint, which take
     Megatron's expert-parallel layout at ``ep=(ep_rank, ep_size)``; without a plan
     every key the HF model provides takes its hint's layout at TP 1."""
-    infos = _describe(hf_dir, mapping(mapping_spec), variables)
+    return _layouts(model, _describe(hf_dir, mapping(mapping_spec), variables), plan, ep,
+                    prefix, keys)
+
+
+def _layouts(model: Any, infos: dict[str, Any], plan: Any, ep: tuple[int, int], prefix: str,
+             keys: Callable[[str], str | None] | None) -> dict[str, _sh.ShardedTensor]:
     key_of = _key_of(prefix, keys)
     ep_pair = (int(ep[0]), int(ep[1]))
     out: dict[str, _sh.ShardedTensor] = {}
@@ -249,6 +288,26 @@ def _bind(sd: dict[str, _sh.ShardedTensor]) -> tuple[Any, list, list]:
     return st, owners, device
 
 
+def _agree(comm: Comm, failure: BaseException | None) -> None:
+    """Raises on every rank if any rank failed (one all-gather): the lowest failing
+    rank's error, by its shardpoint type, prefixed ``rank R:`` on the other ranks."""
+    mine = b""
+    if failure is not None:
+        name = type(failure).__name__ if isinstance(failure, _C.Error) else "InvalidArgumentError"
+        mine = json.dumps([name, str(failure)]).encode()
+    if comm.size() > 1:
+        msgs = comm.all_gather(mine)
+    else:
+        msgs = [mine]
+    for r, m in enumerate(msgs):
+        if not m:
+            continue
+        if r == comm.rank() and failure is not None:
+            raise failure
+        name, message = json.loads(m)
+        raise getattr(_C, name, _C.InternalError)(f"rank {r}: {message}")
+
+
 def load(model: Any, hf_dir: str | os.PathLike, mapping_spec: MappingLike = None,
          comm: Comm | None = None, *, plan: Any = None, ep: tuple[int, int] = (0, 1),
          prefix: str = "", keys: Callable[[str], str | None] | None = None,
@@ -260,7 +319,8 @@ def load(model: Any, hf_dir: str | os.PathLike, mapping_spec: MappingLike = None
     """Fills ``model``'s tensors in place from the HF model at ``hf_dir``. Collective.
 
     Layouts as ``state_dict`` says (``plan``, ``ep``, ``prefix``, ``keys``).
-    Rank 0 reads the headers and broadcasts them; each rank then reads only the
+    Rank 0 reads the headers and broadcasts what they describe (and again inside
+    ``LoadFromHf``; each is one collective); each rank then reads only the
     byte runs of its own shards (``cooperative=True``: each needed byte once in
     all, sent to the ranks that need it; ``read_gap_bytes``: bridge gaps up to
     that size, worth it on network filesystems). ``strict`` (default): a key the
@@ -273,12 +333,16 @@ def load(model: Any, hf_dir: str | os.PathLike, mapping_spec: MappingLike = None
     from shardpoint._checkpoint import LoadResult
     comm = comm if comm is not None else default_comm()
     mp = mapping(mapping_spec)
-    sd = state_dict(model, hf_dir, mp, plan=plan, ep=ep, prefix=prefix, keys=keys,
-                    variables=variables)
+    infos = _describe_on_rank0(hf_dir, mp, variables, comm)
+    try:
+        st, owners, device = _bind(_layouts(model, infos, plan, ep, prefix, keys))
+        failure: BaseException | None = None
+    except Exception as e:  # noqa: BLE001 - every rank learns of it before the collective load
+        failure = e
+    _agree(comm, failure)
     opts = _load_options(strict, allow_missing_keys, allow_unexpected_keys,
                          allow_dtype_conversion, allow_shape_mismatch, cooperative, io_threads,
                          read_gap_bytes)
-    st, owners, device = _bind(sd)
     r = _C.load_from_hf(st, os.fspath(hf_dir), mp, comm, opts, _variables(variables))
     for target, host in device:
         target.copy_(host)

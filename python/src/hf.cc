@@ -54,14 +54,16 @@ void RegisterMapping(py::module_& m) {
 }
 
 void RegisterDescribe(py::module_& m) {
+  // Writable: load() rebuilds rank 0's descriptions on the other ranks.
   py::class_<HfKeyInfo>(m, "HfKeyInfo")
-      .def_readonly("key", &HfKeyInfo::key)
-      .def_readonly("dtype", &HfKeyInfo::dtype)
-      .def_readonly("shape", &HfKeyInfo::shape)
-      .def_readonly("split", &HfKeyInfo::split)
-      .def_readonly("heads", &HfKeyInfo::heads)
-      .def_readonly("groups", &HfKeyInfo::groups)
-      .def_readonly("hf", &HfKeyInfo::hf);
+      .def(py::init<>())
+      .def_readwrite("key", &HfKeyInfo::key)
+      .def_readwrite("dtype", &HfKeyInfo::dtype)
+      .def_readwrite("shape", &HfKeyInfo::shape)
+      .def_readwrite("split", &HfKeyInfo::split)
+      .def_readwrite("heads", &HfKeyInfo::heads)
+      .def_readwrite("groups", &HfKeyInfo::groups)
+      .def_readwrite("hf", &HfKeyInfo::hf);
   m.def(
       "describe_hf",
       [](const std::string& dir, const HfMapping& mapping, Variables variables) {

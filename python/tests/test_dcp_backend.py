@@ -71,6 +71,13 @@ def test_two_ranks_to_three_bit_for_bit(written):
     run(WORKER, "load", free_port(), 3, written, "--step")
 
 
+def test_a_rank_that_cannot_prepare_fails_every_rank(tmp_path):
+    d = str(tmp_path / "bad")
+    run(WORKER, "save-bad", free_port(), 2, d)
+    with pytest.raises(sp.NotFoundError):
+        sp.metadata(d)
+
+
 def test_reads_plain_dcp_directory(tmp_path):
     d = str(tmp_path / "dcp")
     run(os.path.join(HERE, "workers", "dcp_save.py"), d, 3, free_port())

@@ -293,3 +293,71 @@ def test_write_model_and_convert_round_trip(tmp_path):
     for k, v in ref.items():
         assert same(torch.as_tensor(loaded[k]) if not isinstance(loaded[k], torch.Tensor)
                     else loaded[k], v), k
+
+
+E, I_MOE, H_MOE = 4, 6, 8
+
+
+def moe_hf(seed=11):
+    g = torch.Generator().manual_seed(seed)
+    t = {"model.layers.0.mlp.gate.weight": torch.randn(E, H_MOE, generator=g)}
+    for e in range(E):
+        p = f"model.layers.0.mlp.experts.{e}."
+        t.update({p + "gate_proj.weight": torch.randn(I_MOE, H_MOE, generator=g),
+                  p + "up_proj.weight": torch.randn(I_MOE, H_MOE, generator=g),
+                  p + "down_proj.weight": torch.randn(H_MOE, I_MOE, generator=g)})
+    return t
+
+
+def moe_local(hf, tp_rank, tp, ep_rank, ep):
+    """Megatron's grouped-GEMM expert tensors of one (TP, EP) rank, built here:
+    fc1 [local experts, 2I/tp, H] = per expert [gate_i; up_i], fc2 [local experts,
+    H, I/tp]; the router whole."""
+    p = "model.layers.0.mlp."
+    mine = range(ep_rank * E // ep, (ep_rank + 1) * E // ep)
+    fc1 = torch.stack([torch.cat([hf[p + f"experts.{e}.gate_proj.weight"].chunk(tp)[tp_rank],
+                                  hf[p + f"experts.{e}.up_proj.weight"].chunk(tp)[tp_rank]])
+                       for e in mine])
+    fc2 = torch.stack([hf[p + f"experts.{e}.down_proj.weight"].chunk(tp, dim=1)[tp_rank]
+                       for e in mine])
+    m = "decoder.layers.0.mlp."
+    return {m + "router.weight": hf[p + "gate.weight"], m + "experts.linear_fc1.weight": fc1,
+            m + "experts.linear_fc2.weight": fc2}
+
+
+def test_expert_parallel_load_tp2_ep2(tmp_path):
+    hf = moe_hf()
+    d = str(tmp_path / "moe")
+    os.makedirs(d)
+    write_safetensors(os.path.join(d, "model.safetensors"), hf)
+    assert sphf.describe(d, "qwen_moe")["decoder.layers.0.mlp.experts.linear_fc1.weight"].shape \
+        == (E, 2 * I_MOE, H_MOE)
+
+    def rank(r, comm):
+        tp_rank, ep_rank = r % 2, r // 2
+        want = moe_local(hf, tp_rank, 2, ep_rank, 2)
+        sd = {k: torch.zeros_like(v) for k, v in want.items()}
+        res = sphf.load(sd, d, "qwen_moe", comm, plan=TPPlan([], tp_rank, 2), ep=(ep_rank, 2))
+        assert res.bytes_read == sum(v.numel() * 4 for v in want.values())
+        return sd, want
+
+    for r, (got, want) in enumerate(run_ranks(4, rank)):
+        for k, v in want.items():
+            assert same(got[k], v), (r, k)
+
+
+def test_one_rank_with_a_wrong_shape_fails_every_rank(hf_dir):
+    def rank(r, comm):
+        model = megatron_model(r, 2)
+        if r == 1:  # rank 1's fc1 has TP=4's shape: its layout fails in Python, on rank 1
+            fc1 = model.decoder.layers._modules["1"].mlp.linear_fc1
+            fc1.weight = torch.nn.Parameter(torch.zeros(2 * F // 4, H, dtype=DT))
+        try:
+            sphf.load(model, hf_dir, "llama", comm, plan=plan(r, 2))
+        except sp.InvalidArgumentError as e:
+            return str(e)
+        return None
+
+    msgs = run_ranks(2, rank)
+    assert all(m is not None and "decoder.layers.1.mlp.linear_fc1.weight" in m for m in msgs)
+    assert msgs[0].startswith("rank 1: ")

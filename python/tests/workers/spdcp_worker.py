@@ -3,6 +3,7 @@ StorageWriter / StorageReader, from N gloo processes.
 
     /usr/bin/python3 spdcp_worker.py save PORT NPROCS DIR
     /usr/bin/python3 spdcp_worker.py load PORT NPROCS DIR [--step]
+    /usr/bin/python3 spdcp_worker.py save-bad PORT NPROCS DIR
 
 save: dcp_save.globals_() as ShardedTensors "emb" (ChunkShardingSpec dim 0) and
 "col" (dim 1) over NPROCS ranks, plain "bias" and "ids", the byte item "extra"
@@ -10,6 +11,9 @@ save: dcp_save.globals_() as ShardedTensors "emb" (ChunkShardingSpec dim 0) and
 load: into ShardedTensors laid out otherwise (emb by columns, col by rows) over
 NPROCS ranks and into plain tensors, "extra" (and with --step "step"); checks
 every value bit for bit; exits non-zero on any difference.
+save-bad: the coordinator alone holds an item C++ cannot take (a complex
+tensor): every rank must raise (none left waiting in the collective save), and
+no checkpoint is written.
 """
 import io
 import os
@@ -51,6 +55,22 @@ def save(rank, world, d):
     dcp.save_state_dict(sd, spdcp.StorageWriter(d))
 
 
+def save_bad(rank, world, d):
+    import shardpoint as sp
+    import shardpoint.dcp as spdcp
+    dcp = spdcp._D.module
+    g = globals_()
+    sd = {"emb": sharded(g, "emb", 0, world, True)[0], "z": torch.zeros(2, dtype=torch.complex64)}
+    try:
+        dcp.save_state_dict(sd, spdcp.StorageWriter(d))
+    except dcp.CheckpointException as e:
+        err = e.failures[min(e.failures)][0]
+        assert isinstance(err, sp.FailedPreconditionError), repr(err)
+        assert "rank 0: InvalidArgumentError" in str(err) and "complex" in str(err), str(err)
+    else:
+        raise AssertionError(f"rank {rank}: the save did not fail")
+
+
 def check_sharded(st, full, name):
     for shard in st.local_shards():
         idx = tuple(slice(o, o + n) for o, n in zip(shard.metadata.shard_offsets,
@@ -71,7 +91,8 @@ def load(rank, world, d, step):
         assert same(sd[k], v), f"plain '{k}' differs on rank {rank}"
     assert sd["extra"].getvalue() == b"dcp-bytes-item", sd["extra"]
     assert not step or sd["step"] == 7, sd["step"]
-    sd = {"emb": sharded(g, "emb", 1, world, False)[0], "col": sharded(g, "col", 0, world, False)[0]}
+    sd = {"emb": sharded(g, "emb", 1, world, False)[0],
+          "col": sharded(g, "col", 0, world, False)[0]}
     dcp.load_state_dict(sd, spdcp.StorageReader(d))
     check_sharded(sd["emb"], g["emb"], "emb")
     check_sharded(sd["col"], g["col"], "col")
@@ -81,6 +102,8 @@ def worker(rank, mode, port, world, d, step):
     init_gloo(rank, world, port)
     if mode == "save":
         save(rank, world, d)
+    elif mode == "save-bad":
+        save_bad(rank, world, d)
     else:
         load(rank, world, d, step)
     dist.barrier()
