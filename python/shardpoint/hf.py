@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Mapping
 from shardpoint import _shardpoint as _C
 from shardpoint import sharded as _sh
 from shardpoint._tensors import describe as _describe_tensor
-from shardpoint._tensors import to_dtype
+from shardpoint._tensors import is_tensor, to_dtype
 from shardpoint.comm import Comm, default_comm
 
 __all__ = ["KeyInfo", "ExportStats", "mapping", "mapping_names", "describe", "state_dict", "load",
@@ -200,14 +200,14 @@ def _layout(fqn: str, key: str, t: Any, plan: Any, infos: dict, ep: tuple[int, i
 
 def _named_tensors(model: Any) -> list[tuple[str, Any]]:
     """(fqn, tensor) of a module's state dict (parameters and persistent buffers) or
-    of a dict; values that are not tensors (``_extra_state``) are left out."""
+    of a dict (torch tensors or numpy arrays); values that are not tensors
+    (``_extra_state``) are left out."""
     sd = model.state_dict() if hasattr(model, "state_dict") and callable(model.state_dict) \
         else model
     if not isinstance(sd, Mapping):
         raise _C.InvalidArgumentError(f"expected a torch module or a dict of tensors, got "
                                       f"{type(model).__name__}")
-    import torch
-    return [(str(k), v) for k, v in sd.items() if isinstance(v, torch.Tensor)]
+    return [(str(k), v) for k, v in sd.items() if is_tensor(v)]
 
 
 def _key_of(prefix: str, keys: Callable[[str], str | None] | None) -> Callable[[str], Any]:
@@ -277,7 +277,7 @@ def _bind(sd: dict[str, _sh.ShardedTensor]) -> tuple[Any, list, list]:
     tensors, owners, device = [], [], []
     for sharded in sd.values():
         data = sharded.data
-        if data.device.type != "cpu":
+        if getattr(getattr(data, "device", None), "type", "cpu") != "cpu":
             host = data.new_empty(data.shape, device="cpu")
             device.append((data, host))
             data = host

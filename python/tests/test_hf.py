@@ -266,6 +266,16 @@ def test_missing_key_is_reported_or_refused(hf_dir):
     assert same(model.output_layer.weight.detach(), hf_tensors()["lm_head.weight"])
 
 
+def test_dict_of_numpy_arrays_loads(hf_dir):
+    import numpy as np
+    sd = {"decoder.final_layernorm.weight": np.zeros(H, dtype=np.float32),
+          "embedding.word_embeddings.weight": np.zeros((V, H), dtype=np.float32)}
+    res = sphf.load(sd, hf_dir, "llama", sp.single(), strict=False, allow_dtype_conversion=True)
+    assert "output_layer.weight" in res.unexpected_keys and not res.missing_keys
+    want = hf_tensors()["model.norm.weight"].float().numpy()
+    assert np.array_equal(sd["decoder.final_layernorm.weight"], want)
+
+
 def test_mapping_specs(hf_dir, tmp_path):
     rule = {"rules": [{"sp": "head", "hf": "lm_head.weight", "split": "vocab"}]}
     path = tmp_path / "m.json"
