@@ -54,7 +54,9 @@ def written(tmp_path_factory):
 
 def test_writer_makes_a_shardpoint_checkpoint(written):
     assert not os.path.exists(os.path.join(written, ".metadata"))  # not DCP's format
-    assert sp.verify(written).ok
+    report = sp.verify(written)
+    assert report.ok and report.chunks_checked >= 6 and report.objects_checked == 2
+    assert "shardpoint.dcp" in sp.inspect(written)  # the writer's metadata
     md = sp.metadata(written)
     assert md.metadata["dcp"]["writer"] == spdcp.WRITER_TAG
     assert {k: t.shape for k, t in md.tensors.items()} == {k: tuple(v.shape) for k, v in G.items()}
