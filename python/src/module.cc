@@ -3,6 +3,7 @@
 
 namespace shardpoint::python {
 void RegisterVerify(pybind11::module_& m);  // verify.cc
+void RegisterHf(pybind11::module_& m);      // hf.cc
 }  // namespace shardpoint::python
 
 PYBIND11_MODULE(_shardpoint, m) {
@@ -15,4 +16,5 @@ PYBIND11_MODULE(_shardpoint, m) {
   shardpoint::python::RegisterLayouts(m);
   shardpoint::python::RegisterManager(m);
   shardpoint::python::RegisterVerify(m);
+  shardpoint::python::RegisterHf(m);
 }

@@ -101,10 +101,11 @@ stage "pytest: CUDA, DTensor, FSDP2 and torch 2.x DCP tests"
 # toolchain and torch differ from the development machine's, and a load error
 # once crashed here)
 # shellcheck disable=SC2086
-timeout 200 python3 -m pytest -q -p no:cacheprovider -rs ${SHARDPOINT_GPU_TESTS:-python/tests/test_cuda.py \
+timeout 300 python3 -m pytest -q -p no:cacheprovider -rs ${SHARDPOINT_GPU_TESTS:-python/tests/test_cuda.py \
   python/tests/test_staging.py python/tests/test_staged_load.py python/tests/test_errors.py \
   python/tests/test_module_symbols.py \
   python/tests/test_torch2_dcp.py python/tests/test_torch2_fsdp.py \
+  python/tests/test_torch2_dcp_backend.py \
   python/tests/test_torch_layouts.py::test_dtensor_placements_map_to_layouts} \
   > "$OUT/pytest.log" 2>&1
 echo "pytest exit $?"
