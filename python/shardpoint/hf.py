@@ -376,28 +376,33 @@ def _dtype_option(dtype: Any) -> Any:
 def export(checkpoint: str | os.PathLike, out_dir: str | os.PathLike,
            mapping_spec: MappingLike = None, *, max_shard_size: int = 5_000_000_000,
            dtype: Any = None, io_threads: int = 4, block_bytes: int = 64 << 20,
-           variables: Mapping[str, int] | None = None) -> ExportStats:
+           variables: Mapping[str, int] | None = None, overwrite: bool = False) -> ExportStats:
     """Writes the checkpoint at ``checkpoint`` (shardpoint, DCP or an HF model) as an
     HF model at ``out_dir``, as ``shardpoint export-hf`` does: streaming in blocks of
     ``block_bytes`` with ``io_threads`` in flight, files of at most
     ``max_shard_size`` bytes, floating tensors converted to ``dtype`` if given,
     ``config.json`` from the checkpoint's stored HF config (``convert``) with
-    ``variables`` over it (``vocab_size`` cuts a padded vocabulary). One process."""
+    ``variables`` over it (``vocab_size`` cuts a padded vocabulary). One process.
+
+    Written into ``<out_dir>.partial`` and renamed to ``out_dir`` once complete: a
+    killed export leaves ``out_dir`` as it was. An existing ``out_dir`` that is not an
+    empty directory raises ``FailedPreconditionError`` naming it unless
+    ``overwrite=True``, which replaces it whole, atomically."""
     return _stats(_C.export_hf(os.fspath(checkpoint), os.fspath(out_dir), mapping(mapping_spec),
                                int(max_shard_size), _dtype_option(dtype), int(io_threads),
-                               int(block_bytes), _variables(variables)))
+                               int(block_bytes), _variables(variables), bool(overwrite)))
 
 
 def convert(hf_dir: str | os.PathLike, checkpoint: str | os.PathLike,
             mapping_spec: MappingLike = None, *, dtype: Any = None, io_threads: int = 4,
             block_bytes: int = 64 << 20,
-            variables: Mapping[str, int] | None = None) -> ExportStats:
+            variables: Mapping[str, int] | None = None, overwrite: bool = False) -> ExportStats:
     """Writes the HF model at ``hf_dir`` as a shardpoint checkpoint at ``checkpoint``
     (``shardpoint convert``): mapped keys, checksums, ``config.json`` kept in its
-    metadata. One process."""
+    metadata. One process. Committed as ``export`` is; ``overwrite`` as there."""
     return _stats(_C.convert_hf_to_shardpoint(
         os.fspath(hf_dir), os.fspath(checkpoint), mapping(mapping_spec), _dtype_option(dtype),
-        int(io_threads), int(block_bytes), _variables(variables)))
+        int(io_threads), int(block_bytes), _variables(variables), bool(overwrite)))
 
 
 def _tensor_bytes(name: str, t: Any) -> tuple[str, Any, list[int], bytes]:

@@ -21,8 +21,9 @@ namespace {
 using Variables = std::map<std::string, int64_t>;
 
 ExportHfOptions ExportOptions(uint64_t max_shard_size, std::optional<DType> dtype, int io_threads,
-                              size_t block_bytes, Variables variables) {
+                              size_t block_bytes, Variables variables, bool overwrite) {
   ExportHfOptions o;
+  o.overwrite = overwrite;
   o.max_shard_size = max_shard_size;
   o.dtype = dtype;
   o.io_threads = io_threads;
@@ -106,24 +107,26 @@ void RegisterTransfer(py::module_& m) {
       "export_hf",
       [](const std::string& src, const std::string& out, const HfMapping& mapping,
          uint64_t max_shard_size, std::optional<DType> dtype, int io_threads, size_t block_bytes,
-         Variables variables) {
-        return Unwrap(ExportHf(
-            src, out, mapping,
-            ExportOptions(max_shard_size, dtype, io_threads, block_bytes, std::move(variables))));
+         Variables variables, bool overwrite) {
+        return Unwrap(ExportHf(src, out, mapping,
+                               ExportOptions(max_shard_size, dtype, io_threads, block_bytes,
+                                             std::move(variables), overwrite)));
       },
       py::arg("src"), py::arg("out"), py::arg("mapping"), py::arg("max_shard_size"),
       py::arg("dtype"), py::arg("io_threads"), py::arg("block_bytes"), py::arg("variables"),
-      py::call_guard<py::gil_scoped_release>());
+      py::arg("overwrite") = false, py::call_guard<py::gil_scoped_release>());
   m.def(
       "convert_hf_to_shardpoint",
       [](const std::string& src, const std::string& out, const HfMapping& mapping,
-         std::optional<DType> dtype, int io_threads, size_t block_bytes, Variables variables) {
+         std::optional<DType> dtype, int io_threads, size_t block_bytes, Variables variables,
+         bool overwrite) {
         return Unwrap(ConvertHfToShardpoint(
             src, out, mapping,
-            ExportOptions(0, dtype, io_threads, block_bytes, std::move(variables))));
+            ExportOptions(0, dtype, io_threads, block_bytes, std::move(variables), overwrite)));
       },
       py::arg("src"), py::arg("out"), py::arg("mapping"), py::arg("dtype"), py::arg("io_threads"),
-      py::arg("block_bytes"), py::arg("variables"), py::call_guard<py::gil_scoped_release>());
+      py::arg("block_bytes"), py::arg("variables"), py::arg("overwrite") = false,
+      py::call_guard<py::gil_scoped_release>());
 }
 
 void RegisterWrite(py::module_& m) {

@@ -371,3 +371,29 @@ def test_one_rank_with_a_wrong_shape_fails_every_rank(hf_dir):
     msgs = run_ranks(2, rank)
     assert all(m is not None and "decoder.layers.1.mlp.linear_fc1.weight" in m for m in msgs)
     assert msgs[0].startswith("rank 1: ")
+
+
+def test_export_refuses_an_existing_output_unless_overwrite(tmp_path):
+    """A second export into a non-empty directory raises naming it and changes
+    nothing; overwrite=True replaces it whole (no file of the first one left)."""
+    first, second = hf_tensors(seed=5), hf_tensors(seed=6)
+    src1, src2 = str(tmp_path / "src1"), str(tmp_path / "src2")
+    sphf.write_model(src1, first, config=CFG)
+    sphf.write_model(src2, second, config=CFG)
+    out = str(tmp_path / "out")
+    sphf.export(src1, out, max_shard_size=4096)  # sharded: index + shards
+    shards = sorted(os.listdir(out))
+    with pytest.raises(sp.FailedPreconditionError, match="exists and is not empty"):
+        sphf.export(src2, out)
+    assert sorted(os.listdir(out)) == shards
+    sphf.export(src2, out, overwrite=True)
+    assert sorted(os.listdir(out)) == ["config.json", "model.safetensors"]
+    got = read_safetensors_dir(out)
+    assert all(same(got[k], v) for k, v in second.items())
+    assert not os.path.exists(out + ".partial") and not os.path.exists(out + ".old")
+    ckpt = str(tmp_path / "ckpt")
+    sphf.convert(src1, ckpt)
+    with pytest.raises(sp.FailedPreconditionError, match="exists and is not empty"):
+        sphf.convert(src2, ckpt)
+    sphf.convert(src2, ckpt, overwrite=True)
+    assert all(same(torch.as_tensor(sp.read(ckpt)[k]), v) for k, v in second.items())
