@@ -11,22 +11,18 @@ PickleWriter::PickleWriter() {
   U8(2);
 }
 
-void PickleWriter::U32(uint32_t v) {
-  for (int i = 0; i < 4; ++i) U8(static_cast<uint8_t>(v >> (8 * i)));
-}
-
 void PickleWriter::Global(std::string_view module, std::string_view name) {
   U8(op::kGlobal);
-  out_.append(module);
+  Append(module);
   U8('\n');
-  out_.append(name);
+  Append(name);
   U8('\n');
 }
 
 void PickleWriter::Str(std::string_view s) {
   U8(op::kBinUnicode);
-  U32(static_cast<uint32_t>(s.size()));
-  out_.append(s);
+  out_.U32(static_cast<uint32_t>(s.size()));
+  Append(s);
 }
 
 void PickleWriter::Int(int64_t v) {
@@ -35,12 +31,12 @@ void PickleWriter::Int(int64_t v) {
     U8(static_cast<uint8_t>(v));
   } else if (v >= INT32_MIN && v <= INT32_MAX) {
     U8(op::kBinInt);
-    U32(static_cast<uint32_t>(static_cast<int32_t>(v)));
+    out_.U32(static_cast<uint32_t>(static_cast<int32_t>(v)));
   } else {
     // LONG1: little-endian two's complement, 8 bytes (always enough).
     U8(op::kLong1);
     U8(8);
-    for (int i = 0; i < 8; ++i) U8(static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i)));
+    out_.I64(v);
   }
 }
 
@@ -65,7 +61,7 @@ void PickleWriter::BinPersId() { U8(op::kBinPersId); }
 
 std::string PickleWriter::Finish() && {
   U8(op::kStop);
-  return std::move(out_);
+  return std::move(out_.str());
 }
 
 }  // namespace shardpoint::internal_dcp
