@@ -26,7 +26,7 @@
 // else POSIX_FADV_DONTNEED on the data files (printed); then --preback GiB of memory
 // (default twice the state) is touched and freed, so that the load finds memory a
 // VM host with free page reporting has not taken back during the pause
-// (bench/free_page_probe.py; docs/performance.md, "Memory this VM took back"). Every load right
+// (bench/free_page_probe.py; bench/results/history.md#memory-this-vm-took-back). Every load right
 // after a save also gets POSIX_FADV_DONTNEED on its files first, as before (an O_DIRECT save leaves
 // none in the cache), and the same --preback. Request counts: storage calls by all ranks, counted
 // by the same wrapper (zero latency, no cap, on the local disk).

@@ -7,7 +7,11 @@ Usage: check_layers.py [REPO_ROOT]     check the tree
 
 Scanned: src/<module>/** (the module is the directory), include/ (public headers:
 no src/ include at all), tools/** (module "tools"), python/src/** (module
-"python"). Code under src/<module>/ declares its internals in namespace
+"python"). Every public header belongs to a module (its `shardpoint/<name>.h:
+<module>` line in layers.txt): code under src/<module>/ may include the public
+headers of its own module and of the modules it may include, and a public
+header only public headers it could include as its module; tools/ and
+python/src/ (the edges) include any public header. Code under src/<module>/ declares its internals in namespace
 shardpoint::internal_<module> (or nested `namespace internal_<module>` inside
 shardpoint), never another module's; nothing anywhere says `using namespace`
 of an internal namespace (using-declarations name what they use). Only `#include "src/<module>/..."` and `#include "tests/..."` lines
@@ -21,24 +25,35 @@ import tempfile
 NAMESPACE = re.compile(r'^\s*namespace\s+([A-Za-z0-9_:]+)\s*\{')
 USING_NS = re.compile(r'^\s*using\s+namespace\s+(shardpoint::)?internal\w*\s*;')
 INCLUDE = re.compile(r'^\s*#\s*include\s+"((src)/([A-Za-z0-9_]+)/[^"]*|tests/[^"]*)"')
+PUBLIC = re.compile(r'^\s*#\s*include\s+"shardpoint/([A-Za-z0-9_]+\.h)"')
 SOURCE_EXT = (".h", ".hh", ".hpp", ".cc", ".cpp", ".cxx")
 
 
 def read_layers(path):
-    allowed = {}
+    """Returns ({module: modules it may include}, {public header name: its module})."""
+    allowed, owners = {}, {}
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             line = line.split("#", 1)[0].strip()
             if not line:
                 continue
             if ":" not in line:
-                raise SystemExit(f"{path}:{n}: expected 'module: deps...'")
+                raise SystemExit(f"{path}:{n}: expected 'module: deps...' or "
+                                 f"'shardpoint/<name>.h: module'")
             mod, deps = line.split(":", 1)
             mod = mod.strip()
+            if mod.startswith("shardpoint/"):
+                header = mod[len("shardpoint/"):]
+                if header in owners:
+                    raise SystemExit(f"{path}:{n}: public header '{mod}' listed twice")
+                if len(deps.split()) != 1:
+                    raise SystemExit(f"{path}:{n}: '{mod}' needs exactly one module")
+                owners[header] = deps.strip()
+                continue
             if mod in allowed:
                 raise SystemExit(f"{path}:{n}: module '{mod}' listed twice")
             allowed[mod] = set(deps.split())
-    return allowed
+    return allowed, owners
 
 
 def find_cycle(allowed):
@@ -77,7 +92,18 @@ def check(root):
     """Returns a list of violation strings (empty: the tree is clean)."""
     errors = []
     layers = os.path.join(root, "scripts", "layers.txt")
-    allowed = read_layers(layers)
+    allowed, owners = read_layers(layers)
+    for header, mod in sorted(owners.items()):
+        if mod not in allowed or mod in ("tools", "python"):
+            errors.append(f"scripts/layers.txt: public header 'shardpoint/{header}' belongs to "
+                          f"unknown module '{mod}'")
+    include_dir = os.path.join(root, "include", "shardpoint")
+    public = sorted(n for n in os.listdir(include_dir) if n.endswith(".h")) \
+        if os.path.isdir(include_dir) else []
+    for name in public:
+        if name not in owners:
+            errors.append(f"include/shardpoint/{name} is not in scripts/layers.txt (add its "
+                          f"'shardpoint/{name}: <module>' line)")
     for mod, deps in sorted(allowed.items()):
         for d in sorted(deps):
             if d not in allowed:
@@ -115,6 +141,11 @@ def check(root):
                     if bad:
                         errors.append(f"{path}:{n}: namespace '{ns.group(1)}' in module '{mod}' "
                                       f"(its internals live in shardpoint::internal_{mod})")
+                p = PUBLIC.match(line)
+                if p:
+                    errors += check_public_include(path, n, mod, p.group(1), allowed, owners,
+                                                   public)
+                    continue
                 m = INCLUDE.match(line)
                 if not m:
                     continue
@@ -141,6 +172,25 @@ def check(root):
     return errors
 
 
+def check_public_include(path, n, mod, header, allowed, owners, public):
+    """The errors of `path` (module `mod`; None for a public header) including
+    public header `header` (`public`: the headers under include/shardpoint/)."""
+    if mod in ("tools", "python"):
+        return []  # the edges use the public API, all of it
+    where = f"{path}:{n}: #include \"shardpoint/{header}\""
+    dep = owners.get(header)
+    if dep is None:  # a header on disk without its line is reported once, above
+        return [] if header in public else [f"{where}: no such public header"]
+    if mod is None:  # a public header: its own module's rule
+        mod = owners.get(os.path.basename(path))
+        if mod is None:
+            return []  # reported as a header without a line
+    if dep == mod or dep in allowed.get(mod, ()):
+        return []
+    return [f"{where}: '{mod}' may not include '{dep}' (the public header belongs to '{dep}'; "
+            f"scripts/layers.txt allows: {' '.join(sorted(allowed.get(mod, ()))) or 'nothing'})"]
+
+
 def self_test():
     """Builds small trees and checks each violation is caught, and a clean tree passes."""
     def tree(files, layers):
@@ -154,7 +204,9 @@ def self_test():
                 f.write(text)
         return d
 
-    layers = "base:\nplan: base\ncheckpoint: base plan\ntools: checkpoint\npython:\n"
+    layers = ("base:\ncomm: base\nplan: base\ncheckpoint: base comm plan\ntools: checkpoint\n"
+              "python:\nshardpoint/x.h: base\nshardpoint/y.h: base\nshardpoint/comm.h: comm\n"
+              "shardpoint/checkpoint.h: checkpoint\n")
     clean = {
         "src/base/a.h": "#pragma once\n",
         "src/plan/p.cc": '#include "src/base/a.h"\n#include "src/plan/p.h"\n'
@@ -162,6 +214,12 @@ def self_test():
         "src/checkpoint/c.cc": '#include "src/plan/p.h"\n#include <vector>\n',
         "src/checkpoint/c_test.cc": '#include "tests/testing/x.h"\n',
         "include/shardpoint/x.h": '#include "shardpoint/y.h"\n',
+        "include/shardpoint/y.h": "#pragma once\n",
+        "include/shardpoint/comm.h": '#include "shardpoint/x.h"\n',
+        "include/shardpoint/checkpoint.h": '#include "shardpoint/comm.h"\n',
+        "src/checkpoint/d.cc": '#include "shardpoint/comm.h"\n#include "shardpoint/checkpoint.h"\n',
+        "src/plan/q.h": '#include "shardpoint/x.h"\n',
+        "python/src/b.cc": '#include "shardpoint/checkpoint.h"\n',
         "tools/t.cc": '#include "src/checkpoint/c.h"\n',
     }
     cases = [
@@ -183,6 +241,15 @@ def self_test():
          layers, "'using namespace' of an internal namespace"),
         ("module missing from layers", {"src/dcp/d.cc": "\n"}, layers,
          "src/dcp/ is not in scripts/layers.txt"),
+        ("public header of a module not below", {"src/plan/c.cc": '#include "shardpoint/comm.h"\n'},
+         layers, "'plan' may not include 'comm' (the public header belongs to 'comm'"),
+        ("public header includes one above it",
+         {"include/shardpoint/y.h": '#include "shardpoint/checkpoint.h"\n'}, layers,
+         "'base' may not include 'checkpoint'"),
+        ("public header missing from layers", {"include/shardpoint/new.h": "#pragma once\n"},
+         layers, "include/shardpoint/new.h is not in scripts/layers.txt"),
+        ("include of an unknown public header", {"src/base/e.cc": '#include "shardpoint/gone.h"\n'},
+         layers, "no such public header"),
     ]
     failures = []
     errs = check(tree(clean, layers))
@@ -194,8 +261,7 @@ def self_test():
         errs = check(tree(files, lay))
         if not any(want in e for e in errs):
             failures.append(f"{name}: expected an error containing {want!r}, got {errs}")
-    errs = check(tree(clean, "base: plan\nplan: base\ncheckpoint: base plan\ntools: checkpoint\n"
-                              "python:\n"))
+    errs = check(tree(clean, layers.replace("base:\n", "base: plan\n", 1)))
     if not any("cycle" in e for e in errs):
         failures.append(f"cycle: not reported, got {errs}")
     for f in failures:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A real network filesystem on loopback, for the benchmarks (docs/performance.md,
-# "A real network filesystem: sshfs on loopback"): an sshd of its own on
+# A real network filesystem on loopback, for the benchmarks (docs/performance.md
+# lists it; its runs: bench/results/history.md#a-real-network-filesystem-sshfs-on-loopback): an sshd of its own on
 # 127.0.0.1 serves EXPORT over SFTP and sshfs (FUSE) mounts it at MOUNT. Every
 # read, write, fsync and rename is a request over a TCP connection, answered by
 # the server process, as on NFS; the kernel's page cache sits on the client side.

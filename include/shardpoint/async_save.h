@@ -66,7 +66,7 @@ struct AsyncSaverOptions {
   // the kernel has it). Off by default: where the kernel compacts memory to
   // find huge pages (THP defrag "madvise", a page cache full of checkpoint
   // files), faulting them in was 5x slower than 4 KiB pages, and copies into
-  // the faulted pool were no faster (docs/performance.md, async save).
+  // the faulted pool were no faster (docs/performance.md#tuning).
   bool huge_pages = false;
 };
 

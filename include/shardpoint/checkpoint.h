@@ -101,7 +101,7 @@ struct LoadOptions : Resources {
   // with the chunk size. Default 1 MiB, one verification block: a request
   // then mostly falls inside one chunk and is read straight into its destination,
   // and what is staged is hashed and placed while in the core's cache
-  // (docs/performance.md, "1 MiB reads"). Raise it for storage
+  // (docs/performance.md#tuning). Raise it for storage
   // where each request costs a round trip that the I/O threads cannot hide.
   uint64_t read_slice_bytes = uint64_t{1} << 20;
   // The reads of a file are announced to the storage (ReadableFile::Prefetch)

@@ -308,7 +308,7 @@ class AsyncSaver:
     stall is several times a later one's). ``reserve`` (or ``reserve=`` here)
     creates and faults in the pool ahead of the first save; ``huge_pages``
     asks the kernel for transparent huge pages for it (off by default: see
-    docs/performance.md). A state larger than
+    the tuning table of docs/performance.md). A state larger than
     ``max_staging_bytes`` fails its save (``FailedPreconditionError`` at
     ``wait()``, on every rank) and leaves the pool as it was."""
 

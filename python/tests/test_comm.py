@@ -167,7 +167,7 @@ def test_cooperative_load_reads_replicas_once(ckpt, cooperative):
 
 def test_comm_latency_bench_runs():
     """bench/comm_latency.py keeps working (no timing asserted: the figures are in
-    docs/performance.md)."""
+    bench/results/history.md#the-collectives-what-a-small-checkpoint-feels)."""
     bench = os.path.join(REPO, "bench", "comm_latency.py")
     p = subprocess.run([PYTHON, bench, "--ranks", "2", "--iters", "3"], env=subprocess_env(),
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)

@@ -63,3 +63,79 @@ def test_migrating_dcp_write_back_needs_rng_false(tmp_path):
         else:
             assert r.returncode == 0, r.stdout + r.stderr
             assert (out / ".metadata").is_file()
+
+
+def _slugs(path):
+    """GitHub's anchors of a markdown file's headings."""
+    with open(path) as f:
+        heads = [line.lstrip("#").strip() for line in f if line.startswith("#")]
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in heads}
+
+
+PERF = os.path.join(REPO, "docs", "performance.md")
+HISTORY = os.path.join(REPO, "bench", "results", "history.md")
+HASH = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
+TIME = re.compile(r"\b\d{1,2}:\d{2}\b|\b20\d\d-\d\d-\d\d\b|\bUTC\b")
+
+
+def test_performance_page_is_a_reference():
+    """docs/performance.md: at most ~300 lines, one table of figures beside the peers, and no
+    commit hash or timestamp outside its "where these figures come from" table (the run-by-run
+    record is bench/results/history.md)."""
+    with open(PERF) as f:
+        text = f.read()
+    assert len(text.splitlines()) <= 300
+    sections = re.findall(r"^## (.+)$", text, re.M)
+    assert sections == ["What to expect", "How to run the benchmarks", "Tuning",
+                        "Where these figures come from"]
+    reference = text.split("\n## Where these figures come from")[0]
+    assert not HASH.findall(reference), HASH.findall(reference)
+    assert not TIME.findall(reference), TIME.findall(reference)
+    assert len(re.findall(r"^\| GB/s", text, re.M)) == 1  # one table of figures
+    assert "## Figures" in open(HISTORY).read()  # the record moved, whole
+
+
+def test_tuning_table_names_every_option():
+    """Every field of SaveOptions, LoadOptions, Resources and AsyncSaverOptions that changes
+    speed or memory has a row in docs/performance.md's tuning table (the fields that change
+    what a call accepts, or where files and logs go, are documented elsewhere)."""
+    with open(PERF) as f:
+        tuning = f.read().split("\n## Tuning")[1].split("\n## ")[0]
+    rows = " ".join(line.split("|")[1] for line in tuning.splitlines() if line.startswith("| `"))
+    not_tuning = {"allow_missing_keys", "allow_unexpected_keys", "allow_dtype_conversion",
+                  "allow_shape_mismatch", "common_optional", "overwrite", "storage", "log"}
+    fields = []
+    for header, struct in [("checkpoint.h", "SaveOptions"), ("checkpoint.h", "LoadOptions"),
+                           ("resources.h", "Resources"), ("async_save.h", "AsyncSaverOptions")]:
+        with open(os.path.join(REPO, "include", "shardpoint", header)) as f:
+            body = f.read().split(f"struct {struct} ")[1].split("\n};")[0]
+        for line in body.splitlines():
+            decl = line.split("//")[0].strip()
+            if decl.endswith(";") and "(" not in decl.split(" = ")[0].rsplit(" ", 1)[-1]:
+                fields.append(re.findall(r"(\w+)$", decl[:-1].split(" = ")[0])[0])
+    assert {"read_slice_bytes", "io_threads", "pool", "plan_cache", "on_group_loaded",
+            "huge_pages", "preallocate"} <= set(fields), fields
+    missing = [f for f in fields if f not in not_tuning and f"`{f}" not in rows
+               and f"{f}=" not in rows]
+    assert not missing, missing
+
+
+def test_links_into_the_performance_pages_resolve():
+    """Every 'performance.md#<anchor>' and 'history.md#<anchor>' in the tree names a heading of
+    docs/performance.md or bench/results/history.md."""
+    targets = {"performance.md": _slugs(PERF), "history.md": _slugs(HISTORY)}
+    link = re.compile(r"\b(performance|history)\.md#([\w-]+)")
+    found = 0
+    for top in ["README.md", "docs", "include", "src", "bench", "python", "scripts", "tools",
+                "tests"]:
+        base = os.path.join(REPO, top)
+        paths = [base] if os.path.isfile(base) else [
+            os.path.join(d, n) for d, _, names in os.walk(base) for n in names]
+        for path in paths:
+            if not path.endswith((".md", ".h", ".cc", ".py", ".sh", ".txt")):
+                continue
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for page, anchor in link.findall(f.read()):
+                    found += 1
+                    assert anchor in targets[page + ".md"], (path, page, anchor)
+    assert found >= 10

@@ -1,5 +1,6 @@
 """bench/free_page_probe.py keeps working: a tiny run prints one line per pause with the
-touch time, GB/s and system CPU. No timing is asserted (docs/performance.md has the figures)."""
+touch time, GB/s and system CPU. No timing is asserted (the figures:
+bench/results/history.md#memory-this-vm-took-back)."""
 
 import os
 import re

@@ -1,6 +1,7 @@
 """bench/peers_bench.py keeps working: a tiny run (4 ranks, one layer, one repetition) of
 every peer and operation, every load checked bit for bit by the benchmark itself. No
-timing is asserted; the figures come from the full-size command in docs/performance.md."""
+timing is asserted; the figures come from the full-size command in
+docs/performance.md#how-to-run-the-benchmarks."""
 
 import json
 import os

@@ -1,6 +1,7 @@
 // The one little-endian binary codec: every encoding shardpoint writes
 // (manifest, plan exchange, cooperative pieces, checksum exchange, AllToAll,
-// HF header blob) goes through ByteWriter and is read back by ByteReader.
+// HF header blob, the safetensors header length, the DCP zip and pickle
+// writers) goes through ByteWriter and is read back by ByteReader.
 //
 // Layout of the composite items (byte-identical to what earlier releases
 // wrote; the fuzz corpora replay them):
@@ -33,6 +34,7 @@ namespace shardpoint::internal_base {
 class ByteWriter {
  public:
   void U8(uint8_t v) { Raw(&v, 1); }
+  void U16(uint16_t v) { Raw(&v, 2); }
   void U32(uint32_t v) { Raw(&v, 4); }
   void U64(uint64_t v) { Raw(&v, 8); }
   void I64(int64_t v) { Raw(&v, 8); }
@@ -62,6 +64,7 @@ class ByteReader {
   // `what` names the input in errors ("plan exchange from rank 3").
   ByteReader(std::string_view in, std::string what) : in_(in), what_(std::move(what)) {}
   Status U8(uint8_t* v) { return Raw(v, 1); }
+  Status U16(uint16_t* v) { return Raw(v, 2); }
   Status U32(uint32_t* v) { return Raw(v, 4); }
   Status U64(uint64_t* v) { return Raw(v, 8); }
   Status I64(int64_t* v) { return Raw(v, 8); }

@@ -69,6 +69,18 @@ TEST(BytesTest, LayoutIsLittleEndianWithTheDocumentedPrefixes) {
   EXPECT_TRUE(r.ExpectEnd().ok());
 }
 
+TEST(BytesTest, U16IsLittleEndian) {
+  ByteWriter w;
+  w.U16(0x0102);
+  EXPECT_EQ(w.str(), Bytes({2, 1}));
+  ByteReader r(w.str(), "u16");
+  uint16_t v = 0;
+  ASSERT_TRUE(r.U16(&v).ok());
+  EXPECT_EQ(v, 0x0102);
+  ByteReader short_input(Bytes({7}), "u16");
+  ExpectDataLoss(short_input.U16(&v), "u16");
+}
+
 TEST(BytesTest, EmptyStringsAndShapesRoundTrip) {
   ByteWriter w;
   w.Str("");

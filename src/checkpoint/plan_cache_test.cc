@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "shardpoint/checkpoint.h"
-#include "shardpoint/layout.h"
+#include "shardpoint/tensor.h"
 #include "src/plan/plan_cache.h"
 #include "tests/testing/transformer.h"
 
@@ -17,6 +17,22 @@ namespace {
 using testing::ParallelConfig;
 
 const testing::ModelConfig kModel{2, 32, 64, 100};
+
+// The whole 8 x 8 float tensor "w" at `data` (what layout's WholeTensor
+// builds; checkpoint, below layout, builds it itself).
+LocalTensor Whole8x8(float* data) {
+  Segment seg;
+  seg.key = "w";
+  seg.global_box = Box::Whole({8, 8});
+  seg.local_offset = {0, 0};
+  seg.global_shape = {8, 8};
+  LocalTensor t;
+  t.dtype = DType::kF32;
+  t.data = data;
+  t.shape = {8, 8};
+  t.segments.push_back(std::move(seg));
+  return t;
+}
 
 TEST(PlanCache, HashCoversRankBoundaries) {
   EXPECT_FALSE(internal_plan::HashContributions({"ab", "c"}) ==
@@ -86,7 +102,7 @@ TEST(PlanCache, SavesNeverChangeTheCachedManifest) {
                   const std::string& metadata) {
     std::fill(w.begin(), w.end(), fill);
     State state;
-    state.tensors.push_back(WholeTensor("w", DType::kF32, w.data(), {8, 8}));
+    state.tensors.push_back(Whole8x8(w.data()));
     state.common = std::move(common);
     state.metadata_json = metadata;
     SaveOptions o;
@@ -111,7 +127,7 @@ TEST(PlanCache, SavesNeverChangeTheCachedManifest) {
 
   State back;
   std::vector<float> r(64, 0.0f);
-  back.tensors.push_back(WholeTensor("w", DType::kF32, r.data(), {8, 8}));
+  back.tensors.push_back(Whole8x8(r.data()));
   back.common = std::string("untouched");
   LoadOptions lo;
   lo.storage = mem.get();

@@ -176,19 +176,14 @@ std::string SaveSummary(const std::string& dir, const SaveStats& st) {
   return line;
 }
 
-// `write_dir` receives the directory the ranks write into, once known.
-Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Comm& comm,
-                                 const SaveOptions& options, CallResources& res,
-                                 std::string* write_dir_out) {
-  const auto start = std::chrono::steady_clock::now();
-  const int64_t hits_before = options.plan_cache ? options.plan_cache->hits() : 0;
-  Storage* storage = res.storage();
-  const int rank = comm.rank();
-
-  // 1. The directory.
+// Step 1: rank 0 prepares the directory and every rank learns where to write.
+// `write_dir_out` receives it as soon as rank 0 has it (so that a failed
+// broadcast still lets rank 0 remove it), then on every rank.
+Status AgreeOnWriteDir(const std::string& dir, Comm& comm, const SaveOptions& options,
+                       Storage* storage, std::string* write_dir_out) {
   std::string write_dir;
   Status s;
-  if (rank == 0) {
+  if (comm.rank() == 0) {
     Result<std::string> w = Guarded("preparing '" + dir + "'", [&] {
       return PrepareDirectory(storage, dir, options.overwrite);
     });
@@ -198,18 +193,116 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   }
   SP_RETURN_IF_ERROR(BroadcastAgreed(comm, s, &write_dir, 0));
   *write_dir_out = write_dir;
+  return OkStatus();
+}
 
-  // 2. Regions.
-  Result<std::vector<Region>> regions =
-      Guarded("save: describing the state", [&] { return BuildRegions(state.tensors); });
+// Step 2, this rank's part: its regions (into `regions`) and its contribution
+// (rank 0's metadata is the one stored, so rank 0 checks it).
+Result<Contribution> DescribeState(const State& state, int rank,
+                                   Result<std::vector<Region>>* regions) {
+  *regions = Guarded("save: describing the state", [&] { return BuildRegions(state.tensors); });
+  if (!regions->ok()) return regions->status();
   Result<Contribution> mine =
-      regions.ok()
-          ? Guarded("save: describing the state", [&] { return MakeContribution(state, *regions); })
-          : Result<Contribution>(regions.status());
-  if (mine.ok() && rank == 0) {  // rank 0's metadata is the one stored
+      Guarded("save: describing the state", [&] { return MakeContribution(state, **regions); });
+  if (mine.ok() && rank == 0) {
     Status md = CheckMetadataJson(state.metadata_json);
-    if (!md.ok()) mine = md;
+    if (!md.ok()) return md;
   }
+  return mine;
+}
+
+// Step 3, this rank's data file and the checksums of the replicas it holds
+// but does not write (`sums`, then `block_sums` per item written).
+Status WriteRankFile(const SavePlan& plan, int rank, const std::string& write_dir,
+                     const std::vector<Region>& regions, const State& state,
+                     const SaveOptions& options, CallResources& res, std::vector<uint64_t>* sums,
+                     std::vector<std::vector<uint64_t>>* block_sums) {
+  return Guarded("save: writing rank " + std::to_string(rank) + "'s data file", [&]() -> Status {
+    const RankFile& rf = plan.ranks[rank];
+    ThreadPool* pool = res.pool();
+    if (rf.file >= 0) {
+      SP_ASSIGN_OR_RETURN(
+          *sums, WriteDataFile(res.storage(), JoinPath(write_dir, plan.manifest.files[rf.file]), rf,
+                               Sources(rf, regions, state), pool,
+                               WriterOptions{options.staging_bytes, 3, options.direct_io,
+                                             options.preallocate, plan.manifest.block_size},
+                               block_sums));
+    }
+    if (!rf.replicas.empty()) {
+      std::vector<uint64_t> replica_sums = ReplicaChecksums(rf, regions, state, pool);
+      sums->insert(sums->end(), replica_sums.begin(), replica_sums.end());
+    }
+    return OkStatus();
+  });
+}
+
+// Step 4 on rank 0: this save's manifest (its own copy: the plan may be the
+// cache's, shared by later saves) with every rank's checksums from
+// `gathered`, the replicas compared, then the commit. `previous` receives an
+// overwrite's previous checkpoint, removed after the outcome is agreed.
+Status CommitOnRank0(const SavePlan& plan, const std::vector<std::string>& gathered,
+                     const State& state, Storage* storage, const std::string& dir,
+                     const std::string& write_dir, std::string* previous) {
+  return Guarded("save: committing '" + dir + "'", [&]() -> Status {
+    Manifest m = plan.manifest;
+    std::vector<std::vector<uint64_t>> replica_sums(gathered.size());
+    for (size_t r = 0; r < gathered.size(); ++r) {
+      const RankFile& file = plan.ranks[r];
+      std::vector<std::vector<uint64_t>> blocks;
+      SP_ASSIGN_OR_RETURN(std::vector<uint64_t> got,
+                          DecodeChecksums(gathered[r], file.items.size() + file.replicas.size(),
+                                          static_cast<int>(r), &blocks));
+      ApplyChecksums(file, got, blocks, &m);
+      replica_sums[r].assign(got.begin() + file.items.size(), got.end());
+    }
+    SP_RETURN_IF_ERROR(CompareReplicas(m, plan.ranks, replica_sums));
+    m.has_common = state.common.has_value();
+    if (m.has_common) m.common = *state.common;
+    m.metadata_json = state.metadata_json;
+    return CommitCheckpoint(storage, dir, write_dir, m, previous);
+  });
+}
+
+SaveStats StatsOf(const SavePlan& plan, int rank) {
+  SaveStats stats;
+  stats.bytes_written = plan.total_bytes;
+  for (const WriteItem& item : plan.ranks[rank].items) stats.rank_bytes += item.nbytes;
+  stats.num_files = static_cast<int>(plan.manifest.files.size());
+  for (const TensorRecord& t : plan.manifest.tensors) stats.num_chunks += t.chunks.size();
+  return stats;
+}
+
+// Committed and reported: removing the previous checkpoint (its manifest
+// first, so it never looks complete) is cleanup, and its failure (a file of
+// it held open on NFS or FUSE) leaves the new checkpoint committed. Returns
+// what SaveStats::cleanup_error says: empty, or why and where it is left.
+std::string RemovePrevious(Storage* storage, const std::string& previous, const std::string& dir) {
+  Status removed = Guarded("save: removing the previous checkpoint",
+                           [&] { return RemoveCheckpoint(storage, previous); });
+  if (removed.ok()) return "";
+  // Its manifest goes first; say whether that much happened.
+  Result<bool> manifest = storage->Exists(JoinPath(previous, kManifestName));
+  const bool gone = manifest.ok() && !*manifest;
+  return "removing the previous checkpoint, moved to '" + previous + "'" +
+         (gone ? " (no manifest: not a checkpoint)" : "") + ", failed; the next overwrite of '" +
+         dir + "' removes it or moves it aside: " + removed.ToString();
+}
+
+// The four steps of the file comment, each agreed by every rank.
+// `write_dir_out` receives the directory the ranks write into, once known.
+Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Comm& comm,
+                                 const SaveOptions& options, CallResources& res,
+                                 std::string* write_dir_out) {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t hits_before = options.plan_cache ? options.plan_cache->hits() : 0;
+  Storage* storage = res.storage();
+  const int rank = comm.rank();
+
+  SP_RETURN_IF_ERROR(AgreeOnWriteDir(dir, comm, options, storage, write_dir_out));
+  const std::string write_dir = *write_dir_out;
+
+  Result<std::vector<Region>> regions = std::vector<Region>();
+  Result<Contribution> mine = DescribeState(state, rank, &regions);
   const auto plan_start = std::chrono::steady_clock::now();
   std::vector<std::string> all;
   SP_RETURN_IF_ERROR(AllGatherAgreed(comm, mine.status(),
@@ -224,29 +317,12 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   const bool plan_cached = options.plan_cache && options.plan_cache->hits() > hits_before;
   const double plan_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
-
-  // Data files (a rank whose plan failed writes nothing and carries the error on).
+  // A rank whose plan failed writes nothing and carries the error on.
   std::vector<uint64_t> sums;
   std::vector<std::vector<uint64_t>> block_sums;
-  s = plan.status();
+  Status s = plan.status();
   if (s.ok()) {
-    s = Guarded("save: writing rank " + std::to_string(rank) + "'s data file", [&]() -> Status {
-      const RankFile& rf = (*plan)->ranks[rank];
-      ThreadPool* pool = res.pool();
-      if (rf.file >= 0) {
-        SP_ASSIGN_OR_RETURN(
-            sums, WriteDataFile(storage, JoinPath(write_dir, (*plan)->manifest.files[rf.file]), rf,
-                                Sources(rf, *regions, state), pool,
-                                WriterOptions{options.staging_bytes, 3, options.direct_io,
-                                              options.preallocate, (*plan)->manifest.block_size},
-                                &block_sums));
-      }
-      if (!rf.replicas.empty()) {
-        std::vector<uint64_t> replica_sums = ReplicaChecksums(rf, *regions, state, pool);
-        sums.insert(sums.end(), replica_sums.begin(), replica_sums.end());
-      }
-      return OkStatus();
-    });
+    s = WriteRankFile(**plan, rank, write_dir, *regions, state, options, res, &sums, &block_sums);
   }
 
   // 4. Commit (rank 0 first compares replicas, with verify_replicas).
@@ -254,25 +330,7 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   block_sums.clear();
   std::string previous;  // an overwrite's previous checkpoint, removed after the commit
   if (rank == 0 && gathered.ok()) {
-    Status committed = Guarded("save: committing '" + dir + "'", [&]() -> Status {
-      // This save's own copy: the plan may be the cache's, shared by later saves.
-      Manifest m = (*plan)->manifest;
-      std::vector<std::vector<uint64_t>> replica_sums(all.size());
-      for (size_t r = 0; r < all.size(); ++r) {
-        const RankFile& file = (*plan)->ranks[r];
-        std::vector<std::vector<uint64_t>> blocks;
-        SP_ASSIGN_OR_RETURN(std::vector<uint64_t> got,
-                            DecodeChecksums(all[r], file.items.size() + file.replicas.size(),
-                                            static_cast<int>(r), &blocks));
-        ApplyChecksums(file, got, blocks, &m);
-        replica_sums[r].assign(got.begin() + file.items.size(), got.end());
-      }
-      SP_RETURN_IF_ERROR(CompareReplicas(m, (*plan)->ranks, replica_sums));
-      m.has_common = state.common.has_value();
-      if (m.has_common) m.common = *state.common;
-      m.metadata_json = state.metadata_json;
-      return CommitCheckpoint(storage, dir, write_dir, m, &previous);
-    });
+    Status committed = CommitOnRank0(**plan, all, state, storage, dir, write_dir, &previous);
     // Named like every agreed error: "rank 0: ..."
     if (!committed.ok()) gathered = Status(committed.code(), "rank 0: " + committed.message());
   }
@@ -280,30 +338,10 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   if (rank != 0) SP_RETURN_IF_ERROR(gathered);  // the exchange itself failed
   SP_RETURN_IF_ERROR(BroadcastStatus(comm, gathered, 0));
 
-  const RankFile& rf = (*plan)->ranks[rank];
-  SaveStats stats;
-  stats.bytes_written = (*plan)->total_bytes;
-  for (const WriteItem& item : rf.items) stats.rank_bytes += item.nbytes;
-  stats.num_files = static_cast<int>((*plan)->manifest.files.size());
-  for (const TensorRecord& t : (*plan)->manifest.tensors) stats.num_chunks += t.chunks.size();
+  SaveStats stats = StatsOf(**plan, rank);
   stats.plan_seconds = plan_seconds;
   stats.plan_cached = plan_cached;
-  // Committed and reported: removing the previous checkpoint (its manifest
-  // first, so it never looks complete) is cleanup, and its failure (a file
-  // of it held open on NFS or FUSE) leaves the new checkpoint committed.
-  if (rank == 0 && !previous.empty()) {
-    Status removed = Guarded("save: removing the previous checkpoint",
-                             [&] { return RemoveCheckpoint(storage, previous); });
-    if (!removed.ok()) {
-      // Its manifest goes first; say whether that much happened.
-      Result<bool> manifest = storage->Exists(JoinPath(previous, kManifestName));
-      const bool gone = manifest.ok() && !*manifest;
-      stats.cleanup_error = "removing the previous checkpoint, moved to '" + previous + "'" +
-                            (gone ? " (no manifest: not a checkpoint)" : "") +
-                            ", failed; the next overwrite of '" + dir +
-                            "' removes it or moves it aside: " + removed.ToString();
-    }
-  }
+  if (rank == 0 && !previous.empty()) stats.cleanup_error = RemovePrevious(storage, previous, dir);
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }

@@ -1,4 +1,6 @@
-// The opcodes read here, and nothing else (pickletools names):
+// The opcodes read here, and nothing else (pickletools names; their bytes are
+// named in pickle_ops.h, and each has one handler On<Name> below, found
+// through a 256-entry table):
 //   framing     PROTO FRAME STOP
 //   stack       MARK POP POP_MARK DUP
 //   constants   NONE NEWTRUE NEWFALSE BININT BININT1 BININT2 LONG1 BINFLOAT
@@ -12,8 +14,12 @@
 // refused: DCP's pickles do not use it.
 #include "src/dcp/pickle.h"
 
+#include <array>
+#include <cstdio>
 #include <cstring>
 #include <unordered_map>
+
+#include "src/dcp/pickle_ops.h"
 
 namespace shardpoint::internal_dcp {
 namespace {
@@ -111,15 +117,6 @@ class Parser {
     Push(New(std::move(v)));
     return OkStatus();
   }
-  template <typename Len>
-  Status Blob(PyKind kind) {
-    Len n = 0;
-    SP_RETURN_IF_ERROR(Le(&n));
-    if (n > in_.size() - pos_) return Bad("string of " + std::to_string(n) + " bytes is truncated");
-    std::string_view s;
-    SP_RETURN_IF_ERROR(Take(static_cast<size_t>(n), &s));
-    return PushStr(kind, s);
-  }
   Status Global(std::string_view module, std::string_view name) {
     const std::string full = std::string(module) + "." + std::string(name);
     if (!allowed_(module, name)) {
@@ -159,7 +156,235 @@ class Parser {
     lv.items.insert(lv.items.end(), vals.begin(), vals.end());
     return OkStatus();
   }
-  Status Call(bool newobj) {
+  // One opcode: the handler its byte names in the table, or a refusal.
+  Status Step(uint8_t op, size_t at) {
+    op_at_ = at;
+    const Handler handler = Handlers()[op];
+    if (handler == nullptr) {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "0x%02x", op);
+      return FailedPreconditionError("'" + what_ + "': pickle opcode " + hex + " at byte " +
+                                     std::to_string(at) +
+                                     " is not one DCP uses (refused, nothing was run)");
+    }
+    return (this->*handler)();
+  }
+
+  // Each handler reads its opcode's arguments (the opcode byte is read).
+  using Handler = Status (Parser::*)();
+  static const std::array<Handler, 256>& Handlers() {
+    static const std::array<Handler, 256> table = [] {
+      namespace op = pickle_op;
+      std::array<Handler, 256> h{};
+      h[op::kProto] = &Parser::OnProto;
+      h[op::kFrame] = &Parser::OnFrame;
+      h[op::kStop] = &Parser::OnStop;
+      h[op::kMark] = &Parser::OnMark;
+      h[op::kPop] = &Parser::OnPop;
+      h[op::kPopMark] = &Parser::OnPopMark;
+      h[op::kDup] = &Parser::OnDup;
+      h[op::kNone] = &Parser::OnNone;
+      h[op::kNewTrue] = &Parser::OnBool<true>;
+      h[op::kNewFalse] = &Parser::OnBool<false>;
+      h[op::kBinInt] = &Parser::OnBinInt<int32_t>;
+      h[op::kBinInt1] = &Parser::OnBinInt<uint8_t>;
+      h[op::kBinInt2] = &Parser::OnBinInt<uint16_t>;
+      h[op::kLong1] = &Parser::OnLong1;
+      h[op::kBinFloat] = &Parser::OnBinFloat;
+      h[op::kBinUnicode] = &Parser::OnBlob<uint32_t, PyKind::kStr>;
+      h[op::kShortBinUnicode] = &Parser::OnBlob<uint8_t, PyKind::kStr>;
+      h[op::kBinUnicode8] = &Parser::OnBlob<uint64_t, PyKind::kStr>;
+      h[op::kBinBytes] = &Parser::OnBlob<uint32_t, PyKind::kBytes>;
+      h[op::kShortBinBytes] = &Parser::OnBlob<uint8_t, PyKind::kBytes>;
+      h[op::kBinBytes8] = &Parser::OnBlob<uint64_t, PyKind::kBytes>;
+      h[op::kEmptyTuple] = &Parser::OnEmpty<PyKind::kTuple>;
+      h[op::kTuple] = &Parser::OnMarked<PyKind::kTuple>;
+      h[op::kTuple1] = &Parser::OnTupleN<1>;
+      h[op::kTuple2] = &Parser::OnTupleN<2>;
+      h[op::kTuple3] = &Parser::OnTupleN<3>;
+      h[op::kEmptyList] = &Parser::OnEmpty<PyKind::kList>;
+      h[op::kList] = &Parser::OnMarked<PyKind::kList>;
+      h[op::kAppend] = &Parser::OnAppend;
+      h[op::kAppends] = &Parser::OnAppends;
+      h[op::kEmptyDict] = &Parser::OnEmpty<PyKind::kDict>;
+      h[op::kDict] = &Parser::OnDict;
+      h[op::kSetItem] = &Parser::OnSetItem;
+      h[op::kSetItems] = &Parser::OnSetItems;
+      h[op::kBinPut] = &Parser::OnPut<uint8_t>;
+      h[op::kLongBinPut] = &Parser::OnPut<uint32_t>;
+      h[op::kMemoize] = &Parser::OnMemoize;
+      h[op::kBinGet] = &Parser::OnGet<uint8_t>;
+      h[op::kLongBinGet] = &Parser::OnGet<uint32_t>;
+      h[op::kGlobal] = &Parser::OnGlobal;
+      h[op::kStackGlobal] = &Parser::OnStackGlobal;
+      h[op::kReduce] = &Parser::OnCall;  // callable(*args)
+      h[op::kNewObj] = &Parser::OnCall;  // cls.__new__(cls, *args): recorded alike
+      h[op::kBuild] = &Parser::OnBuild;
+      h[op::kBinPersId] = &Parser::OnBinPersId;
+      return h;
+    }();
+    return table;
+  }
+
+  // Framing and the stack.
+  Status OnProto() {
+    uint8_t p = 0;
+    SP_RETURN_IF_ERROR(Le(&p));
+    if (p < 2 || p > 5) return Bad("protocol " + std::to_string(p) + " (2 to 5 are read)");
+    return OkStatus();
+  }
+  Status OnFrame() {  // a length hint only
+    uint64_t n = 0;
+    return Le(&n);
+  }
+  Status OnStop() {
+    stopped_ = true;
+    return OkStatus();
+  }
+  Status OnMark() {
+    marks_.push_back(stack_.size());
+    return OkStatus();
+  }
+  Status OnPop() {
+    uint32_t a = 0;
+    return Pop(&a);
+  }
+  Status OnPopMark() {
+    std::vector<uint32_t> vals;
+    return PopMark(&vals);
+  }
+  Status OnDup() {
+    uint32_t a = 0;
+    SP_RETURN_IF_ERROR(Top(&a));
+    Push(a);
+    return OkStatus();
+  }
+
+  // Constants.
+  Status OnNone() {
+    Push(New(PyValue{}));
+    return OkStatus();
+  }
+  template <bool kValue>
+  Status OnBool() {
+    return PushInt(kValue ? 1 : 0, PyKind::kBool);
+  }
+  template <typename T>
+  Status OnBinInt() {
+    T v = 0;
+    SP_RETURN_IF_ERROR(Le(&v));
+    return PushInt(v);
+  }
+  Status OnLong1() {  // little-endian two's complement, at most 8 bytes here
+    uint8_t n = 0;
+    SP_RETURN_IF_ERROR(Le(&n));
+    if (n > 8) return Bad("integer of " + std::to_string(n) + " bytes (at most 8 are read)");
+    std::string_view s;
+    SP_RETURN_IF_ERROR(Take(n, &s));
+    uint64_t u = 0;
+    for (size_t i = 0; i < n; ++i) u |= uint64_t{static_cast<uint8_t>(s[i])} << (8 * i);
+    if (n > 0 && n < 8 && (static_cast<uint8_t>(s[n - 1]) & 0x80)) u |= ~uint64_t{0} << (8 * n);
+    return PushInt(static_cast<int64_t>(u));
+  }
+  Status OnBinFloat() {  // big-endian double
+    std::string_view s;
+    SP_RETURN_IF_ERROR(Take(8, &s));
+    uint64_t u = 0;
+    for (char c : s) u = (u << 8) | static_cast<uint8_t>(c);
+    PyValue v;
+    v.kind = PyKind::kFloat;
+    std::memcpy(&v.f, &u, 8);
+    Push(New(std::move(v)));
+    return OkStatus();
+  }
+  template <typename Len, PyKind kKind>
+  Status OnBlob() {
+    Len n = 0;
+    SP_RETURN_IF_ERROR(Le(&n));
+    if (n > in_.size() - pos_) return Bad("string of " + std::to_string(n) + " bytes is truncated");
+    std::string_view s;
+    SP_RETURN_IF_ERROR(Take(static_cast<size_t>(n), &s));
+    return PushStr(kKind, s);
+  }
+
+  // Containers.
+  template <PyKind kKind>
+  Status OnEmpty() {
+    return PushSeq(kKind, {});
+  }
+  template <PyKind kKind>
+  Status OnMarked() {  // the values since the last MARK
+    std::vector<uint32_t> vals;
+    SP_RETURN_IF_ERROR(PopMark(&vals));
+    return PushSeq(kKind, std::move(vals));
+  }
+  template <size_t kN>
+  Status OnTupleN() {  // the top kN values
+    std::vector<uint32_t> vals(kN);
+    for (size_t i = kN; i-- > 0;) SP_RETURN_IF_ERROR(Pop(&vals[i]));
+    return PushSeq(PyKind::kTuple, std::move(vals));
+  }
+  Status OnAppend() {
+    uint32_t a = 0;
+    SP_RETURN_IF_ERROR(Pop(&a));
+    return Append({a});
+  }
+  Status OnAppends() {
+    std::vector<uint32_t> vals;
+    SP_RETURN_IF_ERROR(PopMark(&vals));
+    return Append(vals);
+  }
+  Status OnDict() {
+    std::vector<uint32_t> vals;
+    SP_RETURN_IF_ERROR(PopMark(&vals));
+    if (vals.size() % 2) return Bad("DICT with an odd number of values");
+    return PushSeq(PyKind::kDict, std::move(vals));
+  }
+  Status OnSetItem() {
+    uint32_t key = 0, value = 0;
+    SP_RETURN_IF_ERROR(Pop(&value));
+    SP_RETURN_IF_ERROR(Pop(&key));
+    return SetItems({key, value});
+  }
+  Status OnSetItems() {
+    std::vector<uint32_t> vals;
+    SP_RETURN_IF_ERROR(PopMark(&vals));
+    return SetItems(vals);
+  }
+
+  // The memo.
+  template <typename Index>
+  Status OnPut() {
+    Index i = 0;
+    SP_RETURN_IF_ERROR(Le(&i));
+    return Put(i);
+  }
+  Status OnMemoize() { return Put(static_cast<uint32_t>(memo_.size())); }
+  template <typename Index>
+  Status OnGet() {
+    Index i = 0;
+    SP_RETURN_IF_ERROR(Le(&i));
+    return Get(i);
+  }
+
+  // Objects.
+  Status OnGlobal() {
+    std::string_view module, name;
+    SP_RETURN_IF_ERROR(Line(&module));
+    SP_RETURN_IF_ERROR(Line(&name));
+    return Global(module, name);
+  }
+  Status OnStackGlobal() {
+    uint32_t a = 0, b = 0;
+    SP_RETURN_IF_ERROR(Pop(&b));
+    SP_RETURN_IF_ERROR(Pop(&a));
+    if (tree_.values[a].kind != PyKind::kStr || tree_.values[b].kind != PyKind::kStr) {
+      return Bad("STACK_GLOBAL of values that are not strings");
+    }
+    const std::string module = tree_.values[a].text, name = tree_.values[b].text;
+    return Global(module, name);
+  }
+  Status OnCall() {
     uint32_t args = 0, fn = 0;
     SP_RETURN_IF_ERROR(Pop(&args));
     SP_RETURN_IF_ERROR(Pop(&fn));
@@ -169,201 +394,28 @@ class Parser {
     v.kind = PyKind::kCall;
     v.callable = fn;
     v.args = args;
-    (void)newobj;
     Push(New(std::move(v)));
     return OkStatus();
   }
-
-  Status Step(uint8_t op, size_t at) {
-    op_at_ = at;
-    std::vector<uint32_t> vals;
-    uint32_t a = 0, b = 0;
-    switch (op) {
-      case 0x80: {  // PROTO
-        uint8_t p = 0;
-        SP_RETURN_IF_ERROR(Le(&p));
-        if (p < 2 || p > 5) return Bad("protocol " + std::to_string(p) + " (2 to 5 are read)");
-        return OkStatus();
-      }
-      case 0x95: {  // FRAME: a length hint only
-        uint64_t n = 0;
-        return Le(&n);
-      }
-      case '.':
-        stopped_ = true;
-        return OkStatus();
-      case '(':
-        marks_.push_back(stack_.size());
-        return OkStatus();
-      case '0':
-        return Pop(&a);
-      case '1':
-        return PopMark(&vals);
-      case '2':
-        SP_RETURN_IF_ERROR(Top(&a));
-        Push(a);
-        return OkStatus();
-      case 'N':
-        Push(New(PyValue{}));
-        return OkStatus();
-      case 0x88:
-        return PushInt(1, PyKind::kBool);
-      case 0x89:
-        return PushInt(0, PyKind::kBool);
-      case 'J': {
-        int32_t v = 0;
-        SP_RETURN_IF_ERROR(Le(&v));
-        return PushInt(v);
-      }
-      case 'K': {
-        uint8_t v = 0;
-        SP_RETURN_IF_ERROR(Le(&v));
-        return PushInt(v);
-      }
-      case 'M': {
-        uint16_t v = 0;
-        SP_RETURN_IF_ERROR(Le(&v));
-        return PushInt(v);
-      }
-      case 0x8a: {  // LONG1: little-endian two's complement, at most 8 bytes here
-        uint8_t n = 0;
-        SP_RETURN_IF_ERROR(Le(&n));
-        if (n > 8) return Bad("integer of " + std::to_string(n) + " bytes (at most 8 are read)");
-        std::string_view s;
-        SP_RETURN_IF_ERROR(Take(n, &s));
-        uint64_t u = 0;
-        for (size_t i = 0; i < n; ++i) u |= uint64_t{static_cast<uint8_t>(s[i])} << (8 * i);
-        if (n > 0 && n < 8 && (static_cast<uint8_t>(s[n - 1]) & 0x80)) u |= ~uint64_t{0} << (8 * n);
-        return PushInt(static_cast<int64_t>(u));
-      }
-      case 'G': {  // BINFLOAT: big-endian double
-        std::string_view s;
-        SP_RETURN_IF_ERROR(Take(8, &s));
-        uint64_t u = 0;
-        for (char c : s) u = (u << 8) | static_cast<uint8_t>(c);
-        PyValue v;
-        v.kind = PyKind::kFloat;
-        std::memcpy(&v.f, &u, 8);
-        Push(New(std::move(v)));
-        return OkStatus();
-      }
-      case 'X':
-        return Blob<uint32_t>(PyKind::kStr);
-      case 0x8c:
-        return Blob<uint8_t>(PyKind::kStr);
-      case 0x8d:
-        return Blob<uint64_t>(PyKind::kStr);
-      case 'B':
-        return Blob<uint32_t>(PyKind::kBytes);
-      case 'C':
-        return Blob<uint8_t>(PyKind::kBytes);
-      case 0x8e:
-        return Blob<uint64_t>(PyKind::kBytes);
-      case ')':
-        return PushSeq(PyKind::kTuple, {});
-      case 't':
-        SP_RETURN_IF_ERROR(PopMark(&vals));
-        return PushSeq(PyKind::kTuple, std::move(vals));
-      case 0x85:
-      case 0x86:
-      case 0x87: {
-        const size_t n = op - 0x84u;
-        vals.resize(n);
-        for (size_t i = n; i-- > 0;) SP_RETURN_IF_ERROR(Pop(&vals[i]));
-        return PushSeq(PyKind::kTuple, std::move(vals));
-      }
-      case ']':
-        return PushSeq(PyKind::kList, {});
-      case 'l':
-        SP_RETURN_IF_ERROR(PopMark(&vals));
-        return PushSeq(PyKind::kList, std::move(vals));
-      case 'a':
-        SP_RETURN_IF_ERROR(Pop(&a));
-        return Append({a});
-      case 'e':
-        SP_RETURN_IF_ERROR(PopMark(&vals));
-        return Append(vals);
-      case '}':
-        return PushSeq(PyKind::kDict, {});
-      case 'd':
-        SP_RETURN_IF_ERROR(PopMark(&vals));
-        if (vals.size() % 2) return Bad("DICT with an odd number of values");
-        return PushSeq(PyKind::kDict, std::move(vals));
-      case 's':
-        SP_RETURN_IF_ERROR(Pop(&b));
-        SP_RETURN_IF_ERROR(Pop(&a));
-        return SetItems({a, b});
-      case 'u':
-        SP_RETURN_IF_ERROR(PopMark(&vals));
-        return SetItems(vals);
-      case 'q': {
-        uint8_t i = 0;
-        SP_RETURN_IF_ERROR(Le(&i));
-        return Put(i);
-      }
-      case 'r': {
-        uint32_t i = 0;
-        SP_RETURN_IF_ERROR(Le(&i));
-        return Put(i);
-      }
-      case 0x94:
-        return Put(static_cast<uint32_t>(memo_.size()));
-      case 'h': {
-        uint8_t i = 0;
-        SP_RETURN_IF_ERROR(Le(&i));
-        return Get(i);
-      }
-      case 'j': {
-        uint32_t i = 0;
-        SP_RETURN_IF_ERROR(Le(&i));
-        return Get(i);
-      }
-      case 'c': {
-        std::string_view module, name;
-        SP_RETURN_IF_ERROR(Line(&module));
-        SP_RETURN_IF_ERROR(Line(&name));
-        return Global(module, name);
-      }
-      case 0x93: {
-        SP_RETURN_IF_ERROR(Pop(&b));
-        SP_RETURN_IF_ERROR(Pop(&a));
-        if (tree_.values[a].kind != PyKind::kStr || tree_.values[b].kind != PyKind::kStr) {
-          return Bad("STACK_GLOBAL of values that are not strings");
-        }
-        const std::string module = tree_.values[a].text, name = tree_.values[b].text;
-        return Global(module, name);
-      }
-      case 'R':
-        return Call(false);
-      case 0x81:
-        return Call(true);
-      case 'b': {
-        SP_RETURN_IF_ERROR(Pop(&b));
-        SP_RETURN_IF_ERROR(Top(&a));
-        PyValue& obj = tree_.values[a];
-        if (obj.kind != PyKind::kCall) return Bad("BUILD on a value that is not an object");
-        if (obj.state != kNoValue) return Bad("BUILD twice on one object");
-        obj.state = b;
-        return OkStatus();
-      }
-      case 'Q': {
-        SP_RETURN_IF_ERROR(Pop(&a));
-        PyValue v;
-        v.kind = PyKind::kPersId;
-        v.args = a;
-        Push(New(std::move(v)));
-        return OkStatus();
-      }
-      default: {
-        char hex[8];
-        std::snprintf(hex, sizeof(hex), "0x%02x", op);
-        return FailedPreconditionError("'" + what_ + "': pickle opcode " + hex + " at byte " +
-                                       std::to_string(at) +
-                                       " is not one DCP uses (refused, nothing was run)");
-      }
-    }
+  Status OnBuild() {
+    uint32_t obj_at = 0, state = 0;
+    SP_RETURN_IF_ERROR(Pop(&state));
+    SP_RETURN_IF_ERROR(Top(&obj_at));
+    PyValue& obj = tree_.values[obj_at];
+    if (obj.kind != PyKind::kCall) return Bad("BUILD on a value that is not an object");
+    if (obj.state != kNoValue) return Bad("BUILD twice on one object");
+    obj.state = state;
+    return OkStatus();
   }
-
+  Status OnBinPersId() {
+    uint32_t id = 0;
+    SP_RETURN_IF_ERROR(Pop(&id));
+    PyValue v;
+    v.kind = PyKind::kPersId;
+    v.args = id;
+    Push(New(std::move(v)));
+    return OkStatus();
+  }
   std::string_view in_;
   const GlobalAllowed& allowed_;
   const std::string& what_;

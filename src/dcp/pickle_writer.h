@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "shardpoint/box.h"
+#include "src/base/bytes.h"
 
 namespace shardpoint::internal_dcp {
 
@@ -38,9 +39,9 @@ class PickleWriter {
   std::string Finish() &&;
 
  private:
-  void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
-  void U32(uint32_t v);
-  std::string out_;
+  void U8(uint8_t v) { out_.U8(v); }
+  void Append(std::string_view s) { out_.Raw(s.data(), s.size()); }
+  internal_base::ByteWriter out_;  // little-endian integers, as pickle's are
 };
 
 }  // namespace shardpoint::internal_dcp

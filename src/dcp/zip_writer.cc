@@ -1,22 +1,25 @@
 #include "src/dcp/zip_writer.h"
 
+#include <string_view>
+
+#include "src/base/bytes.h"
+
 namespace shardpoint::internal_dcp {
 namespace {
+
+using internal_base::ByteWriter;
 
 constexpr uint64_t kLocalSize = 30, kCentralSize = 46;
 constexpr uint64_t kZip64EocdSize = 56, kLocatorSize = 20, kEocdSize = 22;
 constexpr uint64_t kMax32 = 0xFFFFFFFF;
 constexpr uint16_t kVersion = 45;  // 4.5: zip64
 
-void Put16(std::string* s, uint64_t v) {
-  for (int i = 0; i < 2; ++i) s->push_back(static_cast<char>(v >> (8 * i)));
-}
-void Put32(std::string* s, uint64_t v) {
-  for (int i = 0; i < 4; ++i) s->push_back(static_cast<char>(v >> (8 * i)));
-}
-void Put64(std::string* s, uint64_t v) {
-  for (int i = 0; i < 8; ++i) s->push_back(static_cast<char>(v >> (8 * i)));
-}
+// The zip fields, little-endian through the one codec (src/base/bytes.h);
+// each value is cut to its field's width, as the format stores it.
+void Put16(ByteWriter* w, uint64_t v) { w->U16(static_cast<uint16_t>(v)); }
+void Put32(ByteWriter* w, uint64_t v) { w->U32(static_cast<uint32_t>(v)); }
+void Put64(ByteWriter* w, uint64_t v) { w->U64(v); }
+void PutBytes(ByteWriter* w, std::string_view s) { w->Raw(s.data(), s.size()); }
 uint64_t Sat(uint64_t v) { return v >= kMax32 ? kMax32 : v; }
 
 // Zip64 extra bytes in a local header (both sizes, if the size needs them).
@@ -43,7 +46,7 @@ size_t ZipLayout::Add(std::string name, uint64_t size, uint64_t align) {
 
 std::string ZipLayout::LocalHeader(size_t i) const {
   const Entry& e = entries_[i];
-  std::string h;
+  ByteWriter h;
   Put32(&h, 0x04034b50);
   Put16(&h, kVersion);
   Put16(&h, 0);  // flags
@@ -54,26 +57,26 @@ std::string ZipLayout::LocalHeader(size_t i) const {
   Put32(&h, Sat(e.size));
   Put16(&h, e.name.size());
   Put16(&h, e.data - e.local - kLocalSize - e.name.size());
-  h += e.name;
+  PutBytes(&h, e.name);
   if (e.size >= kMax32) {
     Put16(&h, 1);
     Put16(&h, 16);
     Put64(&h, e.size);
     Put64(&h, e.size);
   }
-  const uint64_t header = e.local + h.size();
+  const uint64_t header = e.local + h.str().size();
   if (header < e.data) {  // padding: an extra field of zeros ("FB", as torch.save writes)
     Put16(&h, 0x4246);
     Put16(&h, e.data - header - 4);
-    h.append(e.data - header - 4, '\0');
+    h.str().append(e.data - header - 4, '\0');
   }
-  return h;
+  return std::move(h.str());
 }
 
 std::string ZipLayout::CentralDirectory() const {
-  std::string d;
+  ByteWriter d;
   for (const Entry& e : entries_) {
-    std::string extra;
+    ByteWriter extra;
     if (e.size >= kMax32) {
       Put64(&extra, e.size);
       Put64(&extra, e.size);
@@ -89,20 +92,21 @@ std::string ZipLayout::CentralDirectory() const {
     Put32(&d, Sat(e.size));
     Put32(&d, Sat(e.size));
     Put16(&d, e.name.size());
-    Put16(&d, extra.empty() ? 0 : extra.size() + 4);
+    const std::string& x = extra.str();
+    Put16(&d, x.empty() ? 0 : x.size() + 4);
     Put16(&d, 0);  // comment
     Put16(&d, 0);  // disk
     Put16(&d, 0);  // internal attributes
     Put32(&d, 0);  // external attributes
     Put32(&d, Sat(e.local));
-    d += e.name;
-    if (!extra.empty()) {
+    PutBytes(&d, e.name);
+    if (!x.empty()) {
       Put16(&d, 1);
-      Put16(&d, extra.size());
-      d += extra;
+      Put16(&d, x.size());
+      PutBytes(&d, x);
     }
   }
-  return d;
+  return std::move(d.str());
 }
 
 uint64_t ZipLayout::size() const {
@@ -115,8 +119,9 @@ uint64_t ZipLayout::size() const {
 }
 
 std::string ZipLayout::Tail() const {
-  std::string t = CentralDirectory();
-  const uint64_t dir_size = t.size(), zip64 = end_ + dir_size, n = entries_.size();
+  ByteWriter t;
+  PutBytes(&t, CentralDirectory());
+  const uint64_t dir_size = t.str().size(), zip64 = end_ + dir_size, n = entries_.size();
   Put32(&t, 0x06064b50);
   Put64(&t, kZip64EocdSize - 12);
   Put16(&t, kVersion);
@@ -138,7 +143,7 @@ std::string ZipLayout::Tail() const {
   Put32(&t, Sat(dir_size));
   Put32(&t, Sat(end_));
   Put16(&t, 0);  // comment
-  return t;
+  return std::move(t.str());
 }
 
 }  // namespace shardpoint::internal_dcp

@@ -5,9 +5,12 @@
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
+#include "src/base/bytes.h"
 #include "src/base/checked.h"
 #include "src/format/json_depth.h"
 
+using shardpoint::internal_base::ByteReader;
+using shardpoint::internal_base::ByteWriter;
 using shardpoint::internal_base::CheckedMul;
 
 namespace shardpoint::internal_format {
@@ -221,10 +224,11 @@ std::string EncodeSafetensorsHeader(const std::vector<SafetensorsEntry>& entries
   if (align == 0) align = 1;
   size_t total = 8 + json.size();
   json.append((align - total % align) % align, ' ');
-  uint64_t n = json.size();
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-  return out + json;
+  ByteWriter out;
+  out.Reserve(8 + json.size());
+  out.U64(json.size());
+  out.Raw(json.data(), json.size());
+  return std::move(out.str());
 }
 
 std::string EncodeDataFileHeader(const std::vector<SafetensorsEntry>& entries) {
@@ -239,7 +243,8 @@ Result<uint64_t> DecodeSafetensorsHeaderLength(std::string_view first8, uint64_t
                          std::to_string(file_size) + ")");
   }
   uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(first8[i]);
+  ByteReader length(first8.substr(0, 8), file);
+  SP_RETURN_IF_ERROR(length.U64(&n));  // 8 bytes are there
   if (n > kMaxSafetensorsHeader) {
     return DataLossError(Prefix(file) + "header length " + std::to_string(n) +
                          " exceeds the limit " + std::to_string(kMaxSafetensorsHeader));
@@ -318,17 +323,6 @@ Result<SafetensorsHeader> DecodeSafetensorsHeader(std::string_view json, uint64_
   SP_RETURN_IF_ERROR(CheckCoverage(header.entries, data_size, file));
   header.file_size = file_size;
   return header;
-}
-
-Result<SafetensorsHeader> ReadSafetensorsHeader(const ReadableFile& file, const std::string& name) {
-  SP_ASSIGN_OR_RETURN(uint64_t size, file.Size());
-  char first8[8] = {};
-  if (size >= 8) SP_RETURN_IF_ERROR(file.ReadAt(0, 8, first8));
-  SP_ASSIGN_OR_RETURN(uint64_t n, DecodeSafetensorsHeaderLength(
-                                      std::string_view(first8, size >= 8 ? 8 : 0), size, name));
-  std::string json(n, '\0');
-  SP_RETURN_IF_ERROR(file.ReadAt(8, n, json.data()));
-  return DecodeSafetensorsHeader(json, size, name);
 }
 
 uint64_t AssignSafetensorsOffsets(std::vector<SafetensorsEntry>* entries) {

@@ -17,7 +17,6 @@
 #include "shardpoint/box.h"
 #include "shardpoint/dtype.h"
 #include "shardpoint/status.h"
-#include "shardpoint/storage.h"
 
 namespace shardpoint::internal_format {
 
@@ -63,11 +62,6 @@ Result<uint64_t> DecodeSafetensorsHeaderLength(std::string_view first8, uint64_t
 // `file` and the tensor.
 Result<SafetensorsHeader> DecodeSafetensorsHeader(std::string_view json, uint64_t file_size,
                                                   const std::string& file);
-
-// Reads and validates the header of an open file (two reads: the 8-byte
-// length, then the JSON). Errors are DataLoss naming `name` (and the tensor
-// and byte range where one is at fault); a short file is never a crash.
-Result<SafetensorsHeader> ReadSafetensorsHeader(const ReadableFile& file, const std::string& name);
 
 // Assigns contiguous data offsets to `entries` in their order (as the
 // safetensors writer does) and returns the size of the data region.

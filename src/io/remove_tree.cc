@@ -7,9 +7,10 @@
 
 #include <cerrno>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
+
+#include "src/io/errno_status.h"
 
 namespace shardpoint::internal_io {
 namespace {
@@ -27,9 +28,9 @@ bool HeldOpenName(const std::string& path) {
   return name.starts_with(".nfs") || name.starts_with(".fuse_hidden");
 }
 
+// Every failure to remove is an IOError (a name already gone is not one).
 Status Error(const std::string& what, const std::string& path, int err) {
-  std::string message =
-      "remove tree: " + what + " " + path + ": " + std::generic_category().message(err);
+  std::string message = ErrnoStatus("remove tree: " + what + " " + path, err).message();
   if (HeldOpenName(path)) message += std::string(" (") + kHeldOpen + ")";
   return IOError(std::move(message));
 }

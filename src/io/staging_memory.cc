@@ -5,9 +5,10 @@
 
 #include <cerrno>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <utility>
+
+#include "src/io/errno_status.h"
 
 namespace shardpoint::internal_io {
 
@@ -20,8 +21,7 @@ Result<StagingMemory> StagingMemory::Map(size_t size, bool huge_pages, bool pref
   const size_t span = rounded + kHugePageSize;
   void* p = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
-    return IOError("staging memory: mmap of " + std::to_string(span) +
-                   " bytes failed: " + std::strerror(errno));
+    return ErrnoStatus("staging memory: mmap of " + std::to_string(span) + " bytes failed", errno);
   }
   char* base = static_cast<char*>(p);
   const uintptr_t addr = reinterpret_cast<uintptr_t>(base);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -55,6 +56,16 @@ TEST(StagingMemoryTest, HugePagesOnlyWhenAskedAndWhereTheKernelHasThem) {
   ASSERT_TRUE(huge.ok());
   const bool kernel_has_thp = ::access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0;
   EXPECT_EQ(huge->huge_pages(), kernel_has_thp);
+}
+
+// A mapping the kernel refuses is an IOError with the system's reason.
+TEST(StagingMemoryTest, RefusedMappingIsAnIOErrorNamingItsSize) {
+  Result<StagingMemory> m = StagingMemory::Map(size_t{1} << 62, false, false);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kIOError);
+  EXPECT_EQ(m.status().message().rfind("staging memory: mmap of ", 0), 0u) << m.status().message();
+  EXPECT_NE(m.status().message().find(" bytes failed: Cannot allocate memory"), std::string::npos)
+      << m.status().message();
 }
 
 TEST(StagingMemoryTest, MoveTransfersTheMapping) {

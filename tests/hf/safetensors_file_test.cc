@@ -9,8 +9,9 @@
 #include "tests/hf/hf_model.h"
 
 using shardpoint::internal_format::AssignSafetensorsOffsets;
+using shardpoint::internal_format::DecodeSafetensorsHeader;
+using shardpoint::internal_format::DecodeSafetensorsHeaderLength;
 using shardpoint::internal_format::EncodeSafetensorsHeader;
-using shardpoint::internal_format::ReadSafetensorsHeader;
 using shardpoint::internal_format::SafetensorsEntry;
 using shardpoint::internal_format::SafetensorsHeader;
 using shardpoint::internal_hf::HfDirIndex;
@@ -28,12 +29,25 @@ std::string RawFile(const std::string& json, uint64_t data_size, uint64_t len_ov
   return out + json + std::string(data_size, '\0');
 }
 
+// The header of an open file, read as the HF reader and verify read it: the
+// 8-byte length, then the JSON (a short file is never a crash).
+Result<SafetensorsHeader> ReadHeader(const ReadableFile& file, const std::string& name) {
+  SP_ASSIGN_OR_RETURN(uint64_t size, file.Size());
+  char first8[8] = {};
+  if (size >= 8) SP_RETURN_IF_ERROR(file.ReadAt(0, 8, first8));
+  SP_ASSIGN_OR_RETURN(uint64_t n, DecodeSafetensorsHeaderLength(
+                                      std::string_view(first8, size >= 8 ? 8 : 0), size, name));
+  std::string json(n, '\0');
+  SP_RETURN_IF_ERROR(file.ReadAt(8, n, json.data()));
+  return DecodeSafetensorsHeader(json, size, name);
+}
+
 Result<SafetensorsHeader> ReadImage(Storage* s, const std::string& bytes) {
   EXPECT_TRUE(s->CreateDirs("m").ok());
   EXPECT_TRUE(s->WriteStringToFile("m/x.safetensors", bytes).ok());
   Result<std::unique_ptr<ReadableFile>> f = s->NewReadableFile("m/x.safetensors");
   if (!f.ok()) return f.status();
-  return ReadSafetensorsHeader(**f, "m/x.safetensors");
+  return ReadHeader(**f, "m/x.safetensors");
 }
 
 void ExpectError(const Result<SafetensorsHeader>& r, const std::string& substr) {
