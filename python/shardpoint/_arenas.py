@@ -4,7 +4,8 @@ A load of device tensors reads each group of about ``GROUP_BYTES`` into host
 buffers, then copies the group to the device while the next group is read
 (``_staging.DeviceStaging``). Fresh buffers cost a page fault per 4 KiB the
 first time the reader writes them, and on a virtual machine page faults are
-slow (1.3 GB/s for four processes on the GPU machine: bench/results/history.md, "On a GPU").
+slow (1.3 GB/s for four processes on the GPU machine: bench/results/history.md,
+"On a GPU").
 Here group g's pageable buffers are views into arena g % 2, so from the third
 group on a load writes pages already faulted in: a rank faults in two arenas
 instead of its whole share. The caller must not let group g + 2 be written
