@@ -91,9 +91,24 @@ void ExpectError(const std::string& pkl, StatusCode code, const std::string& tex
   EXPECT_NE(t.status().ToString().find("item 'w'"), std::string::npos);
 }
 
-TEST(DcpTensorItemTest, NonContiguousStridesAreRefused) {
-  ExpectError(DataPkl("FloatStorage", "0", 12, 0, {3, 4}, {1, 3}), StatusCode::kFailedPrecondition,
-              "not C-contiguous");
+// A transposed, permuted or strided tensor decodes (not row_major: read as a
+// strided view); negative strides and elements past the storage are DataLoss.
+TEST(DcpTensorItemTest, StridedTensorsDecode) {
+  Result<TorchSavedTensor> t =
+      DecodeTensorPickle(DataPkl("FloatStorage", "0", 12, 0, {3, 4}, {1, 3}), "x");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_FALSE(t->row_major);
+  EXPECT_EQ(t->stride, (Shape{1, 3}));
+  t = DecodeTensorPickle(DataPkl("FloatStorage", "0", 80, 1, {5, 4}, {16, 1}), "x");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_FALSE(t->row_major);
+  t = DecodeTensorPickle(DataPkl("FloatStorage", "0", 12, 0, {3, 4}, {4, 1}), "x");
+  ASSERT_TRUE(t.ok());
+  EXPECT_TRUE(t->row_major);
+  ExpectError(DataPkl("FloatStorage", "0", 12, 1, {3, 4}, {1, 3}), StatusCode::kDataLoss,
+              "reaches past its storage of 12");
+  ExpectError(DataPkl("FloatStorage", "0", 12, 0, {3, 4}, {-1, 3}), StatusCode::kDataLoss,
+              "negative");
 }
 
 TEST(DcpTensorItemTest, ElementsOutsideTheStorage) {
