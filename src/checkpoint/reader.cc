@@ -300,9 +300,11 @@ std::vector<Task> BuildTasks(const Manifest& m, const std::vector<std::vector<Pi
     const Range2& r = ranges[i];
     if (r.file != p.file || r.begin < p.end) continue;
     const uint64_t gap = r.begin - p.end;
+    const bool unbridged = options.unbridged_files && r.file < options.unbridged_files->size() &&
+                           (*options.unbridged_files)[r.file];
     if (gap == 0) {
       join[i] = true;
-    } else if (gap <= options.gap_bytes) {
+    } else if (gap <= options.gap_bytes && !unbridged) {
       const uint64_t at = m.tensors[r.tensor].chunks[r.chunk].offset;
       const bool one_unit = r.tensor == p.tensor && r.chunk == p.chunk &&
                             (p.end - 1 - at) / slice == (r.begin - at) / slice;

@@ -50,6 +50,10 @@ struct ReadOptions {
   // max_gap_fraction of the needed ones (smallest gaps first).
   uint64_t gap_bytes = uint64_t{256} << 10;
   double max_gap_fraction = 0.05;
+  // Files (by index, may be null) whose gaps are never bridged: strided view
+  // files, where the bytes between two runs are elements from anywhere in
+  // the storage (src/source/strided_file.h).
+  const std::vector<bool>* unbridged_files = nullptr;
 };
 
 // What a load read; shared by the threads of one load.

@@ -10,7 +10,7 @@
 using shardpoint::internal_base::ByteReader;
 using shardpoint::internal_base::ByteWriter;
 using shardpoint::internal_geometry::FlatRangeToBoxes;
-using shardpoint::internal_geometry::UnravelIndex;
+using shardpoint::internal_geometry::RowMajorStrides;
 
 namespace shardpoint::internal_source {
 namespace {
@@ -82,11 +82,13 @@ class StridedFile : public ReadableFile {
   };
 
   // The storage bytes of elements [need.lo, need.hi]: the cached span if it
-  // holds them, else read (the whole span where need is over a quarter of it).
+  // holds them, else read with an eighth more ahead (the runs of a part of a
+  // permuted tensor have spans sliding forward by a few elements), up to the
+  // whole span.
   Result<Cached> Span(ElementSpan need) const {
     std::lock_guard<std::mutex> lock(mu_);
     if (cache_.bytes && cache_.span.lo <= need.lo && need.hi <= cache_.span.hi) return cache_;
-    if ((need.hi - need.lo + 1) * 4 > whole_.hi - whole_.lo + 1) need = whole_;
+    need.hi = std::min(whole_.hi, need.hi + (need.hi - need.lo) / 8 + 1);
     const uint64_t es = v_.element_size;
     auto bytes = std::make_shared<std::string>((need.hi - need.lo + 1) * es, '\0');
     SP_RETURN_IF_ERROR(base_->ReadAt(v_.storage_offset + need.lo * es, bytes->size(), bytes->data())
@@ -95,37 +97,69 @@ class StridedFile : public ReadableFile {
     return cache_;
   }
 
-  // Row-major elements [e0, e1) of the tensor, packed into out.
+  // Row-major elements [e0, e1) of the tensor, packed into out: box by box
+  // (FlatRangeToBoxes), each walked in storage order (dims by decreasing
+  // stride), so the storage is read forward and the writes stay inside the
+  // request's output (a transpose then streams through its source).
   void Gather(int64_t e0, int64_t e1, const Cached& span, char* out) const {
     const size_t rank = v_.size.size(), es = v_.element_size;
-    Shape idx = UnravelIndex(v_.size, e0);
-    uint64_t pos = v_.first;
-    for (size_t d = 0; d < rank; ++d) pos += static_cast<uint64_t>(idx[d] * v_.stride[d]);
-    const char* src = span.bytes->data();
-    const int64_t inner = rank ? v_.size[rank - 1] : 1;
-    const uint64_t step = rank ? static_cast<uint64_t>(v_.stride[rank - 1]) : 0;
-    for (int64_t e = e0; e < e1;) {
-      // The rest of the innermost row, up to e1.
-      const int64_t at = rank ? idx[rank - 1] : 0;
-      const int64_t run = std::min<int64_t>(inner - at, e1 - e);
-      const char* p = src + (pos - span.span.lo) * es;
-      if (step == 1) {
-        std::memcpy(out, p, static_cast<size_t>(run) * es);
-        out += run * es;
-      } else {
-        for (int64_t i = 0; i < run; ++i, out += es) std::memcpy(out, p + i * step * es, es);
+    const char* src = span.bytes->data() - span.span.lo * es;
+    if (rank == 0) {
+      std::memcpy(out, src + v_.first * es, es);
+      return;
+    }
+    const Shape rm = RowMajorStrides(v_.size);
+    std::vector<size_t> order(rank);  // outermost first; the last is walked innermost
+    for (size_t d = 0; d < rank; ++d) order[d] = d;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return v_.stride[a] > v_.stride[b] || (v_.stride[a] == v_.stride[b] && rm[a] > rm[b]);
+    });
+    const size_t in = order[rank - 1];
+    const int64_t sstep = v_.stride[in], dstep = rm[in];
+    for (const Box& b : FlatRangeToBoxes(v_.size, e0, e1)) {
+      Shape idx(rank, 0);  // relative to the box
+      for (;;) {
+        int64_t sp = static_cast<int64_t>(v_.first), dp = -e0;
+        for (size_t d = 0; d < rank; ++d) {
+          sp += (b.offset[d] + idx[d]) * v_.stride[d];
+          dp += (b.offset[d] + idx[d]) * rm[d];
+        }
+        Copy(src + sp * static_cast<int64_t>(es), sstep, out + dp * static_cast<int64_t>(es), dstep,
+             b.shape[in]);
+        size_t k = rank - 1;  // carry through the outer dims, in storage order
+        while (k-- > 0 && ++idx[order[k]] == b.shape[order[k]]) idx[order[k]] = 0;
+        if (k == static_cast<size_t>(-1)) break;
       }
-      e += run;
-      if (e == e1 || rank == 0) break;
-      // Carry into the outer dims.
-      pos -= static_cast<uint64_t>(at * v_.stride[rank - 1]);
-      idx[rank - 1] = 0;
-      for (size_t d = rank - 1; d-- > 0;) {
-        pos += static_cast<uint64_t>(v_.stride[d]);
-        if (++idx[d] < v_.size[d]) break;
-        pos -= static_cast<uint64_t>(idx[d] * v_.stride[d]);
-        idx[d] = 0;
-      }
+    }
+  }
+
+  // n elements, source and destination each `step` elements apart.
+  void Copy(const char* s, int64_t sstep, char* d, int64_t dstep, int64_t n) const {
+    const size_t es = v_.element_size;
+    if (sstep == 1 && dstep == 1) {
+      std::memcpy(d, s, static_cast<size_t>(n) * es);
+      return;
+    }
+    const int64_t sb = sstep * static_cast<int64_t>(es), db = dstep * static_cast<int64_t>(es);
+    switch (es) {
+      case 1:
+        return Strided<uint8_t>(s, sb, d, db, n);
+      case 2:
+        return Strided<uint16_t>(s, sb, d, db, n);
+      case 4:
+        return Strided<uint32_t>(s, sb, d, db, n);
+      case 8:
+        return Strided<uint64_t>(s, sb, d, db, n);
+      default:
+        for (int64_t i = 0; i < n; ++i) std::memcpy(d + i * db, s + i * sb, es);
+    }
+  }
+  template <typename T>
+  static void Strided(const char* s, int64_t sb, char* d, int64_t db, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      T v;
+      std::memcpy(&v, s + i * sb, sizeof(T));
+      std::memcpy(d + i * db, &v, sizeof(T));
     }
   }
 

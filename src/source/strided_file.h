@@ -9,11 +9,12 @@
 // file. Every reader (the load pipeline, diff, convert, export) reads chunks
 // through DataFiles (src/checkpoint/reader.h), which opens a view file as
 // OpenStridedView: a read of row-major bytes [a, b) reads the byte range of the
-// storage those elements span, in one request, and gathers them. The last span
-// read is kept (and a span of more than a quarter of the whole one is widened
-// to the whole), so a row-major pass over a transposed tensor reads its storage
-// once, and a read of a part that lies in a band of the storage reads that
-// band. Memory: at most the storage bytes the tensor spans, per view file open.
+// storage those elements span (and an eighth more ahead), in one request, and
+// gathers them. The last span read is kept, so a row-major pass over a
+// transposed tensor reads its storage once, and the runs of a part that lies
+// in a band of the storage read about that band (the reader bridges no gap of
+// a view file: ReadOptions::unbridged_files). Memory: at most the storage
+// bytes the tensor spans, per view file open.
 #pragma once
 
 #include <cstdint>
