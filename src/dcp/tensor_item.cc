@@ -208,8 +208,13 @@ Result<TensorItemBytes> LocateTensorItem(uint64_t size, const ZipReadAt& read,
   }
   out.storage = *data;
   const uint64_t n = static_cast<uint64_t>(Box::Whole(out.tensor.size).num_elements());
-  out.nbytes = n * es;
-  out.offset = data->data_offset + (n && out.tensor.row_major ? out.tensor.storage_offset * es : 0);
+  if (out.tensor.row_major) {
+    out.offset = data->data_offset + (n ? out.tensor.storage_offset * es : 0);
+    out.nbytes = n * es;
+  } else {  // the whole storage: the elements lie anywhere in it
+    out.offset = data->data_offset;
+    out.nbytes = data->size;
+  }
   return out;
 }
 

@@ -47,11 +47,12 @@ Result<TorchSavedTensor> DecodeTensorPickle(std::string_view data_pkl, const std
 // Where a saved tensor's bytes lie inside its archive.
 struct TensorItemBytes {
   TorchSavedTensor tensor;
-  // From the start of the archive: the tensor's first element if
-  // tensor.row_major, else storage element 0 (storage.data_offset).
+  // From the start of the archive, the bytes holding the tensor's elements:
+  // if tensor.row_major, its first element on, elements of `size` x dtype
+  // size; else the whole storage entry (storage.data_offset, storage.size).
   uint64_t offset = 0;
-  uint64_t nbytes = 0;  // elements of `size` x dtype size
-  ZipEntry storage;     // the whole storage entry (for its CRC-32)
+  uint64_t nbytes = 0;
+  ZipEntry storage;  // the whole storage entry (for its CRC-32)
 };
 
 // Reads the zip directory and data.pkl of the archive of `size` bytes.
