@@ -27,7 +27,7 @@ Result<std::string> ReadIndexBytes(Storage* storage, const std::string& dir) {
   SP_ASSIGN_OR_RETURN(CheckpointKind kind, DetectCheckpointKind(dir, storage));
   if (kind == CheckpointKind::kPyTorchDcp) {
     SP_ASSIGN_OR_RETURN(internal_dcp::DcpIndex idx, internal_dcp::ReadDcpIndex(storage, dir));
-    return "D" + internal_dcp::EncodeDcpManifest(idx.m);
+    return "D" + internal_dcp::EncodeDcpIndex(idx.m, idx.views);
   }
   SP_ASSIGN_OR_RETURN(std::string bytes, internal_checkpoint::ReadManifestBytes(storage, dir));
   return "S" + bytes;
@@ -49,12 +49,18 @@ Result<LoadResult> LoadCollective(State& state, const std::string& dir, Comm& co
   }
   SP_RETURN_IF_ERROR(internal_comm::BroadcastAgreed(comm, s, &bytes, 0));
   const bool dcp = !bytes.empty() && bytes[0] == 'D';
-  Result<internal_format::Manifest> manifest =
-      internal_base::Guarded("load: decoding the manifest", [&] {
-        return dcp ? internal_dcp::DecodeDcpManifest(std::string_view(bytes).substr(1), dir)
-                   : internal_format::DecodeManifest(
-                         std::string_view(bytes).substr(1),
-                         internal_checkpoint::JoinPath(dir, internal_format::kManifestName));
+  std::vector<internal_source::StridedView> views;
+  Result<internal_format::Manifest> manifest = internal_base::Guarded(
+      "load: decoding the manifest", [&]() -> Result<internal_format::Manifest> {
+        if (!dcp) {
+          return internal_format::DecodeManifest(
+              std::string_view(bytes).substr(1),
+              internal_checkpoint::JoinPath(dir, internal_format::kManifestName));
+        }
+        SP_ASSIGN_OR_RETURN(internal_dcp::DcpTransitIndex idx,
+                            internal_dcp::DecodeDcpIndex(std::string_view(bytes).substr(1), dir));
+        views = std::move(idx.views);
+        return std::move(idx.m);
       });
   bytes.clear();
 
@@ -65,6 +71,7 @@ Result<LoadResult> LoadCollective(State& state, const std::string& dir, Comm& co
   src.kind = "checkpoint";
   src.name = "checkpoint '" + dir + "'";
   src.has_checksums = !dcp;
+  src.views = std::move(views);
   if (manifest.ok()) src.index = std::move(*manifest);
   SP_ASSIGN_OR_RETURN(LoadResult result,
                       internal_checkpoint::LoadFromSource(state, manifest.status(), src, comm,

@@ -32,26 +32,39 @@ struct DataFiles::Impl {
   Storage* storage;
   std::string dir;
   const Manifest* m;
+  const std::vector<internal_source::StridedView>* views;
   std::mutex mu;
   std::vector<std::unique_ptr<ReadableFile>> open;
+
+  // REQUIRES: mu held.
+  Result<const ReadableFile*> Open(uint32_t file) {
+    if (file >= open.size()) return InternalError("file index out of range");
+    if (open[file]) return open[file].get();
+    const std::string path = JoinPath(dir, m->files[file]);
+    if (views) {
+      for (const internal_source::StridedView& v : *views) {
+        if (v.file != file) continue;
+        if (v.base == file) return InternalError("a strided view of itself");
+        SP_ASSIGN_OR_RETURN(const ReadableFile* base, Open(v.base));
+        open[file] = internal_source::OpenStridedView(v, base, path);
+        return open[file].get();
+      }
+    }
+    SP_ASSIGN_OR_RETURN(open[file], storage->NewReadableFile(path));
+    return open[file].get();
+  }
 };
 
-DataFiles::DataFiles(Storage* storage, std::string dir, const Manifest* m)
-    : impl_(new Impl{storage, std::move(dir), m, {}, {}}) {
+DataFiles::DataFiles(Storage* storage, std::string dir, const Manifest* m,
+                     const std::vector<internal_source::StridedView>* views)
+    : impl_(new Impl{storage, std::move(dir), m, views, {}, {}}) {
   impl_->open.resize(m->files.size());
 }
 DataFiles::~DataFiles() = default;
 
 Result<const ReadableFile*> DataFiles::Get(uint32_t file) {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  if (file >= impl_->open.size()) return InternalError("file index out of range");
-  if (!impl_->open[file]) {
-    Result<std::unique_ptr<ReadableFile>> f =
-        impl_->storage->NewReadableFile(JoinPath(impl_->dir, impl_->m->files[file]));
-    if (!f.ok()) return f.status();
-    impl_->open[file] = std::move(*f);
-  }
-  return impl_->open[file].get();
+  return impl_->Open(file);
 }
 
 namespace {
@@ -287,9 +300,11 @@ std::vector<Task> BuildTasks(const Manifest& m, const std::vector<std::vector<Pi
     const Range2& r = ranges[i];
     if (r.file != p.file || r.begin < p.end) continue;
     const uint64_t gap = r.begin - p.end;
+    const bool unbridged = options.unbridged_files && r.file < options.unbridged_files->size() &&
+                           (*options.unbridged_files)[r.file];
     if (gap == 0) {
       join[i] = true;
-    } else if (gap <= options.gap_bytes) {
+    } else if (gap <= options.gap_bytes && !unbridged) {
       const uint64_t at = m.tensors[r.tensor].chunks[r.chunk].offset;
       const bool one_unit = r.tensor == p.tensor && r.chunk == p.chunk &&
                             (p.end - 1 - at) / slice == (r.begin - at) / slice;

@@ -19,13 +19,17 @@
 #include "src/format/manifest.h"
 #include "src/io/thread_pool.h"
 #include "src/plan/load_plan.h"
+#include "src/source/strided_file.h"
 
 namespace shardpoint::internal_checkpoint {
 
-// The data files of a checkpoint, opened on first use. Thread-safe.
+// The data files of a checkpoint, opened on first use. Thread-safe. A file
+// that one of `views` describes is opened as that strided view of its base
+// file (src/source/strided_file.h).
 class DataFiles {
  public:
-  DataFiles(Storage* storage, std::string dir, const internal_format::Manifest* m);
+  DataFiles(Storage* storage, std::string dir, const internal_format::Manifest* m,
+            const std::vector<internal_source::StridedView>* views = nullptr);
   ~DataFiles();
   Result<const ReadableFile*> Get(uint32_t file);
 
@@ -46,6 +50,10 @@ struct ReadOptions {
   // max_gap_fraction of the needed ones (smallest gaps first).
   uint64_t gap_bytes = uint64_t{256} << 10;
   double max_gap_fraction = 0.05;
+  // Files (by index, may be null) whose gaps are never bridged: strided view
+  // files, where the bytes between two runs are elements from anywhere in
+  // the storage (src/source/strided_file.h).
+  const std::vector<bool>* unbridged_files = nullptr;
 };
 
 // What a load read; shared by the threads of one load.

@@ -15,6 +15,7 @@ using shardpoint::internal_format::EncodeManifest;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::ObjectRecord;
 using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_source::StridedView;
 
 namespace shardpoint::internal_dcp {
 namespace {
@@ -36,6 +37,25 @@ Status CheckFileName(const std::string& name, const std::string& what) {
                          "', which is not a plain name inside the checkpoint directory");
   }
   return OkStatus();
+}
+
+// A view file (src/source/strided_file.h) of the strided tensor item `tb` at
+// byte `item` of file `f`: its name is the file's, a backslash (which no DCP
+// file name holds) and the item's offset.
+uint32_t AddView(const TensorItemBytes& tb, uint32_t f, uint64_t item, const std::string& file,
+                 DcpIndex* idx) {
+  StridedView v;
+  v.file = static_cast<uint32_t>(idx->m.files.size());
+  v.base = f;
+  v.storage_offset = item + tb.storage.data_offset;
+  v.storage_elements = tb.tensor.storage_numel;
+  v.element_size = static_cast<uint32_t>(DTypeSize(tb.tensor.dtype));
+  v.first = tb.tensor.storage_offset;
+  v.size = tb.tensor.size;
+  v.stride = tb.tensor.stride;
+  idx->m.files.push_back(file + "\\strided@" + std::to_string(item));
+  idx->views.push_back(std::move(v));
+  return idx->views.back().file;
 }
 
 }  // namespace
@@ -129,6 +149,11 @@ Result<DcpIndex> ReadDcpIndex(Storage* storage, const std::string& dir) {
       c.file = f;
       c.offset = base + tb.offset;
       c.nbytes = static_cast<uint64_t>(box.num_elements()) * es;
+      if (!tb.tensor.row_major) {
+        // Stored with strides: the chunk is bytes [0, nbytes) of a view file.
+        c.file = AddView(tb, f, base, info.relative_path, &idx);
+        c.offset = 0;
+      }
       t.chunks.push_back(std::move(c));
     }
     std::sort(t.chunks.begin(), t.chunks.end(),
@@ -179,16 +204,26 @@ Result<DcpIndex> ReadDcpIndex(Storage* storage, const std::string& dir) {
   return idx;
 }
 
-std::string EncodeDcpManifest(const Manifest& m) {
+std::string EncodeDcpIndex(const Manifest& m, const std::vector<StridedView>& views) {
   Manifest t = m;
   for (std::string& f : t.files) f = std::string(kTransitPrefix) + f;
-  return EncodeManifest(t);
+  internal_base::ByteWriter w;
+  w.Blob(EncodeManifest(t));
+  internal_source::EncodeStridedViews(views, &w);
+  return std::move(w.str());
 }
 
-Result<Manifest> DecodeDcpManifest(std::string_view bytes, const std::string& dir) {
-  SP_ASSIGN_OR_RETURN(Manifest m, DecodeManifest(bytes, Join(dir, kDcpMetadataName)));
-  for (std::string& f : m.files) f = f.substr(kTransitPrefix.size());
-  return m;
+Result<DcpTransitIndex> DecodeDcpIndex(std::string_view bytes, const std::string& dir) {
+  const std::string what = "index of '" + Join(dir, kDcpMetadataName) + "'";
+  internal_base::ByteReader r(bytes, what);
+  std::string manifest;
+  SP_RETURN_IF_ERROR(r.Blob(&manifest));
+  DcpTransitIndex out;
+  SP_ASSIGN_OR_RETURN(out.m, DecodeManifest(manifest, Join(dir, kDcpMetadataName)));
+  for (std::string& f : out.m.files) f = f.substr(kTransitPrefix.size());
+  SP_ASSIGN_OR_RETURN(out.views, internal_source::DecodeStridedViews(&r, out.m.files.size(), what));
+  SP_RETURN_IF_ERROR(r.ExpectEnd());
+  return out;
 }
 
 }  // namespace shardpoint::internal_dcp

@@ -16,6 +16,7 @@
 #include "shardpoint/storage.h"
 #include "src/dcp/metadata.h"
 #include "src/format/manifest.h"
+#include "src/source/strided_file.h"
 
 namespace shardpoint::internal_dcp {
 
@@ -34,13 +35,23 @@ struct DcpIndex {
   DcpMetadata metadata;
   internal_format::Manifest m;           // files are .distcp names relative to the dir
   std::vector<DcpCheckedEntry> entries;  // the storage entry of every tensor chunk
+  // Tensor items stored with strides (a transposed or permuted tensor, a
+  // strided view): their chunks are row-major bytes of a view file, listed
+  // in m.files after the .distcp files (src/source/strided_file.h).
+  std::vector<internal_source::StridedView> views;
 };
 
 // Reads `.metadata` and the zip directory and data.pkl of every tensor item.
 Result<DcpIndex> ReadDcpIndex(Storage* storage, const std::string& dir);
 
-// The index as bytes for a broadcast (a manifest encoding) and back.
-std::string EncodeDcpManifest(const internal_format::Manifest& m);
-Result<internal_format::Manifest> DecodeDcpManifest(std::string_view bytes, const std::string& dir);
+// The index as bytes for a broadcast (a manifest encoding and the views) and
+// back.
+struct DcpTransitIndex {
+  internal_format::Manifest m;
+  std::vector<internal_source::StridedView> views;
+};
+std::string EncodeDcpIndex(const internal_format::Manifest& m,
+                           const std::vector<internal_source::StridedView>& views);
+Result<DcpTransitIndex> DecodeDcpIndex(std::string_view bytes, const std::string& dir);
 
 }  // namespace shardpoint::internal_dcp

@@ -1,5 +1,7 @@
 #include "src/dcp/pickle_writer.h"
 
+#include <cstring>
+
 #include "src/dcp/pickle_ops.h"
 
 namespace shardpoint::internal_dcp {
@@ -38,6 +40,45 @@ void PickleWriter::Int(int64_t v) {
     U8(8);
     out_.I64(v);
   }
+}
+
+void PickleWriter::Long(std::string_view twos_complement_le) {
+  if (twos_complement_le.size() < 256) {
+    U8(op::kLong1);
+    U8(static_cast<uint8_t>(twos_complement_le.size()));
+  } else {
+    U8(op::kLong4);
+    out_.U32(static_cast<uint32_t>(twos_complement_le.size()));
+  }
+  Append(twos_complement_le);
+}
+
+void PickleWriter::Float(double v) {
+  uint64_t bits;
+  std::memcpy(&bits, &v, 8);
+  U8(op::kBinFloat);  // big-endian IEEE 754 double
+  for (int i = 7; i >= 0; --i) U8(static_cast<uint8_t>(bits >> (8 * i)));
+}
+
+void PickleWriter::Bytes(std::string_view b) {
+  // Protocol 2 has no bytes opcode: torch.save (protocol 2) pickles bytes as
+  // _codecs.encode(s, 'latin1') of the str whose code points are the bytes.
+  std::string latin1;
+  latin1.reserve(b.size());
+  for (unsigned char c : b) {
+    if (c < 0x80) {
+      latin1.push_back(static_cast<char>(c));
+    } else {
+      latin1.push_back(static_cast<char>(0xC0 | (c >> 6)));
+      latin1.push_back(static_cast<char>(0x80 | (c & 0x3F)));
+    }
+  }
+  Global("_codecs", "encode");
+  Mark();
+  Str(latin1);
+  Str("latin1");
+  Tuple();
+  Reduce();
 }
 
 void PickleWriter::Bool(bool v) { U8(v ? op::kNewTrue : op::kNewFalse); }

@@ -1,7 +1,8 @@
 // The smallest pickle writer DCP needs: protocol 2 opcodes for the values
-// torch 1.13's DCP pickles (`.metadata`) and torch.save's data.pkl of a
-// tensor. The caller emits opcodes in order, as a pickler would; no memo is
-// written (every object is emitted once, globals again where repeated).
+// torch 1.13's DCP pickles (`.metadata`), torch.save's data.pkl of a tensor
+// and the plain values of byte items (src/dcp/byte_item_writer.h). The caller emits opcodes in
+// order, as a pickler would; no memo is written (every object is emitted once, globals again where
+// repeated).
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,11 @@ class PickleWriter {
   void Global(std::string_view module, std::string_view name);  // GLOBAL
   void Str(std::string_view s);                                 // BINUNICODE
   void Int(int64_t v);                                          // BININT1/BININT/LONG1
-  void Bool(bool v);                                            // NEWTRUE/NEWFALSE
+  // LONG1 (LONG4 from 256 bytes) of a little-endian two's complement integer.
+  void Long(std::string_view twos_complement_le);
+  void Float(double v);            // BINFLOAT
+  void Bytes(std::string_view b);  // _codecs.encode(latin-1 str, 'latin1'), as torch.save does
+  void Bool(bool v);               // NEWTRUE/NEWFALSE
   void None();
   void Mark();
   void Tuple();                   // TUPLE: the items since the last Mark

@@ -5,6 +5,7 @@
 #include "src/base/limits.h"
 #include "src/dcp/metadata.h"
 #include "src/dcp/pickle.h"
+#include "src/source/strided_file.h"
 
 using shardpoint::internal_base::kMaxRank;
 
@@ -140,20 +141,23 @@ Result<TorchSavedTensor> DecodeTensorPickle(std::string_view data_pkl, const std
   Result<int64_t> n = CheckedNumElements(out.size);
   if (!n.ok()) return Bad(what, "size " + ShapeToString(out.size) + " overflows");
   if (*n > 0) {
-    int64_t expect = 1;
-    for (size_t d = out.size.size(); d-- > 0;) {
-      if (out.size[d] != 1 && out.stride[d] != expect) {
-        return FailedPreconditionError("'" + what + "': tensor of size " + ShapeToString(out.size) +
-                                       " has strides " + ShapeToString(out.stride) +
-                                       ", not C-contiguous ones (not read)");
+    out.row_major = internal_source::IsRowMajor(out.size, out.stride);
+    if (out.row_major) {
+      const uint64_t end = out.storage_offset + static_cast<uint64_t>(*n);
+      if (end < out.storage_offset || end > out.storage_numel) {
+        return Bad(what, "elements [" + std::to_string(out.storage_offset) + ", " +
+                             std::to_string(end) + ") lie outside its storage of " +
+                             std::to_string(out.storage_numel));
       }
-      expect *= out.size[d];
-    }
-    const uint64_t end = out.storage_offset + static_cast<uint64_t>(*n);
-    if (end < out.storage_offset || end > out.storage_numel) {
-      return Bad(what, "elements [" + std::to_string(out.storage_offset) + ", " +
-                           std::to_string(end) + ") lie outside its storage of " +
-                           std::to_string(out.storage_numel));
+    } else {
+      // Read as a strided view (src/source/strided_file.h).
+      internal_source::StridedView v;
+      v.storage_elements = out.storage_numel;
+      v.element_size = static_cast<uint32_t>(DTypeSize(out.dtype));
+      v.first = out.storage_offset;
+      v.size = out.size;
+      v.stride = out.stride;
+      SP_RETURN_IF_ERROR(internal_source::CheckStridedView(v, "'" + what + "': torch.save tensor"));
     }
   }
   return out;
@@ -204,8 +208,13 @@ Result<TensorItemBytes> LocateTensorItem(uint64_t size, const ZipReadAt& read,
   }
   out.storage = *data;
   const uint64_t n = static_cast<uint64_t>(Box::Whole(out.tensor.size).num_elements());
-  out.offset = data->data_offset + (n ? out.tensor.storage_offset * es : 0);
-  out.nbytes = n * es;
+  if (out.tensor.row_major) {
+    out.offset = data->data_offset + (n ? out.tensor.storage_offset * es : 0);
+    out.nbytes = n * es;
+  } else {  // the whole storage: the elements lie anywhere in it
+    out.offset = data->data_offset;
+    out.nbytes = data->size;
+  }
   return out;
 }
 

@@ -6,10 +6,12 @@
 //
 // Read: one `_rebuild_tensor_v2` of one typed storage ("torch.FloatStorage",
 // ...), or one `_rebuild_tensor_v3` of a `torch.storage.UntypedStorage` and a dtype
-// (how torch 2.x saves float8 and uint16/32/64), C-contiguous strides,
-// little-endian. Refused (FailedPrecondition):
-// other rebuild functions (sparse, quantized, nested, parameters with hooks),
-// non-contiguous strides, big-endian storages. Malformed input: DataLoss.
+// (how torch 2.x saves float8 and uint16/32/64), little-endian, any
+// non-negative strides (a transposed or permuted tensor, a strided view: not
+// row_major, read as a strided view of the storage, src/source/strided_file.h).
+// Refused (FailedPrecondition): other rebuild functions (sparse, quantized,
+// nested, parameters with hooks), big-endian storages. Malformed input
+// (negative strides, elements outside the storage): DataLoss.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +33,9 @@ struct TorchSavedTensor {
   uint64_t storage_offset = 0;  // elements
   Shape size;
   Shape stride;
+  // The elements are the storage's [storage_offset, + numel) in row-major
+  // order (strides C-contiguous up to dims of size 1, or no elements).
+  bool row_major = true;
 };
 
 inline constexpr uint64_t kMaxDataPklBytes = uint64_t{1} << 20;
@@ -42,9 +47,12 @@ Result<TorchSavedTensor> DecodeTensorPickle(std::string_view data_pkl, const std
 // Where a saved tensor's bytes lie inside its archive.
 struct TensorItemBytes {
   TorchSavedTensor tensor;
-  uint64_t offset = 0;  // from the start of the archive: the tensor's first element
-  uint64_t nbytes = 0;  // elements of `size` x dtype size
-  ZipEntry storage;     // the whole storage entry (for its CRC-32)
+  // From the start of the archive, the bytes holding the tensor's elements:
+  // if tensor.row_major, its first element on, elements of `size` x dtype
+  // size; else the whole storage entry (storage.data_offset, storage.size).
+  uint64_t offset = 0;
+  uint64_t nbytes = 0;
+  ZipEntry storage;  // the whole storage entry (for its CRC-32)
 };
 
 // Reads the zip directory and data.pkl of the archive of `size` bytes.

@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <sstream>
 
 #include "src/dcp/tensor_item_writer.h"
+#include "src/dcp/zip.h"
+#include "src/dcp/zip_writer.h"
 #include "tests/testing/torch_newer_dtypes.h"
 
 namespace shardpoint::internal_dcp {
@@ -91,9 +94,52 @@ void ExpectError(const std::string& pkl, StatusCode code, const std::string& tex
   EXPECT_NE(t.status().ToString().find("item 'w'"), std::string::npos);
 }
 
-TEST(DcpTensorItemTest, NonContiguousStridesAreRefused) {
-  ExpectError(DataPkl("FloatStorage", "0", 12, 0, {3, 4}, {1, 3}), StatusCode::kFailedPrecondition,
-              "not C-contiguous");
+// A transposed, permuted or strided tensor decodes (not row_major: read as a
+// strided view); negative strides and elements past the storage are DataLoss.
+TEST(DcpTensorItemTest, StridedTensorsDecode) {
+  Result<TorchSavedTensor> t =
+      DecodeTensorPickle(DataPkl("FloatStorage", "0", 12, 0, {3, 4}, {1, 3}), "x");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_FALSE(t->row_major);
+  EXPECT_EQ(t->stride, (Shape{1, 3}));
+  t = DecodeTensorPickle(DataPkl("FloatStorage", "0", 80, 1, {5, 4}, {16, 1}), "x");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_FALSE(t->row_major);
+  t = DecodeTensorPickle(DataPkl("FloatStorage", "0", 12, 0, {3, 4}, {4, 1}), "x");
+  ASSERT_TRUE(t.ok());
+  EXPECT_TRUE(t->row_major);
+  ExpectError(DataPkl("FloatStorage", "0", 12, 1, {3, 4}, {1, 3}), StatusCode::kDataLoss,
+              "reaches past its storage of 12");
+  ExpectError(DataPkl("FloatStorage", "0", 12, 0, {3, 4}, {-1, 3}), StatusCode::kDataLoss,
+              "negative");
+}
+
+// A broadcast (a zero stride) holds more elements than its storage: located
+// as its whole storage entry, which lies inside the archive.
+TEST(DcpTensorItemTest, StridedItemIsLocatedAsItsStorage) {
+  const std::string pkl = DataPkl("FloatStorage", "0", 2, 0, {3, 2}, {0, 1});
+  const std::string data(8, '\x11');
+  ZipLayout z;
+  const size_t p = z.Add("archive/data.pkl", pkl.size(), 1);
+  const size_t d = z.Add("archive/data/0", data.size(), 64);
+  z.SetCrc32(p, Crc32(0, pkl.data(), pkl.size()));
+  z.SetCrc32(d, Crc32(0, data.data(), data.size()));
+  std::string a(z.size(), '\0');
+  a.replace(z.local_offset(p), z.LocalHeader(p).size(), z.LocalHeader(p));
+  a.replace(z.data_offset(p), pkl.size(), pkl);
+  a.replace(z.local_offset(d), z.LocalHeader(d).size(), z.LocalHeader(d));
+  a.replace(z.data_offset(d), data.size(), data);
+  a.replace(z.tail_offset(), z.Tail().size(), z.Tail());
+  ZipReadAt read = [&a](uint64_t off, size_t n, char* dst) -> Status {
+    if (off > a.size() || n > a.size() - off) return DataLossError("past the end");
+    std::memcpy(dst, a.data() + off, n);
+    return OkStatus();
+  };
+  Result<TensorItemBytes> t = LocateTensorItem(a.size(), read, "item 'b'");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_FALSE(t->tensor.row_major);
+  EXPECT_EQ(t->offset, z.data_offset(d));
+  EXPECT_EQ(t->nbytes, 8u);
 }
 
 TEST(DcpTensorItemTest, ElementsOutsideTheStorage) {

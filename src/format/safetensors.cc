@@ -158,7 +158,10 @@ Status CheckCoverage(const std::vector<SafetensorsEntry>& entries, uint64_t data
   return OkStatus();
 }
 
-// The header text is `{...}` followed only by spaces.
+// JSON's whitespace (RFC 8259): what may follow the header's object.
+bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// The header text is `{...}` followed only by JSON whitespace.
 Status CheckHeaderText(std::string_view json, const std::string& file) {
   if (json.size() >= 3 && json.substr(0, 3) == "\xEF\xBB\xBF") {
     return DataLossError(Prefix(file) +
@@ -173,11 +176,11 @@ Status CheckHeaderText(std::string_view json, const std::string& file) {
                          std::to_string(8 + nul));
   }
   size_t end = json.size();
-  while (end > 0 && json[end - 1] == ' ') --end;
+  while (end > 0 && IsJsonSpace(json[end - 1])) --end;
   if (json[end - 1] != '}') {
-    return DataLossError(Prefix(file) +
-                         "header has bytes other than spaces after its JSON object (byte " +
-                         std::to_string(8 + end - 1) + " is not '}' or a space)");
+    return DataLossError(
+        Prefix(file) + "header has bytes other than JSON whitespace after its JSON object (byte " +
+        std::to_string(8 + end - 1) + " is not '}', space, tab, CR or LF)");
   }
   return OkStatus();
 }
@@ -295,9 +298,12 @@ Result<SafetensorsHeader> DecodeSafetensorsHeader(std::string_view json, uint64_
   if (!duplicate.empty()) {
     return DataLossError(Prefix(file) + "duplicate name '" + duplicate + "' in header");
   }
-  // The text must be that object and nothing else but trailing spaces, as the
-  // reference implementation demands: no byte-order mark (which the parser
-  // skips) or other prefix, and no NUL (where the parser stops, ignoring the
+  // The text must be that object and nothing else but trailing JSON
+  // whitespace (space, tab, CR, LF), as the reference implementation demands
+  // (its serde_json parse takes trailing whitespace; its test
+  // whitespace_padded_header reads `{}` + CR, space, tab, LF): no byte-order
+  // mark (which the parser skips), no leading whitespace (the format says the
+  // header starts with '{'), and no NUL (where the parser stops, ignoring the
   // rest).
   SP_RETURN_IF_ERROR(CheckHeaderText(json, file));
 

@@ -73,7 +73,7 @@ Result<DiffReport> Diff(const std::string& a_dir, const std::string& b_dir,
     report.entries.push_back(std::move(e));
   }
 
-  DataFiles fa(storage, a.dir, &a.index), fb(storage, b.dir, &b.index);
+  DataFiles fa(storage, a.dir, &a.index, &a.views), fb(storage, b.dir, &b.index, &b.views);
   std::mutex mu;
   // The calling thread compares too: io_threads - 1 threads of its own.
   ThreadPool* pool = res.pool(std::max(1, res.io_threads() - 1));

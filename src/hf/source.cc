@@ -92,6 +92,7 @@ Result<MappedSource> OpenDcpSource(Storage* storage, const std::string& dir) {
   s.name = "checkpoint '" + dir + "'";
   s.has_checksums = false;
   s.index = std::move(idx.m);
+  s.views = std::move(idx.views);
   return s;
 }
 

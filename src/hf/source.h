@@ -30,7 +30,7 @@ struct MappedSource : internal_source::Source {
 internal_format::Manifest BuildHfManifest(const HfDirIndex& idx,
                                           const std::vector<MappedKey>& mapped);
 
-// Opens `dir` as any kind (DCP if it holds `.metadata`, HF if IsHfDir).
+// Opens `dir` as any kind (DetectCheckpointKind: DCP, HF model or shardpoint).
 // Variables: see ResolveVars.
 Result<MappedSource> OpenSource(Storage* storage, const std::string& dir, const HfMapping& mapping,
                                 const Vars& explicit_vars);

@@ -63,7 +63,7 @@ Status StreamTensors(const MappedSource& src, Storage* storage,
   if (checksums) checksums->assign(tensors.size(), Checksum64(nullptr, 0));
   std::vector<uint32_t> unit_crcs(options.crc32s ? units.size() : 0);
 
-  DataFiles data(storage, src.dir, &src.index);
+  DataFiles data(storage, src.dir, &src.index, &src.views);
   std::mutex mu;
   uint64_t done = 0;
   Status status =

@@ -2,16 +2,19 @@
 // directory) -> a PyTorch DCP directory in torch 1.13's layout, offline and
 // streaming. Every stored chunk becomes one DCP tensor item (a torch.save
 // archive) in the .distcp file named after the chunk's source file; objects
-// become byte items (their bytes as stored). Written into "<dst>.partial",
-// .metadata last, then renamed to <dst> (src/io/staged_output.h): a
-// directory named <dst> is complete (on failure the partial directory is
-// removed).
+// become byte items that DCP loads back as their values
+// (src/dcp/byte_item_writer.h). Written into "<dst>.partial", .metadata last,
+// then renamed to <dst> (src/io/staged_output.h): a directory named <dst> is
+// complete (on failure the partial directory is removed).
 #include <chrono>
 #include <map>
 
+#include "shardpoint/checkpoint_kind.h"
 #include "shardpoint/hf.h"
 #include "src/checkpoint/commit.h"
 #include "src/checkpoint/reader.h"
+#include "src/dcp/byte_item_writer.h"
+#include "src/dcp/dcp_dir.h"
 #include "src/dcp/metadata_writer.h"
 #include "src/dcp/tensor_item_writer.h"
 #include "src/format/checksum.h"
@@ -22,8 +25,10 @@ using shardpoint::internal_checkpoint::DataFiles;
 using shardpoint::internal_checkpoint::JoinPath;
 using shardpoint::internal_dcp::DcpMetadata;
 using shardpoint::internal_dcp::DcpTensorMeta;
+using shardpoint::internal_dcp::EncodeDcpByteItem;
 using shardpoint::internal_dcp::EncodeDcpMetadata;
 using shardpoint::internal_dcp::kDcpMetadataName;
+using shardpoint::internal_dcp::ObjectSource;
 using shardpoint::internal_dcp::TensorItemLayout;
 using shardpoint::internal_format::Checksum64;
 using shardpoint::internal_format::ChunkRecord;
@@ -55,6 +60,24 @@ struct Item {
   int file = 0;
   uint64_t offset = 0;  // of the archive in its file
 };
+
+// The byte item of object `o`: its stored bytes (checksum verified where the
+// source has checksums), encoded as DCP loads it (src/dcp/byte_item_writer.h).
+Result<std::string> ReadByteItem(const MappedSource& src, const std::string& src_dir,
+                                 DataFiles* data, const ObjectRecord& o, bool from_dcp) {
+  std::string bytes(o.nbytes, '\0');
+  SP_ASSIGN_OR_RETURN(const ReadableFile* in, data->Get(o.file));
+  if (!bytes.empty()) SP_RETURN_IF_ERROR(in->ReadAt(o.offset, bytes.size(), bytes.data()));
+  if (src.has_checksums && Checksum64(bytes.data(), bytes.size()) != o.checksum) {
+    return DataLossError("'" + src_dir + "' object '" + o.key + "': checksum mismatch in '" +
+                         in->path() + "' bytes [" + std::to_string(o.offset) + ", +" +
+                         std::to_string(o.nbytes) + ")");
+  }
+  Result<std::string> item =
+      EncodeDcpByteItem(bytes, from_dcp ? ObjectSource::kDcp : ObjectSource::kShardpoint, o.key);
+  if (!item.ok()) return item.status().WithContext("'" + src_dir + "'");
+  return item;
+}
 
 Result<ExportHfStats> ConvertToDcpImpl(const std::string& src_dir, const std::string& dcp_dir,
                                        const HfMapping& mapping, const ExportHfOptions& options,
@@ -99,22 +122,30 @@ Result<ExportHfStats> ConvertToDcpImpl(const std::string& src_dir, const std::st
     }
     md.tensors.push_back(std::move(tm));
   }
+  // Objects: read and encoded now (so one that cannot be written is refused
+  // before any file is) as byte items DCP loads back as their values.
   struct ObjectOut {
-    const ObjectRecord* o;
+    std::string item;  // the byte item
     DcpFile* f;
     uint64_t offset;
   };
   std::vector<ObjectOut> objects;
-  for (const ObjectRecord& o : src.index.objects) {
-    if (!o.index.empty()) {
-      return FailedPreconditionError("'" + src_dir + "' object '" + o.key + "' is sharded over " +
-                                     ShapeToString(o.grid) +
-                                     ": DCP byte items have no shard index (not converted)");
+  if (!src.index.objects.empty()) {
+    SP_ASSIGN_OR_RETURN(CheckpointKind kind, DetectCheckpointKind(src_dir, storage));
+    const bool from_dcp = kind == CheckpointKind::kPyTorchDcp;
+    DataFiles data(storage, src.dir, &src.index, &src.views);
+    for (const ObjectRecord& o : src.index.objects) {
+      if (!o.index.empty()) {
+        return FailedPreconditionError("'" + src_dir + "' object '" + o.key + "' is sharded over " +
+                                       ShapeToString(o.grid) +
+                                       ": DCP byte items have no shard index (not converted)");
+      }
+      SP_ASSIGN_OR_RETURN(std::string item, ReadByteItem(src, src_dir, &data, o, from_dcp));
+      auto [f, at] = place(o.file, item.size());
+      md.bytes.push_back(o.key);
+      md.storage[{o.key, Shape{}}] = {f->name, at, item.size(), {}};
+      objects.push_back({std::move(item), f, at});
     }
-    auto [f, at] = place(o.file, o.nbytes);
-    md.bytes.push_back(o.key);
-    md.storage[{o.key, Shape{}}] = {f->name, at, o.nbytes, {}};
-    objects.push_back({&o, f, at});
   }
   std::sort(md.bytes.begin(), md.bytes.end());
   SP_ASSIGN_OR_RETURN(std::string metadata, EncodeDcpMetadata(md));
@@ -149,18 +180,8 @@ Result<ExportHfStats> ConvertToDcpImpl(const std::string& src_dir, const std::st
             raw[items[i].file]->WriteAt(items[i].offset + at, bytes.data(), bytes.size()));
       }
     }
-    DataFiles data(storage, src.dir, &src.index);
     for (const ObjectOut& x : objects) {
-      const ObjectRecord& o = *x.o;
-      std::string bytes(o.nbytes, '\0');
-      SP_ASSIGN_OR_RETURN(const ReadableFile* in, data.Get(o.file));
-      if (!bytes.empty()) SP_RETURN_IF_ERROR(in->ReadAt(o.offset, bytes.size(), bytes.data()));
-      if (src.has_checksums && Checksum64(bytes.data(), bytes.size()) != o.checksum) {
-        return DataLossError("'" + src_dir + "' object '" + o.key + "': checksum mismatch in '" +
-                             in->path() + "' bytes [" + std::to_string(o.offset) + ", +" +
-                             std::to_string(o.nbytes) + ")");
-      }
-      SP_RETURN_IF_ERROR(raw[x.f->index]->WriteAt(x.offset, bytes.data(), bytes.size()));
+      SP_RETURN_IF_ERROR(raw[x.f->index]->WriteAt(x.offset, x.item.data(), x.item.size()));
     }
     for (auto& f : out_files) {
       SP_RETURN_IF_ERROR(f->Sync());

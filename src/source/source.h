@@ -21,13 +21,18 @@
 //             and block checksums; sorted by box, disjoint, tiling the tensor
 //   files     names relative to `dir`, opened through the load's Storage
 //   objects, common, metadata_json   shardpoint checkpoints (DCP: byte items)
+//   views     files of the index that are strided views of another file
+//             (src/source/strided_file.h: DCP tensor items stored with
+//             strides); their chunks are row-major like every other chunk
 // A Source is a plain value: built once per rank (from bytes every rank
 // agreed on), then only read, from any number of threads.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "src/format/manifest.h"
+#include "src/source/strided_file.h"
 
 namespace shardpoint::internal_source {
 
@@ -51,6 +56,8 @@ struct Source {
   // State::metadata_json are left as they are.
   bool has_objects = true;
   ChunkEncoding encoding = ChunkEncoding::kRawLittleEndian;
+  // Files of `index` read as strided views of another of its files (DCP).
+  std::vector<StridedView> views;
 };
 
 }  // namespace shardpoint::internal_source

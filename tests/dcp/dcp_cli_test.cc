@@ -250,6 +250,61 @@ TEST(DcpCliTest, DiffNamesAFlippedTensorAndAMissingFile) {
   std::filesystem::remove_all(out);
 }
 
+// The fixture of tensors torch.save stored with strides (make_strided_fixture.py)
+// on every path: inspect, verify, convert (both ways), export-hf, diff; the
+// converted checkpoint and the export hold w_t[i, j] = 40 j + i and
+// p3[a, b, c] = 12 b + 4 c + a, read back by the plain readers.
+TEST(DcpCliTest, StridedItemsReadOnEveryPath) {
+  const std::string fx =
+      std::filesystem::path(Fixture()).parent_path().string() + "/torch113_strided";
+  const std::string base = ::testing::TempDir() + "sp_dcp_strided_" + std::to_string(::getpid());
+  for (const char* s : {"_sp", "_hf", "_dcp"}) std::filesystem::remove_all(base + s);
+  CliRun i = RunCli("inspect " + fx);
+  EXPECT_EQ(i.exit_code, 0) << i.out;
+  EXPECT_THAT(i.out, HasSubstr("w_t"));
+  CliRun v = RunCli("verify " + fx);
+  EXPECT_EQ(v.exit_code, 0) << v.out;
+  ASSERT_EQ(RunCli("convert " + fx + " " + base + "_sp").exit_code, 0);
+  ASSERT_EQ(RunCli("export-hf " + fx + " " + base + "_hf").exit_code, 0);
+  CliRun c = RunCli("convert --to dcp --torch 1.13 " + fx + " " + base + "_dcp");
+  ASSERT_EQ(c.exit_code, 0) << c.out;
+  for (const char* s : {"_sp", "_hf", "_dcp"}) {
+    CliRun d = RunCli("diff " + fx + " " + base + s);
+    EXPECT_EQ(d.exit_code, 0) << s << d.out;
+    EXPECT_THAT(d.out, HasSubstr("EQUAL: 6 tensors"));
+  }
+  auto check = [&](const std::string& dir, bool hf) {
+    std::vector<float> w(40 * 48, -1);
+    std::vector<int32_t> p(24, -1);
+    State st;
+    LocalTensor t;
+    t.dtype = DType::kF32;
+    t.shape = {40, 48};
+    t.data = w.data();
+    t.segments.push_back({"w_t", {40, 48}, Box::Whole({40, 48}), {0, 0}});
+    st.tensors.push_back(t);
+    t.dtype = DType::kI32;
+    t.shape = {4, 2, 3};
+    t.data = p.data();
+    t.segments = {{"p3", {4, 2, 3}, Box::Whole({4, 2, 3}), {0, 0, 0}}};
+    st.tensors.push_back(t);
+    std::unique_ptr<Comm> comm = MakeSingleComm();
+    HfLoadOptions o;
+    o.load.allow_unexpected_keys = true;
+    Result<LoadResult> lr =
+        hf ? LoadFromHf(st, dir, IdentityHfMapping(), *comm, o) : Load(st, dir, *comm, o.load);
+    ASSERT_TRUE(lr.ok()) << dir << ": " << lr.status().ToString();
+    for (int r = 0; r < 40; ++r) {
+      for (int col = 0; col < 48; ++col) ASSERT_EQ(w[r * 48 + col], 40.0f * col + r) << dir;
+    }
+    for (int k = 0; k < 24; ++k) ASSERT_EQ(p[k], 12 * (k / 3 % 2) + 4 * (k % 3) + k / 6) << dir;
+  };
+  check(base + "_sp", false);
+  check(base + "_hf", true);
+  check(base + "_dcp", false);
+  for (const char* s : {"_sp", "_hf", "_dcp"}) std::filesystem::remove_all(base + s);
+}
+
 // export-hf --mapping megatron_llama of a Megatron-Core torch_dist checkpoint
 // whose per-layer tensors are stacked over layers (make_megatron_fixture.py
 // --llama: tensor i holds 1000 i + flat index). The HF model is read back by

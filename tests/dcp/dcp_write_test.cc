@@ -13,6 +13,7 @@
 #include "shardpoint/comm.h"
 #include "shardpoint/hf.h"
 #include "src/checkpoint/verify_dcp.h"
+#include "src/dcp/byte_item_writer.h"
 #include "src/dcp/dcp_dir.h"
 #include "src/dcp/metadata.h"
 #include "src/dcp/metadata_writer.h"
@@ -26,7 +27,9 @@ using shardpoint::internal_dcp::DcpIndex;
 using shardpoint::internal_dcp::DcpMetadata;
 using shardpoint::internal_dcp::DcpStorageInfo;
 using shardpoint::internal_dcp::DecodeDcpMetadata;
+using shardpoint::internal_dcp::EncodeDcpByteItem;
 using shardpoint::internal_dcp::EncodeDcpMetadata;
+using shardpoint::internal_dcp::ObjectSource;
 using shardpoint::internal_dcp::ReadDcpIndex;
 
 namespace shardpoint {
@@ -136,7 +139,10 @@ TEST(DcpWriteTest, RoundTripThroughDcpReshardedBitForBit) {
   EXPECT_EQ(std::memcmp(i1.data(), s.i.data() + 32, i1.size()), 0);
   EXPECT_EQ(std::memcmp(e.data(), s.e.data() + 6, e.size()), 0);
   EXPECT_EQ(sc, s.s);
-  EXPECT_EQ(st2.objects[0].bytes, "\x01\x02seeded");
+  // An object in no encoding of the Python package goes out as a Python bytes
+  // object of its bytes, in a torch.save archive (what DCP's loader reads).
+  EXPECT_EQ(st2.objects[0].bytes,
+            *EncodeDcpByteItem("\x01\x02seeded", ObjectSource::kShardpoint, "rng"));
 
   // VerifyDcp checks structure, coverage and every storage entry's CRC-32
   // (torch.load checks them too).
@@ -294,6 +300,26 @@ TEST(DcpWriteTest, Torch2NewerDTypesRoundTripResharded) {
 
 // A corrupt source chunk fails the conversion with the checksum error, and
 // neither <dst> nor <dst>.partial is left behind.
+// An object tagged JSON whose text json.loads would refuse cannot be written
+// as its value: refused naming the key, before any file is written.
+TEST(DcpWriteTest, UnwritableObjectIsRefusedBeforeAnyFile) {
+  const std::string sp = Temp("sp_obj"), dcp = Temp("dcp_obj");
+  std::vector<char> v(16);
+  State st;
+  st.tensors.push_back(Piece("w", DType::kF32, {4}, Box::Whole({4}), v.data()));
+  st.objects.push_back({"good", "J{\"lr\":0.1}", {}, {}});
+  st.objects.push_back({"opt.cfg", "J{\"lr\": 0.1", {}, {}});
+  std::unique_ptr<Comm> comm = MakeSingleComm();
+  ASSERT_TRUE(Save(st, sp, *comm).ok());
+  Result<ExportHfStats> r = ConvertToDcp(sp, dcp, HfMapping{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().ToString();
+  EXPECT_THAT(r.status().message(), HasSubstr("object 'opt.cfg'"));
+  EXPECT_FALSE(std::filesystem::exists(dcp));
+  EXPECT_FALSE(std::filesystem::exists(dcp + ".partial"));
+  std::filesystem::remove_all(sp);
+}
+
 TEST(DcpWriteTest, CorruptSourceFailsAndLeavesNothing) {
   const std::string sp = Temp("sp_bad"), dcp = Temp("dcp_bad");
   Saved s;

@@ -52,6 +52,33 @@ TEST(HfDiff, FindsEveryKindOfDifference) {
   EXPECT_NE(tools::DiffText(*r, false).find("EQUAL: 6 tensors"), std::string::npos);
 }
 
+// A safetensors file whose header JSON is followed by CR, space, tab and LF
+// (upstream safetensors reads it; files padded so exist) diffs equal to the
+// same model padded with spaces.
+TEST(HfDiff, HeaderPaddedWithJsonWhitespaceReads) {
+  const std::vector<HfTensor> t = {RandomTensor("w", {4, 6}), RandomTensor("b", {5}, DType::kBF16)};
+  const std::string da = TempDir("ws_a"), db = TempDir("ws_b");
+  ASSERT_TRUE(WriteHfModel(da, t).ok());
+  ASSERT_TRUE(WriteHfModel(db, t).ok());
+  const std::string path = db + "/model.safetensors";
+  Result<std::string> file = DefaultStorage()->ReadFileToString(path);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t{static_cast<uint8_t>((*file)[i])} << (8 * i);
+  std::string header = file->substr(8, n);
+  header.erase(header.find_last_not_of(' ') + 1);
+  header += "\r \t\n";
+  std::string padded(8, '\0');
+  for (int i = 0; i < 8; ++i) padded[i] = static_cast<char>(header.size() >> (8 * i));
+  padded += header + file->substr(8 + n);
+  ASSERT_TRUE(DefaultStorage()->WriteStringToFile(path, padded).ok());
+  Result<DiffReport> r = DiffCheckpoints(da, db, IdentityHfMapping(), DiffOptions{});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->equal());
+  ASSERT_EQ(r->entries.size(), 2u);
+  for (const DiffEntry& e : r->entries) EXPECT_EQ(e.kind, DiffEntry::kEqual) << e.key;
+}
+
 TEST(HfCli, ByteSizesAndVariables) {
   EXPECT_EQ(*tools::ParseByteSize("5GB"), 5'000'000'000u);
   EXPECT_EQ(*tools::ParseByteSize("2MiB"), 2u << 20);
