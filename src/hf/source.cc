@@ -5,6 +5,7 @@
 
 #include "src/checkpoint/commit.h"
 #include "src/dcp/dcp_dir.h"
+#include "src/hf/megatron_vars.h"
 #include "src/plan/load_plan.h"
 #include "src/plan/regions.h"
 
@@ -92,6 +93,7 @@ Result<MappedSource> OpenDcpSource(Storage* storage, const std::string& dir) {
   s.name = "checkpoint '" + dir + "'";
   s.has_checksums = false;
   s.index = std::move(idx.m);
+  s.source_vars = MegatronArgsVars(s.index.metadata_json);
   return s;
 }
 
