@@ -480,6 +480,37 @@ TEST(DcpCliTest, ExportHfMegatronMoeUnstacksLayersAndExperts) {
   std::filesystem::remove_all(out);
 }
 
+// export-hf (no mapping: keys kept) of the distributed optimizer's
+// fully_sharded_model_space state (make_megatron_fixture.py --fsms): each
+// state of a parameter exported in the parameter's shape, rebuilt from the N-D
+// flattened chunks; exp_avg_sq of the stacked fc2 [2, 4, 6] holds 30000 +
+// flat index.
+TEST(DcpCliTest, ExportHfMegatronNdFlattenedStatePerParameter) {
+  std::string dir = Fixture();
+  dir = dir.substr(0, dir.rfind('/')) + "/megatron_fsms_torch_dist";
+  const std::string out = ::testing::TempDir() + "sp_fsms_hf_" + std::to_string(::getpid());
+  std::filesystem::remove_all(out);
+  CliRun r = RunCli("export-hf " + dir + " " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("8 tensors"));
+  const std::string key = "optimizer.state.exp_avg_sq.decoder.layers.mlp.linear_fc2.weight";
+  std::vector<float> v(48, -1.0f);
+  State st;
+  LocalTensor t;
+  t.dtype = DType::kF32;
+  t.shape = {2, 4, 6};
+  t.data = v.data();
+  t.segments.push_back({key, {2, 4, 6}, Box::Whole({2, 4, 6}), {0, 0, 0}});
+  st.tensors.push_back(t);
+  std::unique_ptr<Comm> comm = MakeSingleComm();
+  HfLoadOptions o;
+  o.load.allow_unexpected_keys = true;
+  Result<LoadResult> lr = LoadFromHf(st, out, IdentityHfMapping(), *comm, o);
+  ASSERT_TRUE(lr.ok()) << lr.status().ToString();
+  for (int k = 0; k < 48; ++k) ASSERT_EQ(v[k], 30000.0f + static_cast<float>(k)) << k;
+  std::filesystem::remove_all(out);
+}
+
 // The first Megatron fixture also holds optimizer state: megatron_llama
 // leaves optimizer.* out ("skip") and exports the stacked linear_fc1
 // (100 l + 3 r + c, [2, 4, 3]) as per-layer gate (rows 0-1) and up (rows 2-3).
