@@ -126,7 +126,8 @@ TEST(MegatronTorchDistTest, MalformedFilesAreTypedErrorsNamingThem) {
 // (make_megatron_fixture.py --fsms: Megatron-Core < 0.15 setting mcore_data on
 // torch's Metadata, and 0.15's MCoreMetadata class): each state of each
 // parameter was stored N-D flattened ([blocks..., block numel], DP ranks
-// holding flat ranges of a TP shard, split mid-row). The index shows it in
+// holding flat ranges of a TP shard, split mid-row; a stacked layer axis; a
+// SwiGLU weight in 4 blocks). The index shows it in
 // the parameter's shape, every element right (10000 (state + 1) + 1000 param
 // + flat index), verify finds the rebuilt chunks tile it, and it loads into
 // another distributed-optimizer layout: TP=3 (from 2) over a flat buffer
@@ -137,8 +138,10 @@ TEST(MegatronTorchDistTest, NdFlattenedOptimizerStateRebuiltPerParameter) {
     Shape shape;
     int tp_dim;
   };
+  // fc1 is SwiGLU: each TP shard [W_i; V_i] was two blocks of 4 along dim 1.
   const std::vector<Param> params = {{"decoder.layers.mlp.linear_fc2.weight", {2, 4, 6}, 2},
-                                     {"embedding.word_embeddings.weight", {8, 4}, 0}};
+                                     {"embedding.word_embeddings.weight", {8, 4}, 0},
+                                     {"decoder.layers.mlp.linear_fc1.weight", {2, 8, 4}, 1}};
   const std::vector<std::string> states = {"fp32_param", "exp_avg", "exp_avg_sq"};
   auto want = [](int p, int j, int64_t flat) {
     return static_cast<float>(10000 * (j + 1) + 1000 * p + flat);
