@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "shardpoint/hf_rules.h"
 #include "src/hf/megatron_vars.h"
 #include "tests/hf/hf_model.h"
@@ -239,6 +241,74 @@ TEST(HfMapping, TwoStackedPlaceholdersBothDirections) {
       ParseHfMapping(R"({"rules": [{"sp": "w", "hf": "a.{l}.b", "stack": ["l", "l"]}]})");
   ASSERT_FALSE(twice.ok());
   EXPECT_NE(twice.status().message().find("{l} is listed twice"), std::string::npos);
+}
+
+// megatron_moe on a non-homogeneous model (MoE in layer 1 only): Megatron
+// then stores per-layer keys (decoder.layers.<l>.*, no layer dim) with the
+// experts stacked [E, ...]; layer 0 keeps a dense SwiGLU MLP whose norm is
+// fused into linear_fc1. Every key exports to its HF tensors.
+TEST(HfMapping, MegatronMoePerLayerKeysOfMixedModels) {
+  Result<HfMapping> m = ReadHfMapping(RepoPath("rules/megatron_moe.json"));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const int64_t H = 8, heads = 4, groups = 2, hd = 2, ffn = 12, inter = 4, E = 3;
+  const Vars vars = {
+      {"num_attention_heads", heads}, {"num_key_value_heads", groups}, {"vocab_size", 10}};
+  std::vector<HfMeta> keys = {
+      {"embedding.word_embeddings.weight", DType::kF32, {12, H}},
+      {"decoder.final_layernorm.weight", DType::kF32, {H}},
+      {"output_layer.weight", DType::kF32, {12, H}},
+      {"decoder.layers.0.mlp.linear_fc1.layer_norm_weight", DType::kF32, {H}},
+      {"decoder.layers.0.mlp.linear_fc1.weight", DType::kF32, {2 * ffn, H}},
+      {"decoder.layers.0.mlp.linear_fc2.weight", DType::kF32, {H, ffn}},
+      {"decoder.layers.1.pre_mlp_layernorm.weight", DType::kF32, {H}},
+      {"decoder.layers.1.mlp.router.weight", DType::kF32, {E, H}},
+      {"decoder.layers.1.mlp.experts.linear_fc1.weight", DType::kF32, {E, 2 * inter, H}},
+      {"decoder.layers.1.mlp.experts.linear_fc2.weight", DType::kF32, {E, H, inter}},
+  };
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "decoder.layers." + std::to_string(l) + ".self_attention.";
+    keys.push_back({p + "linear_qkv.layer_norm_weight", DType::kF32, {H}});
+    keys.push_back({p + "linear_qkv.weight", DType::kF32, {(heads + 2 * groups) * hd, H}});
+    keys.push_back({p + "linear_proj.weight", DType::kF32, {H, heads * hd}});
+  }
+  Result<std::vector<MappedKey>> hf = MapKeysToHf(*m, keys, vars);
+  ASSERT_TRUE(hf.ok()) << hf.status().ToString();
+  std::map<std::string, Shape> got;
+  for (const MappedKey& k : *hf) {
+    for (const HfMeta& t : k.hf_tensors) got[t.name] = t.shape;
+  }
+  std::map<std::string, Shape> want = {
+      {"model.embed_tokens.weight", {10, H}},
+      {"model.norm.weight", {H}},
+      {"lm_head.weight", {10, H}},
+      {"model.layers.0.post_attention_layernorm.weight", {H}},
+      {"model.layers.0.mlp.gate_proj.weight", {ffn, H}},
+      {"model.layers.0.mlp.up_proj.weight", {ffn, H}},
+      {"model.layers.0.mlp.down_proj.weight", {H, ffn}},
+      {"model.layers.1.post_attention_layernorm.weight", {H}},
+      {"model.layers.1.mlp.gate.weight", {E, H}},
+  };
+  for (int e = 0; e < E; ++e) {
+    const std::string x = "model.layers.1.mlp.experts." + std::to_string(e) + ".";
+    want[x + "gate_proj.weight"] = {inter, H};
+    want[x + "up_proj.weight"] = {inter, H};
+    want[x + "down_proj.weight"] = {H, inter};
+  }
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    want[p + "input_layernorm.weight"] = {H};
+    want[p + "self_attn.q_proj.weight"] = {heads * hd, H};
+    want[p + "self_attn.k_proj.weight"] = {groups * hd, H};
+    want[p + "self_attn.v_proj.weight"] = {groups * hd, H};
+    want[p + "self_attn.o_proj.weight"] = {H, heads * hd};
+  }
+  EXPECT_EQ(got, want);
+  for (const MappedKey& k : *hf) {
+    if (k.info.key != "decoder.layers.1.mlp.experts.linear_fc1.weight") continue;
+    ASSERT_EQ(k.pieces.size(), 2u * E);
+    EXPECT_EQ(k.pieces[5].hf, "model.layers.1.mlp.experts.2.up_proj.weight");
+    EXPECT_EQ(k.pieces[5].box, (Box{{2, inter, 0}, {1, inter, H}}));
+  }
 }
 
 TEST(HfMapping, MissingPartsAndStrictness) {
