@@ -309,6 +309,36 @@ TEST(HfMapping, MegatronMoePerLayerKeysOfMixedModels) {
     EXPECT_EQ(k.pieces[5].hf, "model.layers.1.mlp.experts.2.up_proj.weight");
     EXPECT_EQ(k.pieces[5].box, (Box{{2, inter, 0}, {1, inter, H}}));
   }
+
+  // singleton_local_shards: one key per expert, SwiGLU fc1 as _w (gate) and
+  // _v (up) keys, for the dense layer's MLP too; the same HF model.
+  std::vector<HfMeta> single;
+  for (const HfMeta& k : keys) {
+    if (k.name.find(".mlp.linear_fc1.weight") != std::string::npos) {
+      single.push_back({k.name + "_w", k.dtype, {ffn, H}});
+      single.push_back({k.name + "_v", k.dtype, {ffn, H}});
+    } else if (k.name.find(".mlp.experts.") != std::string::npos) {
+      const std::string fc = k.name.substr(k.name.find(".experts.") + 9);  // linear_fc1.weight
+      for (int e = 0; e < E; ++e) {
+        const std::string base = "decoder.layers.1.mlp.experts." + std::to_string(e) + "." + fc;
+        if (fc == "linear_fc1.weight") {
+          single.push_back({base + "_w", k.dtype, {inter, H}});
+          single.push_back({base + "_v", k.dtype, {inter, H}});
+        } else {
+          single.push_back({base, k.dtype, {H, inter}});
+        }
+      }
+    } else {
+      single.push_back(k);
+    }
+  }
+  hf = MapKeysToHf(*m, single, vars);
+  ASSERT_TRUE(hf.ok()) << hf.status().ToString();
+  got.clear();
+  for (const MappedKey& k : *hf) {
+    for (const HfMeta& t : k.hf_tensors) got[t.name] = t.shape;
+  }
+  EXPECT_EQ(got, want);
 }
 
 TEST(HfMapping, MissingPartsAndStrictness) {
