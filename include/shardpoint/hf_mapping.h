@@ -32,9 +32,11 @@ struct HfRule {
   std::vector<std::string> sizes;
   // gqa: number of query heads and of key/value groups (ints or variable names).
   std::string heads, groups;
-  // A placeholder of `hf` absent from `sp` (usually "expert"): the sp tensor
-  // stacks its values 0..E-1 along a new leading dim.
-  std::string stack;
+  // Placeholders of `hf` absent from `sp` (usually {"expert"}, or {"layer"}
+  // for Megatron's layers): the sp tensor stacks their values 0..N-1 along
+  // new leading dims, the first placeholder outermost ({"layer", "expert"}:
+  // [L, E, ...], Megatron MoE experts stacked under the layer dim).
+  std::vector<std::string> stack;
   // Export only (a rename rule): the HF tensor holds the first `rows` rows of
   // the key (an int or a variable name, usually "vocab_size"): a Megatron
   // vocabulary padded for TP is cut back to the model's. Unset variable: all

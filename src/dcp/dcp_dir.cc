@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "src/dcp/nd_flattened.h"
 #include "src/dcp/tensor_item.h"
 #include "src/dcp/torch_dist.h"
 
@@ -170,6 +171,14 @@ Result<DcpIndex> ReadDcpIndex(Storage* storage, const std::string& dir) {
       if (t.chunks[i].box == t.chunks[i - 1].box) {
         return DataLossError("'" + meta_path + "': '" + tm.fqn + "' lists chunk " +
                              t.chunks[i].box.ToString() + " twice");
+      }
+    }
+    // Megatron-Core's N-D flattened tensors: rebuilt in their original shape.
+    if (auto nd = md.nd_flattened.find(tm.fqn); nd != md.nd_flattened.end()) {
+      Result<std::vector<int64_t>> moved = UnflattenNdTensor(nd->second, &t);
+      if (!moved.ok()) return moved.status().WithContext("'" + meta_path + "'");
+      for (size_t e = first_entry; e < idx.entries.size(); ++e) {
+        if (idx.entries[e].chunk >= 0) idx.entries[e].chunk = (*moved)[idx.entries[e].chunk];
       }
     }
     idx.m.tensors.push_back(std::move(t));

@@ -131,6 +131,24 @@ class Walker {
   const std::string& what_;
 };
 
+// Megatron-Core's `mcore_data` field, if any: {fqn: {"nd_reformulated_orig_global_shape":
+// (X, Y, ...)}} for every N-D flattened tensor (other entries are ignored).
+Status DecodeMCoreData(const PickleTree& t, const Walker& w, uint32_t root, DcpMetadata* md) {
+  SP_ASSIGN_OR_RETURN(uint32_t mc, w.Field(root, "mcore_data", "Metadata", true));
+  if (mc == kNoValue || t.at(mc).kind == PyKind::kNone) return OkStatus();
+  if (t.at(mc).kind != PyKind::kDict) return w.Bad("mcore_data is not a dict");
+  const std::vector<uint32_t>& items = t.at(mc).items;
+  for (size_t i = 0; i + 1 < items.size(); i += 2) {
+    SP_ASSIGN_OR_RETURN(std::string fqn, w.Str(items[i], "an mcore_data key"));
+    const std::string where = "mcore_data entry '" + fqn + "'";
+    if (t.at(items[i + 1]).kind != PyKind::kDict) return w.Bad(where + " is not a dict");
+    const uint32_t shape = DictGet(t, items[i + 1], "nd_reformulated_orig_global_shape");
+    if (shape == kNoValue || t.at(shape).kind == PyKind::kNone) continue;
+    SP_ASSIGN_OR_RETURN(md->nd_flattened[fqn], w.Size(shape, where + " original shape"));
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 bool IsTorchDType(std::string_view name) {
@@ -153,6 +171,7 @@ bool DcpMetadataClassAllowed(std::string_view module, std::string_view name) {
   if (module == kDcpTorch1.filesystem || module == kDcpTorch2.filesystem) {
     return name == "_StorageInfo";
   }
+  if (module == kMCoreMetadataModule) return name == "MCoreMetadata";
   if (module == "torch") return name == "Size" || IsTorchDType(name);
   if (module == "torch.serialization") return name == "_get_layout";
   if (module == "builtins") return name == "getattr";  // enum members by name; recorded, not run
@@ -180,7 +199,10 @@ Result<DcpMetadata> DecodeDcpMetadata(std::string_view bytes, const std::string&
   Walker w(t, what);
   DcpMetadata md;
   const uint32_t root = t.root;
-  SP_RETURN_IF_ERROR(w.Object(root, {"Metadata"}, "the root").status());
+  const bool mcore =
+      t.at(root).kind == PyKind::kCall &&
+      t.at(t.at(root).callable).text == std::string(kMCoreMetadataModule) + ".MCoreMetadata";
+  if (!mcore) SP_RETURN_IF_ERROR(w.Object(root, {"Metadata"}, "the root").status());
   md.torch_major = t.at(t.at(root).callable).text.starts_with(kOld) ? 1 : 2;
   SP_ASSIGN_OR_RETURN(uint32_t sdm, w.Field(root, "state_dict_metadata", "Metadata"));
   if (t.at(sdm).kind != PyKind::kDict) return w.Bad("state_dict_metadata is not a dict");
@@ -277,6 +299,7 @@ Result<DcpMetadata> DecodeDcpMetadata(std::string_view bytes, const std::string&
       return w.Bad("storage_data holds '" + fqn + "' at " + ShapeToString(offset) + " twice");
     }
   }
+  SP_RETURN_IF_ERROR(DecodeMCoreData(t, w, root, &md));
   return md;
 }
 

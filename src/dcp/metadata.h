@@ -59,7 +59,15 @@ struct DcpMetadata {
   std::vector<std::string> bytes;      // fqns of byte items, sorted
   // Keyed by (fqn, chunk offset); byte items have an empty offset.
   std::map<std::pair<std::string, Shape>, DcpStorageInfo> storage;
+  // Megatron-Core (<= 0.15) `mcore_data`: fqn -> the original global shape of
+  // an N-D flattened tensor stored reformulated (src/dcp/nd_flattened.h).
+  std::map<std::string, Shape> nd_flattened;
 };
+
+// Megatron-Core 0.15's root class, a subclass of torch 2.x's Metadata with
+// the field `mcore_data` (earlier releases set that field on a plain Metadata).
+inline constexpr std::string_view kMCoreMetadataModule =
+    "megatron.core.dist_checkpointing.strategies.torch";
 
 // The classes and functions a `.metadata` pickle may name.
 bool DcpMetadataClassAllowed(std::string_view module, std::string_view name);

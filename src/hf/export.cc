@@ -44,7 +44,8 @@ Result<ExportHfStats> ExportHfImpl(const std::string& ckpt_dir, const std::strin
   const auto start = std::chrono::steady_clock::now();
   Storage* storage = res.storage();
   SP_ASSIGN_OR_RETURN(MappedSource src, OpenSource(storage, ckpt_dir, mapping, options.variables));
-  SP_ASSIGN_OR_RETURN(Vars vars, ResolveVars(mapping, src.config_json, options.variables));
+  SP_ASSIGN_OR_RETURN(Vars vars,
+                      ResolveVars(mapping, src.config_json, options.variables, src.source_vars));
 
   // Keys -> HF tensors and their pieces.
   std::vector<HfMeta> keys;

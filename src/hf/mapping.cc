@@ -24,8 +24,10 @@ Result<int64_t> Resolve(const std::string& s, const Vars& vars, const std::strin
   if (IsDecimal(s)) return static_cast<int64_t>(std::stoll(s));
   auto it = vars.find(s);
   if (it == vars.end()) {
-    return InvalidArgumentError(what + ": variable '" + s +
-                                "' is not set (config.json, the mapping's \"variables\" or --set)");
+    return InvalidArgumentError(
+        what + ": variable '" + s +
+        "' is not set (config.json, a Megatron checkpoint's args, the mapping's "
+        "\"variables\" or --set)");
   }
   return it->second;
 }
@@ -38,10 +40,11 @@ int64_t Numel(const Shape& s) {
 
 Shape Tail(const Shape& s) { return Shape(s.begin() + (s.empty() ? 0 : 1), s.end()); }
 
-// The pieces of one rule instance. parts[i]: the per-expert shape of HF part
-// i; experts < 0: not stacked.
+// The pieces of one rule instance. parts[i]: the per-instance shape of HF
+// part i; stack: the sizes of the stacked leading dims, one per placeholder
+// of r.rule.stack (empty: not stacked).
 Result<MappedKey> Expand(const CompiledRule& r, const Bindings& b, const std::vector<Shape>& parts,
-                         int64_t experts, DType dtype, const Vars& vars) {
+                         const Shape& stack, DType dtype, const Vars& vars) {
   MappedKey mk;
   SP_ASSIGN_OR_RETURN(mk.info.key, r.sp.Format(b));
   const std::string where = "key '" + mk.info.key + "' (rule '" + r.rule.sp + "')";
@@ -111,12 +114,17 @@ Result<MappedKey> Expand(const CompiledRule& r, const Bindings& b, const std::ve
     }
   }
 
-  const int64_t n = experts < 0 ? 1 : experts;
-  mk.info.shape = shape;
-  if (experts >= 0) mk.info.shape.insert(mk.info.shape.begin(), experts);
+  const int64_t n = Numel(stack);
+  mk.info.shape = stack;
+  mk.info.shape.insert(mk.info.shape.end(), shape.begin(), shape.end());
   Bindings hb = b;
+  Shape at(stack.size(), 0);  // the stacked indices of instance e, row-major
   for (int64_t e = 0; e < n; ++e) {
-    if (experts >= 0) hb[r.rule.stack] = e;
+    for (int64_t rest = e, k = static_cast<int64_t>(stack.size()) - 1; k >= 0; --k) {
+      at[k] = rest % stack[k];
+      rest /= stack[k];
+      hb[r.rule.stack[k]] = at[k];
+    }
     std::vector<std::string> names;
     for (size_t i = 0; i < parts.size(); ++i) {
       SP_ASSIGN_OR_RETURN(std::string name, r.hf[i].Format(hb));
@@ -126,10 +134,8 @@ Result<MappedKey> Expand(const CompiledRule& r, const Bindings& b, const std::ve
     }
     for (const Local& l : local) {
       Box box = l.box;
-      if (experts >= 0) {
-        box.offset.insert(box.offset.begin(), e);
-        box.shape.insert(box.shape.begin(), 1);
-      }
+      box.offset.insert(box.offset.begin(), at.begin(), at.end());
+      box.shape.insert(box.shape.begin(), stack.size(), 1);
       mk.pieces.push_back({names[l.part], l.offset, std::move(box)});
     }
   }
@@ -183,7 +189,8 @@ Result<std::vector<MappedKey>> MapHfToKeys(const HfMapping& mapping, const std::
   struct Instance {
     size_t rule;
     Bindings b;
-    std::map<int64_t, std::vector<const HfMeta*>> parts;  // expert (-1: none) -> parts
+    // stacked indices (empty: not stacked) -> parts
+    std::map<Shape, std::vector<const HfMeta*>> parts;
   };
   std::map<std::string, Instance> instances;
   std::vector<MappedKey> out;
@@ -194,10 +201,10 @@ Result<std::vector<MappedKey>> MapHfToKeys(const HfMapping& mapping, const std::
         std::optional<Bindings> b = rules[r].hf[i].Match(t.name);
         if (!b) continue;
         matched = true;
-        int64_t e = -1;
-        if (!rules[r].rule.stack.empty()) {
-          e = (*b)[rules[r].rule.stack];
-          b->erase(rules[r].rule.stack);
+        Shape e;
+        for (const std::string& st : rules[r].rule.stack) {
+          e.push_back((*b)[st]);
+          b->erase(st);
         }
         SP_ASSIGN_OR_RETURN(std::string key, rules[r].sp.Format(*b));
         Instance& inst = instances.try_emplace(key, Instance{r, *b, {}}).first->second;
@@ -220,20 +227,33 @@ Result<std::vector<MappedKey>> MapHfToKeys(const HfMapping& mapping, const std::
   }
   for (const auto& [key, inst] : instances) {
     const CompiledRule& r = rules[inst.rule];
-    const bool stacked = !r.rule.stack.empty();
+    // The stacked dims: one past the largest index of each placeholder; every
+    // index tuple below them must be there (the map iterates them row-major).
+    const size_t ns = r.rule.stack.size();
+    Shape stack(ns, 0);
+    for (const auto& [e, parts] : inst.parts) {
+      for (size_t k = 0; k < ns; ++k) stack[k] = std::max(stack[k], e[k] + 1);
+    }
     std::vector<Shape> shapes;
     DType dtype = DType::kF32;
-    int64_t want_e = 0;
-    for (const auto& [e, parts] : inst.parts) {
-      if (stacked && e != want_e) {
-        return InvalidArgumentError("key '" + key + "': HF tensors for {" + r.rule.stack +
-                                    "} = " + std::to_string(want_e) + " are missing");
+    Shape want(ns, 0);
+    auto missing = [&]() {
+      std::string which;
+      for (size_t k = 0; k < ns; ++k) {
+        which += (k ? ", {" : "{") + r.rule.stack[k] + "} = " + std::to_string(want[k]);
       }
-      ++want_e;
+      return InvalidArgumentError("key '" + key + "': HF tensors for " + which + " are missing");
+    };
+    for (const auto& [e, parts] : inst.parts) {
+      if (e != want) return missing();
+      for (size_t k = ns; k-- > 0;) {  // the next tuple, row-major
+        if (++want[k] < stack[k]) break;
+        want[k] = 0;
+      }
       for (size_t i = 0; i < parts.size(); ++i) {
         if (!parts[i]) {
           Bindings hb = inst.b;
-          if (stacked) hb[r.rule.stack] = e;
+          for (size_t k = 0; k < ns; ++k) hb[r.rule.stack[k]] = e[k];
           Result<std::string> name = r.hf[i].Format(hb);
           return InvalidArgumentError("key '" + key + "': HF tensor '" +
                                       (name.ok() ? *name : r.hf[i].text()) + "' is missing");
@@ -253,8 +273,8 @@ Result<std::vector<MappedKey>> MapHfToKeys(const HfMapping& mapping, const std::
         }
       }
     }
-    SP_ASSIGN_OR_RETURN(MappedKey mk,
-                        Expand(r, inst.b, shapes, stacked ? want_e : -1, dtype, vars));
+    if (static_cast<int64_t>(inst.parts.size()) != Numel(stack)) return missing();
+    SP_ASSIGN_OR_RETURN(MappedKey mk, Expand(r, inst.b, shapes, stack, dtype, vars));
     out.push_back(std::move(mk));
   }
   std::sort(out.begin(), out.end(),
@@ -294,10 +314,13 @@ Result<std::vector<MappedKey>> MapKeysToHf(const HfMapping& mapping,
       mk = Identity(k);
     } else {
       const std::string where = "key '" + k.name + "' " + ShapeToString(k.shape);
-      const bool stacked = !rule->rule.stack.empty();
-      if (stacked && k.shape.empty()) return InvalidArgumentError(where + ": stacked key is 0-d");
-      const int64_t experts = stacked ? k.shape[0] : -1;
-      const Shape s = stacked ? Tail(k.shape) : k.shape;
+      const size_t ns = rule->rule.stack.size();
+      if (k.shape.size() < ns) {
+        return InvalidArgumentError(where + ": a key stacked over " + std::to_string(ns) +
+                                    " dims has rank " + std::to_string(k.shape.size()));
+      }
+      const Shape stack(k.shape.begin(), k.shape.begin() + ns);
+      const Shape s(k.shape.begin() + ns, k.shape.end());
       const size_t n = rule->hf.size();
       std::vector<Shape> parts(n, s);
       if (rule->fuse == HfFuse::kGqa) {
@@ -341,8 +364,9 @@ Result<std::vector<MappedKey>> MapKeysToHf(const HfMapping& mapping,
         // not the config's; say how to give the true size instead.
         return InvalidArgumentError(
             where + ": \"rows\" variable '" + rows_of +
-            "' is not defined (not in config.json, the mapping's variables or the explicit "
-            "variables), so the padding rows cannot be cut: pass the true size with --set " +
+            "' is not defined (not in config.json, a Megatron checkpoint's args, the mapping's "
+            "variables or the explicit variables), so the padding rows cannot be cut: pass the "
+            "true size with --set " +
             rows_of + "=N (ExportHfOptions::variables from C++)" +
             (s.empty() ? "" : "; N = " + std::to_string(s[0]) + " keeps every row"));
       }
@@ -355,7 +379,7 @@ Result<std::vector<MappedKey>> MapKeysToHf(const HfMapping& mapping,
         }
         parts[0][0] = rows;  // the padding rows [rows, s[0]) are not exported
       }
-      SP_ASSIGN_OR_RETURN(mk, Expand(*rule, *b, parts, experts, k.dtype, vars));
+      SP_ASSIGN_OR_RETURN(mk, Expand(*rule, *b, parts, stack, k.dtype, vars));
       if (trim) mk.info.shape = k.shape;  // the key keeps its padded shape
     }
     for (const HfMeta& t : mk.hf_tensors) {

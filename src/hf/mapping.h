@@ -67,11 +67,12 @@ struct CompiledRule {
 // Validates patterns and placeholders of every rule; errors name the rule.
 Result<std::vector<CompiledRule>> CompileMapping(const HfMapping& mapping);
 
-// Variables: the mapping's defaults, then integer fields of `config_json`
-// (HF config.json; num_key_value_heads defaults to num_attention_heads), then
-// `explicit_vars`.
+// Variables: the mapping's defaults, then `source_vars` (what the source
+// itself says, e.g. a Megatron checkpoint's args: MegatronArgsVars), then
+// integer fields of `config_json` (HF config.json; num_key_value_heads
+// defaults to num_attention_heads), then `explicit_vars`.
 Result<Vars> ResolveVars(const HfMapping& mapping, const std::string& config_json,
-                         const Vars& explicit_vars);
+                         const Vars& explicit_vars, const Vars& source_vars = {});
 
 // HF tensors -> shardpoint keys (sorted by key). Errors name the HF tensors.
 Result<std::vector<MappedKey>> MapHfToKeys(const HfMapping& mapping, const std::vector<HfMeta>& hf,

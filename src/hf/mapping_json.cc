@@ -51,8 +51,15 @@ Status ParseRule(const Json& j, HfRule* r) {
       SP_RETURN_IF_ERROR(IntOrName(v, &r->groups).WithContext("\"groups\""));
     } else if (k == "rows") {
       SP_RETURN_IF_ERROR(IntOrName(v, &r->rows).WithContext("\"rows\""));
-    } else if (k == "stack" && v.is_string()) {
-      r->stack = v.get<std::string>();
+    } else if (k == "stack" && v.is_string() && !v.get_ref<const std::string&>().empty()) {
+      r->stack = {v.get<std::string>()};
+    } else if (k == "stack" && v.is_array() && !v.empty()) {
+      for (const Json& p : v) {
+        if (!p.is_string() || p.get_ref<const std::string&>().empty()) {
+          return InvalidArgumentError("\"stack\" must hold placeholder names");
+        }
+        r->stack.push_back(p.get<std::string>());
+      }
     } else if (k == "split" && v.is_string()) {
       r->split = v.get<std::string>();
     } else if (k == "doc" || k == "comment") {
@@ -211,20 +218,27 @@ Result<std::vector<CompiledRule>> CompileMapping(const HfMapping& mapping) {
     if (!sp.ok()) return fail(sp.status().message());
     c.sp = *sp;
     std::vector<std::string> sp_vars = c.sp.Vars();
-    if (std::count(sp_vars.begin(), sp_vars.end(), r.stack)) {
-      return fail("the stack placeholder {" + r.stack + "} must not appear in \"sp\"");
+    std::string stacks;  // " plus {a}, {b}"
+    for (size_t k = 0; k < r.stack.size(); ++k) {
+      const std::string& st = r.stack[k];
+      if (std::count(sp_vars.begin(), sp_vars.end(), st)) {
+        return fail("the stack placeholder {" + st + "} must not appear in \"sp\"");
+      }
+      if (std::count(r.stack.begin(), r.stack.begin() + k, st)) {
+        return fail("the stack placeholder {" + st + "} is listed twice");
+      }
+      stacks += (k == 0 ? " plus {" : ", {") + st + "}";
     }
     for (const std::string& h : r.hf) {
       Result<NamePattern> p = NamePattern::Parse(h);
       if (!p.ok()) return fail(p.status().message());
       std::vector<std::string> vars = p->Vars();
       std::vector<std::string> want = sp_vars;
-      if (!r.stack.empty()) want.push_back(r.stack);
+      want.insert(want.end(), r.stack.begin(), r.stack.end());
       std::sort(vars.begin(), vars.end());
       std::sort(want.begin(), want.end());
       if (vars != want) {
-        return fail("hf pattern '" + h + "' must use exactly the placeholders of \"sp\"" +
-                    (r.stack.empty() ? "" : " plus {" + r.stack + "}"));
+        return fail("hf pattern '" + h + "' must use exactly the placeholders of \"sp\"" + stacks);
       }
       c.hf.push_back(*p);
     }
@@ -234,8 +248,9 @@ Result<std::vector<CompiledRule>> CompileMapping(const HfMapping& mapping) {
 }
 
 Result<Vars> ResolveVars(const HfMapping& mapping, const std::string& config_json,
-                         const Vars& explicit_vars) {
+                         const Vars& explicit_vars, const Vars& source_vars) {
   Vars v = mapping.variables;
+  for (const auto& [k, x] : source_vars) v[k] = x;
   if (!config_json.empty()) {
     Json c = Json::parse(config_json, nullptr, /*allow_exceptions=*/false);
     if (c.is_discarded() || !c.is_object()) {

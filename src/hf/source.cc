@@ -6,6 +6,7 @@
 #include "shardpoint/checkpoint_kind.h"
 #include "src/checkpoint/commit.h"
 #include "src/dcp/dcp_dir.h"
+#include "src/hf/megatron_vars.h"
 #include "src/plan/load_plan.h"
 #include "src/plan/regions.h"
 
@@ -93,6 +94,7 @@ Result<MappedSource> OpenDcpSource(Storage* storage, const std::string& dir) {
   s.has_checksums = false;
   s.index = std::move(idx.m);
   s.views = std::move(idx.views);
+  s.source_vars = MegatronArgsVars(s.index.metadata_json);
   return s;
 }
 

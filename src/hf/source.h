@@ -24,6 +24,8 @@ struct MappedSource : internal_source::Source {
   bool hf = false;
   std::vector<MappedKey> mapped;  // hf only, parallel to index.tensors
   std::string config_json;        // HF config.json, or the one kept in a checkpoint's metadata
+  Vars
+      source_vars;  // variables the source states (a Megatron torch_dist's args), below config_json
 };
 
 // The manifest of an HF model under `mapped` (pure).

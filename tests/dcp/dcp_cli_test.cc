@@ -311,15 +311,15 @@ TEST(DcpCliTest, StridedItemsReadOnEveryPath) {
 // the HF loader (identity names) and every value is checked against the
 // Megatron layout computed here: linear_qkv rows per group j of 4 (q heads
 // 2j, 2j+1), 2 (k), 2 (v); linear_fc1 gate rows then up rows; the padded
-// vocabulary (12 rows) cut to vocab_size 10.
+// vocabulary (12 rows) cut to vocab_size 10. No --set: heads, groups and the
+// vocabulary come from common.pt's args (num_attention_heads 4,
+// group_query_attention with num_query_groups 2, vocab_size 10).
 TEST(DcpCliTest, ExportHfMegatronLlamaUnstacksLayersBitForBit) {
   std::string dir = Fixture();
   dir = dir.substr(0, dir.rfind('/')) + "/megatron_llama_torch_dist";
   const std::string out = ::testing::TempDir() + "sp_mega_hf_" + std::to_string(::getpid());
   std::filesystem::remove_all(out);
-  const std::string sets =
-      " --set num_attention_heads=4 --set num_key_value_heads=2 --set vocab_size=10";
-  CliRun r = RunCli("export-hf " + dir + " " + out + " --mapping megatron_llama" + sets);
+  CliRun r = RunCli("export-hf " + dir + " " + out + " --mapping megatron_llama");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("21 tensors"));
 
@@ -400,13 +400,169 @@ TEST(DcpCliTest, ExportHfMegatronLlamaUnstacksLayersBitForBit) {
     ASSERT_EQ(emb[k], static_cast<uint16_t>(bits >> 16)) << "embed_tokens flat " << k;
   }
 
-  // Without the head counts the qkv rule cannot split: a typed error naming
-  // the variable.
   std::filesystem::remove_all(out);
+}
+
+// common.pt's args are defaults: an explicit --set wins (vocab_size=12 keeps
+// the padding rows), and without common.pt the head counts are a typed error
+// naming the variable.
+TEST(DcpCliTest, ExportHfMegatronArgsAreDefaultsSetWins) {
+  std::string fixture = Fixture();
+  fixture = fixture.substr(0, fixture.rfind('/')) + "/megatron_llama_torch_dist";
+  const std::string out = ::testing::TempDir() + "sp_mega_set_" + std::to_string(::getpid());
+  std::filesystem::remove_all(out);
+  CliRun r = RunCli("export-hf " + fixture + " " + out + " --mapping megatron_llama" +
+                    " --set vocab_size=12");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  Result<std::vector<HfKeyInfo>> info = DescribeHf(out, IdentityHfMapping());
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  int seen = 0;
+  for (const HfKeyInfo& k : *info) {
+    if (k.key == "lm_head.weight" || k.key == "model.embed_tokens.weight") {
+      EXPECT_EQ(k.shape, (Shape{12, 8})) << k.key;
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, 2);
+  std::filesystem::remove_all(out);
+
+  const std::string dir = ::testing::TempDir() + "sp_mega_nocommon_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::copy(fixture, dir);
+  std::filesystem::remove(dir + "/common.pt");
   CliRun nov =
       RunCli("export-hf " + dir + " " + out + " --mapping megatron_llama --set vocab_size=10");
   EXPECT_EQ(nov.exit_code, 2) << nov.out;
   EXPECT_THAT(nov.out, HasSubstr("num_attention_heads"));
+  std::filesystem::remove_all(out);
+  std::filesystem::remove_all(dir);
+}
+
+// export-hf --mapping megatron_moe of a Megatron-Core MoE torch_dist
+// checkpoint whose experts are stacked under the layer dim ([L, E, ...]:
+// make_megatron_fixture.py --moe, tensor i holds 1000 i + flat index), with
+// no --set (common.pt's args give heads, groups, vocab_size). Every HF
+// tensor is checked value by value; `diff` of the checkpoint and its export
+// through the same mapping (HF -> keys: both stacked placeholders) is equal.
+TEST(DcpCliTest, ExportHfMegatronMoeUnstacksLayersAndExperts) {
+  std::string dir = Fixture();
+  dir = dir.substr(0, dir.rfind('/')) + "/megatron_moe_torch_dist";
+  const std::string out = ::testing::TempDir() + "sp_moe_hf_" + std::to_string(::getpid());
+  std::filesystem::remove_all(out);
+  CliRun r = RunCli("export-hf " + dir + " " + out + " --mapping megatron_moe");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  // 2 x (input norm, q, k, v, o, post norm, router, 4 x (gate, up, down)) + 3.
+  EXPECT_THAT(r.out, HasSubstr("41 tensors"));
+
+  State st;
+  std::map<std::string, std::vector<float>> f32;
+  auto add = [&st, &f32](const std::string& name, const Shape& shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<float>& v = f32[name];
+    v.assign(static_cast<size_t>(n), -1.0f);
+    LocalTensor t;
+    t.dtype = DType::kF32;
+    t.shape = shape;
+    t.data = v.data();
+    t.segments.push_back({name, shape, Box::Whole(shape), Shape(shape.size(), 0)});
+    st.tensors.push_back(t);
+  };
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {4});
+    add(p + "self_attn.q_proj.weight", {4, 4});
+    add(p + "self_attn.k_proj.weight", {2, 4});
+    add(p + "self_attn.v_proj.weight", {2, 4});
+    add(p + "self_attn.o_proj.weight", {4, 4});
+    add(p + "post_attention_layernorm.weight", {4});
+    add(p + "mlp.gate.weight", {4, 4});
+    for (int e = 0; e < 4; ++e) {
+      const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+      add(x + "gate_proj.weight", {2, 4});
+      add(x + "up_proj.weight", {2, 4});
+      add(x + "down_proj.weight", {4, 2});
+    }
+  }
+  add("model.embed_tokens.weight", {6, 4});
+  add("model.norm.weight", {4});
+  add("lm_head.weight", {6, 4});
+  std::unique_ptr<Comm> comm = MakeSingleComm();
+  Result<LoadResult> lr = LoadFromHf(st, out, IdentityHfMapping(), *comm);
+  ASSERT_TRUE(lr.ok()) << lr.status().ToString();
+
+  // Source tensor i at flat index `flat`.
+  auto src = [](int i, int64_t flat) { return static_cast<float>(1000 * i + flat); };
+  auto check = [&f32](const std::string& name, auto want) {
+    const std::vector<float>& v = f32.at(name);
+    for (size_t k = 0; k < v.size(); ++k) {
+      ASSERT_EQ(v[k], want(static_cast<int64_t>(k))) << name << " flat " << k;
+    }
+  };
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    check(p + "input_layernorm.weight", [&](int64_t k) { return src(1, l * 4 + k); });
+    // linear_qkv [2, 8, 4], one group: q rows 0-3, k rows 4-5, v rows 6-7.
+    check(p + "self_attn.q_proj.weight", [&](int64_t k) { return src(2, l * 32 + k); });
+    check(p + "self_attn.k_proj.weight", [&](int64_t k) { return src(2, l * 32 + 16 + k); });
+    check(p + "self_attn.v_proj.weight", [&](int64_t k) { return src(2, l * 32 + 24 + k); });
+    check(p + "self_attn.o_proj.weight", [&](int64_t k) { return src(3, l * 16 + k); });
+    check(p + "post_attention_layernorm.weight", [&](int64_t k) { return src(4, l * 4 + k); });
+    check(p + "mlp.gate.weight", [&](int64_t k) { return src(5, l * 16 + k); });
+    for (int e = 0; e < 4; ++e) {
+      const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+      // linear_fc1 [2, 4, 4, 4]: expert (l, e) at flat (4 l + e) * 16; gate rows, then up.
+      const int64_t fc1 = (l * 4 + e) * 16;
+      check(x + "gate_proj.weight", [&](int64_t k) { return src(6, fc1 + k); });
+      check(x + "up_proj.weight", [&](int64_t k) { return src(6, fc1 + 8 + k); });
+      check(x + "down_proj.weight", [&](int64_t k) { return src(7, (l * 4 + e) * 8 + k); });
+    }
+  }
+  check("model.embed_tokens.weight", [&](int64_t k) { return src(0, k); });  // 6 of 8 rows
+  check("model.norm.weight", [&](int64_t k) { return src(8, k); });
+  check("lm_head.weight", [&](int64_t k) { return src(9, k); });
+
+  // HF -> keys through the same rules (the export has no config.json: the
+  // sizes by --set): the experts stacked back under the layers equal the
+  // checkpoint's bit for bit; only the vocabulary keys differ, cut to 6 rows.
+  CliRun d = RunCli("diff " + dir + " " + out +
+                    " --mapping megatron_moe --set num_attention_heads=2"
+                    " --set num_key_value_heads=1 --set vocab_size=6");
+  EXPECT_EQ(d.exit_code, 1) << d.out;
+  EXPECT_THAT(d.out, HasSubstr("8 equal, 0 different, 2 mismatched, 0 only in A, 0 only in B"));
+  EXPECT_THAT(d.out, HasSubstr("embedding.word_embeddings.weight  (shape [8, 4] vs [6, 4])"));
+  EXPECT_THAT(d.out, HasSubstr("output_layer.weight  (shape [8, 4] vs [6, 4])"));
+  std::filesystem::remove_all(out);
+}
+
+// export-hf (no mapping: keys kept) of the distributed optimizer's
+// fully_sharded_model_space state (make_megatron_fixture.py --fsms): each
+// state of a parameter exported in the parameter's shape, rebuilt from the N-D
+// flattened chunks; exp_avg_sq of the stacked fc2 [2, 4, 6] holds 30000 +
+// flat index.
+TEST(DcpCliTest, ExportHfMegatronNdFlattenedStatePerParameter) {
+  std::string dir = Fixture();
+  dir = dir.substr(0, dir.rfind('/')) + "/megatron_fsms_torch_dist";
+  const std::string out = ::testing::TempDir() + "sp_fsms_hf_" + std::to_string(::getpid());
+  std::filesystem::remove_all(out);
+  CliRun r = RunCli("export-hf " + dir + " " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("12 tensors"));
+  const std::string key = "optimizer.state.exp_avg_sq.decoder.layers.mlp.linear_fc2.weight";
+  std::vector<float> v(48, -1.0f);
+  State st;
+  LocalTensor t;
+  t.dtype = DType::kF32;
+  t.shape = {2, 4, 6};
+  t.data = v.data();
+  t.segments.push_back({key, {2, 4, 6}, Box::Whole({2, 4, 6}), {0, 0, 0}});
+  st.tensors.push_back(t);
+  std::unique_ptr<Comm> comm = MakeSingleComm();
+  HfLoadOptions o;
+  o.load.allow_unexpected_keys = true;
+  Result<LoadResult> lr = LoadFromHf(st, out, IdentityHfMapping(), *comm, o);
+  ASSERT_TRUE(lr.ok()) << lr.status().ToString();
+  for (int k = 0; k < 48; ++k) ASSERT_EQ(v[k], 30000.0f + static_cast<float>(k)) << k;
   std::filesystem::remove_all(out);
 }
 

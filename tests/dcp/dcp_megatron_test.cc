@@ -11,6 +11,10 @@
 
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/comm.h"
+#include "shardpoint/layout.h"
+#include "shardpoint/layout_flat.h"
+#include "shardpoint/layout_state.h"
+#include "src/checkpoint/verify_dcp.h"
 #include "src/dcp/dcp_dir.h"
 #include "src/dcp/torch_dist.h"
 #include "src/dcp/zip.h"
@@ -27,11 +31,11 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Fixture() {
+std::string Fixture(const std::string& name = "megatron_torch_dist") {
   std::string f = __FILE__;
-  std::string dir = f.substr(0, f.rfind("/tests/dcp/")) + "/tests/dcp/fixtures/megatron_torch_dist";
+  std::string dir = f.substr(0, f.rfind("/tests/dcp/")) + "/tests/dcp/fixtures/" + name;
   Result<bool> here = DefaultStorage()->Exists(dir + "/.metadata");
-  if (!here.ok() || !*here) dir = "tests/dcp/fixtures/megatron_torch_dist";
+  if (!here.ok() || !*here) dir = "tests/dcp/fixtures/" + name;
   return std::filesystem::absolute(dir).string();
 }
 
@@ -116,6 +120,117 @@ TEST(MegatronTorchDistTest, MalformedFilesAreTypedErrorsNamingThem) {
   EXPECT_EQ(idx.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(idx.status().message(), HasSubstr("sharded_backend 'zarr'"));
   std::filesystem::remove_all(dir);
+}
+
+// The distributed optimizer's `fully_sharded_model_space` state
+// (make_megatron_fixture.py --fsms: Megatron-Core < 0.15 setting mcore_data on
+// torch's Metadata, and 0.15's MCoreMetadata class): each state of each
+// parameter was stored N-D flattened ([blocks..., block numel], DP ranks
+// holding flat ranges of a TP shard, split mid-row; a stacked layer axis; a
+// SwiGLU weight in 4 blocks). The index shows it in
+// the parameter's shape, every element right (10000 (state + 1) + 1000 param
+// + flat index), verify finds the rebuilt chunks tile it, and it loads into
+// another distributed-optimizer layout: TP=3 (from 2) over a flat buffer
+// split over DP=3 (from 2), bit for bit.
+TEST(MegatronTorchDistTest, NdFlattenedOptimizerStateRebuiltPerParameter) {
+  struct Param {
+    std::string key;
+    Shape shape;
+    int tp_dim;
+  };
+  // fc1 is SwiGLU: each TP shard [W_i; V_i] was two blocks of 4 along dim 1.
+  const std::vector<Param> params = {{"decoder.layers.mlp.linear_fc2.weight", {2, 4, 6}, 2},
+                                     {"embedding.word_embeddings.weight", {8, 4}, 0},
+                                     {"decoder.layers.mlp.linear_fc1.weight", {2, 8, 4}, 1}};
+  const std::vector<std::string> states = {"fp32_param", "exp_avg", "exp_avg_sq"};
+  auto want = [](int p, int j, int64_t flat) {
+    return static_cast<float>(10000 * (j + 1) + 1000 * p + flat);
+  };
+  std::unique_ptr<Comm> comm = MakeSingleComm();
+  for (const char* name : {"megatron_fsms_torch_dist", "megatron_fsms_mcore015_torch_dist"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = Fixture(name);
+    Result<DcpIndex> idx = ReadDcpIndex(DefaultStorage(), dir);
+    ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+    // Whole tensors: the model params (stored plainly) and every state.
+    State st;
+    std::vector<std::vector<float>> bufs;
+    bufs.reserve(params.size() * (states.size() + 1));
+    for (size_t p = 0; p < params.size(); ++p) {
+      for (int j = -1; j < static_cast<int>(states.size()); ++j) {
+        const std::string key =
+            j < 0 ? params[p].key : "optimizer.state." + states[j] + "." + params[p].key;
+        const int64_t t = idx->m.FindTensor(key);
+        ASSERT_GE(t, 0) << key;
+        EXPECT_EQ(idx->m.tensors[t].shape, params[p].shape) << key;
+        bufs.emplace_back(Box::Whole(params[p].shape).num_elements(), -1.0f);
+        st.tensors.push_back(WholeTensor(key, DType::kF32, bufs.back().data(), params[p].shape));
+      }
+    }
+    Result<LoadResult> r = Load(st, dir, *comm, LoadOptions{});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    for (size_t p = 0, b = 0; p < params.size(); ++p) {
+      for (int j = -1; j < static_cast<int>(states.size()); ++j, ++b) {
+        for (size_t k = 0; k < bufs[b].size(); ++k) {
+          ASSERT_EQ(bufs[b][k], want(static_cast<int>(p), j, static_cast<int64_t>(k)))
+              << params[p].key << " state " << j << " flat " << k;
+        }
+      }
+    }
+    Result<internal_checkpoint::VerifyReport> v =
+        internal_checkpoint::VerifyDcp(DefaultStorage(), dir);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_TRUE(v->ok()) << (v->faults.empty() ? "" : v->faults[0].message);
+
+    // exp_avg into TP=3, DP=3: per TP rank a flat buffer of both params' TP
+    // shards (aligned to 4), each DP rank holding a third of it.
+    for (int tp = 0; tp < 3; ++tp) {
+      std::vector<LocalTensor> shard_layouts;
+      for (const Param& prm : params) {
+        Result<LocalTensor> l =
+            SplitTensor(prm.key, DType::kF32, nullptr, prm.shape, prm.tp_dim, tp, 3);
+        ASSERT_TRUE(l.ok()) << l.status().ToString();
+        shard_layouts.push_back(*l);
+      }
+      Result<FlatBufferLayout> fl = PlanFlatBuffer(shard_layouts, 4, 3);
+      ASSERT_TRUE(fl.ok()) << fl.status().ToString();
+      for (int dp = 0; dp < 3; ++dp) {
+        std::vector<float> buf(fl->shard_size, -1.0f);
+        Result<std::vector<LocalTensor>> pieces =
+            FlatBufferShard(shard_layouts, *fl, dp, buf.data(), DType::kF32);
+        ASSERT_TRUE(pieces.ok()) << pieces.status().ToString();
+        State os;
+        os.tensors = *pieces;
+        AddKeyPrefix(&os, "optimizer.state.exp_avg.");
+        LoadOptions o;
+        o.allow_unexpected_keys = true;
+        Result<LoadResult> lr = Load(os, dir, *comm, o);
+        ASSERT_TRUE(lr.ok()) << lr.status().ToString();
+        // Element e of the buffer is element k of param p's TP shard.
+        for (size_t p = 0; p < params.size(); ++p) {
+          const LocalTensor& full = shard_layouts[p];
+          const Box& box = full.segments[0].global_box;
+          for (int64_t k = 0; k < box.num_elements(); ++k) {
+            const int64_t e = fl->offsets[p] + k - dp * fl->shard_size;
+            if (e < 0 || e >= fl->shard_size) continue;
+            // The global flat index of the shard's element k.
+            int64_t rest = k, g = 0, stride = 1;
+            Shape idx_in(box.rank());
+            for (size_t d = box.rank(); d-- > 0;) {
+              idx_in[d] = rest % box.shape[d];
+              rest /= box.shape[d];
+            }
+            for (size_t d = box.rank(); d-- > 0;) {
+              g += (box.offset[d] + idx_in[d]) * stride;
+              stride *= params[p].shape[d];
+            }
+            ASSERT_EQ(buf[e], want(static_cast<int>(p), 1, g))
+                << params[p].key << " tp " << tp << " dp " << dp << " k " << k;
+          }
+        }
+      }
+    }
+  }
 }
 
 // A common.pt whose pickle shares one value twice at each of 60 levels

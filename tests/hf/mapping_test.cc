@@ -3,13 +3,17 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "shardpoint/hf_rules.h"
+#include "src/hf/megatron_vars.h"
 #include "tests/hf/hf_model.h"
 
 using shardpoint::internal_hf::HfMeta;
 using shardpoint::internal_hf::MapHfToKeys;
 using shardpoint::internal_hf::MapKeysToHf;
 using shardpoint::internal_hf::MappedKey;
+using shardpoint::internal_hf::MegatronArgsVars;
 using shardpoint::internal_hf::NamePattern;
 using shardpoint::internal_hf::NaturalLess;
 using shardpoint::internal_hf::ResolveVars;
@@ -84,7 +88,8 @@ TEST(HfMappingParse, SyntaxErrorNamesLineAndColumn) {
 }
 
 TEST(HfMapping, ShippedRulesParse) {
-  for (const char* f : {"rules/llama.json", "rules/megatron_llama.json", "rules/qwen_moe.json"}) {
+  for (const char* f : {"rules/llama.json", "rules/megatron_llama.json", "rules/megatron_moe.json",
+                        "rules/qwen_moe.json"}) {
     Result<HfMapping> m = ReadHfMapping(RepoPath(f));
     ASSERT_TRUE(m.ok()) << f << ": " << m.status().ToString();
     EXPECT_FALSE(m->rules.empty());
@@ -95,7 +100,7 @@ TEST(HfMapping, ShippedRulesParse) {
 // without reading rules/ (a moved or installed binary has them).
 TEST(HfMapping, ShippedRulesAreBuiltIn) {
   EXPECT_EQ(ShippedHfMappingNames(),
-            (std::vector<std::string>{"llama", "megatron_llama", "qwen_moe"}));
+            (std::vector<std::string>{"llama", "megatron_llama", "megatron_moe", "qwen_moe"}));
   for (const std::string& name : ShippedHfMappingNames()) {
     Result<HfMapping> built_in = ShippedHfMapping(name);
     ASSERT_TRUE(built_in.ok()) << name << ": " << built_in.status().ToString();
@@ -111,8 +116,9 @@ TEST(HfMapping, ShippedRulesAreBuiltIn) {
   Result<HfMapping> none = ShippedHfMapping("gpt9");
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(none.status().message(),
-            "no shipped mapping named 'gpt9' (shipped: llama, megatron_llama, qwen_moe)");
+  EXPECT_EQ(
+      none.status().message(),
+      "no shipped mapping named 'gpt9' (shipped: llama, megatron_llama, megatron_moe, qwen_moe)");
 }
 
 std::vector<HfMeta> Metas(const std::vector<HfTensor>& ts) {
@@ -165,6 +171,174 @@ TEST(HfMapping, BothDirectionsAreInverse) {
       EXPECT_EQ((*keys)[i].pieces[p].hf_offset, (*back)[i].pieces[p].hf_offset);
     }
   }
+}
+
+// megatron_moe: experts stacked under the layer dim, two stacked
+// placeholders ("stack": ["layer", "expert"]). HF -> keys -> HF is the
+// identity on names, shapes and pieces; expert e of layer l is the box
+// [l, e, ...] of the key; a missing (layer, expert) pair, even the last, is
+// an error naming both indices.
+TEST(HfMapping, TwoStackedPlaceholdersBothDirections) {
+  LlamaDims d;
+  d.experts = 3;
+  d.layers = 2;
+  Result<HfMapping> m = ReadHfMapping(RepoPath("rules/megatron_moe.json"));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  Vars vars = {
+      {"num_attention_heads", d.heads}, {"num_key_value_heads", d.groups}, {"vocab_size", d.vocab}};
+  std::vector<HfMeta> hf = Metas(LlamaTensors(d));
+  Result<std::vector<MappedKey>> keys = MapHfToKeys(*m, hf, vars);
+  ASSERT_TRUE(keys.ok()) << keys.status().ToString();
+  std::vector<HfMeta> metas;
+  bool fc1 = false;
+  for (const MappedKey& k : *keys) {
+    metas.push_back({k.info.key, k.info.dtype, k.info.shape});
+    if (k.info.key == "decoder.layers.mlp.experts.linear_fc1.weight") {
+      fc1 = true;
+      EXPECT_EQ(k.info.shape, (Shape{2, 3, 2 * d.moe_ffn, d.hidden}));
+      ASSERT_EQ(k.pieces.size(), 2u * 3u * 2u);
+      // Layer 1, expert 2: gate rows then up rows.
+      EXPECT_EQ(k.pieces[10].hf, "model.layers.1.mlp.experts.2.gate_proj.weight");
+      EXPECT_EQ(k.pieces[10].box, (Box{{1, 2, 0, 0}, {1, 1, d.moe_ffn, d.hidden}}));
+      EXPECT_EQ(k.pieces[11].hf, "model.layers.1.mlp.experts.2.up_proj.weight");
+      EXPECT_EQ(k.pieces[11].box, (Box{{1, 2, d.moe_ffn, 0}, {1, 1, d.moe_ffn, d.hidden}}));
+    }
+  }
+  EXPECT_TRUE(fc1);
+  Result<std::vector<MappedKey>> back = MapKeysToHf(*m, metas, vars);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(keys->size(), back->size());
+  size_t hf_count = 0;
+  for (size_t i = 0; i < keys->size(); ++i) {
+    const MappedKey &a = (*keys)[i], &b = (*back)[i];
+    ASSERT_EQ(a.pieces.size(), b.pieces.size()) << a.info.key;
+    for (size_t p = 0; p < a.pieces.size(); ++p) {
+      EXPECT_EQ(a.pieces[p].hf, b.pieces[p].hf);
+      EXPECT_EQ(a.pieces[p].box, b.pieces[p].box);
+      EXPECT_EQ(a.pieces[p].hf_offset, b.pieces[p].hf_offset);
+    }
+    hf_count += b.hf_tensors.size();
+  }
+  EXPECT_EQ(hf_count, hf.size());
+
+  for (const char* gone : {"model.layers.1.mlp.experts.2.", "model.layers.0.mlp.experts.1."}) {
+    std::vector<HfMeta> gap;
+    for (const HfMeta& t : hf) {
+      if (t.name.find(gone) == std::string::npos) gap.push_back(t);
+    }
+    Result<std::vector<MappedKey>> r = MapHfToKeys(*m, gap, vars);
+    ASSERT_FALSE(r.ok()) << gone;
+    const std::string want = gone[13] == '1' ? "{layer} = 1, {expert} = 2 are missing"
+                                             : "{layer} = 0, {expert} = 1 are missing";
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().ToString();
+  }
+  // A key with fewer dims than stacked placeholders; a placeholder listed twice.
+  Result<std::vector<MappedKey>> low =
+      MapKeysToHf(*m, {{"decoder.layers.mlp.experts.linear_fc2.weight", DType::kF32, {2}}}, vars);
+  ASSERT_FALSE(low.ok());
+  EXPECT_NE(low.status().message().find("stacked over 2 dims has rank 1"), std::string::npos);
+  Result<HfMapping> twice =
+      ParseHfMapping(R"({"rules": [{"sp": "w", "hf": "a.{l}.b", "stack": ["l", "l"]}]})");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("{l} is listed twice"), std::string::npos);
+}
+
+// megatron_moe on a non-homogeneous model (MoE in layer 1 only): Megatron
+// then stores per-layer keys (decoder.layers.<l>.*, no layer dim) with the
+// experts stacked [E, ...]; layer 0 keeps a dense SwiGLU MLP whose norm is
+// fused into linear_fc1. Every key exports to its HF tensors.
+TEST(HfMapping, MegatronMoePerLayerKeysOfMixedModels) {
+  Result<HfMapping> m = ReadHfMapping(RepoPath("rules/megatron_moe.json"));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const int64_t H = 8, heads = 4, groups = 2, hd = 2, ffn = 12, inter = 4, E = 3;
+  const Vars vars = {
+      {"num_attention_heads", heads}, {"num_key_value_heads", groups}, {"vocab_size", 10}};
+  std::vector<HfMeta> keys = {
+      {"embedding.word_embeddings.weight", DType::kF32, {12, H}},
+      {"decoder.final_layernorm.weight", DType::kF32, {H}},
+      {"output_layer.weight", DType::kF32, {12, H}},
+      {"decoder.layers.0.mlp.linear_fc1.layer_norm_weight", DType::kF32, {H}},
+      {"decoder.layers.0.mlp.linear_fc1.weight", DType::kF32, {2 * ffn, H}},
+      {"decoder.layers.0.mlp.linear_fc2.weight", DType::kF32, {H, ffn}},
+      {"decoder.layers.1.pre_mlp_layernorm.weight", DType::kF32, {H}},
+      {"decoder.layers.1.mlp.router.weight", DType::kF32, {E, H}},
+      {"decoder.layers.1.mlp.experts.linear_fc1.weight", DType::kF32, {E, 2 * inter, H}},
+      {"decoder.layers.1.mlp.experts.linear_fc2.weight", DType::kF32, {E, H, inter}},
+  };
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "decoder.layers." + std::to_string(l) + ".self_attention.";
+    keys.push_back({p + "linear_qkv.layer_norm_weight", DType::kF32, {H}});
+    keys.push_back({p + "linear_qkv.weight", DType::kF32, {(heads + 2 * groups) * hd, H}});
+    keys.push_back({p + "linear_proj.weight", DType::kF32, {H, heads * hd}});
+  }
+  Result<std::vector<MappedKey>> hf = MapKeysToHf(*m, keys, vars);
+  ASSERT_TRUE(hf.ok()) << hf.status().ToString();
+  std::map<std::string, Shape> got;
+  for (const MappedKey& k : *hf) {
+    for (const HfMeta& t : k.hf_tensors) got[t.name] = t.shape;
+  }
+  std::map<std::string, Shape> want = {
+      {"model.embed_tokens.weight", {10, H}},
+      {"model.norm.weight", {H}},
+      {"lm_head.weight", {10, H}},
+      {"model.layers.0.post_attention_layernorm.weight", {H}},
+      {"model.layers.0.mlp.gate_proj.weight", {ffn, H}},
+      {"model.layers.0.mlp.up_proj.weight", {ffn, H}},
+      {"model.layers.0.mlp.down_proj.weight", {H, ffn}},
+      {"model.layers.1.post_attention_layernorm.weight", {H}},
+      {"model.layers.1.mlp.gate.weight", {E, H}},
+  };
+  for (int e = 0; e < E; ++e) {
+    const std::string x = "model.layers.1.mlp.experts." + std::to_string(e) + ".";
+    want[x + "gate_proj.weight"] = {inter, H};
+    want[x + "up_proj.weight"] = {inter, H};
+    want[x + "down_proj.weight"] = {H, inter};
+  }
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    want[p + "input_layernorm.weight"] = {H};
+    want[p + "self_attn.q_proj.weight"] = {heads * hd, H};
+    want[p + "self_attn.k_proj.weight"] = {groups * hd, H};
+    want[p + "self_attn.v_proj.weight"] = {groups * hd, H};
+    want[p + "self_attn.o_proj.weight"] = {H, heads * hd};
+  }
+  EXPECT_EQ(got, want);
+  for (const MappedKey& k : *hf) {
+    if (k.info.key != "decoder.layers.1.mlp.experts.linear_fc1.weight") continue;
+    ASSERT_EQ(k.pieces.size(), 2u * E);
+    EXPECT_EQ(k.pieces[5].hf, "model.layers.1.mlp.experts.2.up_proj.weight");
+    EXPECT_EQ(k.pieces[5].box, (Box{{2, inter, 0}, {1, inter, H}}));
+  }
+
+  // singleton_local_shards: one key per expert, SwiGLU fc1 as _w (gate) and
+  // _v (up) keys, for the dense layer's MLP too; the same HF model.
+  std::vector<HfMeta> single;
+  for (const HfMeta& k : keys) {
+    if (k.name.find(".mlp.linear_fc1.weight") != std::string::npos) {
+      single.push_back({k.name + "_w", k.dtype, {ffn, H}});
+      single.push_back({k.name + "_v", k.dtype, {ffn, H}});
+    } else if (k.name.find(".mlp.experts.") != std::string::npos) {
+      const std::string fc = k.name.substr(k.name.find(".experts.") + 9);  // linear_fc1.weight
+      for (int e = 0; e < E; ++e) {
+        const std::string base = "decoder.layers.1.mlp.experts." + std::to_string(e) + "." + fc;
+        if (fc == "linear_fc1.weight") {
+          single.push_back({base + "_w", k.dtype, {inter, H}});
+          single.push_back({base + "_v", k.dtype, {inter, H}});
+        } else {
+          single.push_back({base, k.dtype, {H, inter}});
+        }
+      }
+    } else {
+      single.push_back(k);
+    }
+  }
+  hf = MapKeysToHf(*m, single, vars);
+  ASSERT_TRUE(hf.ok()) << hf.status().ToString();
+  got.clear();
+  for (const MappedKey& k : *hf) {
+    for (const HfMeta& t : k.hf_tensors) got[t.name] = t.shape;
+  }
+  EXPECT_EQ(got, want);
 }
 
 TEST(HfMapping, MissingPartsAndStrictness) {
@@ -223,11 +397,12 @@ TEST(HfMapping, RowsCutVocabularyPadding) {
   mk = MapKeysToHf(*m, keys, {{"vocab_sise", 10}});
   ASSERT_FALSE(mk.ok());
   EXPECT_EQ(mk.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(mk.status().message(),
-            "key 'emb' [12, 4]: \"rows\" variable 'vocab_size' is not defined (not in "
-            "config.json, the mapping's variables or the explicit variables), so the padding "
-            "rows cannot be cut: pass the true size with --set vocab_size=N "
-            "(ExportHfOptions::variables from C++); N = 12 keeps every row");
+  EXPECT_EQ(
+      mk.status().message(),
+      "key 'emb' [12, 4]: \"rows\" variable 'vocab_size' is not defined (not in "
+      "config.json, a Megatron checkpoint's args, the mapping's variables or the explicit "
+      "variables), so the padding rows cannot be cut: pass the true size with --set vocab_size=N "
+      "(ExportHfOptions::variables from C++); N = 12 keeps every row");
   // A literal row count needs no variable.
   Result<HfMapping> lit =
       ParseHfMapping(R"({"rules": [{"sp": "emb", "hf": "embed", "split": "vocab", "rows": 11}]})");
@@ -256,6 +431,54 @@ TEST(HfMapping, ConfigVariables) {
   EXPECT_EQ(v->at("num_key_value_heads"), 16);
   EXPECT_EQ(v->at("x"), 5);
   EXPECT_FALSE(ResolveVars(m, "[1", {}).ok());
+}
+
+// A Megatron torch_dist checkpoint's args (common.pt, as dcp_dir.cc renders
+// it): integers under their own names plus the HF names; num_query_groups
+// counts only with group_query_attention; config.json and explicit
+// variables win over them, they win over the mapping's defaults.
+TEST(HfMapping, MegatronArgsVariables) {
+  auto md = [](const std::string& state) {
+    return R"({"megatron_torch_dist": {"common.pt": {"iteration": 3, "args": )"
+           R"({"__class__": "argparse.Namespace", "state": )" +
+           state + "}}}}";
+  };
+  Vars v = MegatronArgsVars(
+      md(R"({"num_layers": 4, "num_attention_heads": 8, "group_query_attention": true,)"
+         R"( "num_query_groups": 2, "ffn_hidden_size": 32, "kv_channels": 16, "vocab_size": 100,)"
+         R"( "padded_vocab_size": 128, "num_experts": 4, "moe_ffn_hidden_size": 8, "lr": 0.1,)"
+         R"( "swiglu": true, "seq_length": null})"));
+  EXPECT_EQ(v, (Vars{{"num_layers", 4},
+                     {"num_hidden_layers", 4},
+                     {"num_attention_heads", 8},
+                     {"num_query_groups", 2},
+                     {"num_key_value_heads", 2},
+                     {"ffn_hidden_size", 32},
+                     {"intermediate_size", 32},
+                     {"kv_channels", 16},
+                     {"head_dim", 16},
+                     {"vocab_size", 100},
+                     {"padded_vocab_size", 128},
+                     {"num_experts", 4},
+                     {"moe_ffn_hidden_size", 8},
+                     {"moe_intermediate_size", 8}}));
+  // Without group_query_attention Megatron ignores num_query_groups (1 by default).
+  v = MegatronArgsVars(md(R"({"num_attention_heads": 8, "num_query_groups": 1})"));
+  EXPECT_EQ(v.at("num_key_value_heads"), 8);
+  EXPECT_TRUE(MegatronArgsVars(md(R"({"__class__": "x"})")).count("num_key_value_heads") == 0);
+  EXPECT_TRUE(MegatronArgsVars(R"({"megatron_torch_dist": {"common.pt": {"args": 3}}})").empty());
+  EXPECT_TRUE(MegatronArgsVars("").empty());
+  EXPECT_TRUE(MegatronArgsVars("[").empty());
+
+  HfMapping m;
+  m.variables = {{"x", 1}, {"vocab_size", 7}};
+  Result<Vars> r = ResolveVars(m, R"({"num_attention_heads": 16})", {{"num_layers", 9}},
+                               {{"x", 2}, {"num_attention_heads", 8}, {"num_layers", 4}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->at("x"), 2);
+  EXPECT_EQ(r->at("vocab_size"), 7);
+  EXPECT_EQ(r->at("num_attention_heads"), 16);
+  EXPECT_EQ(r->at("num_layers"), 9);
 }
 
 }  // namespace

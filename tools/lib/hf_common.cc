@@ -94,11 +94,11 @@ Result<HfMapping> LoadMapping(const std::string& path) {
 }
 
 void HfFlags::Add(CLI::App* cmd) {
-  cmd->add_option(
-      "--mapping", mapping,
-      "name-mapping rules: a shipped name (llama, megatron_llama, qwen_moe; built in) or a JSON "
-      "file (./name for a file named like a shipped one); "
-      "default: HF names are keys");
+  cmd->add_option("--mapping", mapping,
+                  "name-mapping rules: a shipped name (llama, megatron_llama, megatron_moe, "
+                  "qwen_moe; built in) or a JSON "
+                  "file (./name for a file named like a shipped one); "
+                  "default: HF names are keys");
   cmd->add_option("--set", sets, "a rule variable, name=integer (e.g. num_key_value_heads=8)");
   AddIoThreads(cmd, io_threads, "I/O threads");
 }
