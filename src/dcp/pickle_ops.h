@@ -23,11 +23,12 @@ inline constexpr uint8_t kDup = '2';
 inline constexpr uint8_t kNone = 'N';
 inline constexpr uint8_t kNewTrue = 0x88;
 inline constexpr uint8_t kNewFalse = 0x89;
-inline constexpr uint8_t kBinInt = 'J';            // i32
-inline constexpr uint8_t kBinInt1 = 'K';           // u8
-inline constexpr uint8_t kBinInt2 = 'M';           // u16
-inline constexpr uint8_t kLong1 = 0x8a;            // u8 n, then n bytes of two's complement
-inline constexpr uint8_t kLong4 = 0x8b;  // u32 n, then n bytes (written only: the reader refuses it)
+inline constexpr uint8_t kBinInt = 'J';   // i32
+inline constexpr uint8_t kBinInt1 = 'K';  // u8
+inline constexpr uint8_t kBinInt2 = 'M';  // u16
+inline constexpr uint8_t kLong1 = 0x8a;   // u8 n, then n bytes of two's complement
+inline constexpr uint8_t kLong4 =
+    0x8b;  // u32 n, then n bytes (written only: the reader refuses it)
 inline constexpr uint8_t kBinFloat = 'G';          // big-endian f64
 inline constexpr uint8_t kBinUnicode = 'X';        // u32 length, UTF-8
 inline constexpr uint8_t kShortBinUnicode = 0x8c;  // u8 length
