@@ -17,6 +17,7 @@
 #endif
 #include <mpi.h>
 
+#include <chrono>
 #include <memory>
 
 #include "shardpoint/comm.h"
@@ -30,7 +31,19 @@ namespace shardpoint {
 // AllGather and Gather fail on every rank, with InvalidArgument, when the
 // total over all ranks exceeds INT_MAX bytes (MPI counts are 32-bit);
 // Broadcast has no such limit.
-std::unique_ptr<Comm> MakeMpiComm(MPI_Comm comm);
+//
+// Each collective waits at most `deadline` (comm.h, "Deadlines"; <= 0: none)
+// and then fails with DeadlineExceeded naming the collective. MPI does not
+// tell which rank did not arrive: the error names the ranks on this host whose
+// process exited or is stopped (pids and hosts are exchanged here, one more
+// all-gather), and says it cannot tell otherwise. The abandoned collective's request and buffers
+// stay allocated for the life of the process (MPI forbids cancelling or
+// freeing it), and so does the duplicated communicator. Whether the other
+// ranks live on to see the error is the launcher's choice: Open MPI 4's
+// mpirun kills the whole job when one rank dies, unless run with
+// --enable-recovery (docs/reliability.md).
+std::unique_ptr<Comm> MakeMpiComm(MPI_Comm comm,
+                                  std::chrono::milliseconds deadline = kDefaultCommDeadline);
 
 }  // namespace shardpoint
 

@@ -21,6 +21,9 @@ enum class StatusCode {
   kDataLoss,            // stored bytes are corrupt, truncated or inconsistent
   kFailedPrecondition,  // the system is not in a state that allows the call
   kInternal,            // a bug in shardpoint
+  // A collective did not complete within the Comm's deadline, or cannot: a
+  // peer rank died, hangs or is far too slow (comm.h, "Deadlines").
+  kDeadlineExceeded,
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -55,6 +58,9 @@ inline Status FailedPreconditionError(std::string m) {
   return Status(StatusCode::kFailedPrecondition, std::move(m));
 }
 inline Status InternalError(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
+inline Status DeadlineExceededError(std::string m) {
+  return Status(StatusCode::kDeadlineExceeded, std::move(m));
+}
 
 namespace internal_base {
 // Prints "shardpoint: Result accessed without a value: <status>" to stderr

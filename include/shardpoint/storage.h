@@ -81,7 +81,10 @@ class Storage {
   virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(
       const std::string& path, const WriteFileOptions& options) = 0;
   virtual Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) = 0;
-  // Creates `path` and missing parents; OK if it exists.
+  // Creates `path` and missing parents; OK if it exists. Every directory it
+  // creates is durable when it returns (POSIX: the parent of each is fsynced
+  // after it is made, top-down), so what a caller later makes durable inside
+  // `path` (files and their SyncDir) cannot be lost with a new ancestor.
   virtual Status CreateDirs(const std::string& path) = 0;
   // Makes renames and creations inside directory `path` durable.
   virtual Status SyncDir(const std::string& path) = 0;

@@ -13,9 +13,9 @@ under any other. See docs/python.md.
 """
 
 from shardpoint._shardpoint import (  # noqa: F401 - re-exported
-    DataLossError, DType, Error, FailedPreconditionError, InternalError, InvalidArgumentError,
-    IOFailureError, IsDirectoryError, NotDirectoryError, NotFoundError, PermissionDeniedError,
-    SavePlanCache)
+    DataLossError, DeadlineExceededError, DType, Error, FailedPreconditionError, InternalError,
+    InvalidArgumentError, IOFailureError, IsDirectoryError, NotDirectoryError, NotFoundError,
+    PermissionDeniedError, SavePlanCache)
 from shardpoint._objects import PickleNotAllowedError  # noqa: F401
 from shardpoint._tensors import to_dtype  # noqa: F401
 from shardpoint._checkpoint import (  # noqa: F401
@@ -37,7 +37,7 @@ __all__ = [
     "MPI4PyComm", "TorchDistributedComm", "default_comm", "Error", "InvalidArgumentError",
     "NotFoundError", "IOFailureError", "PermissionDeniedError", "IsDirectoryError",
     "NotDirectoryError", "DataLossError", "FailedPreconditionError", "InternalError",
-    "PickleNotAllowedError", "DType", "to_dtype", "SavePlanCache", "SaveStats",
+    "DeadlineExceededError", "PickleNotAllowedError", "DType", "to_dtype", "SavePlanCache", "SaveStats",
     "metadata", "read", "iter_tensors", "verify", "inspect", "Metadata", "TensorInfo",
     "ChunkInfo", "ObjectInfo", "VerifyReport", "Fault",
 ] + list(_sharded_all)

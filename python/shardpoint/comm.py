@@ -17,6 +17,19 @@ barrier). A ``Comm`` provides them:
   it; without it the library falls back to all-gathers, where every rank
   receives every rank's messages (the torch and mpi4py adapters implement it).
 
+Deadlines: every collective of ``thread_comms``, ``MPI4PyComm`` and
+``TorchDistributedComm`` waits at most ``deadline`` (seconds or a
+``datetime.timedelta``; default ``DEFAULT_DEADLINE``, 30 minutes, as
+torch.distributed's own default; ``0`` or less: none) for the other ranks,
+counted from this rank's entry. Past it, or as soon as gloo sees a peer's
+connection close (its process died), it raises ``DeadlineExceededError``
+naming the collective and the ranks that did not arrive as far as it can tell
+(threads: exactly; MPI and gloo do not say, so those comms name the ranks on
+this host whose process exited or is stopped), and the comm is broken: every later collective raises the same error. A rank that
+died thus makes the others fail instead of waiting forever. The deadline must
+exceed the longest a rank can be kept waiting by a peer's share of a save or
+a load.
+
 ``default_comm()`` is what ``save``/``load`` use when no comm is given: the
 torch.distributed adapter if torch.distributed is initialized, the mpi4py one
 if mpi4py's MPI is initialized with more than one rank, else ``single()``.
@@ -27,16 +40,93 @@ call at the same point.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import os
+import socket
 import sys
 import threading
-from typing import Any
+import time
+from typing import Any, Optional, Union
 
 from shardpoint import _shardpoint as _C
 
 Comm = _C.Comm
 
 __all__ = ["Comm", "single", "thread_comms", "MPI4PyComm", "TorchDistributedComm",
-           "default_comm"]
+           "default_comm", "DEFAULT_DEADLINE"]
+
+DEFAULT_DEADLINE = datetime.timedelta(minutes=30)
+
+Deadline = Optional[Union[float, int, datetime.timedelta]]
+
+
+def _seconds(deadline: Deadline) -> float:
+    """The deadline in seconds; 0 for none."""
+    if deadline is None:
+        deadline = DEFAULT_DEADLINE
+    if isinstance(deadline, datetime.timedelta):
+        deadline = deadline.total_seconds()
+    if isinstance(deadline, bool) or not isinstance(deadline, (int, float)):
+        raise _C.InvalidArgumentError(
+            f"deadline: expected seconds or a datetime.timedelta, got {deadline!r}")
+    return max(float(deadline), 0.0)
+
+
+def _whoami() -> tuple:
+    return (socket.gethostname(), os.getpid())
+
+
+def _proc_state(pid: int) -> Optional[str]:
+    """The state letter of process `pid` (/proc/<pid>/stat), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _local_casualties(peers: list, me: int) -> list:
+    """The ranks among `peers` ((host, pid) per rank) on this host whose process
+    exited or is stopped: what a transport that does not say can still learn."""
+    host = socket.gethostname()
+    out = []
+    for r, (h, pid) in enumerate(peers):
+        if r == me or h != host:
+            continue
+        state = _proc_state(pid)
+        if state is None or state in "ZXx":
+            out.append(f"rank {r} (pid {pid} on this host) exited")
+        elif state in "Tt":
+            out.append(f"rank {r} (pid {pid} on this host) is stopped")
+    return out
+
+
+def _describe(seconds: float) -> str:
+    return f" within its deadline of {seconds:g} s" if seconds > 0 else " (no deadline set)"
+
+
+class _Collectives:
+    """Numbers a comm's collectives and breaks the comm at its first deadline error."""
+
+    def __init__(self, name: str, rank: int, seconds: float) -> None:
+        self.name, self.rank, self.seconds = name, rank, seconds
+        self.count = 0
+        self.broken: Optional[str] = None
+
+    def begin(self) -> None:
+        if self.broken is not None:
+            raise _C.DeadlineExceededError(self.broken)
+        self.count += 1
+
+    def fail(self, op: str, why: str, peers: Optional[list] = None,
+             transport: str = "") -> "_C.DeadlineExceededError":
+        gone = _local_casualties(peers, self.rank) if peers else []
+        who = "; ".join(gone) if gone else f"{transport} does not say which rank"
+        self.broken = (f"{self.name} rank {self.rank}: collective #{self.count} ({op}) did not "
+                       f"complete{_describe(self.seconds)}: {why}: {who}; this comm "
+                       "is unusable from now on")
+        return _C.DeadlineExceededError(self.broken)
 
 
 def single() -> Comm:
@@ -44,24 +134,34 @@ def single() -> Comm:
     return _C.make_single_comm()
 
 
-def thread_comms(n: int) -> list[Comm]:
+def thread_comms(n: int, deadline: Deadline = None) -> list[Comm]:
     """``n`` connected Comms for ranks as threads of this process (``comms[i]`` is rank i).
 
     Each thread calls ``save``/``load`` with its own Comm; the GIL is released
-    while the C++ library runs, so the ranks proceed in parallel."""
-    return _C.make_thread_comms(int(n))
+    while the C++ library runs, so the ranks proceed in parallel. A collective
+    waits at most ``deadline`` (see the module's doc) and then raises
+    ``DeadlineExceededError`` naming the ranks that did not arrive."""
+    seconds = _seconds(deadline)
+    return _C.make_thread_comms(int(n), max(1, round(seconds * 1000)) if seconds > 0 else 0)
 
 
 class MPI4PyComm(Comm):
     """A Comm over an mpi4py communicator (default ``MPI.COMM_WORLD``).
 
     Collective: duplicates ``comm``. Byte payloads travel in MPI buffers
-    (Allgatherv / Gatherv / Bcast), never pickled. An async save makes MPI calls
-    from a background thread: MPI must provide MPI_THREAD_MULTIPLE if the
-    application makes MPI calls meanwhile (mpi4py requests it by default).
+    (Iallgatherv / Igatherv / Ibcast / Ialltoallv), never pickled. Every
+    collective is started nonblocking and polled against ``deadline`` (see the
+    module's doc); MPI does not say which rank is missing, so the error names
+    the ranks on this host whose process exited or is stopped, and the
+    abandoned collective's buffers are kept for the life of the comm (MPI can
+    neither cancel nor free it). Whether the other ranks
+    live on when one dies is the launcher's choice: Open MPI's mpirun kills
+    the job unless run with ``--enable-recovery``. An async save makes MPI
+    calls from a background thread: MPI must provide MPI_THREAD_MULTIPLE if
+    the application makes MPI calls meanwhile (mpi4py requests it by default).
     """
 
-    def __init__(self, comm: Any = None) -> None:
+    def __init__(self, comm: Any = None, deadline: Deadline = None) -> None:
         Comm.__init__(self)
         from mpi4py import MPI
         import numpy as np
@@ -70,6 +170,12 @@ class MPI4PyComm(Comm):
         self._comm = (comm if comm is not None else MPI.COMM_WORLD).Dup()
         self._rank = self._comm.Get_rank()
         self._size = self._comm.Get_size()
+        self._seconds = _seconds(deadline)
+        self._calls = _Collectives("MPI4PyComm", self._rank, self._seconds)
+        self._start = 0.0
+        self._abandoned: list = []
+        # Who each rank is, for naming a local rank that died (MPI does not say).
+        self._peers = self._comm.allgather(_whoami())
 
     def rank(self) -> int:
         return self._rank
@@ -77,9 +183,29 @@ class MPI4PyComm(Comm):
     def size(self) -> int:
         return self._size
 
-    def _sizes(self, n):
-        sizes = self._np.zeros(self._size, dtype=self._np.int64)
-        self._comm.Allgather(self._np.array([n], dtype=self._np.int64), sizes)
+    def _begin(self) -> None:
+        self._calls.begin()
+        self._start = time.monotonic()
+
+    def _wait(self, req, op: str, *buffers) -> None:
+        """Polls `req` until done or the current collective's deadline."""
+        nap = 1e-5
+        spin_until = time.monotonic() + 2e-4
+        while not req.Test():
+            now = time.monotonic()
+            if self._seconds > 0 and now - self._start >= self._seconds:
+                self._abandoned.append((req, buffers))
+                raise self._calls.fail(op, "a rank did not arrive (dead, hung or too slow)",
+                                       self._peers, "MPI")
+            if now >= spin_until:
+                time.sleep(nap)
+                nap = min(nap * 2, 1e-3)
+
+    def _sizes(self, n, op):
+        np = self._np
+        mine = np.array([n], dtype=np.int64)
+        sizes = np.zeros(self._size, dtype=np.int64)
+        self._wait(self._comm.Iallgather(mine, sizes), op, mine, sizes)
         return sizes
 
     @staticmethod
@@ -90,48 +216,69 @@ class MPI4PyComm(Comm):
             pos += int(n)
         return out
 
+    def _displs(self, sizes):
+        np = self._np
+        return np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+
     def all_gather(self, data: bytes) -> list[bytes]:
         np, MPI = self._np, self._MPI
-        sizes = self._sizes(len(data))
-        displs = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+        self._begin()
+        sizes = self._sizes(len(data), "all_gather")
         buf = np.empty(int(sizes.sum()), dtype=np.uint8)
-        self._comm.Allgatherv(np.frombuffer(data, dtype=np.uint8),
-                              [buf, sizes.tolist(), displs.tolist(), MPI.BYTE])
+        mine = np.frombuffer(data, dtype=np.uint8)
+        self._wait(self._comm.Iallgatherv(
+            mine, [buf, sizes.tolist(), self._displs(sizes).tolist(), MPI.BYTE]),
+            "all_gather", mine, buf, data)
         return self._split(buf, sizes)
 
     def gather(self, data: bytes, root: int) -> list[bytes]:
         np, MPI = self._np, self._MPI
-        sizes = np.zeros(self._size, dtype=np.int64) if self._rank == root else None
-        self._comm.Gather(np.array([len(data)], dtype=np.int64), sizes, root=root)
+        self._begin()
+        sizes = self._sizes(len(data), "gather")
         mine = np.frombuffer(data, dtype=np.uint8)
         if self._rank != root:
-            self._comm.Gatherv(mine, None, root=root)
+            self._wait(self._comm.Igatherv(mine, None, root=root), "gather", mine, data)
             return []
-        displs = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
         buf = np.empty(int(sizes.sum()), dtype=np.uint8)
-        self._comm.Gatherv(mine, [buf, sizes.tolist(), displs.tolist(), MPI.BYTE], root=root)
+        self._wait(self._comm.Igatherv(
+            mine, [buf, sizes.tolist(), self._displs(sizes).tolist(), MPI.BYTE], root=root),
+            "gather", mine, buf, data)
         return self._split(buf, sizes)
 
     def broadcast(self, data: bytes, root: int) -> bytes:
         np = self._np
+        self._begin()
         n = np.array([len(data) if self._rank == root else 0], dtype=np.int64)
-        self._comm.Bcast(n, root=root)
+        self._wait(self._comm.Ibcast(n, root=root), "broadcast", n)
         buf = (np.frombuffer(data, dtype=np.uint8).copy() if self._rank == root
                else np.empty(int(n[0]), dtype=np.uint8))
-        self._comm.Bcast(buf, root=root)
+        self._wait(self._comm.Ibcast(buf, root=root), "broadcast", buf)
         return buf.tobytes()
 
     def barrier(self) -> None:
-        self._comm.Barrier()
+        self._begin()
+        self._wait(self._comm.Ibarrier(), "barrier")
 
     def all_to_all(self, send: list[bytes]) -> list[bytes]:
-        return [bytes(b) for b in self._comm.alltoall(list(send))]
+        np, MPI = self._np, self._MPI
+        self._begin()
+        counts = np.array([len(b) for b in send], dtype=np.int64)
+        recv_counts = np.zeros(self._size, dtype=np.int64)
+        self._wait(self._comm.Ialltoall(counts, recv_counts), "all_to_all", counts, recv_counts)
+        out = np.frombuffer(b"".join(send), dtype=np.uint8)
+        buf = np.empty(int(recv_counts.sum()), dtype=np.uint8)
+        self._wait(self._comm.Ialltoallv(
+            [out, counts.tolist(), self._displs(counts).tolist(), MPI.BYTE],
+            [buf, recv_counts.tolist(), self._displs(recv_counts).tolist(), MPI.BYTE]),
+            "all_to_all", out, buf)
+        return self._split(buf, recv_counts)
 
     def free(self) -> None:
-        """Frees the duplicated communicator (before MPI_Finalize)."""
-        if self._comm is not None:
+        """Frees the duplicated communicator (before MPI_Finalize); a comm that
+        abandoned a collective keeps it."""
+        if self._comm is not None and not self._abandoned:
             self._comm.Free()
-            self._comm = None
+        self._comm = None
 
 
 class TorchDistributedComm(Comm):
@@ -145,9 +292,15 @@ class TorchDistributedComm(Comm):
     collectives. ``rank()`` is the rank in ``group``. A process that is not a
     member of the group it passes gets ``FailedPreconditionError`` (after taking
     its part in creating the groups, so that the members do not hang).
+
+    ``deadline`` (see the module's doc) is the gloo groups' timeout, which
+    gloo applies to each of the two or three operations a collective is made
+    of. A peer that dies closes its connections, so the others fail at once;
+    one that hangs, after the deadline. gloo does not say which rank it was:
+    the error names the ranks on this host whose process exited or is stopped.
     """
 
-    def __init__(self, group: Any = None) -> None:
+    def __init__(self, group: Any = None, deadline: Deadline = None) -> None:
         Comm.__init__(self)
         import torch
         import torch.distributed as dist
@@ -173,7 +326,11 @@ class TorchDistributedComm(Comm):
             every: list[Any] = [None] * world
             dist.all_gather_object(every, mine)
             groups = sorted({tuple(g) for g in every if g})
-        made = {g: dist.new_group(ranks=list(g), backend="gloo") for g in groups}
+        seconds = _seconds(deadline)
+        timeout = datetime.timedelta(seconds=seconds) if seconds > 0 \
+            else datetime.timedelta(days=3650)
+        made = {g: dist.new_group(ranks=list(g), backend="gloo", timeout=timeout)
+                for g in groups}
         if not mine:
             raise _C.FailedPreconditionError(
                 f"TorchDistributedComm: process {me} is not a member of the group it passed")
@@ -181,6 +338,30 @@ class TorchDistributedComm(Comm):
         self._group = made[tuple(mine)]
         self._rank = mine.index(me)
         self._size = len(mine)
+        self._calls = _Collectives("TorchDistributedComm", self._rank, seconds)
+        # Who each rank is, for naming a local rank that died (gloo does not say).
+        self._peers = [None] * self._size
+        dist.all_gather_object(self._peers, _whoami(), group=self._group)
+
+    @contextlib.contextmanager
+    def _collective(self, op):
+        """Numbers the collective; a gloo failure (a timeout, a peer's closed
+        connection) breaks the comm with DeadlineExceededError."""
+        self._calls.begin()
+        try:
+            yield
+        except RuntimeError as e:
+            if isinstance(e, _C.Error):
+                raise
+            text = str(e).strip()
+            if "Timed out" in text or "timed out" in text:
+                why = "a rank did not arrive (dead, hung or too slow)"
+            elif any(s in text for s in ("closed by peer", "reset by peer", "Broken pipe",
+                                         "Connection refused")):
+                why = "a peer rank's process is gone (its connection closed)"
+            else:
+                why = "the transport failed"
+            raise self._calls.fail(op, f"{why} (gloo: {text})", self._peers, "gloo") from e
 
     def rank(self) -> int:
         return self._rank
@@ -230,19 +411,25 @@ class TorchDistributedComm(Comm):
         return out, width
 
     def all_gather(self, data: bytes) -> list[bytes]:
-        out, width = self._gather_frames(data, 0)
-        if out is None:
-            out = self._torch.empty(self._size * (8 + width), dtype=self._torch.uint8)
-        self._dist.broadcast(out, src=self._global[0], group=self._group)
+        with self._collective("all_gather"):
+            out, width = self._gather_frames(data, 0)
+            if out is None:
+                out = self._torch.empty(self._size * (8 + width), dtype=self._torch.uint8)
+            self._dist.broadcast(out, src=self._global[0], group=self._group)
         return self._unframe(out, width)
 
     def gather(self, data: bytes, root: int) -> list[bytes]:
-        out, width = self._gather_frames(data, root)
+        with self._collective("gather"):
+            out, width = self._gather_frames(data, root)
         return [] if out is None else self._unframe(out, width)
 
     _INLINE = 4096  # a broadcast's first message: the length and up to 4088 bytes
 
     def broadcast(self, data: bytes, root: int) -> bytes:
+        with self._collective("broadcast"):
+            return self._broadcast(data, root)
+
+    def _broadcast(self, data, root):
         torch, src = self._torch, self._global[root]
         head = bytearray(self._INLINE)
         if self._rank == root:
@@ -263,6 +450,10 @@ class TorchDistributedComm(Comm):
         return bytes(data) if self._rank == root else bytes(head[8:]) + rest.numpy().tobytes()
 
     def all_to_all(self, send: list[bytes]) -> list[bytes]:
+        with self._collective("all_to_all"):
+            return self._all_to_all(send)
+
+    def _all_to_all(self, send):
         # One size exchange and one all_to_all_single with uneven splits (gloo
         # has it). Every message carries one pad byte: gloo fails on empty tensors.
         torch = self._torch
@@ -284,7 +475,8 @@ class TorchDistributedComm(Comm):
         return result
 
     def barrier(self) -> None:
-        self._max(0)  # one all_reduce of one number: about half of gloo's barrier
+        with self._collective("barrier"):
+            self._max(0)  # one all_reduce of one number: about half of gloo's barrier
 
 
 _default: dict[str, Comm] = {}

@@ -6,9 +6,14 @@
 
 #include <pybind11/pybind11.h>
 
+#include "shardpoint/status.h"
+
 namespace shardpoint::python {
 
-void RegisterErrors(pybind11::module_& m);      // errors.cc
+void RegisterErrors(pybind11::module_& m);  // errors.cc
+// The StatusCode of a shardpoint exception raised in Python (a Python comm's
+// callback), or kIOError for any other exception. errors.cc.
+StatusCode CodeOfPythonError(const pybind11::error_already_set& e);
 void RegisterTypes(pybind11::module_& m);       // types.cc
 void RegisterComm(pybind11::module_& m);        // comm.cc
 void RegisterCheckpoint(pybind11::module_& m);  // checkpoint.cc

@@ -16,7 +16,9 @@
 // released; each call reacquires it. A Python exception in a callback becomes
 // an IOError Status naming the method and the exception (it must not unwind
 // through the C++ library), and the library turns that into an error on every
-// rank. rank() and size() are asked once and cached.
+// rank; a shardpoint exception (DeadlineExceededError from the torch and
+// mpi4py adapters) keeps its code instead. rank() and size() are asked once
+// and cached.
 //
 // Checked here, as the C++ comms do, so that every Python comm behaves alike
 // (the conformance suite runs on them: python/tests/test_comm_conformance.py):
@@ -29,6 +31,7 @@
 
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -178,6 +181,13 @@ class PyComm : public Comm {
       body(f);
       return OkStatus();
     } catch (py::error_already_set& e) {
+      // A shardpoint error keeps its code (a comm's DeadlineExceededError
+      // must reach the caller as one); anything else is the transport's.
+      const StatusCode code = CodeOfPythonError(e);
+      if (code != StatusCode::kIOError) {
+        return Status(
+            code, std::string("Python comm ") + name + "(): " + std::string(py::str(e.value())));
+      }
       return IOError(std::string("Python comm ") + name + "() raised " + e.what());
     } catch (const std::exception& e) {
       return IOError(std::string("Python comm ") + name + "() failed: " + e.what());
@@ -270,8 +280,14 @@ void RegisterComm(py::module_& m) {
           },
           py::arg("send"));
   m.def("make_single_comm", &MakeSingleComm);
-  m.def("make_thread_comms", &MakeThreadComms, py::arg("n"),
-        "n connected Comms for ranks as threads of this process (comms[i] is rank i).");
+  m.def(
+      "make_thread_comms",
+      [](int n, int64_t deadline_ms) {
+        return MakeThreadComms(n, std::chrono::milliseconds(deadline_ms));
+      },
+      py::arg("n"), py::arg("deadline_ms") = kDefaultCommDeadline.count(),
+      "n connected Comms for ranks as threads of this process (comms[i] is rank i); each "
+      "collective waits at most deadline_ms (0: no deadline).");
 }
 
 }  // namespace shardpoint::python

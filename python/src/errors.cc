@@ -10,6 +10,7 @@
 //     DataLossError(Error, OSError)                    corrupt stored bytes
 //     FailedPreconditionError(Error, RuntimeError)
 //     InternalError(Error, RuntimeError)
+//     DeadlineExceededError(Error, TimeoutError)       a collective could not complete in time
 //
 // Each class has `code` (the StatusCode name); the exception's message is the
 // C++ Status message unchanged. An IOError status carries its errno only as
@@ -30,7 +31,7 @@ namespace shardpoint::python {
 namespace {
 
 // Indexed by StatusCode. Module-lifetime references (the module is never unloaded).
-std::array<PyObject*, 7> g_classes{};
+std::array<PyObject*, 8> g_classes{};
 PyObject* g_permission = nullptr;
 PyObject* g_is_dir = nullptr;
 PyObject* g_not_dir = nullptr;
@@ -56,6 +57,15 @@ PyObject* IOClass(const std::string& message) {
 }
 
 }  // namespace
+
+StatusCode CodeOfPythonError(const py::error_already_set& e) {
+  for (size_t code = 1; code < g_classes.size(); ++code) {
+    if (g_classes[code] != nullptr && e.matches(py::handle(g_classes[code]))) {
+      return static_cast<StatusCode>(code);
+    }
+  }
+  return StatusCode::kIOError;
+}
 
 void RegisterErrors(py::module_& m) {
   py::handle builtins = py::module_::import("builtins");
@@ -91,6 +101,10 @@ void RegisterErrors(py::module_& m) {
       "The system is not in a state that allows the call.");
   add(StatusCode::kInternal, "InternalError", py::make_tuple(b, builtins.attr("RuntimeError")),
       "A bug in shardpoint.");
+  add(StatusCode::kDeadlineExceeded, "DeadlineExceededError",
+      py::make_tuple(b, builtins.attr("TimeoutError")),
+      "A collective did not complete within the comm's deadline: a peer rank died, hangs or "
+      "is far too slow.");
   g_classes[0] = base;
 
   py::register_exception_translator([](std::exception_ptr p) {

@@ -21,13 +21,15 @@ def test_exception_hierarchy():
     assert issubclass(sp.NotDirectoryError, NotADirectoryError)
     assert issubclass(sp.FailedPreconditionError, RuntimeError)
     assert issubclass(sp.InternalError, RuntimeError)
+    assert issubclass(sp.DeadlineExceededError, TimeoutError)
     assert issubclass(sp.DataLossError, sp.Error)
     assert issubclass(sp.DataLossError, OSError)
     assert issubclass(sp.PickleNotAllowedError, ValueError)
     codes = {c.code for c in (sp.InvalidArgumentError, sp.NotFoundError, sp.IOFailureError,
-                              sp.DataLossError, sp.FailedPreconditionError, sp.InternalError)}
+                              sp.DataLossError, sp.FailedPreconditionError, sp.InternalError,
+                              sp.DeadlineExceededError)}
     assert codes == {"InvalidArgument", "NotFound", "IOError", "DataLoss", "FailedPrecondition",
-                     "Internal"}
+                     "Internal", "DeadlineExceeded"}
     assert sp.InvalidArgumentError.__module__ == "shardpoint"
     # the message is the C++ message: OSError's "[Errno n]" prefix is not added
     assert str(sp.NotFoundError("x")) == "x"

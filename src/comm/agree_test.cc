@@ -28,12 +28,13 @@ TEST(AgreeOnStatus, SingleRankError) {
 TEST(AgreeOnStatus, LowestFailingRankWins) {
   const StatusCode codes[] = {
       StatusCode::kInvalidArgument, StatusCode::kNotFound,           StatusCode::kIOError,
-      StatusCode::kDataLoss,        StatusCode::kFailedPrecondition, StatusCode::kInternal};
+      StatusCode::kDataLoss,        StatusCode::kFailedPrecondition, StatusCode::kInternal,
+      StatusCode::kDeadlineExceeded};
   for (int n = 1; n <= 8; ++n) {
     for (unsigned mask = 0; mask < (1u << n); mask += (n > 5 ? 7 : 1)) {
       auto local = [&](int r) {
         if (!(mask >> r & 1)) return OkStatus();
-        return Status(codes[r % 6], "failure on " + std::to_string(r));
+        return Status(codes[r % 7], "failure on " + std::to_string(r));
       };
       std::vector<Status> statuses = RunThreadRanks(n, [&](Comm& comm) {
         Status agreed = AgreeOnStatus(comm, local(comm.rank()));
@@ -47,7 +48,7 @@ TEST(AgreeOnStatus, LowestFailingRankWins) {
           continue;
         }
         const int lowest = __builtin_ctz(mask);
-        EXPECT_EQ(statuses[r].code(), codes[lowest % 6]);
+        EXPECT_EQ(statuses[r].code(), codes[lowest % 7]);
         EXPECT_EQ(statuses[r].message(),
                   "rank " + std::to_string(lowest) + ": failure on " + std::to_string(lowest));
       }

@@ -34,7 +34,7 @@ Status Decode(int r, std::string&& msg, bool prefix, std::string* payload) {
     return OkStatus();
   }
   std::string text = (prefix ? "rank " + std::to_string(r) + ": " : std::string()) + msg.substr(1);
-  if (c > static_cast<unsigned char>(StatusCode::kInternal)) {
+  if (c > static_cast<unsigned char>(StatusCode::kDeadlineExceeded)) {
     return InternalError(text + " (unknown status code " + std::to_string(c) + ")");
   }
   return Status(static_cast<StatusCode>(c), std::move(text));

@@ -111,7 +111,8 @@ class ThreadComm final : public Comm {
 
 }  // namespace
 
-ThreadGroup::ThreadGroup(int n) : n_(n), slots_(n), departed_(n, false) {}
+ThreadGroup::ThreadGroup(int n, std::chrono::milliseconds deadline)
+    : n_(n), deadline_(deadline), slots_(n), departed_(n, false) {}
 
 void ThreadGroup::Abort(Status status) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -163,11 +164,26 @@ Status ThreadGroup::CheckOpsLocked() const {
   return OkStatus();
 }
 
+void ThreadGroup::ExpireLocked(int rank, CollectiveOp op) {
+  std::string missing;
+  int count = 0;
+  for (int r = 0; r < n_; ++r) {
+    if (slots_[r].arrived) continue;
+    missing += (count++ > 0 ? ", " : "") + std::to_string(r);
+  }
+  PoisonLocked(DeadlineExceededError(
+      "rank " + std::to_string(rank) + ": collective #" + std::to_string(round_ + 1) + " (" +
+      OpName(op) + ") did not complete within its deadline of " +
+      std::to_string(deadline_.count()) + " ms: rank" + (count > 1 ? "s " : " ") + missing +
+      " did not arrive (dead, hung or too slow)"));
+}
+
 Status ThreadGroup::Arrive(int rank, CollectiveOp op, int root, std::string_view mine,
                            const std::vector<std::string>* parts) {
+  const auto start = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mu_);
   SP_RETURN_IF_ERROR(BrokenLocked());
-  slots_[rank] = Slot{mine, parts, op, root};
+  slots_[rank] = Slot{mine, parts, op, root, /*arrived=*/true};
   if (++arrived_ == n_) {
     // Ranks that disagree on the collective would read slots they do not
     // understand; the sequence is broken for good, so poison instead.
@@ -180,7 +196,12 @@ Status ThreadGroup::Arrive(int rank, CollectiveOp op, int root, std::string_view
     cv_.notify_all();
     return OkStatus();
   }
-  cv_.wait(lock, [&] { return ready_ || !poison_.ok() || num_departed_ > 0; });
+  auto done = [&] { return ready_ || !poison_.ok() || num_departed_ > 0; };
+  if (deadline_.count() <= 0) {
+    cv_.wait(lock, done);
+  } else if (!cv_.wait_until(lock, start + deadline_, done)) {
+    ExpireLocked(rank, op);
+  }
   // Once ready, others may be reading our slot: we must see the round through.
   if (ready_) return OkStatus();
   return BrokenLocked();
@@ -189,6 +210,7 @@ Status ThreadGroup::Arrive(int rank, CollectiveOp op, int root, std::string_view
 void ThreadGroup::Leave() {
   std::unique_lock<std::mutex> lock(mu_);
   if (++left_ == n_) {
+    for (Slot& s : slots_) s.arrived = false;
     arrived_ = 0;
     left_ = 0;
     ready_ = false;
@@ -211,14 +233,16 @@ std::vector<std::unique_ptr<Comm>> MakeThreadGroupComms(const std::shared_ptr<Th
 
 }  // namespace internal_comm
 
-std::vector<std::unique_ptr<Comm>> MakeThreadComms(int n) {
+std::vector<std::unique_ptr<Comm>> MakeThreadComms(int n, std::chrono::milliseconds deadline) {
   if (n < 1) return {};
-  return internal_comm::MakeThreadGroupComms(std::make_shared<internal_comm::ThreadGroup>(n));
+  return internal_comm::MakeThreadGroupComms(
+      std::make_shared<internal_comm::ThreadGroup>(n, deadline));
 }
 
-std::vector<Status> RunThreadRanks(int n, const std::function<Status(Comm&)>& fn) {
+std::vector<Status> RunThreadRanks(int n, const std::function<Status(Comm&)>& fn,
+                                   std::chrono::milliseconds deadline) {
   if (n < 1) return {};
-  auto group = std::make_shared<internal_comm::ThreadGroup>(n);
+  auto group = std::make_shared<internal_comm::ThreadGroup>(n, deadline);
   std::vector<std::unique_ptr<Comm>> comms = internal_comm::MakeThreadGroupComms(group);
   std::vector<Status> statuses(n);
   std::vector<std::thread> threads;

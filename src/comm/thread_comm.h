@@ -9,11 +9,14 @@
 // the lock before the round is marked ready and not written again until every
 // rank has left, and both transitions are observed under the lock.
 //
-// A group can be poisoned: Abort(status), a departed rank, or ranks calling
-// different collectives. Then every collective that has not yet become ready
-// returns the poison status, now and forever, instead of hanging.
+// A group can be poisoned: Abort(status), a departed rank, ranks calling
+// different collectives, or a rank waiting in Arrive past the deadline
+// (DeadlineExceeded naming the ranks that had not arrived). Then every
+// collective that has not yet become ready returns the poison status, now and
+// forever, instead of hanging.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -30,7 +33,8 @@ enum class CollectiveOp : uint8_t { kAllGather, kGather, kBroadcast, kBarrier, k
 
 class ThreadGroup {
  public:
-  explicit ThreadGroup(int n);  // REQUIRES: n >= 1
+  // REQUIRES: n >= 1. `deadline` <= 0: none.
+  explicit ThreadGroup(int n, std::chrono::milliseconds deadline = kDefaultCommDeadline);
   ThreadGroup(const ThreadGroup&) = delete;
   ThreadGroup& operator=(const ThreadGroup&) = delete;
 
@@ -63,6 +67,7 @@ class ThreadGroup {
     const std::vector<std::string>* parts = nullptr;
     CollectiveOp op = CollectiveOp::kBarrier;
     int root = 0;
+    bool arrived = false;  // in the current round
   };
   // Sets poison_ (if not yet set) and wakes everyone. REQUIRES: mu_ held.
   void PoisonLocked(Status status);
@@ -70,8 +75,12 @@ class ThreadGroup {
   Status BrokenLocked();
   // OK, or the error describing ranks that called different collectives.
   Status CheckOpsLocked() const;
+  // Poisons the group with DeadlineExceeded naming the ranks that have not
+  // arrived in the current round. REQUIRES: mu_ held.
+  void ExpireLocked(int rank, CollectiveOp op);
 
   const int n_;
+  const std::chrono::milliseconds deadline_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Slot> slots_;

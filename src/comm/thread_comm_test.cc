@@ -3,6 +3,7 @@
 // the conformance suite, run on thread comms by tests/comm/comm_conformance_test.cc.
 #include "src/comm/thread_comm.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -18,8 +19,9 @@ namespace shardpoint::internal_comm {
 namespace {
 
 // Runs fn on n rank threads and expects every rank to return OK.
-void RunOk(int n, const std::function<Status(Comm&)>& fn) {
-  std::vector<Status> statuses = RunThreadRanks(n, fn);
+void RunOk(int n, const std::function<Status(Comm&)>& fn,
+           std::chrono::milliseconds deadline = kDefaultCommDeadline) {
+  std::vector<Status> statuses = RunThreadRanks(n, fn, deadline);
   ASSERT_EQ(statuses.size(), static_cast<size_t>(n));
   for (int r = 0; r < n; ++r)
     EXPECT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r].ToString();
@@ -190,6 +192,47 @@ TEST(ThreadComm, MismatchedRootsFail) {
     return comm.Broadcast(&data, comm.rank());
   });
   for (const Status& s : statuses) EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+}
+
+// Ranks 2 and 3 neither arrive nor depart (hung, or a process gone): the
+// others fail within the deadline with DeadlineExceeded naming them, and so
+// does every later collective, the late ranks' included.
+TEST(ThreadComm, CollectivePastItsDeadlineNamesTheRanksThatDidNotArrive) {
+  const auto deadline = std::chrono::milliseconds(200);
+  std::vector<std::unique_ptr<Comm>> comms = MakeThreadComms(4, deadline);
+  std::vector<Status> statuses(2);
+  std::vector<double> waited(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      const auto start = std::chrono::steady_clock::now();
+      std::vector<std::string> all;
+      statuses[r] = comms[r]->AllGather("x", &all);
+      waited[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(statuses[r].code(), StatusCode::kDeadlineExceeded) << statuses[r].ToString();
+    EXPECT_THAT(statuses[r].message(),
+                ::testing::HasSubstr("collective #1 (AllGather) did not complete within its "
+                                     "deadline of 200 ms: ranks 2, 3 did not arrive"));
+    EXPECT_GE(waited[r], 0.15);
+    EXPECT_LT(waited[r], 5.0);
+  }
+  EXPECT_EQ(comms[3]->Barrier().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(comms[0]->Barrier().ToString(), statuses[0].ToString());
+}
+
+TEST(ThreadComm, RanksThatArriveInTimeAreNotCutShort) {
+  // Rank 1 arrives 100 ms late, inside a 2 s deadline: every rank succeeds.
+  RunOk(
+      2,
+      [](Comm& comm) -> Status {
+        if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        return comm.Barrier();
+      },
+      std::chrono::seconds(2));
 }
 
 }  // namespace

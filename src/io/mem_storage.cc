@@ -240,7 +240,10 @@ Status MemStorage::CreateDirs(const std::string& path) {
   MemNode* node = root_.get();
   for (const std::string& part : p.parts) {
     std::shared_ptr<MemNode>& child = node->entries[part];
-    if (child == nullptr) child = std::make_shared<MemNode>(/*is_dir=*/true);
+    if (child == nullptr) {
+      child = std::make_shared<MemNode>(/*is_dir=*/true);
+      node->durable_entries = node->entries;  // as POSIX: the parent fsynced
+    }
     if (!child->is_dir) {
       return MemError(StatusCode::kIOError, "create directory " + p.text, "Not a directory");
     }

@@ -260,6 +260,15 @@ int TryLock(int fd, short type) {
   return r;
 }
 
+// The directory holding `path`'s last component: "." for a bare name, "/"
+// for one at the root. REQUIRES: `path` does not end with '/'.
+std::string ParentDir(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  size_t end = path.find_last_not_of('/', slash);
+  return end == std::string::npos ? "/" : path.substr(0, end + 1);
+}
+
 class PosixStorage : public Storage {
  public:
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
@@ -298,14 +307,24 @@ class PosixStorage : public Storage {
     return std::unique_ptr<ReadableFile>(new PosixReadableFile(path, fd));
   }
 
+  // mkdir -p that leaves what it creates durable: each prefix is created in
+  // turn, accepting those that exist as directories (possibly created
+  // concurrently by another rank), and each one created is followed by an
+  // fsync of its parent, so that the entry naming it survives a power loss.
+  // Top-down, one parent at a time: a crash at any step leaves a durable
+  // chain from the existing ancestor down, never a synced directory under a
+  // parent whose entry for it was lost. Prefixes that existed cost no fsync;
+  // one created by a concurrent rank is synced by that rank before its own
+  // CreateDirs returns (and a save commits only after every rank's returned).
   Status CreateDirs(const std::string& path) override {
-    // mkdir -p: create each prefix in turn, accepting those that exist as
-    // directories (possibly created concurrently by another rank).
     for (size_t end = 0; end != std::string::npos;) {
       end = path.find('/', end + 1);
       std::string prefix = path.substr(0, end);
       if (prefix.empty() || prefix.back() == '/') continue;
-      if (::mkdir(prefix.c_str(), 0755) == 0) continue;
+      if (::mkdir(prefix.c_str(), 0755) == 0) {
+        SP_RETURN_IF_ERROR(SyncDir(ParentDir(prefix)));
+        continue;
+      }
       int err = errno;
       struct stat st;
       if (err == EEXIST && ::stat(prefix.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
