@@ -1,7 +1,8 @@
 // The POSIX Storage: pread/pwrite on file descriptors, O_DIRECT on request.
 //
-// errno becomes a Status only in PosixError(), so every OS failure reads the
-// same way: "<operation> <path>[ at bytes [a, b)]: <strerror>".
+// errno becomes a Status only through ErrnoStatus() (src/io/errno_status.h),
+// so every OS failure reads the same way: "<operation> <path>[ at bytes
+// [a, b)]: <strerror>".
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -19,6 +20,7 @@
 #include <utility>
 
 #include "shardpoint/storage.h"
+#include "src/io/errno_status.h"
 #include "src/io/remove_tree.h"
 
 namespace shardpoint {
@@ -26,11 +28,8 @@ namespace {
 
 constexpr size_t kDirectAlignment = 4096;
 
-// The one place where errno turns into a Status.
 Status PosixError(const std::string& context, int err) {
-  std::string message = context + ": " + std::generic_category().message(err);
-  if (err == ENOENT) return NotFoundError(std::move(message));
-  return IOError(std::move(message));
+  return internal_io::ErrnoStatus(context, err);
 }
 
 std::string Range(uint64_t offset, uint64_t n) {
