@@ -59,38 +59,59 @@ uint32_t AddView(const TensorItemBytes& tb, uint32_t f, uint64_t item, const std
   return idx->views.back().file;
 }
 
-}  // namespace
+// Builds a DcpIndex from a DCP directory: `.metadata`, then every tensor's
+// chunks, the byte items and Megatron's torch_dist files. Files are opened
+// when an item first names them.
+class DcpIndexReader {
+ public:
+  DcpIndexReader(Storage* storage, const std::string& dir)
+      : storage_(storage), dir_(dir), meta_path_(Join(dir, kDcpMetadataName)) {}
 
-Result<DcpIndex> ReadDcpIndex(Storage* storage, const std::string& dir) {
-  const std::string meta_path = Join(dir, kDcpMetadataName);
-  SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> mf, storage->NewReadableFile(meta_path));
-  SP_ASSIGN_OR_RETURN(uint64_t meta_size, mf->Size());
-  if (meta_size > kMaxMetadataBytes) {
-    return FailedPreconditionError("'" + meta_path + "' is " + std::to_string(meta_size) +
-                                   " bytes (at most 1 GiB is read)");
+  Result<DcpIndex> Read() && {
+    SP_RETURN_IF_ERROR(ReadMetadata());
+    SP_RETURN_IF_ERROR(ListFiles());
+    for (const DcpTensorMeta& tm : idx_.metadata.tensors) SP_RETURN_IF_ERROR(AddTensor(tm));
+    for (const std::string& fqn : idx_.metadata.bytes) SP_RETURN_IF_ERROR(AddByteItem(fqn));
+    SP_RETURN_IF_ERROR(AddTorchDist());
+    return std::move(idx_);
   }
-  std::string meta(meta_size, '\0');
-  if (meta_size) SP_RETURN_IF_ERROR(mf->ReadAt(0, meta_size, meta.data()));
-  DcpIndex idx;
-  SP_ASSIGN_OR_RETURN(idx.metadata, DecodeDcpMetadata(meta, meta_path));
-  meta.clear();
-  const DcpMetadata& md = idx.metadata;
+
+ private:
+  Status ReadMetadata() {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> mf, storage_->NewReadableFile(meta_path_));
+    SP_ASSIGN_OR_RETURN(uint64_t meta_size, mf->Size());
+    if (meta_size > kMaxMetadataBytes) {
+      return FailedPreconditionError("'" + meta_path_ + "' is " + std::to_string(meta_size) +
+                                     " bytes (at most 1 GiB is read)");
+    }
+    std::string meta(meta_size, '\0');
+    if (meta_size) SP_RETURN_IF_ERROR(mf->ReadAt(0, meta_size, meta.data()));
+    SP_ASSIGN_OR_RETURN(idx_.metadata, DecodeDcpMetadata(meta, meta_path_));
+    return OkStatus();
+  }
 
   // Files: every relative path the storage data names, sorted.
-  for (const auto& [key, info] : md.storage) {
-    SP_RETURN_IF_ERROR(CheckFileName(info.relative_path, meta_path));
-    idx.m.files.push_back(info.relative_path);
+  Status ListFiles() {
+    for (const auto& [key, info] : idx_.metadata.storage) {
+      SP_RETURN_IF_ERROR(CheckFileName(info.relative_path, meta_path_));
+      idx_.m.files.push_back(info.relative_path);
+    }
+    std::vector<std::string>& names = idx_.m.files;
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    files_.resize(names.size());
+    sizes_.resize(names.size());
+    return OkStatus();
   }
-  std::sort(idx.m.files.begin(), idx.m.files.end());
-  idx.m.files.erase(std::unique(idx.m.files.begin(), idx.m.files.end()), idx.m.files.end());
-  std::vector<std::unique_ptr<ReadableFile>> files(idx.m.files.size());
-  std::vector<uint64_t> sizes(idx.m.files.size());
-  auto file_of = [&](const DcpStorageInfo& info, const std::string& what) -> Result<uint32_t> {
-    const auto it = std::lower_bound(idx.m.files.begin(), idx.m.files.end(), info.relative_path);
-    const uint32_t f = static_cast<uint32_t>(it - idx.m.files.begin());
-    if (!files[f]) {
-      SP_ASSIGN_OR_RETURN(files[f], storage->NewReadableFile(Join(dir, info.relative_path)));
-      SP_ASSIGN_OR_RETURN(sizes[f], files[f]->Size());
+
+  // The index of the file `info` names, opened if not yet, once its item is
+  // known to lie inside it untransformed.
+  Result<uint32_t> FileOf(const DcpStorageInfo& info, const std::string& what) {
+    const auto it = std::lower_bound(idx_.m.files.begin(), idx_.m.files.end(), info.relative_path);
+    const uint32_t f = static_cast<uint32_t>(it - idx_.m.files.begin());
+    if (!files_[f]) {
+      SP_ASSIGN_OR_RETURN(files_[f], storage_->NewReadableFile(Join(dir_, info.relative_path)));
+      SP_ASSIGN_OR_RETURN(sizes_[f], files_[f]->Size());
     }
     if (!info.transforms.empty()) {
       std::string t;
@@ -99,118 +120,142 @@ Result<DcpIndex> ReadDcpIndex(Storage* storage, const std::string& dir) {
                                      "' is stored through transforms (" + t +
                                      "), which shardpoint does not decode");
     }
-    if (info.offset > sizes[f] || info.length > sizes[f] - info.offset) {
+    if (info.offset > sizes_[f] || info.length > sizes_[f] - info.offset) {
       return DataLossError(what + ": bytes [" + std::to_string(info.offset) + ", " +
                            std::to_string(info.offset + info.length) + ") of '" +
-                           info.relative_path + "' lie past its end (" + std::to_string(sizes[f]) +
+                           info.relative_path + "' lie past its end (" + std::to_string(sizes_[f]) +
                            " bytes)");
     }
     return f;
-  };
+  }
 
-  for (const DcpTensorMeta& tm : md.tensors) {
+  Status AddTensor(const DcpTensorMeta& tm) {
     TensorRecord t;
     t.key = tm.fqn;
     t.dtype = tm.dtype;
     t.shape = tm.shape;
-    const uint64_t es = DTypeSize(t.dtype);
-    const size_t first_entry = idx.entries.size();
-    for (const Box& box : tm.chunks) {
-      const std::string what = "'" + tm.fqn + "' chunk " + box.ToString();
-      auto it = md.storage.find({tm.fqn, box.offset});
-      if (it == md.storage.end()) {
-        return DataLossError("'" + meta_path + "': " + what + " has no storage_data entry");
-      }
-      const DcpStorageInfo& info = it->second;
-      SP_ASSIGN_OR_RETURN(uint32_t f, file_of(info, what));
-      const std::string item = what + " (bytes [" + std::to_string(info.offset) + ", " +
-                               std::to_string(info.offset + info.length) + ") of '" +
-                               Join(dir, info.relative_path) + "')";
-      const ReadableFile* rf = files[f].get();
-      const uint64_t base = info.offset, len = info.length;
-      ZipReadAt read = [rf, base, len](uint64_t off, size_t n, char* dst) -> Status {
-        if (off > len || n > len - off) return DataLossError("read outside the item");
-        return rf->ReadAt(base + off, n, dst);
-      };
-      SP_ASSIGN_OR_RETURN(TensorItemBytes tb, LocateTensorItem(len, read, item));
-      if (tb.tensor.size != box.shape) {
-        return DataLossError(item + ": the saved tensor has size " + ShapeToString(tb.tensor.size) +
-                             ", the metadata says " + ShapeToString(box.shape));
-      }
-      if (tb.tensor.dtype != tm.dtype) {
-        return DataLossError(item + ": the saved tensor is " +
-                             std::string(DTypeName(tb.tensor.dtype)) + ", the metadata says " +
-                             std::string(DTypeName(tm.dtype)));
-      }
-      idx.entries.push_back(
-          {what, tm.fqn, -1, f, base + tb.storage.data_offset, tb.storage.size, tb.storage.crc32});
-      if (box.empty()) continue;
-      ChunkRecord c;
-      c.box = box;
-      c.file = f;
-      c.offset = base + tb.offset;
-      c.nbytes = static_cast<uint64_t>(box.num_elements()) * es;
-      if (!tb.tensor.row_major) {
-        // Stored with strides: the chunk is bytes [0, nbytes) of a view file.
-        c.file = AddView(tb, f, base, info.relative_path, &idx);
-        c.offset = 0;
-      }
-      t.chunks.push_back(std::move(c));
-    }
+    const size_t first_entry = idx_.entries.size();
+    for (const Box& box : tm.chunks) SP_RETURN_IF_ERROR(AddChunk(tm, box, &t));
     std::sort(t.chunks.begin(), t.chunks.end(),
               [](const ChunkRecord& a, const ChunkRecord& b) { return a.box < b.box; });
     // This tensor's entries: their chunk's index in the sorted list.
-    for (size_t e = first_entry; e < idx.entries.size(); ++e) {
+    for (size_t e = first_entry; e < idx_.entries.size(); ++e) {
       const Box& box = tm.chunks[e - first_entry];
       if (box.empty()) continue;
       auto it = std::lower_bound(t.chunks.begin(), t.chunks.end(), box,
                                  [](const ChunkRecord& c, const Box& b) { return c.box < b; });
-      idx.entries[e].chunk = it - t.chunks.begin();
+      idx_.entries[e].chunk = it - t.chunks.begin();
     }
     for (size_t i = 1; i < t.chunks.size(); ++i) {
       if (t.chunks[i].box == t.chunks[i - 1].box) {
-        return DataLossError("'" + meta_path + "': '" + tm.fqn + "' lists chunk " +
+        return DataLossError("'" + meta_path_ + "': '" + tm.fqn + "' lists chunk " +
                              t.chunks[i].box.ToString() + " twice");
       }
     }
     // Megatron-Core's N-D flattened tensors: rebuilt in their original shape.
-    if (auto nd = md.nd_flattened.find(tm.fqn); nd != md.nd_flattened.end()) {
+    const auto& nd_flattened = idx_.metadata.nd_flattened;
+    if (auto nd = nd_flattened.find(tm.fqn); nd != nd_flattened.end()) {
       Result<std::vector<int64_t>> moved = UnflattenNdTensor(nd->second, &t);
-      if (!moved.ok()) return moved.status().WithContext("'" + meta_path + "'");
-      for (size_t e = first_entry; e < idx.entries.size(); ++e) {
-        if (idx.entries[e].chunk >= 0) idx.entries[e].chunk = (*moved)[idx.entries[e].chunk];
+      if (!moved.ok()) return moved.status().WithContext("'" + meta_path_ + "'");
+      for (size_t e = first_entry; e < idx_.entries.size(); ++e) {
+        if (idx_.entries[e].chunk >= 0) idx_.entries[e].chunk = (*moved)[idx_.entries[e].chunk];
       }
     }
-    idx.m.tensors.push_back(std::move(t));
+    idx_.m.tensors.push_back(std::move(t));
+    return OkStatus();
   }
-  for (const std::string& fqn : md.bytes) {
-    auto it = md.storage.find({fqn, Shape{}});
-    const std::string what = "byte item '" + fqn + "'";
-    if (it == md.storage.end()) {
-      return DataLossError("'" + meta_path + "': " + what + " has no storage_data entry");
+
+  // Chunk `box` of `tm`: its checked entry, and its chunk record in `t`
+  // unless it is empty.
+  Status AddChunk(const DcpTensorMeta& tm, const Box& box, TensorRecord* t) {
+    const std::string what = "'" + tm.fqn + "' chunk " + box.ToString();
+    auto it = idx_.metadata.storage.find({tm.fqn, box.offset});
+    if (it == idx_.metadata.storage.end()) {
+      return DataLossError("'" + meta_path_ + "': " + what + " has no storage_data entry");
     }
-    SP_ASSIGN_OR_RETURN(uint32_t f, file_of(it->second, what));
+    const DcpStorageInfo& info = it->second;
+    SP_ASSIGN_OR_RETURN(uint32_t f, FileOf(info, what));
+    const std::string item = what + " (bytes [" + std::to_string(info.offset) + ", " +
+                             std::to_string(info.offset + info.length) + ") of '" +
+                             Join(dir_, info.relative_path) + "')";
+    const ReadableFile* rf = files_[f].get();
+    const uint64_t base = info.offset, len = info.length;
+    ZipReadAt read = [rf, base, len](uint64_t off, size_t n, char* dst) -> Status {
+      if (off > len || n > len - off) return DataLossError("read outside the item");
+      return rf->ReadAt(base + off, n, dst);
+    };
+    SP_ASSIGN_OR_RETURN(TensorItemBytes tb, LocateTensorItem(len, read, item));
+    if (tb.tensor.size != box.shape) {
+      return DataLossError(item + ": the saved tensor has size " + ShapeToString(tb.tensor.size) +
+                           ", the metadata says " + ShapeToString(box.shape));
+    }
+    if (tb.tensor.dtype != tm.dtype) {
+      return DataLossError(item + ": the saved tensor is " +
+                           std::string(DTypeName(tb.tensor.dtype)) + ", the metadata says " +
+                           std::string(DTypeName(tm.dtype)));
+    }
+    idx_.entries.push_back(
+        {what, tm.fqn, -1, f, base + tb.storage.data_offset, tb.storage.size, tb.storage.crc32});
+    if (box.empty()) return OkStatus();
+    ChunkRecord c;
+    c.box = box;
+    c.file = f;
+    c.offset = base + tb.offset;
+    c.nbytes = static_cast<uint64_t>(box.num_elements()) * DTypeSize(tm.dtype);
+    if (!tb.tensor.row_major) {
+      // Stored with strides: the chunk is bytes [0, nbytes) of a view file.
+      c.file = AddView(tb, f, base, info.relative_path, &idx_);
+      c.offset = 0;
+    }
+    t->chunks.push_back(std::move(c));
+    return OkStatus();
+  }
+
+  Status AddByteItem(const std::string& fqn) {
+    auto it = idx_.metadata.storage.find({fqn, Shape{}});
+    const std::string what = "byte item '" + fqn + "'";
+    if (it == idx_.metadata.storage.end()) {
+      return DataLossError("'" + meta_path_ + "': " + what + " has no storage_data entry");
+    }
+    SP_ASSIGN_OR_RETURN(uint32_t f, FileOf(it->second, what));
     ObjectRecord o;
     o.key = fqn;
     o.file = f;
     o.offset = it->second.offset;
     o.nbytes = it->second.length;
-    idx.m.objects.push_back(std::move(o));
+    idx_.m.objects.push_back(std::move(o));
+    return OkStatus();
   }
+
   // Megatron torch_dist: metadata.json and common.pt become the metadata
   // (rendered, for inspect) and the common state (as stored).
-  SP_ASSIGN_OR_RETURN(std::optional<TorchDistInfo> td, ReadTorchDist(storage, dir));
-  if (td) {
+  Status AddTorchDist() {
+    SP_ASSIGN_OR_RETURN(std::optional<TorchDistInfo> td, ReadTorchDist(storage_, dir_));
+    if (!td) return OkStatus();
     nlohmann::ordered_json md;
     md["megatron_torch_dist"]["metadata.json"] = nlohmann::ordered_json::parse(td->config_json);
     if (td->has_common) {
       md["megatron_torch_dist"]["common.pt"] = nlohmann::ordered_json::parse(td->common_json);
-      idx.m.has_common = true;
-      idx.m.common = std::move(td->common_bytes);
+      idx_.m.has_common = true;
+      idx_.m.common = std::move(td->common_bytes);
     }
-    idx.m.metadata_json = md.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    idx_.m.metadata_json =
+        md.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    return OkStatus();
   }
-  return idx;
+
+  Storage* storage_;
+  const std::string& dir_;
+  const std::string meta_path_;
+  DcpIndex idx_;
+  std::vector<std::unique_ptr<ReadableFile>> files_;  // by index in idx_.m.files
+  std::vector<uint64_t> sizes_;
+};
+
+}  // namespace
+
+Result<DcpIndex> ReadDcpIndex(Storage* storage, const std::string& dir) {
+  return DcpIndexReader(storage, dir).Read();
 }
 
 std::string EncodeDcpIndex(const Manifest& m, const std::vector<StridedView>& views) {
