@@ -122,6 +122,12 @@ class _Collectives:
     def fail(self, op: str, why: str, peers: Optional[list] = None,
              transport: str = "") -> "_C.DeadlineExceededError":
         gone = _local_casualties(peers, self.rank) if peers else []
+        # A killed peer closes its connections a moment before the kernel shows
+        # it as exited: look again for up to a second before saying nothing.
+        until = time.monotonic() + 1.0
+        while peers and not gone and time.monotonic() < until:
+            time.sleep(0.02)
+            gone = _local_casualties(peers, self.rank)
         who = "; ".join(gone) if gone else f"{transport} does not say which rank"
         self.broken = (f"{self.name} rank {self.rank}: collective #{self.count} ({op}) did not "
                        f"complete{_describe(self.seconds)}: {why}: {who}; this comm "

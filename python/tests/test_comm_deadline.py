@@ -52,15 +52,16 @@ def test_deadline_must_be_seconds_or_a_timedelta():
 
 def survivors(outs, world):
     """{rank: (seconds, exception class, message)} of the survivors' reports."""
+    # mpirun forwards the ranks' output in chunks, so one rank's report may run into
+    # another's line: the reports are found by their tags, not by lines.
     got = {}
-    for out in outs:
-        for line in out.splitlines():
-            if line.startswith("NOERROR"):
-                raise AssertionError(f"a survivor's call succeeded:\n{out}")
-            if line.startswith("SURVIVOR "):
-                _, rank, seconds, cls, message = line.split(" ", 4)
-                got[int(rank)] = (float(seconds), cls, message)
-    assert sorted(got) == list(range(world - 1)), "\n".join(outs)
+    text = "\n".join(outs)
+    if re.search(r"NOERROR \d+", text):
+        raise AssertionError(f"a survivor's call succeeded:\n{text}")
+    for m in re.finditer(r"SURVIVOR (\d+) ([\d.]+) (\w+) (.*?)(?=SURVIVOR |NOERROR |\n|$)",
+                         text):
+        got[int(m.group(1))] = (float(m.group(2)), m.group(3), m.group(4))
+    assert sorted(got) == list(range(world - 1)), text
     return got
 
 
