@@ -106,7 +106,8 @@ def errors(path: str) -> None:
         print(e.code)
     except (sp.InvalidArgumentError, sp.PickleNotAllowedError, sp.DataLossError,
             sp.IOFailureError, sp.PermissionDeniedError, sp.IsDirectoryError,
-            sp.NotDirectoryError, sp.FailedPreconditionError, sp.InternalError) as e:
+            sp.NotDirectoryError, sp.FailedPreconditionError, sp.InternalError,
+            sp.DeadlineExceededError) as e:
         print(e)
     except sp.Error as e:
         print(e)

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 
 #include "src/base/bytes.h"
@@ -32,9 +31,20 @@ bool SafeName(const std::string& f) {
 }
 
 // "<stem>-<digits>-of-<digits>.safetensors", as transformers names shards.
+bool AllDigits(std::string_view s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
 bool IsShardName(const std::string& f) {
-  static const std::regex kShard(R"(.+-[0-9]+-of-[0-9]+\.safetensors)");
-  return std::regex_match(f, kShard);
+  constexpr std::string_view kExt = ".safetensors";
+  if (!EndsWith(f, kExt)) return false;
+  std::string_view s(f);
+  s.remove_suffix(kExt.size());
+  const size_t of = s.rfind("-of-");
+  if (of == std::string_view::npos || !AllDigits(s.substr(of + 4))) return false;
+  const std::string_view head = s.substr(0, of);
+  const size_t dash = head.rfind('-');
+  return dash != std::string_view::npos && dash > 0 && AllDigits(head.substr(dash + 1));
 }
 
 // The data files, and the weight_map of the index (empty without an index).
