@@ -137,17 +137,24 @@ class _MetaState:  # what decode_metadata reads
         self.metadata_bytes = metadata_bytes
 
 
+def torch_dtypes() -> dict[str, Any]:
+    """shardpoint dtype name -> torch dtype, for every dtype this torch has."""
+    import torch
+    dt = {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16,
+          "I32": torch.int32, "I64": torch.int64, "F16": torch.float16,
+          "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
+    for name, attr in (("U16", "uint16"), ("U32", "uint32"), ("U64", "uint64"),
+                       ("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2")):
+        if hasattr(torch, attr):
+            dt[name] = getattr(torch, attr)
+    return dt
+
+
 def _empty(info: TensorInfo, backend: str) -> tuple[Any, Any]:
     """(the tensor returned, the template given to load) for ``info``."""
     if backend == "torch":
         import torch
-        dt = {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16,
-              "I32": torch.int32, "I64": torch.int64, "F16": torch.float16,
-              "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
-        for name, attr in (("U16", "uint16"), ("U32", "uint32"), ("U64", "uint64"),
-                           ("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2")):
-            if hasattr(torch, attr):
-                dt[name] = getattr(torch, attr)
+        dt = torch_dtypes()
         if info.dtype in dt:
             t = torch.empty(info.shape, dtype=dt[info.dtype])
             return t, t

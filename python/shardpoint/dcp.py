@@ -44,6 +44,7 @@ from shardpoint import _objects
 from shardpoint import _shardpoint as _C
 from shardpoint import _torch_dcp
 from shardpoint._read import metadata as _sp_metadata
+from shardpoint._read import torch_dtypes
 from shardpoint._tensors import describe as _describe
 from shardpoint.comm import Comm, default_comm, single
 from shardpoint.sharded import ShardedTensor
@@ -186,13 +187,7 @@ class StorageWriter(_D.StorageWriter):  # type: ignore[misc, name-defined]
 # ---------------------------------------------------------------------------
 # Reading.
 
-_TORCH_DTYPES = {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16,
-                 "I32": torch.int32, "I64": torch.int64, "F16": torch.float16,
-                 "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
-for _name, _attr in (("U16", "uint16"), ("U32", "uint32"), ("U64", "uint64"),
-                     ("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2")):
-    if hasattr(torch, _attr):
-        _TORCH_DTYPES[_name] = getattr(torch, _attr)
+_TORCH_DTYPES = torch_dtypes()
 
 
 def _manifest_metadata(md: Any) -> Any:
