@@ -8,7 +8,8 @@ PKGS=(build-essential cmake g++ libgtest-dev libgmock-dev libbenchmark-dev libxx
       python3-build pkg-config dpkg-dev
       python3-numpy python3-torch python3-mpi4py python3-pytest fio clang-format
       sshfs openssh-server  # sshfs + sshd: python/tests/test_network_fs.py mounts a loopback sshfs
-      mypy)                 # python/tests/test_typing.py type-checks the package and a user script
+      mypy                  # python/tests/test_typing.py type-checks the package and a user script
+      ccache)               # scripts/test.sh: the pip and MPICH builds reuse the main build's objects
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

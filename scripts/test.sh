@@ -19,16 +19,24 @@ stage() {
   echo "== $* [previous stage $((SECONDS - t_stage)) s, total $((SECONDS - t_start)) s]"
   t_stage=$SECONDS
 }
-# The sanitizer and MPICH builds compile at -O1 with line tables only: under
-# ASan that compiles ~2.5x faster than -O2 -g (load.cc: 24 s vs 66 s) and
-# still gives symbolized stacks with file:line.
+# The sanitizer builds compile at -O1 with line tables only: under ASan that
+# compiles ~2.5x faster than -O2 -g (load.cc: 24 s vs 66 s) and still gives
+# symbolized stacks with file:line.
 light_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
+# Every build goes through ccache, keyed relative to this checkout, so builds
+# with the main build's flags (the pip package's, MPICH's) compile only what
+# differs: the Python module's link flags, the files that include mpi.h.
+main_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDPOINT_WERROR=ON)
+if command -v ccache >/dev/null && [ "${SHARDPOINT_NO_CCACHE:-0}" != 1 ]; then
+  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache
+  export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=true
+fi
 
 stage "format (clang-format --dry-run; fix: scripts/format.sh)"
 bash scripts/format.sh --check
 
 stage "build (warnings are errors)"
-cmake -S . -B build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDPOINT_WERROR=ON >/dev/null
+cmake -S . -B build-test "${main_flags[@]}" >/dev/null
 cmake --build build-test -j"$jobs"
 stage "tests (the Python suite runs below, against the pip-installed package)"
 ctest --test-dir build-test --output-on-failure -j"$jobs" -E '^python_tests$'
@@ -40,7 +48,8 @@ bash tests/install/deb.sh build-test
 stage "Python package: pip install into a fresh venv, pytest against the installed package"
 # libstdc++ linked into the module statically, as portable-wheel toolchains
 # (and the GPU machine's compiler) do: the suite, torch loaded, runs against it.
-SHARDPOINT_CMAKE_ARGS="-DCMAKE_MODULE_LINKER_FLAGS=-static-libstdc++ ${SHARDPOINT_CMAKE_ARGS:-}" \
+# Built with build-test's flags, so ccache serves every object it compiled.
+SHARDPOINT_CMAKE_ARGS="${main_flags[*]} -DCMAKE_MODULE_LINKER_FLAGS=-static-libstdc++ ${SHARDPOINT_CMAKE_ARGS:-}" \
   bash tests/install/pip.sh
 
 if [ "${SHARDPOINT_SKIP_SANITIZE:-0}" != 1 ]; then
@@ -55,8 +64,8 @@ fi
 
 if [ "${SHARDPOINT_SKIP_MPICH:-0}" != 1 ]; then
   stage "build against MPICH (library + mpirun tests)"
-  cmake -S . -B build-mpich "${light_flags[@]}" -DSHARDPOINT_WERROR=ON \
-    -DSHARDPOINT_BENCH=OFF -DMPI_CXX_COMPILER=/usr/bin/mpicxx.mpich \
+  # build-test's flags: only the files that include mpi.h miss the cache.
+  cmake -S . -B build-mpich "${main_flags[@]}" -DSHARDPOINT_BENCH=OFF -DMPI_CXX_COMPILER=/usr/bin/mpicxx.mpich \
     -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich >/dev/null
   mpi_checks=$(cd tests/mpi && ls *_check.cc | sed 's/\.cc$//')
   # shellcheck disable=SC2086
