@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "shardpoint/storage.h"
-#include "src/checkpoint/reader.h"
 #include "src/format/manifest.h"
 #include "src/hf/hf_dir.h"
 #include "src/hf/mapping.h"
@@ -39,13 +38,6 @@ Result<MappedSource> OpenSource(Storage* storage, const std::string& dir, const 
 Result<MappedSource> OpenDcpSource(Storage* storage, const std::string& dir);
 Result<MappedSource> SourceFromHfIndex(HfDirIndex idx, const std::string& dir,
                                        const HfMapping& mapping, const Vars& explicit_vars);
-
-// Reads the row-major elements [begin, end) of box `box` of tensor `key` into
-// contiguous `dst` as `dtype` (converting). Checksums are verified for stored
-// chunks read whole (shardpoint sources only).
-Status ReadBoxRange(const MappedSource& src, internal_checkpoint::DataFiles* files,
-                    const std::string& key, const Box& box, int64_t begin, int64_t end, DType dtype,
-                    char* dst);
 
 // The "hf": {"config": ...} object of a checkpoint's metadata, as JSON text.
 std::string ConfigFromMetadata(const std::string& metadata_json);
