@@ -138,8 +138,7 @@ Status PlanTensors(const MappedSource& src, const std::string& src_dir,
 Status PlanObjects(const MappedSource& src, const std::string& src_dir, Storage* storage,
                    DcpPlan* plan) {
   if (src.index.objects.empty()) return OkStatus();
-  SP_ASSIGN_OR_RETURN(CheckpointKind kind, DetectCheckpointKind(src_dir, storage));
-  const bool from_dcp = kind == CheckpointKind::kPyTorchDcp;
+  const bool from_dcp = src.checkpoint_kind == CheckpointKind::kPyTorchDcp;
   DataFiles data(storage, src.dir, &src.index, &src.views);
   for (const ObjectRecord& o : src.index.objects) {
     if (!o.index.empty()) {

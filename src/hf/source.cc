@@ -4,16 +4,14 @@
 #include <nlohmann/json.hpp>
 
 #include "shardpoint/checkpoint_kind.h"
-#include "src/checkpoint/commit.h"
-#include "src/dcp/dcp_dir.h"
+#include "src/checkpoint/open_source.h"
 #include "src/hf/megatron_vars.h"
 
-using shardpoint::internal_checkpoint::ReadManifest;
-using shardpoint::internal_dcp::DcpIndex;
-using shardpoint::internal_dcp::ReadDcpIndex;
+using shardpoint::internal_checkpoint::OpenCheckpointSource;
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_source::Source;
 
 namespace shardpoint::internal_hf {
 
@@ -48,6 +46,7 @@ Result<MappedSource> SourceFromHfIndex(HfDirIndex idx, const std::string& dir,
                                        const HfMapping& mapping, const Vars& explicit_vars) {
   MappedSource s;
   s.dir = dir;
+  s.checkpoint_kind = CheckpointKind::kHfModel;
   s.kind = "HF model";
   s.name = "HF model '" + dir + "' (mapping '" + mapping.name + "')";
   s.has_checksums = false;
@@ -75,33 +74,20 @@ std::string ConfigFromMetadata(const std::string& metadata_json) {
   return j["hf"]["config"].dump(2);
 }
 
-Result<MappedSource> OpenDcpSource(Storage* storage, const std::string& dir) {
-  SP_ASSIGN_OR_RETURN(DcpIndex idx, ReadDcpIndex(storage, dir));
-  MappedSource s;
-  s.dir = dir;
-  s.kind = "checkpoint";
-  s.name = "checkpoint '" + dir + "'";
-  s.has_checksums = false;
-  s.index = std::move(idx.m);
-  s.views = std::move(idx.views);
-  s.source_vars = MegatronArgsVars(s.index.metadata_json);
-  return s;
-}
-
 Result<MappedSource> OpenSource(Storage* storage, const std::string& dir, const HfMapping& mapping,
                                 const Vars& explicit_vars) {
   SP_ASSIGN_OR_RETURN(CheckpointKind kind, DetectCheckpointKind(dir, storage));
-  if (kind == CheckpointKind::kPyTorchDcp) return OpenDcpSource(storage, dir);
   if (kind == CheckpointKind::kHfModel) {
     SP_ASSIGN_OR_RETURN(HfDirIndex idx, ScanHfDir(storage, dir));
     return SourceFromHfIndex(std::move(idx), dir, mapping, explicit_vars);
   }
   MappedSource s;
-  s.dir = dir;
-  s.kind = "checkpoint";
-  s.name = "checkpoint '" + dir + "'";
-  SP_ASSIGN_OR_RETURN(s.index, ReadManifest(storage, dir));
-  s.config_json = ConfigFromMetadata(s.index.metadata_json);
+  SP_ASSIGN_OR_RETURN(static_cast<Source&>(s), OpenCheckpointSource(storage, dir, kind));
+  if (kind == CheckpointKind::kPyTorchDcp) {
+    s.source_vars = MegatronArgsVars(s.index.metadata_json);
+  } else {
+    s.config_json = ConfigFromMetadata(s.index.metadata_json);
+  }
   return s;
 }
 

@@ -31,11 +31,12 @@ struct MappedSource : internal_source::Source {
 internal_format::Manifest BuildHfManifest(const HfDirIndex& idx,
                                           const std::vector<MappedKey>& mapped);
 
-// Opens `dir` as any kind (DetectCheckpointKind: DCP, HF model or shardpoint).
-// Variables: see ResolveVars.
+// Opens `dir` as any kind, decided once (DetectCheckpointKind): an HF model
+// under `mapping` here, a shardpoint checkpoint or a PyTorch DCP directory
+// through OpenCheckpointSource (src/checkpoint/open_source.h). Variables:
+// see ResolveVars.
 Result<MappedSource> OpenSource(Storage* storage, const std::string& dir, const HfMapping& mapping,
                                 const Vars& explicit_vars);
-Result<MappedSource> OpenDcpSource(Storage* storage, const std::string& dir);
 Result<MappedSource> SourceFromHfIndex(HfDirIndex idx, const std::string& dir,
                                        const HfMapping& mapping, const Vars& explicit_vars);
 
