@@ -97,6 +97,9 @@ struct VerifyFault {
 };
 
 struct VerifyReport {
+  // What the directory is (checkpoint_kind.h): kPyTorchDcp is checked for
+  // structure, bounds, coverage and its zip CRC-32s (DCP stores no checksums).
+  CheckpointKind kind = CheckpointKind::kShardpoint;
   int64_t tensors = 0;
   int64_t chunks_checked = 0;
   int64_t objects_checked = 0;

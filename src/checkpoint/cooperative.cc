@@ -13,6 +13,7 @@
 #include "src/geometry/view_range.h"
 #include "src/io/thread_pool.h"
 #include "src/plan/load_plan.h"
+#include "src/plan/span_assignment.h"
 
 using shardpoint::internal_base::Guarded;
 using shardpoint::internal_format::ChunkRecord;
@@ -21,61 +22,17 @@ using shardpoint::internal_format::VerifyBlock;
 using shardpoint::internal_geometry::ConvertElements;
 using shardpoint::internal_geometry::ScatterFlatRange;
 using shardpoint::internal_io::Ahead;
-using shardpoint::internal_plan::ElementsBefore;
+using shardpoint::internal_plan::AssignSpans;
+using shardpoint::internal_plan::ChunkNeeds;
+using shardpoint::internal_plan::FlatIn;
+using shardpoint::internal_plan::kUnverifiedUnit;
 using shardpoint::internal_plan::LoadPlan;
+using shardpoint::internal_plan::Need;
 using shardpoint::internal_plan::ReadPiece;
-using shardpoint::internal_plan::RunPattern;
-using shardpoint::internal_plan::RunsOf;
-using shardpoint::internal_plan::RunStart;
+using shardpoint::internal_plan::Span;
 
 namespace shardpoint::internal_checkpoint {
 namespace {
-
-// The assignment unit where nothing is verified (a DCP or HF source, or
-// verify_checksums off): only the needed bytes inside a unit are read.
-constexpr uint64_t kUnverifiedUnit = uint64_t{1} << 20;
-
-// One rank's piece of a chunk.
-struct Need {
-  int rank = 0;
-  int64_t piece = 0;  // index into that rank's plan.pieces
-  Box in_chunk;
-};
-
-struct ChunkNeeds {
-  int64_t tensor = 0, chunk = 0;
-  uint64_t unit = 0;        // the assignment unit (bytes): a verification block
-  uint64_t es = 0;          // stored element size
-  std::vector<Need> needs;  // by rank, then in that rank's plan order
-};
-
-// The ranks needing bytes of one unit (a verification block), ascending, and
-// its preferred readers: those needing at least half as much of it as the
-// rank that needs most.
-struct UnitNeeds {
-  std::vector<int> holders, preferred;
-};
-
-// The units of one chunk that some rank needs: [lo, lo + units.size()).
-struct ChunkUnits {
-  uint64_t lo = 0;
-  std::vector<UnitNeeds> units;
-};
-
-// Chunk-relative bytes [a, b), read by one rank.
-struct Span {
-  size_t chunk = 0;
-  uint64_t a = 0, b = 0;
-  int reader = 0;
-  uint64_t send = 0;  // bytes the reader sends to the other ranks
-};
-
-// The flat elements [first, last) of `need`'s piece inside chunk bytes [a, b).
-std::pair<int64_t, int64_t> FlatIn(const Shape& cs, const ChunkNeeds& cn, const Need& need,
-                                   uint64_t a, uint64_t b) {
-  const int64_t ea = static_cast<int64_t>(a / cn.es), eb = static_cast<int64_t>(b / cn.es);
-  return {ElementsBefore(cs, need.in_chunk, ea), ElementsBefore(cs, need.in_chunk, eb)};
-}
 
 std::string EncodePlan(const LoadPlan& plan) {
   PieceMessage msg;
@@ -122,156 +79,6 @@ Status DecodePlans(const Manifest& m, const std::vector<std::string>& all, bool 
     return std::tie(cx.file, cx.offset) < std::tie(cy.file, cy.offset);
   });
   return OkStatus();
-}
-
-uint64_t UnitBytes(const ChunkRecord& c, uint64_t unit, uint64_t k0, uint64_t k1) {
-  return std::min(c.nbytes, k1 * unit) - std::min(c.nbytes, k0 * unit);
-}
-
-const ChunkRecord& RecordOf(const Manifest& m, const ChunkNeeds& cn) {
-  return m.tensors[cn.tensor].chunks[cn.chunk];
-}
-
-ChunkUnits UnitsOf(const Manifest& m, const ChunkNeeds& cn) {
-  const ChunkRecord& c = RecordOf(m, cn);
-  const Shape& cs = c.box.shape;
-  uint64_t lo = UINT64_MAX, hi = 0;
-  std::vector<std::pair<uint64_t, uint64_t>> extent;  // per need: its units [first, last)
-  for (const Need& need : cn.needs) {
-    const RunPattern rp = RunsOf(cs, need.in_chunk);
-    const uint64_t first = static_cast<uint64_t>(RunStart(cs, need.in_chunk, rp, 0)) * cn.es;
-    const uint64_t last =
-        static_cast<uint64_t>(RunStart(cs, need.in_chunk, rp, rp.runs - 1) + rp.run_elements) *
-        cn.es;
-    extent.push_back({first / cn.unit, (last - 1) / cn.unit + 1});
-    lo = std::min(lo, extent.back().first);
-    hi = std::max(hi, extent.back().second);
-  }
-  ChunkUnits out;
-  if (lo >= hi) return out;
-  out.lo = lo;
-  // Per unit, the bytes each rank needs in it (rank ascending).
-  std::vector<std::vector<std::pair<int, uint64_t>>> bytes(hi - lo);
-  for (size_t i = 0; i < cn.needs.size(); ++i) {
-    const Need& need = cn.needs[i];
-    for (uint64_t k = extent[i].first; k < extent[i].second; ++k) {
-      const auto [fa, fb] =
-          FlatIn(cs, cn, need, k * cn.unit, std::min(c.nbytes, (k + 1) * cn.unit));
-      if (fb <= fa) continue;
-      auto& u = bytes[k - lo];
-      const uint64_t n = static_cast<uint64_t>(fb - fa) * cn.es;
-      if (!u.empty() && u.back().first == need.rank) {
-        u.back().second += n;
-      } else {
-        u.push_back({need.rank, n});
-      }
-    }
-  }
-  out.units.resize(hi - lo);
-  for (size_t k = 0; k < bytes.size(); ++k) {
-    uint64_t most = 0;
-    for (const auto& [r, n] : bytes[k]) most = std::max(most, n);
-    for (const auto& [r, n] : bytes[k]) {
-      out.units[k].holders.push_back(r);
-      if (2 * n >= most) out.units[k].preferred.push_back(r);
-    }
-  }
-  return out;
-}
-
-// Units [k0, k1) of chunk ci read by `reader`, as spans of at most `cap` bytes.
-void AddSpans(const Manifest& m, const std::vector<ChunkNeeds>& chunks, size_t ci, uint64_t k0,
-              uint64_t k1, int reader, uint64_t cap, std::vector<Span>* spans) {
-  const ChunkNeeds& cn = chunks[ci];
-  const ChunkRecord& c = RecordOf(m, cn);
-  const uint64_t per = std::max<uint64_t>(1, cap / cn.unit);
-  for (uint64_t k = k0; k < k1; k += per) {
-    Span s{ci, k * cn.unit, std::min(c.nbytes, std::min(k1, k + per) * cn.unit), reader, 0};
-    for (const Need& need : cn.needs) {
-      if (need.rank == reader) continue;
-      const auto [fa, fb] = FlatIn(c.box.shape, cn, need, s.a, s.b);
-      if (fb > fa) s.send += static_cast<uint64_t>(fb - fa) * cn.es;
-    }
-    spans->push_back(s);
-  }
-}
-
-// Every rank computes the same spans, walking the units in file order. In a
-// chunk whose every unit one rank needs, that rank reads it. In a chunk with
-// a shared unit, every unit goes to the reader of the previous unit (if it
-// needs some of the chunk, or is a preferred reader of the unit: one needing
-// at least half of what the unit's most needing rank does) while that one
-// stays within `slack` bytes of the least loaded preferred reader of the
-// unit, else to that least loaded one. So reads stay contiguous (few large
-// requests; a chunk cut among the ranks along another dim is not read in
-// pieces by each of them) and the loads level out to within `slack` (a unit
-// at least).
-std::vector<Span> AssignSpans(const Manifest& m, const std::vector<ChunkNeeds>& chunks, int n,
-                              uint64_t cap) {
-  std::vector<ChunkUnits> units;
-  std::vector<uint64_t> load(n, 0);
-  uint64_t total = 0;
-  for (const ChunkNeeds& cn : chunks) {
-    units.push_back(UnitsOf(m, cn));
-    const ChunkUnits& cu = units.back();
-    const ChunkRecord& c = RecordOf(m, cn);
-    for (size_t k = 0; k < cu.units.size(); ++k) {
-      const uint64_t ub = UnitBytes(c, cn.unit, cu.lo + k, cu.lo + k + 1);
-      if (cu.units[k].holders.size() == 1) load[cu.units[k].holders[0]] += ub;
-      if (!cu.units[k].holders.empty()) total += ub;
-    }
-  }
-  const uint64_t slack = std::clamp<uint64_t>(total / (16 * static_cast<uint64_t>(n)), 1, cap);
-  std::vector<Span> spans;
-  int prev = -1;
-  for (size_t ci = 0; ci < chunks.size(); ++ci) {
-    const ChunkNeeds& cn = chunks[ci];
-    const ChunkRecord& c = RecordOf(m, cn);
-    const ChunkUnits& cu = units[ci];
-    // A chunk that two ranks share a unit of is exchanged anyway: the run
-    // that reaches it goes on through it (within the balance) if its reader
-    // needs some of the chunk, units that it does not need included, so that
-    // reads stay long where several ranks' needs interleave (a matrix loaded
-    // cut along the other dim). A chunk whose units each one rank needs is
-    // read by its holders.
-    bool shared = false;
-    std::vector<bool> holds(n, false);  // needs some unit of this chunk
-    for (const UnitNeeds& u : cu.units) {
-      shared = shared || u.holders.size() > 1;
-      for (int r : u.holders) holds[r] = true;
-    }
-    uint64_t start = 0;
-    int reader = -1;
-    for (size_t k = 0; k <= cu.units.size(); ++k) {
-      int next = -1;
-      if (k < cu.units.size() && !cu.units[k].holders.empty()) {
-        const UnitNeeds& u = cu.units[k];
-        if (u.holders.size() == 1 && !shared) {
-          next = u.holders[0];
-        } else {
-          const uint64_t ub = UnitBytes(c, cn.unit, cu.lo + k, cu.lo + k + 1);
-          if (u.holders.size() == 1) load[u.holders[0]] -= ub;  // counted for it above
-          int least = u.preferred[0];
-          for (int r : u.preferred) {
-            if (load[r] < load[least]) least = r;
-          }
-          const bool may = prev >= 0 && ((shared && holds[prev]) ||
-                                         std::find(u.preferred.begin(), u.preferred.end(), prev) !=
-                                             u.preferred.end());
-          const bool stay = may && load[prev] + ub <= load[least] + std::max(slack, ub);
-          next = stay ? prev : least;
-          load[next] += ub;
-        }
-      }
-      if (next != reader) {
-        if (reader >= 0) AddSpans(m, chunks, ci, cu.lo + start, cu.lo + k, reader, cap, &spans);
-        start = k;
-        reader = next;
-      }
-      if (next >= 0) prev = next;
-    }
-  }
-  return spans;
 }
 
 // Rank `me`'s reads of spans [r0, r1): its own pieces' bytes in the spans it
@@ -399,8 +206,9 @@ std::vector<std::vector<int>> GroupsByRound(const std::vector<ChunkNeeds>& chunk
 }  // namespace
 
 Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, DataFiles* files,
-                       ThreadPool* pool, const ReadOptions& options, uint64_t round_bytes,
-                       const LoadGroups& groups, CooperativeStats* stats) {
+                       ThreadPool* pool, const ReadOptions& options,
+                       uint64_t cooperative_round_bytes, const LoadGroups& groups,
+                       CooperativeStats* stats) {
   const int me = comm.rank(), n = comm.size();
   std::vector<std::string> all;
   SP_RETURN_IF_ERROR(comm.AllGather(EncodePlan(plan), &all));
@@ -408,18 +216,19 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
   std::vector<Span> spans;
   Status s = Guarded("cooperative load: assigning the reads", [&]() -> Status {
     SP_RETURN_IF_ERROR(DecodePlans(m, all, options.verify_checksums, &chunks));
-    spans = AssignSpans(m, chunks, n, std::max<uint64_t>(1, round_bytes / 4));
+    spans = AssignSpans(m, chunks, n, cooperative_round_bytes);
     return OkStatus();
   });
   all.clear();
   SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
 
-  // Rounds of spans whose sends stay within round_bytes (plus one span), and
+  // Rounds of spans whose sends stay within cooperative_round_bytes (plus one span), and
   // within 1/8 of all sends (at least 8 MiB), so that reads and exchanges
   // overlap in a small load too.
   uint64_t all_sends = 0;
   for (const Span& sp : spans) all_sends += sp.send;
-  round_bytes = std::min(round_bytes, std::max(all_sends / 8, uint64_t{8} << 20));
+  const uint64_t round_bytes =
+      std::min(cooperative_round_bytes, std::max(all_sends / 8, uint64_t{8} << 20));
   struct Round {
     size_t r0, r1;
     uint64_t send;

@@ -3,21 +3,22 @@
 // every other rank the bytes it needs from it over the Comm; so the ranks
 // together read each needed stored block once, and each reads about 1/N.
 //
-// Collective; every rank computes the same assignment from the all-gathered
-// plans (src/checkpoint/piece_message.h), walking the blocks (the
+// Collective; every rank computes the same assignment (AssignSpans,
+// src/plan/span_assignment.h) from the all-gathered plans
+// (src/checkpoint/piece_message.h), walking the blocks (the
 // verification block; 1 MiB units when nothing is verified) in file order:
 // a block one rank needs is its read; a block several need goes to one of its
 // preferred readers (the ranks needing at least half as much of it as the one
 // needing most): the reader of the previous block while it stays within a
-// slack (1/16 of an even share, at least a block, at most round_bytes / 4) of
+// slack (1/16 of an even share, at least a block, at most cooperative_round_bytes / 4) of
 // the least loaded preferred reader, else the least loaded one; so reads stay
 // contiguous (few large requests) and each rank reads about 1/N. Bytes move
 // in rounds: each rank reads its spans of a round (verifying every block
 // before placing bytes), keeps its own bytes and packs the other ranks'
 // (their pieces' elements inside the span, in flat order); one AllToAll
 // moves them while the next round's reads run on another thread. A round's
-// sends stay within `round_bytes` (and 1/8 of all sends, at least 8 MiB;
-// plus one span of at most round_bytes / 4), two rounds at most are held:
+// sends stay within `cooperative_round_bytes` (and 1/8 of all sends, at least 8 MiB;
+// plus one span of at most cooperative_round_bytes / 4), two rounds at most are held:
 // memory stays bounded whatever the checkpoint size. Every step is agreed
 // on: a failure on one rank (a checksum mismatch in a block it read for
 // others included) is every rank's error. Tensor groups
@@ -55,6 +56,7 @@ struct LoadGroups {
 
 Status CooperativeLoad(const internal_format::Manifest& m, const internal_plan::LoadPlan& plan,
                        Comm& comm, DataFiles* files, ThreadPool* pool, const ReadOptions& options,
-                       uint64_t round_bytes, const LoadGroups& groups, CooperativeStats* stats);
+                       uint64_t cooperative_round_bytes, const LoadGroups& groups,
+                       CooperativeStats* stats);
 
 }  // namespace shardpoint::internal_checkpoint

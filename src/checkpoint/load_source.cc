@@ -236,9 +236,10 @@ Result<LoadResult> LoadFromSource(State& state, const Status& index_status, cons
   DataFiles files(storage, src.dir, &m, &src.views);
   ReadOptions read_options;
   read_options.verify_checksums = options.verify_checksums && src.has_checksums;
-  read_options.staging_bytes = static_cast<size_t>(std::max<uint64_t>(1, options.read_slice_bytes));
+  read_options.read_slice_bytes =
+      static_cast<size_t>(std::max<uint64_t>(1, options.read_slice_bytes));
   read_options.prefetch_bytes = options.prefetch_bytes;
-  read_options.gap_bytes = options.read_gap_bytes;
+  read_options.read_gap_bytes = options.read_gap_bytes;
   // Strided view files: a bridged gap would be elements scattered over the
   // storage, widening the span the view reads (src/source/strided_file.h).
   std::vector<bool> views(m.files.size(), false);

@@ -10,6 +10,7 @@
 #include "src/format/checksum.h"
 #include "src/geometry/convert.h"
 #include "src/geometry/view_range.h"
+#include "src/plan/read_tasks.h"
 
 using shardpoint::internal_format::Checksum64;
 using shardpoint::internal_format::ChecksumState;
@@ -20,8 +21,13 @@ using shardpoint::internal_format::VerifyBlock;
 using shardpoint::internal_geometry::ConvertElements;
 using shardpoint::internal_geometry::ScatterFlatRange;
 using shardpoint::internal_io::ParallelFor;
+using shardpoint::internal_plan::BuildReadTasks;
+using shardpoint::internal_plan::ChunkReads;
 using shardpoint::internal_plan::LoadPlan;
 using shardpoint::internal_plan::ReadPiece;
+using shardpoint::internal_plan::ReadSegment;
+using shardpoint::internal_plan::ReadTask;
+using shardpoint::internal_plan::ReadTaskOptions;
 using shardpoint::internal_plan::RunPattern;
 using shardpoint::internal_plan::RunsOf;
 using shardpoint::internal_plan::RunStart;
@@ -184,22 +190,6 @@ void Scatter(const Manifest& m, const PieceRuns& pr, uint64_t a, uint64_t b, con
   });
 }
 
-// One request's worth of a chunk: chunk-relative bytes [a, b).
-struct Segment {
-  int64_t tensor, chunk;
-  uint64_t a, b;
-  uint64_t file_at;  // absolute file offset of a
-};
-
-// One task: one request (or, for a verification block larger than a slice,
-// one block read in slices and hashed as a stream).
-struct Task {
-  uint32_t file = 0;
-  uint64_t begin = 0, end = 0;  // absolute file bytes
-  std::vector<Segment> segs;
-  bool stream = false;
-};
-
 using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;
 
 // Needed chunk-relative byte ranges of the pieces of one chunk, sorted and
@@ -227,144 +217,13 @@ Ranges NeededRanges(const Manifest& m, const std::vector<PieceRuns>& prs) {
   return merged;
 }
 
-// The parts of sorted, disjoint `x` inside sorted, disjoint `y`.
-Ranges Intersect(const Ranges& x, const Ranges& y) {
-  Ranges out;
-  for (size_t i = 0, j = 0; i < x.size() && j < y.size();) {
-    const uint64_t a = std::max(x[i].first, y[j].first), b = std::min(x[i].second, y[j].second);
-    if (a < b) out.push_back({a, b});
-    if (x[i].second < y[j].second) {
-      ++i;
-    } else {
-      ++j;
-    }
-  }
-  return out;
-}
-
-struct Range2 {
-  uint32_t file;
-  uint64_t begin, end;  // absolute file bytes
-  int64_t tensor, chunk;
-  uint64_t block;  // verification block (0: not verifying)
-};
-
-// Builds the tasks of a plan: covering ranges (whole blocks when verifying),
-// small gaps merged within the bound, cut into requests of at most a slice.
-// With `spans` (per group: sorted, disjoint chunk-relative ranges on the
-// verification block grid when verifying), only those are read, and
-// `needed` counts the needed bytes inside them once each.
-std::vector<Task> BuildTasks(const Manifest& m, const std::vector<std::vector<PieceRuns>>& groups,
-                             const std::vector<Ranges>* spans, const ReadOptions& options,
-                             uint64_t* needed) {
-  std::vector<Range2> ranges;
-  for (size_t gi = 0; gi < groups.size(); ++gi) {
-    const std::vector<PieceRuns>& g = groups[gi];
-    const ReadPiece& p0 = *g[0].p;
-    const ChunkRecord& c = m.tensors[p0.tensor].chunks[p0.chunk];
-    const uint64_t block = options.verify_checksums ? VerifyBlock(m, c) : 0;
-    Ranges want = NeededRanges(m, g);
-    if (spans) {
-      want = Intersect(want, (*spans)[gi]);
-      for (const auto& [a, b] : want) *needed += b - a;
-      if (block) want = (*spans)[gi];
-    } else {
-      for (const PieceRuns& pr : g) *needed += pr.p->nbytes;
-    }
-    for (auto [a, b] : want) {
-      if (block) {
-        a = a / block * block;
-        b = std::min(c.nbytes, (b + block - 1) / block * block);
-      }
-      if (!ranges.empty() && ranges.back().tensor == p0.tensor && ranges.back().chunk == p0.chunk &&
-          ranges.back().end >= c.offset + a) {
-        ranges.back().end = std::max(ranges.back().end, c.offset + b);
-        continue;
-      }
-      ranges.push_back({c.file, c.offset + a, c.offset + b, p0.tensor, p0.chunk, block});
-    }
-  }
-  std::sort(ranges.begin(), ranges.end(), [](const Range2& x, const Range2& y) {
-    return std::tie(x.file, x.begin) < std::tie(y.file, y.begin);
-  });
-  const uint64_t slice = std::max<uint64_t>(8, options.staging_bytes / 8 * 8);
-  // Which gaps to bridge: those of at most gap_bytes, smallest first, while
-  // the bridged bytes stay within max_gap_fraction of the needed ones; and,
-  // whatever that budget, those inside one slice-sized unit of a chunk: an
-  // unverified load cut along another dim (strips of every row) then makes a
-  // request per unit, as a verified one does per block, not one per strip.
-  std::vector<bool> join(ranges.size(), false);  // join[i]: range i continues range i-1's request
-  std::vector<std::pair<uint64_t, size_t>> gaps;
-  for (size_t i = 1; i < ranges.size(); ++i) {
-    const Range2& p = ranges[i - 1];
-    const Range2& r = ranges[i];
-    if (r.file != p.file || r.begin < p.end) continue;
-    const uint64_t gap = r.begin - p.end;
-    const bool unbridged = options.unbridged_files && r.file < options.unbridged_files->size() &&
-                           (*options.unbridged_files)[r.file];
-    if (gap == 0) {
-      join[i] = true;
-    } else if (gap <= options.gap_bytes && !unbridged) {
-      const uint64_t at = m.tensors[r.tensor].chunks[r.chunk].offset;
-      const bool one_unit = r.tensor == p.tensor && r.chunk == p.chunk &&
-                            (p.end - 1 - at) / slice == (r.begin - at) / slice;
-      if (one_unit) {
-        join[i] = true;
-      } else {
-        gaps.push_back({gap, i});
-      }
-    }
-  }
-  std::sort(gaps.begin(), gaps.end());
-  double budget = options.max_gap_fraction * static_cast<double>(*needed);
-  for (const auto& [gap, i] : gaps) {
-    if (static_cast<double>(gap) > budget) break;
-    budget -= static_cast<double>(gap);
-    join[i] = true;
-  }
-  // Requests of at most a slice, cut on block boundaries; a block larger than
-  // a slice is a task of its own, read in slices as a stream.
-  std::vector<Task> tasks;
-  for (size_t i = 0; i < ranges.size(); ++i) {
-    const Range2& r = ranges[i];
-    const ChunkRecord& c = m.tensors[r.tensor].chunks[r.chunk];
-    if (r.block > slice) {
-      for (uint64_t at = r.begin; at < r.end; at += r.block) {
-        const uint64_t to = std::min(r.end, at + r.block);
-        Task t{r.file, at, to, {{r.tensor, r.chunk, at - c.offset, to - c.offset, at}}, true};
-        tasks.push_back(std::move(t));
-      }
-      continue;
-    }
-    // Cut on the chunk's block grid (multiples of 8 bytes when not
-    // verifying: whole elements of any dtype).
-    const uint64_t unit = r.block ? r.block : 8;
-    for (uint64_t at = r.begin; at < r.end;) {
-      Task* t = tasks.empty() ? nullptr : &tasks.back();
-      const bool joins = t && !t->stream && t->file == r.file && (at > r.begin || join[i]);
-      const uint64_t room = joins ? slice - std::min(slice, at - t->begin) : 0;
-      uint64_t take = std::min(r.end - at, room / unit * unit);
-      if (take == 0 && r.end - at < unit && r.end - at <= room) take = r.end - at;
-      if (take == 0) {
-        tasks.push_back(Task{r.file, at, at, {}, false});
-        t = &tasks.back();
-        take = std::min(r.end - at, std::max(unit, slice / unit * unit));
-      }
-      t->segs.push_back({r.tensor, r.chunk, at - c.offset, at + take - c.offset, at});
-      t->end = at + take;
-      at += take;
-    }
-  }
-  return tasks;
-}
-
-Status RunTask(const Manifest& m, const Task& t,
+Status RunTask(const Manifest& m, const ReadTask& t,
                const std::map<std::pair<int64_t, int64_t>, size_t>& group_of,
                const std::vector<std::vector<PieceRuns>>& groups, DataFiles* files,
                const ReadOptions& options, ReadStats* stats) {
   SP_ASSIGN_OR_RETURN(const ReadableFile* file, files->Get(t.file));
   thread_local std::vector<char> staging, scratch;
-  const Segment& s0 = t.segs[0];
+  const ReadSegment& s0 = t.segs[0];
   const std::vector<PieceRuns>& g0 = groups[group_of.at({s0.tensor, s0.chunk})];
   // A single contiguous destination that takes the whole request in place.
   const PieceRuns* in_place = nullptr;
@@ -373,7 +232,7 @@ Status RunTask(const Manifest& m, const Task& t,
       if (pr.contiguous && pr.begin <= s0.a && s0.b <= pr.begin + pr.p->nbytes) in_place = &pr;
     }
   }
-  auto scatter = [&](const Segment& seg, uint64_t a, uint64_t b, const char* mem) {
+  auto scatter = [&](const ReadSegment& seg, uint64_t a, uint64_t b, const char* mem) {
     for (const PieceRuns& pr : groups[group_of.at({seg.tensor, seg.chunk})]) {
       if (&pr != in_place) Scatter(m, pr, a, b, mem, &scratch);
     }
@@ -392,7 +251,7 @@ Status RunTask(const Manifest& m, const Task& t,
 
   if (t.stream) {
     // One block larger than a slice: read in slices, hashed as a stream.
-    const uint64_t slice = std::max<uint64_t>(8, options.staging_bytes / 8 * 8);
+    const uint64_t slice = std::max<uint64_t>(8, options.read_slice_bytes / 8 * 8);
     const ChunkRecord& c = m.tensors[s0.tensor].chunks[s0.chunk];
     ChecksumState sum;
     for (uint64_t a = s0.a; a < s0.b;) {
@@ -415,7 +274,7 @@ Status RunTask(const Manifest& m, const Task& t,
   }
   char* mem = dest(s0.a, t.end - t.begin);
   SP_RETURN_IF_ERROR(read(t.begin, t.end - t.begin, mem));
-  for (const Segment& seg : t.segs) {
+  for (const ReadSegment& seg : t.segs) {
     const char* at = mem + (seg.file_at - t.begin);
     if (options.verify_checksums) {
       SP_RETURN_IF_ERROR(VerifyBlocks(m, seg.tensor, seg.chunk, seg.a, seg.b, at));
@@ -432,12 +291,12 @@ struct Window {
   size_t first;                                     // its first task
   std::vector<std::pair<uint64_t, uint64_t>> runs;  // absolute [begin, end), at most prefetch_bytes
 };
-std::vector<Window> PrefetchWindows(const std::vector<Task>& tasks, uint64_t prefetch_bytes) {
+std::vector<Window> PrefetchWindows(const std::vector<ReadTask>& tasks, uint64_t prefetch_bytes) {
   std::vector<Window> out;
   if (prefetch_bytes == 0) return out;
   for (size_t i = 0; i < tasks.size(); ++i) {
-    const Task& t = tasks[i];
-    const Task* open = out.empty() ? nullptr : &tasks[out.back().first];
+    const ReadTask& t = tasks[i];
+    const ReadTask* open = out.empty() ? nullptr : &tasks[out.back().first];
     if (!open || open->file != t.file || t.end - open->begin > prefetch_bytes) {
       out.push_back({i, {}});
     }
@@ -477,10 +336,28 @@ struct Groups {
   }
 };
 
+// What the read planner needs of each group: its needed ranges.
+std::vector<ChunkReads> ChunkReadsOf(const Manifest& m, const Groups& g) {
+  std::vector<ChunkReads> out;
+  out.reserve(g.groups.size());
+  for (const std::vector<PieceRuns>& prs : g.groups) {
+    ChunkReads cr{prs[0].p->tensor, prs[0].p->chunk, NeededRanges(m, prs), 0};
+    for (const PieceRuns& pr : prs) cr.piece_bytes += pr.p->nbytes;
+    out.push_back(std::move(cr));
+  }
+  return out;
+}
+
+ReadTaskOptions TaskOptions(const ReadOptions& o) {
+  return ReadTaskOptions{o.verify_checksums, o.read_slice_bytes, o.read_gap_bytes,
+                         o.max_gap_fraction, o.unbridged_files};
+}
+
 Status Execute(const Manifest& m, const Groups& g, const std::vector<Ranges>* spans,
                DataFiles* files, ThreadPool* pool, const ReadOptions& options, ReadStats* stats) {
   uint64_t needed = 0;
-  const std::vector<Task> tasks = BuildTasks(m, g.groups, spans, options, &needed);
+  const std::vector<ReadTask> tasks =
+      BuildReadTasks(m, ChunkReadsOf(m, g), spans, TaskOptions(options), &needed);
   stats->needed.fetch_add(needed);
   const std::vector<Window> windows = PrefetchWindows(tasks, options.prefetch_bytes);
   std::vector<size_t> window_of(windows.empty() ? 0 : tasks.size());

@@ -40,15 +40,17 @@ class DataFiles {
 
 struct ReadOptions {
   bool verify_checksums = true;
-  size_t staging_bytes = size_t{1} << 20;  // the largest request (a slice), per task
+  // The knobs of the read planner (src/plan/read_tasks.h), named as
+  // LoadOptions names them.
+  size_t read_slice_bytes = size_t{1} << 20;  // the largest request (a slice), per task
   // The tasks of a file are announced to the storage (ReadableFile::Prefetch)
   // in windows of this many bytes, one window ahead of the reads; 0: never.
   uint64_t prefetch_bytes = uint64_t{16} << 20;
   // Ranges of one file separated by at most this many unneeded bytes are read
-  // by one request where both lie in one staging_bytes unit of a chunk, and
+  // by one request where both lie in one read_slice_bytes unit of a chunk, and
   // elsewhere as long as the unneeded bytes read this way stay within
   // max_gap_fraction of the needed ones (smallest gaps first).
-  uint64_t gap_bytes = uint64_t{256} << 10;
+  uint64_t read_gap_bytes = uint64_t{256} << 10;
   double max_gap_fraction = 0.05;
   // Files (by index, may be null) whose gaps are never bridged: strided view
   // files, where the bytes between two runs are elements from anywhere in

@@ -6,10 +6,9 @@
 
 #include "shardpoint/checkpoint_kind.h"
 #include "shardpoint/verify.h"
-#include "src/checkpoint/commit.h"
+#include "src/checkpoint/open_source.h"
 #include "src/checkpoint/verify.h"
 #include "src/checkpoint/verify_dcp.h"
-#include "src/dcp/dcp_dir.h"
 #include "src/format/manifest.h"
 #include "src/io/resources.h"
 
@@ -52,15 +51,11 @@ Result<CheckpointDescription> DescribeCheckpoint(const std::string& dir,
                                                  const DescribeOptions& options) {
   Storage* storage = internal_io::CallResources(options).storage();
   // A PyTorch DCP directory (docs/dcp.md) is described from its index.
-  SP_ASSIGN_OR_RETURN(CheckpointKind kind, DetectCheckpointKind(dir, storage));
-  if (kind == CheckpointKind::kPyTorchDcp) {
-    SP_ASSIGN_OR_RETURN(internal_dcp::DcpIndex idx, internal_dcp::ReadDcpIndex(storage, dir));
-    CheckpointDescription d = Describe(idx.m);
-    d.kind = kind;
-    return d;
-  }
-  SP_ASSIGN_OR_RETURN(internal_format::Manifest m, internal_checkpoint::ReadManifest(storage, dir));
-  return Describe(m);
+  SP_ASSIGN_OR_RETURN(internal_source::Source src,
+                      internal_checkpoint::OpenCheckpointSource(storage, dir));
+  CheckpointDescription d = Describe(src.index);
+  d.kind = src.checkpoint_kind;
+  return d;
 }
 
 namespace {
@@ -80,6 +75,7 @@ Result<VerifyReport> Verify(const std::string& dir, const VerifyOptions& options
                       dcp ? internal_checkpoint::VerifyDcp(storage, dir, o)
                           : internal_checkpoint::VerifyCheckpoint(storage, dir, o));
   VerifyReport report;
+  report.kind = dcp ? CheckpointKind::kPyTorchDcp : CheckpointKind::kShardpoint;
   report.tensors = static_cast<int64_t>(r.manifest.tensors.size());
   report.chunks_checked = r.chunks_checked;
   report.objects_checked = r.objects_checked;

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "shardpoint/hf_write.h"
 #include "src/checkpoint/commit.h"
 #include "src/hf/hf_dir.h"
 #include "src/io/resources.h"

@@ -9,7 +9,7 @@
 //      mapping error goes into its first all-gather.
 #include <chrono>
 
-#include "shardpoint/hf.h"
+#include "shardpoint/hf_load.h"
 #include "src/base/guard.h"
 #include "src/checkpoint/load_source.h"
 #include "src/comm/agreed.h"

@@ -12,7 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "shardpoint/hf.h"
+#include "shardpoint/hf_load.h"
+#include "shardpoint/hf_mapping.h"
 #include "src/hf/pattern.h"
 
 namespace shardpoint::internal_hf {

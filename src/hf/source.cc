@@ -4,26 +4,14 @@
 #include <nlohmann/json.hpp>
 
 #include "shardpoint/checkpoint_kind.h"
-#include "src/checkpoint/commit.h"
-#include "src/dcp/dcp_dir.h"
+#include "src/checkpoint/open_source.h"
 #include "src/hf/megatron_vars.h"
-#include "src/plan/load_plan.h"
-#include "src/plan/regions.h"
 
-using shardpoint::internal_checkpoint::DataFiles;
-using shardpoint::internal_checkpoint::ExecuteLoadPlan;
-using shardpoint::internal_checkpoint::ReadManifest;
-using shardpoint::internal_checkpoint::ReadOptions;
-using shardpoint::internal_checkpoint::ReadStats;
-using shardpoint::internal_dcp::DcpIndex;
-using shardpoint::internal_dcp::ReadDcpIndex;
+using shardpoint::internal_checkpoint::OpenCheckpointSource;
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::TensorRecord;
-using shardpoint::internal_plan::BuildRegions;
-using shardpoint::internal_plan::LoadPlan;
-using shardpoint::internal_plan::PlanLoad;
-using shardpoint::internal_plan::Region;
+using shardpoint::internal_source::Source;
 
 namespace shardpoint::internal_hf {
 
@@ -58,6 +46,7 @@ Result<MappedSource> SourceFromHfIndex(HfDirIndex idx, const std::string& dir,
                                        const HfMapping& mapping, const Vars& explicit_vars) {
   MappedSource s;
   s.dir = dir;
+  s.checkpoint_kind = CheckpointKind::kHfModel;
   s.kind = "HF model";
   s.name = "HF model '" + dir + "' (mapping '" + mapping.name + "')";
   s.has_checksums = false;
@@ -85,52 +74,21 @@ std::string ConfigFromMetadata(const std::string& metadata_json) {
   return j["hf"]["config"].dump(2);
 }
 
-Result<MappedSource> OpenDcpSource(Storage* storage, const std::string& dir) {
-  SP_ASSIGN_OR_RETURN(DcpIndex idx, ReadDcpIndex(storage, dir));
-  MappedSource s;
-  s.dir = dir;
-  s.kind = "checkpoint";
-  s.name = "checkpoint '" + dir + "'";
-  s.has_checksums = false;
-  s.index = std::move(idx.m);
-  s.views = std::move(idx.views);
-  s.source_vars = MegatronArgsVars(s.index.metadata_json);
-  return s;
-}
-
 Result<MappedSource> OpenSource(Storage* storage, const std::string& dir, const HfMapping& mapping,
                                 const Vars& explicit_vars) {
   SP_ASSIGN_OR_RETURN(CheckpointKind kind, DetectCheckpointKind(dir, storage));
-  if (kind == CheckpointKind::kPyTorchDcp) return OpenDcpSource(storage, dir);
   if (kind == CheckpointKind::kHfModel) {
     SP_ASSIGN_OR_RETURN(HfDirIndex idx, ScanHfDir(storage, dir));
     return SourceFromHfIndex(std::move(idx), dir, mapping, explicit_vars);
   }
   MappedSource s;
-  s.dir = dir;
-  s.kind = "checkpoint";
-  s.name = "checkpoint '" + dir + "'";
-  SP_ASSIGN_OR_RETURN(s.index, ReadManifest(storage, dir));
-  s.config_json = ConfigFromMetadata(s.index.metadata_json);
+  SP_ASSIGN_OR_RETURN(static_cast<Source&>(s), OpenCheckpointSource(storage, dir, kind));
+  if (kind == CheckpointKind::kPyTorchDcp) {
+    s.source_vars = MegatronArgsVars(s.index.metadata_json);
+  } else {
+    s.config_json = ConfigFromMetadata(s.index.metadata_json);
+  }
   return s;
-}
-
-Status ReadBoxRange(const MappedSource& src, DataFiles* files, const std::string& key,
-                    const Box& box, int64_t begin, int64_t end, DType dtype, char* dst) {
-  if (end <= begin) return OkStatus();
-  const int64_t t = src.index.FindTensor(key);
-  if (t < 0) return NotFoundError("'" + src.dir + "' has no tensor '" + key + "'");
-  LocalTensor lt;
-  lt.dtype = dtype;
-  lt.data = dst;
-  lt.shape = box.shape;
-  lt.segments.push_back({key, src.index.tensors[t].shape, box, Shape(box.rank(), 0)});
-  lt.flat = FlatRange{begin, end};
-  SP_ASSIGN_OR_RETURN(std::vector<Region> regions, BuildRegions({lt}));
-  SP_ASSIGN_OR_RETURN(LoadPlan plan, PlanLoad(src.index, regions));
-  ReadStats stats;
-  return ExecuteLoadPlan(src.index, plan, files, /*pool=*/nullptr, ReadOptions{src.has_checksums},
-                         &stats);
 }
 
 }  // namespace shardpoint::internal_hf

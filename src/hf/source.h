@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "shardpoint/storage.h"
-#include "src/checkpoint/reader.h"
 #include "src/format/manifest.h"
 #include "src/hf/hf_dir.h"
 #include "src/hf/mapping.h"
@@ -32,20 +31,14 @@ struct MappedSource : internal_source::Source {
 internal_format::Manifest BuildHfManifest(const HfDirIndex& idx,
                                           const std::vector<MappedKey>& mapped);
 
-// Opens `dir` as any kind (DetectCheckpointKind: DCP, HF model or shardpoint).
-// Variables: see ResolveVars.
+// Opens `dir` as any kind, decided once (DetectCheckpointKind): an HF model
+// under `mapping` here, a shardpoint checkpoint or a PyTorch DCP directory
+// through OpenCheckpointSource (src/checkpoint/open_source.h). Variables:
+// see ResolveVars.
 Result<MappedSource> OpenSource(Storage* storage, const std::string& dir, const HfMapping& mapping,
                                 const Vars& explicit_vars);
-Result<MappedSource> OpenDcpSource(Storage* storage, const std::string& dir);
 Result<MappedSource> SourceFromHfIndex(HfDirIndex idx, const std::string& dir,
                                        const HfMapping& mapping, const Vars& explicit_vars);
-
-// Reads the row-major elements [begin, end) of box `box` of tensor `key` into
-// contiguous `dst` as `dtype` (converting). Checksums are verified for stored
-// chunks read whole (shardpoint sources only).
-Status ReadBoxRange(const MappedSource& src, internal_checkpoint::DataFiles* files,
-                    const std::string& key, const Box& box, int64_t begin, int64_t end, DType dtype,
-                    char* dst);
 
 // The "hf": {"config": ...} object of a checkpoint's metadata, as JSON text.
 std::string ConfigFromMetadata(const std::string& metadata_json);

@@ -2,10 +2,12 @@
 //
 // Every kind of checkpoint the load pipeline (src/checkpoint/load_source.h)
 // reads is first turned into a Source:
-//   * a shardpoint checkpoint: its manifest, as is (src/checkpoint/load.cc);
+//   * a shardpoint checkpoint: its manifest, as is;
 //   * a PyTorch DCP directory: the index src/dcp/ builds from `.metadata`,
 //     chunks pointing at raw tensor bytes inside the .distcp files, no
-//     checksums (src/checkpoint/load.cc, src/dcp/dcp_dir.h);
+//     checksums (src/dcp/dcp_dir.h);
+//     both opened by src/checkpoint/open_source.h, which Load, describe and
+//     the converters' OpenSource use;
 //   * an HF model directory under a mapping: one chunk per piece of an HF
 //     tensor, pointing at its byte range in a .safetensors file, no checksums
 //     (src/hf/source.cc).
@@ -31,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "shardpoint/checkpoint_kind.h"
 #include "src/format/manifest.h"
 #include "src/source/strided_file.h"
 
@@ -44,7 +47,10 @@ enum class ChunkEncoding {
 };
 
 struct Source {
-  std::string dir;   // the files are relative to it
+  std::string dir;  // the files are relative to it
+  // What the directory is, decided once when it was opened
+  // (DetectCheckpointKind; src/checkpoint/open_source.h, src/hf/source.h).
+  CheckpointKind checkpoint_kind = CheckpointKind::kShardpoint;
   std::string kind;  // "checkpoint", "HF model": "requested dtype X but the <kind> holds Y"
   std::string name;  // errors name the source so: "checkpoint 'x'", "HF model 'x' (mapping 'm')"
   internal_format::Manifest index;

@@ -9,13 +9,19 @@
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/checkpoint_kind.h"
 #include "shardpoint/comm.h"
+#include "shardpoint/verify.h"
+#include "src/checkpoint/open_source.h"
 #include "src/dcp/dcp_dir.h"
 #include "tests/testing/ranks.h"
 #include "tests/testing/torch_newer_dtypes.h"
 
+using shardpoint::internal_checkpoint::DecodeSource;
+using shardpoint::internal_checkpoint::OpenCheckpointSource;
+using shardpoint::internal_checkpoint::ReadSourceBytes;
 using shardpoint::internal_dcp::DcpIndex;
 using shardpoint::internal_dcp::ReadDcpIndex;
 using shardpoint::internal_format::Manifest;
+using shardpoint::internal_source::Source;
 
 namespace shardpoint {
 namespace {
@@ -65,6 +71,42 @@ TEST_P(DcpFixtureTest, IndexesTensorsChunksAndBytes) {
   ASSERT_EQ(m.objects.size(), 1u);
   EXPECT_EQ(m.objects[0].key, "blob");
   EXPECT_EQ(DetectCheckpointKind(dir()).value(), CheckpointKind::kPyTorchDcp);
+}
+
+// The one door: opened in one process or read and decoded (as Load
+// broadcasts it), the directory is a Source of kind kPyTorchDcp with the
+// index ReadDcpIndex builds; describe and verify say the same kind.
+TEST_P(DcpFixtureTest, OpensAsASourceOfItsKind) {
+  Result<DcpIndex> idx = ReadDcpIndex(DefaultStorage(), dir());
+  ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+  Result<Source> one = OpenCheckpointSource(DefaultStorage(), dir());
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  Result<std::string> bytes = ReadSourceBytes(DefaultStorage(), dir());
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  Result<Source> sent = DecodeSource(*bytes, dir());
+  ASSERT_TRUE(sent.ok()) << sent.status().ToString();
+  for (const Source* s : {&*one, &*sent}) {
+    EXPECT_EQ(s->checkpoint_kind, CheckpointKind::kPyTorchDcp);
+    EXPECT_FALSE(s->has_checksums);
+    EXPECT_EQ(s->dir, dir());
+    ASSERT_EQ(s->index.tensors.size(), idx->m.tensors.size());
+    for (size_t t = 0; t < idx->m.tensors.size(); ++t) {
+      EXPECT_EQ(s->index.tensors[t].key, idx->m.tensors[t].key);
+      EXPECT_EQ(s->index.tensors[t].chunks.size(), idx->m.tensors[t].chunks.size());
+    }
+    EXPECT_EQ(s->views.size(), idx->views.size());
+  }
+  Result<CheckpointDescription> d = DescribeCheckpoint(dir());
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->kind, CheckpointKind::kPyTorchDcp);
+  Result<VerifyReport> v = VerifyCheckpoint(dir());
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->kind, CheckpointKind::kPyTorchDcp);
+  EXPECT_TRUE(v->ok());
+  // No directory: the manifest's NotFound, naming it, as Load said before.
+  Result<Source> none = OpenCheckpointSource(DefaultStorage(), dir() + "-missing");
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(none.status().ToString().find("manifest"), std::string::npos);
 }
 
 TEST_P(DcpFixtureTest, LoadsWholeTensorsBitForBit) {

@@ -2,7 +2,6 @@
 
 #include <cstdio>
 
-#include "shardpoint/checkpoint_kind.h"
 #include "shardpoint/storage.h"
 
 namespace shardpoint::tools {
@@ -31,11 +30,6 @@ void AddOverwrite(CLI::App* cmd, bool& overwrite) {
   cmd->add_flag("--overwrite", overwrite,
                 "replace an existing non-empty output directory (atomically, once the new "
                 "output is complete); without it one is refused");
-}
-
-bool IsDcpDir(const std::string& dir) {
-  Result<CheckpointKind> k = DetectCheckpointKind(dir);
-  return k.ok() && *k == CheckpointKind::kPyTorchDcp;
 }
 
 std::string HumanBytes(uint64_t n) {

@@ -27,9 +27,6 @@ void AddOverwrite(CLI::App* cmd, bool& overwrite);
 // Adds --io-threads (default 4) and, hidden from --help, its old name
 // --threads (an alias: either sets `threads`).
 void AddIoThreads(CLI::App* cmd, int& threads, const std::string& what);
-// Whether `dir` is a PyTorch DCP checkpoint (DetectCheckpointKind; docs/dcp.md).
-// DescribeCheckpoint and VerifyCheckpoint read those too; the CLI says so.
-bool IsDcpDir(const std::string& dir);
 // "1.50 GiB", "512 B".
 std::string HumanBytes(uint64_t n);
 

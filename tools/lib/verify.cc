@@ -108,7 +108,7 @@ std::function<int()> AddVerify(CLI::App& app) {
       if (a->json) {
         std::cout << VerifyJson(r, dir) << std::flush;
       } else if (r.ok()) {
-        if (!a->quiet && IsDcpDir(dir)) {
+        if (!a->quiet && r->kind == CheckpointKind::kPyTorchDcp) {
           std::cout << "PyTorch DCP checkpoint: DCP stores no checksums; checked the structure, "
                        "item bounds, coverage and the zip CRC-32 of every tensor storage entry\n";
         }

@@ -13,16 +13,23 @@
 #include "shardpoint/hf.h"
 #include "src/checkpoint/commit.h"
 #include "src/checkpoint/reader.h"
+#include "src/convert/stream.h"
 #include "src/dcp/byte_item_writer.h"
 #include "src/dcp/dcp_dir.h"
 #include "src/dcp/metadata_writer.h"
 #include "src/dcp/tensor_item_writer.h"
 #include "src/format/checksum.h"
-#include "src/hf/stream.h"
+#include "src/hf/source.h"
 #include "src/io/staged_output.h"
 
 using shardpoint::internal_checkpoint::DataFiles;
 using shardpoint::internal_checkpoint::JoinPath;
+using shardpoint::internal_convert::IsFloatDType;
+using shardpoint::internal_convert::OutTensor;
+using shardpoint::internal_convert::RunConversion;
+using shardpoint::internal_convert::StreamOptions;
+using shardpoint::internal_convert::StreamPool;
+using shardpoint::internal_convert::StreamTensors;
 using shardpoint::internal_dcp::DcpMetadata;
 using shardpoint::internal_dcp::DcpTensorMeta;
 using shardpoint::internal_dcp::EncodeDcpByteItem;
@@ -34,14 +41,8 @@ using shardpoint::internal_format::Checksum64;
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::ObjectRecord;
 using shardpoint::internal_format::TensorRecord;
-using shardpoint::internal_hf::IsFloatDType;
 using shardpoint::internal_hf::MappedSource;
 using shardpoint::internal_hf::OpenSource;
-using shardpoint::internal_hf::OutTensor;
-using shardpoint::internal_hf::RunConversion;
-using shardpoint::internal_hf::StreamOptions;
-using shardpoint::internal_hf::StreamPool;
-using shardpoint::internal_hf::StreamTensors;
 using shardpoint::internal_io::CallResources;
 using shardpoint::internal_io::StagedOutput;
 
@@ -137,8 +138,7 @@ Status PlanTensors(const MappedSource& src, const std::string& src_dir,
 Status PlanObjects(const MappedSource& src, const std::string& src_dir, Storage* storage,
                    DcpPlan* plan) {
   if (src.index.objects.empty()) return OkStatus();
-  SP_ASSIGN_OR_RETURN(CheckpointKind kind, DetectCheckpointKind(src_dir, storage));
-  const bool from_dcp = kind == CheckpointKind::kPyTorchDcp;
+  const bool from_dcp = src.checkpoint_kind == CheckpointKind::kPyTorchDcp;
   DataFiles data(storage, src.dir, &src.index, &src.views);
   for (const ObjectRecord& o : src.index.objects) {
     if (!o.index.empty()) {

@@ -7,13 +7,20 @@
 
 #include "shardpoint/hf.h"
 #include "src/checkpoint/commit.h"
+#include "src/convert/stream.h"
 #include "src/format/safetensors.h"
-#include "src/hf/stream.h"
+#include "src/hf/source.h"
 #include "src/io/staged_output.h"
 #include "src/plan/save_plan.h"
 
 using shardpoint::internal_checkpoint::CommitCheckpoint;
 using shardpoint::internal_checkpoint::JoinPath;
+using shardpoint::internal_convert::IsFloatDType;
+using shardpoint::internal_convert::OutTensor;
+using shardpoint::internal_convert::RunConversion;
+using shardpoint::internal_convert::StreamOptions;
+using shardpoint::internal_convert::StreamPool;
+using shardpoint::internal_convert::StreamTensors;
 using shardpoint::internal_format::AssignSafetensorsOffsets;
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::EncodeDataFileHeader;
@@ -21,14 +28,8 @@ using shardpoint::internal_format::kDataDir;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::SafetensorsEntry;
 using shardpoint::internal_format::TensorRecord;
-using shardpoint::internal_hf::IsFloatDType;
 using shardpoint::internal_hf::MappedSource;
 using shardpoint::internal_hf::OpenSource;
-using shardpoint::internal_hf::OutTensor;
-using shardpoint::internal_hf::RunConversion;
-using shardpoint::internal_hf::StreamOptions;
-using shardpoint::internal_hf::StreamPool;
-using shardpoint::internal_hf::StreamTensors;
 using shardpoint::internal_io::CallResources;
 using shardpoint::internal_io::StagedOutput;
 using shardpoint::internal_plan::ChunkEntryName;

@@ -1,10 +1,11 @@
-#include "src/hf/stream.h"
+#include "src/convert/stream.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <mutex>
 
+#include "src/convert/read_box.h"
 #include "src/dcp/zip.h"
 #include "src/format/checksum.h"
 #include "src/io/thread_pool.h"
@@ -15,8 +16,9 @@ using shardpoint::internal_dcp::Crc32Combine;
 using shardpoint::internal_format::Checksum64;
 using shardpoint::internal_io::CallResources;
 using shardpoint::internal_io::ParallelFor;
+using shardpoint::internal_source::Source;
 
-namespace shardpoint::internal_hf {
+namespace shardpoint::internal_convert {
 namespace {
 
 struct Unit {
@@ -40,9 +42,9 @@ bool IsFloatDType(DType d) {
   }
 }
 
-Status StreamTensors(const MappedSource& src, Storage* storage,
-                     const std::vector<WritableFile*>& files, const std::vector<OutTensor>& tensors,
-                     const StreamOptions& options, std::vector<uint64_t>* checksums) {
+Status StreamTensors(const Source& src, Storage* storage, const std::vector<WritableFile*>& files,
+                     const std::vector<OutTensor>& tensors, const StreamOptions& options,
+                     std::vector<uint64_t>* checksums) {
   std::vector<Unit> units;
   uint64_t total = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -129,4 +131,4 @@ Result<ExportHfStats> RunConversion(
   return r;
 }
 
-}  // namespace shardpoint::internal_hf
+}  // namespace shardpoint::internal_convert

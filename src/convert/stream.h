@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "shardpoint/hf.h"
-#include "src/hf/source.h"
+#include "shardpoint/hf_export.h"
 #include "src/io/resources.h"
+#include "src/source/source.h"
 
-namespace shardpoint::internal_hf {
+namespace shardpoint::internal_convert {
 
 // F16, BF16, F32, F64 and the F8 types (what --dtype converts).
 bool IsFloatDType(DType d);
@@ -46,7 +46,7 @@ struct StreamOptions {
 };
 
 // Writes every tensor; `checksums` (if requested) gets one per tensor.
-Status StreamTensors(const MappedSource& src, Storage* storage,
+Status StreamTensors(const internal_source::Source& src, Storage* storage,
                      const std::vector<WritableFile*>& files, const std::vector<OutTensor>& tensors,
                      const StreamOptions& options, std::vector<uint64_t>* checksums);
 
@@ -62,4 +62,4 @@ Result<ExportHfStats> RunConversion(
     const ExportHfOptions& options,
     const std::function<Result<ExportHfStats>(internal_io::CallResources& res)>& body);
 
-}  // namespace shardpoint::internal_hf
+}  // namespace shardpoint::internal_convert
