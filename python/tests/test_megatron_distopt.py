@@ -8,6 +8,7 @@ band across the saved TP split."""
 import os
 import sys
 
+import pytest
 import torch
 
 import shardpoint as sp
@@ -53,3 +54,26 @@ def test_dp_reshardable_rebuilt_equals_torch_loading_fully_reshardable():
     sp.load({key: sp.ShardedTensor(key, band, [2, 4, 40], [0, 0, 10])}, dpr, sp.single(),
             allow_unexpected_keys=True, common=False, cooperative=False)
     assert torch.equal(band, ref[key][:, :, 10:30])
+
+
+def test_buckets_whose_parameters_do_not_tile_are_data_loss_naming_the_bucket(tmp_path):
+    """The generator with 32-element alignment instead of Megatron's 64 (real
+    torch 1.13 DCP, 2 gloo processes): the buffer's ranges do not tile, and
+    every read fails with DataLossError naming the bucket and the parameter."""
+    import socket
+
+    import torch.multiprocessing as mp
+    sys.path.insert(0, FIXTURES)
+    import make_megatron_distopt_fixture as gen
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = str(tmp_path / "bad")
+    mp.spawn(gen.worker, args=(port, out, "dp_reshardable", 32), nprocs=2)
+    with pytest.raises(sp.DataLossError) as e:
+        sp.load(template(), out, sp.single(), allow_unexpected_keys=True, common=False)
+    msg = str(e.value)
+    assert "dp_group_idx_0.gbuf_idx_0" in msg and "bucket_idx_0." in msg, msg
+    assert "linear_fc2.weight' layer 1 would occupy [192, 228)" in msg, msg
+    assert "do not tile" in msg, msg
