@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "src/dcp/dp_buckets.h"
 #include "src/dcp/nd_flattened.h"
 #include "src/dcp/tensor_item.h"
 #include "src/dcp/torch_dist.h"
@@ -238,6 +239,14 @@ class DcpIndexReader {
       md["megatron_torch_dist"]["common.pt"] = nlohmann::ordered_json::parse(td->common_json);
       idx_.m.has_common = true;
       idx_.m.common = std::move(td->common_bytes);
+    }
+    // The distributed optimizer's dp_reshardable buckets, rebuilt per parameter.
+    Result<DpBucketRebuild> dp = RebuildDpBuckets(DpBucketArgsFromCommon(td->common_json), &idx_.m);
+    if (!dp.ok()) return dp.status().WithContext("'" + meta_path_ + "'");
+    if (dp->buckets > 0) {
+      md["megatron_torch_dist"]["dp_reshardable"] =
+          dp->not_rebuilt.empty() ? nlohmann::ordered_json{{"rebuilt_tensors", dp->params}}
+                                  : nlohmann::ordered_json{{"not_rebuilt", dp->not_rebuilt}};
     }
     idx_.m.metadata_json =
         md.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);

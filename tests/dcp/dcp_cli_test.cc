@@ -12,6 +12,7 @@
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/comm.h"
 #include "shardpoint/hf.h"
+#include "shardpoint/layout.h"
 #include "src/checkpoint/verify_dcp.h"
 #include "src/dcp/dcp_dir.h"
 #include "tests/testing/run_command.h"
@@ -563,6 +564,55 @@ TEST(DcpCliTest, ExportHfMegatronNdFlattenedStatePerParameter) {
   Result<LoadResult> lr = LoadFromHf(st, out, IdentityHfMapping(), *comm, o);
   ASSERT_TRUE(lr.ok()) << lr.status().ToString();
   for (int k = 0; k < 48; ++k) ASSERT_EQ(v[k], 30000.0f + static_cast<float>(k)) << k;
+  std::filesystem::remove_all(out);
+}
+
+// export-hf (no mapping) of the distributed optimizer's dp_reshardable
+// buckets (make_megatron_distopt_fixture.py): every state of every parameter
+// is exported in the parameter's shape, rebuilt from the buckets (10000
+// (state + 1) + 1000 param + flat index), beside the buckets themselves.
+TEST(DcpCliTest, ExportHfMegatronDpReshardableStatePerParameter) {
+  std::string dir = Fixture();
+  dir = dir.substr(0, dir.rfind('/')) + "/megatron_dpr_torch_dist";
+  const std::string out = ::testing::TempDir() + "sp_dpr_hf_" + std::to_string(::getpid());
+  std::filesystem::remove_all(out);
+  CliRun r = RunCli("export-hf " + dir + " " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("66 tensors"));  // 9 weights, 27 states, 30 buckets
+  const std::vector<std::pair<std::string, Shape>> params = {
+      {"embedding.word_embeddings.weight", {40, 4}},
+      {"decoder.layers.self_attention.linear_proj.weight", {2, 4, 40}},
+      {"decoder.layers.self_attention.linear_qkv.layer_norm_weight", {2, 4}},
+      {"decoder.layers.self_attention.linear_qkv.weight", {2, 8, 4}},
+      {"decoder.layers.mlp.linear_fc1.layer_norm_weight", {2, 4}},
+      {"decoder.layers.mlp.linear_fc1.weight", {2, 36, 4}},
+      {"decoder.layers.mlp.linear_fc2.weight", {2, 4, 18}},
+      {"decoder.final_layernorm.weight", {4}},
+      {"output_layer.weight", {40, 4}}};
+  const std::vector<std::string> states = {"param", "exp_avg", "exp_avg_sq"};
+  State st;
+  std::vector<std::vector<float>> bufs;
+  bufs.reserve(params.size() * states.size());
+  for (const auto& [key, shape] : params) {
+    for (const std::string& s : states) {
+      bufs.emplace_back(Box::Whole(shape).num_elements(), -1.0f);
+      st.tensors.push_back(
+          WholeTensor("optimizer.state." + s + "." + key, DType::kF32, bufs.back().data(), shape));
+    }
+  }
+  std::unique_ptr<Comm> comm = MakeSingleComm();
+  HfLoadOptions o;
+  o.load.allow_unexpected_keys = true;
+  Result<LoadResult> lr = LoadFromHf(st, out, IdentityHfMapping(), *comm, o);
+  ASSERT_TRUE(lr.ok()) << lr.status().ToString();
+  for (size_t p = 0, b = 0; p < params.size(); ++p) {
+    for (size_t j = 0; j < states.size(); ++j, ++b) {
+      for (size_t k = 0; k < bufs[b].size(); ++k) {
+        ASSERT_EQ(bufs[b][k], static_cast<float>(10000 * (j + 1) + 1000 * p + k))
+            << params[p].first << " " << states[j] << " " << k;
+      }
+    }
+  }
   std::filesystem::remove_all(out);
 }
 

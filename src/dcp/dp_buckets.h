@@ -1,0 +1,62 @@
+// Megatron-Core's distributed optimizer, `dp_reshardable` layout (the default
+// since Megatron-Core 0.15): the state is stored as the flat gradient-buffer
+// buckets themselves, one 1-D tensor per data-parallel group g, buffer b,
+// bucket k and state s:
+//   optimizer.distributed.dp_group_idx_<g>.gbuf_idx_<b>.dtype_<dt>.bucket_idx_<k>.<s>
+// of the bucket's unpadded size. The checkpoint does not say which parameter
+// lies where: Megatron recomputes it from the live model (param_layout.py,
+// distrib_optimizer.py), and so does this file, from the model tensors the
+// same checkpoint holds:
+//
+// * group g is the model-parallel rank, here its TP rank (PP = 1);
+// * the buffer holds the group's parameters in reverse `model.parameters()`
+//   order (kGptParamOrder: Megatron-Core's GPT model, per layer in module
+//   registration order), each one TP rank's local tensor flattened; a stacked
+//   key `decoder.layers.<m>` [L, ...] is L parameters, layer 0 first;
+// * each parameter starts at a multiple of 64 elements; a bucket ends where
+//   its stored size says (its end padding, to a multiple of lcm(DP, 128), is
+//   not stored, and bucket starts are multiples of 64, so positions inside a
+//   bucket are bucket-relative);
+// * TP rank t's local tensor of a key is its t-th stored chunk of each layer
+//   (1 chunk: replicated, every rank holds it; 2 TP chunks of a SwiGLU
+//   linear_fc1: chunks t and TP + t, [W_t; V_t]).
+//
+// Rebuilt, each state becomes `optimizer.state.<s>.<param key>` in the
+// parameter's global shape (the keys of the `fully_reshardable` layout),
+// whose chunks point at the bucket bytes (a flat range as at most 2 n - 1
+// boxes, each a contiguous run). The buckets stay as stored too (a load into
+// the same TP layout under another DP size, as Megatron itself does).
+#pragma once
+
+#include <string>
+
+#include "shardpoint/status.h"
+#include "src/format/manifest.h"
+
+namespace shardpoint::internal_dcp {
+
+struct DpBucketArgs {
+  int tp_size = 0;  // common.pt args.tensor_model_parallel_size (0: absent)
+  int pp_size = 1;  // args.pipeline_model_parallel_size
+};
+
+// From common.pt rendered as JSON (CommonPtToJson): args.state's
+// tensor_model_parallel_size and pipeline_model_parallel_size.
+DpBucketArgs DpBucketArgsFromCommon(const std::string& common_json);
+
+struct DpBucketRebuild {
+  int buckets = 0;          // bucket tensors found (all states)
+  int params = 0;           // per-parameter state tensors added
+  std::string not_rebuilt;  // why the buckets are left as stored ("" if rebuilt or none)
+};
+
+// Adds the per-parameter tensors to `m` (keeping its tensors sorted by key).
+// Leaves `m` unchanged, with the reason, where the layout is not one this file
+// derives (PP > 1, several buffers, a model tensor kGptParamOrder lacks, a
+// chunking that is not one TP shard per rank). DataLoss naming the bucket key
+// when the parameters do not tile the buckets (a parameter past a bucket's
+// end, parameters left over or missing, buckets of one group whose states
+// differ in size, a parameter's range not covered by the bucket's chunks).
+Result<DpBucketRebuild> RebuildDpBuckets(const DpBucketArgs& args, internal_format::Manifest* m);
+
+}  // namespace shardpoint::internal_dcp

@@ -1,0 +1,190 @@
+// RebuildDpBuckets on hand-made manifests: every element of every rebuilt
+// parameter points at the bucket position Megatron's layout gives it (checked
+// against positions written out here by hand), and buffers whose parameters
+// do not tile them are DataLoss naming the bucket.
+#include "src/dcp/dp_buckets.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "src/geometry/flat_range.h"
+
+namespace shardpoint::internal_dcp {
+namespace {
+
+using internal_format::ChunkRecord;
+using internal_format::Manifest;
+using internal_format::TensorRecord;
+using ::testing::HasSubstr;
+
+std::string BucketKey(int k, const std::string& state) {
+  return "optimizer.distributed.dp_group_idx_0.gbuf_idx_0.dtype_(torch.float32, "
+         "torch.float32).bucket_idx_" +
+         std::to_string(k) + "." + state;
+}
+
+// A model tensor stored as one chunk per layer (stacked) or one chunk.
+TensorRecord Model(const std::string& key, Shape shape, bool stacked) {
+  TensorRecord t{key, DType::kF32, shape, {}};
+  for (int64_t l = 0; l < (stacked ? shape[0] : 1); ++l) {
+    ChunkRecord c;
+    c.box = Box::Whole(shape);
+    if (stacked) c.box.offset[0] = l, c.box.shape[0] = 1;
+    t.chunks.push_back(c);
+  }
+  return t;
+}
+
+// Bucket k of `size` elements in file k, element i at byte 4 i, stored in
+// chunks cut at `cuts`.
+TensorRecord Bucket(int k, const std::string& state, int64_t size, std::vector<int64_t> cuts) {
+  TensorRecord t{BucketKey(k, state), DType::kF32, {size}, {}};
+  cuts.insert(cuts.begin(), 0);
+  cuts.push_back(size);
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    ChunkRecord c;
+    c.box = Box{{cuts[i]}, {cuts[i + 1] - cuts[i]}};
+    c.file = static_cast<uint32_t>(k);
+    c.offset = static_cast<uint64_t>(cuts[i]) * 4;
+    c.nbytes = static_cast<uint64_t>(cuts[i + 1] - cuts[i]) * 4;
+    if (cuts[i + 1] > cuts[i]) t.chunks.push_back(c);
+  }
+  return t;
+}
+
+// TP=1: embedding [3, 2], a stacked [2, 2, 3] linear_fc2 and output_layer
+// [2, 5]. Reverse order: output (10) at 0, fc2 layer 1 (6) at 64 | bucket 1:
+// fc2 layer 0 at 0, embedding at 64. Both buckets 70 elements.
+Manifest TwoBuckets(int64_t size0 = 70, bool cover = true) {
+  Manifest m;
+  m.tensors = {Model("embedding.word_embeddings.weight", {3, 2}, false),
+               Model("decoder.layers.mlp.linear_fc2.weight", {2, 2, 3}, true),
+               Model("output_layer.weight", {2, 5}, false)};
+  for (const char* s : {"param", "exp_avg"}) {
+    m.tensors.push_back(
+        Bucket(0, s, size0, cover ? std::vector<int64_t>{66} : std::vector<int64_t>{}));
+    if (!cover) m.tensors.back().chunks[0].box.shape[0] = 66;
+    m.tensors.push_back(Bucket(1, s, 70, {30}));
+  }
+  std::sort(m.tensors.begin(), m.tensors.end(),
+            [](const TensorRecord& a, const TensorRecord& b) { return a.key < b.key; });
+  return m;
+}
+
+// (bucket, position) of element `flat` (row-major in the global tensor) of `key`.
+std::pair<int, int64_t> Expected(const std::string& key, int64_t flat) {
+  if (key == "output_layer.weight") return {0, flat};
+  if (key == "embedding.word_embeddings.weight") return {1, 64 + flat};
+  const int64_t layer = flat / 6, j = flat % 6;  // fc2
+  return layer == 1 ? std::pair<int, int64_t>{0, 64 + j} : std::pair<int, int64_t>{1, j};
+}
+
+TEST(DpBucketsTest, EveryElementPointsAtItsBucketPosition) {
+  Manifest m = TwoBuckets();
+  Result<DpBucketRebuild> r = RebuildDpBuckets({1, 1}, &m);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->not_rebuilt, "");
+  EXPECT_EQ(r->buckets, 4);
+  EXPECT_EQ(r->params, 6);                            // 3 parameters x 2 states
+  EXPECT_GE(m.FindTensor(BucketKey(0, "param")), 0);  // the buckets stay
+  for (const char* state : {"param", "exp_avg"}) {
+    for (const char* key : {"embedding.word_embeddings.weight",
+                            "decoder.layers.mlp.linear_fc2.weight", "output_layer.weight"}) {
+      const int64_t t = m.FindTensor(std::string("optimizer.state.") + state + "." + key);
+      ASSERT_GE(t, 0) << key;
+      const TensorRecord& rec = m.tensors[t];
+      EXPECT_EQ(rec.shape, m.tensors[m.FindTensor(key)].shape);
+      int64_t seen = 0;
+      for (const ChunkRecord& c : rec.chunks) {
+        ASSERT_EQ(c.nbytes, static_cast<uint64_t>(c.box.num_elements()) * 4);
+        for (int64_t e = 0; e < c.box.num_elements(); ++e, ++seen) {
+          Shape idx = internal_geometry::UnravelIndex(c.box.shape, e);
+          for (size_t d = 0; d < idx.size(); ++d) idx[d] += c.box.offset[d];
+          const int64_t flat = internal_geometry::RowMajorIndex(rec.shape, idx);
+          const auto [bucket, pos] = Expected(key, flat);
+          EXPECT_EQ(c.file, static_cast<uint32_t>(bucket)) << key << " " << flat;
+          EXPECT_EQ(c.offset + 4 * e, static_cast<uint64_t>(pos) * 4) << key << " " << flat;
+        }
+      }
+      EXPECT_EQ(seen, Box::Whole(rec.shape).num_elements()) << key;
+    }
+  }
+}
+
+TEST(DpBucketsTest, AParameterPastABucketEndIsDataLossNamingTheBucket) {
+  Manifest m = TwoBuckets(68);  // fc2 layer 1 needs [64, 70)
+  Result<DpBucketRebuild> r = RebuildDpBuckets({1, 1}, &m);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(r.status().message(), HasSubstr("bucket_idx_0."));
+  EXPECT_THAT(r.status().message(), HasSubstr("linear_fc2.weight' layer 1 would occupy [64, 70)"));
+  EXPECT_THAT(r.status().message(), HasSubstr("do not tile"));
+}
+
+TEST(DpBucketsTest, ParametersLeftOverOrBucketsLeftOverAreDataLoss) {
+  Manifest m = TwoBuckets();
+  std::erase_if(m.tensors, [](const TensorRecord& t) {
+    return t.key.find("bucket_idx_1") != std::string::npos;
+  });
+  Result<DpBucketRebuild> r = RebuildDpBuckets({1, 1}, &m);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(r.status().message(), HasSubstr("bucket_idx_0."));
+  EXPECT_THAT(r.status().message(), HasSubstr("is the last"));
+
+  m = TwoBuckets();  // a third bucket no parameter reaches
+  m.tensors.push_back(Bucket(2, "param", 8, {}));
+  m.tensors.push_back(Bucket(2, "exp_avg", 8, {}));
+  std::sort(m.tensors.begin(), m.tensors.end(),
+            [](const TensorRecord& a, const TensorRecord& b) { return a.key < b.key; });
+  r = RebuildDpBuckets({1, 1}, &m);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(r.status().message(), HasSubstr("and buckets follow"));
+}
+
+TEST(DpBucketsTest, ARangeTheBucketsChunksDoNotCoverIsDataLoss) {
+  Manifest m = TwoBuckets(70, /*cover=*/false);  // bucket 0 stores [0, 66) only
+  Result<DpBucketRebuild> r = RebuildDpBuckets({1, 1}, &m);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(r.status().message(), HasSubstr("bucket_idx_0."));
+  EXPECT_THAT(r.status().message(), HasSubstr("[64, 70) is not wholly stored (2 of 6"));
+}
+
+TEST(DpBucketsTest, LayoutsNotDerivedAreLeftAsStoredWithTheReason) {
+  const Manifest before = TwoBuckets();
+  Manifest m = before;
+  m.tensors.insert(m.tensors.begin(), Model("a.custom.weight", {4}, false));
+  Result<DpBucketRebuild> r = RebuildDpBuckets({1, 1}, &m);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_THAT(r->not_rebuilt, HasSubstr("'a.custom.weight' is not a parameter"));
+  EXPECT_EQ(r->params, 0);
+  EXPECT_EQ(m.tensors.size(), before.tensors.size() + 1);
+
+  m = before;
+  r = RebuildDpBuckets({1, 2}, &m);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->not_rebuilt, HasSubstr("pipeline_model_parallel_size 2"));
+  r = RebuildDpBuckets({2, 1}, &m);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->not_rebuilt, HasSubstr("1 data-parallel groups for tensor_model_parallel_size 2"));
+  r = RebuildDpBuckets({0, 1}, &m);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->not_rebuilt, HasSubstr("no tensor_model_parallel_size"));
+  EXPECT_EQ(m.tensors.size(), before.tensors.size());
+}
+
+TEST(DpBucketsTest, ArgsComeFromCommonPtsNamespace) {
+  DpBucketArgs a = DpBucketArgsFromCommon(
+      R"({"iteration": 3, "args": {"__class__": "argparse.Namespace", "state":
+          {"tensor_model_parallel_size": 4, "pipeline_model_parallel_size": 2}}})");
+  EXPECT_EQ(a.tp_size, 4);
+  EXPECT_EQ(a.pp_size, 2);
+  a = DpBucketArgsFromCommon("");
+  EXPECT_EQ(a.tp_size, 0);
+  EXPECT_EQ(a.pp_size, 1);
+}
+
+}  // namespace
+}  // namespace shardpoint::internal_dcp
