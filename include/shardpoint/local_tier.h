@@ -45,9 +45,10 @@ struct LocalTierOptions : Resources {
   // has fewer other nodes; 0 keeps node-local copies only.
   int replicas = 1;
   // Replication and recovery move at most this many bytes per rank per
-  // round (the memory each rank holds for it, sending and receiving).
-  // Default 64 MiB.
-  uint64_t round_bytes = uint64_t{64} << 20;
+  // round (the memory each rank holds for it, sending and receiving; one
+  // AllToAll per round). Default 8 MiB: the round buffers are faulted in
+  // once and reused, where larger rounds pay a page fault per fresh page.
+  uint64_t round_bytes = uint64_t{8} << 20;
   // Staging buffer of the local writes (SaveOptions::staging_bytes).
   size_t staging_bytes = size_t{8} << 20;
 };

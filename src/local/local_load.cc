@@ -143,6 +143,7 @@ struct Recovery {
   OverlayFiles overlay;
   std::unique_ptr<Manifest> persistent_manifest_checked;  // set once compared
   LoadResult result;
+  std::string scratch;  // a unit being served, reused
 };
 
 // Step 1. Per node: whether it committed, the files it holds.
@@ -209,18 +210,19 @@ struct FileCache {
   std::map<uint32_t, std::unique_ptr<ReadableFile>> open;
 };
 
-// Reads unit u and checks it against its checksum.
-Result<std::string> ReadUnit(FileCache& files, const Manifest& m, const Unit& u) {
+// Reads unit u into *bytes and checks it against its checksum. *bytes is
+// reused from unit to unit (fresh memory costs a page fault per page).
+Status ReadUnit(FileCache& files, const Manifest& m, const Unit& u, std::string* bytes) {
   std::unique_ptr<ReadableFile>& f = files.open[u.file];
   if (!f) {
     SP_ASSIGN_OR_RETURN(f, files.storage->NewReadableFile(JoinPath(files.dir, m.files[u.file])));
   }
-  std::string bytes(u.nbytes, '\0');
-  SP_RETURN_IF_ERROR(f->ReadAt(u.offset, u.nbytes, bytes.data()));
-  if (Checksum64(bytes.data(), bytes.size()) != u.checksum) {
+  bytes->resize(u.nbytes);
+  SP_RETURN_IF_ERROR(f->ReadAt(u.offset, u.nbytes, bytes->data()));
+  if (Checksum64(bytes->data(), bytes->size()) != u.checksum) {
     return DataLossError(UnitName(m, u) + ": checksum mismatch");
   }
-  return bytes;
+  return OkStatus();
 }
 
 // Step 3 on this rank: the units it needs, and those of them its node's
@@ -235,10 +237,11 @@ void PlanNeeds(Recovery& x, const State& state, const LoadOptions& load,
   *needs = NeededUnits(x.m, x.ut, *plan, state);
   const int node = x.t.node_of(x.comm.rank());
   FileCache local{x.node, x.dir, {}};
+  std::string scratch;
   for (uint32_t u : *needs) {
     const Unit& unit = x.ut.units[u];
     if (!x.copies.node_holds[node][unit.file]) continue;
-    if (ReadUnit(local, x.m, unit).ok()) {
+    if (ReadUnit(local, x.m, unit, &scratch).ok()) {
       x.result.bytes_local += unit.nbytes;
     } else {
       bad->push_back(u);
@@ -252,7 +255,8 @@ void PlanNeeds(Recovery& x, const State& state, const LoadOptions& load,
 Status Serve(Recovery& x, const Transfer& tr, FileCache& node_files, FileCache& pers_files,
              std::vector<std::string>* send, std::vector<std::pair<int, uint32_t>>* newly_bad) {
   const Unit& unit = x.ut.units[tr.unit];
-  Result<std::string> bytes = InternalError("unread");
+  std::string& bytes = x.scratch;
+  Status read;
   if (tr.source == kPersistent) {
     if (!x.persistent_manifest_checked) {
       SP_ASSIGN_OR_RETURN(std::string theirs, ReadManifestBytes(x.persistent, x.persistent_dir));
@@ -263,23 +267,23 @@ Status Serve(Recovery& x, const Transfer& tr, FileCache& node_files, FileCache& 
       }
       x.persistent_manifest_checked = std::make_unique<Manifest>();
     }
-    bytes = ReadUnit(pers_files, x.m, unit);
-    if (bytes.ok()) x.result.bytes_persistent += unit.nbytes;
+    read = ReadUnit(pers_files, x.m, unit, &bytes);
+    if (read.ok()) x.result.bytes_persistent += unit.nbytes;
   } else {
-    bytes = ReadUnit(node_files, x.m, unit);
+    read = ReadUnit(node_files, x.m, unit, &bytes);
   }
-  if (!bytes.ok()) newly_bad->emplace_back(tr.source, tr.unit);
+  if (!read.ok()) newly_bad->emplace_back(tr.source, tr.unit);
   for (int r : tr.receivers) {
     if (r == x.comm.rank()) {
-      if (bytes.ok()) x.overlay.units[unit.file][unit.offset] = *bytes;
+      if (read.ok()) x.overlay.units[unit.file][unit.offset] = bytes;
       continue;
     }
     ByteWriter w;
     w.U32(tr.unit);
     w.U32(static_cast<uint32_t>(tr.source));
-    w.U8(bytes.ok());
-    if (bytes.ok()) w.Raw(bytes->data(), bytes->size());
+    w.U8(read.ok());
     (*send)[r] += w.str();
+    if (read.ok()) (*send)[r] += bytes;
   }
   return OkStatus();
 }
@@ -342,8 +346,9 @@ Status RunPasses(Recovery& x, const LocalTierOptions& o) {
     if (!lost.empty()) return LostError(x, lost, persistent);  // every rank alike
     std::vector<std::pair<int, uint32_t>> newly_bad;
     Status s;
+    std::vector<std::string> send(x.comm.size()), recv;  // buffers reused by every round
     for (const std::vector<size_t>& round : PackRounds(x.ut, transfers, o.round_bytes)) {
-      std::vector<std::string> send(x.comm.size()), recv;
+      for (std::string& b : send) b.clear();
       for (size_t i : round) {
         if (transfers[i].server != me || !s.ok()) continue;
         s = Guarded("local load: serving " + UnitName(x.m, x.ut.units[transfers[i].unit]), [&] {
@@ -469,7 +474,8 @@ Result<LoadResult> LocalLoadCollective(State& state, int64_t iteration, Comm& co
   const auto start = std::chrono::steady_clock::now();
   SP_ASSIGN_OR_RETURN(Topology t, GatherTopology(comm, o.node_id));
   RootedStorage node(o.storage ? o.storage : DefaultStorage(), o.local_root);
-  Recovery x{comm, t, &node, persistent, IterDir(iteration), pdir, {}, {}, {}, {}, {}, {}, {}, {}};
+  Recovery x{comm, t,  &node, persistent, IterDir(iteration), pdir, {}, {}, {}, {}, {},
+             {},   {}, {},    {}};
   SP_RETURN_IF_ERROR(FindCopies(x, iteration));
   SP_RETURN_IF_ERROR(GatherNeeds(x, state, load));
   SP_RETURN_IF_ERROR(RunPasses(x, o));
