@@ -263,6 +263,47 @@ TEST_F(LocalTierTest, AsyncSaveRecoversAndLatestSkipsAnUncommittedIteration) {
   EXPECT_EQ(latest(8), std::optional<int64_t>(1));
 }
 
+// Reads of one file through it come back with one byte flipped: memory
+// corrupted between the local save and the replication.
+class FlippingStorage : public StorageWrapper {
+ public:
+  FlippingStorage(Storage* base, std::string suffix) : StorageWrapper(base), suffix_(suffix) {}
+  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, base()->NewReadableFile(path));
+    if (!path.ends_with(suffix_)) return f;
+    return std::unique_ptr<ReadableFile>(new Flipped(std::move(f)));
+  }
+
+ private:
+  struct Flipped : ReadableFileWrapper {
+    using ReadableFileWrapper::ReadableFileWrapper;
+    Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
+      SP_RETURN_IF_ERROR(ReadableFileWrapper::ReadAt(offset, n, dst));
+      if (n > 5000) static_cast<char*>(dst)[5000] ^= 1;  // inside the first chunk
+      return OkStatus();
+    }
+  };
+  std::string suffix_;
+};
+
+TEST_F(LocalTierTest, ACorruptedReplicaIsRefusedOnArrivalAndTheSaveFails) {
+  std::vector<testing::RankState> src = States(ParallelConfig{2, 2, 2, true}, 9, true);
+  FlippingStorage flipping(DefaultStorage(), "/data/2.safetensors");
+  for (Status s : RunThreadRanks(8, [&](Comm& comm) {
+         LocalTierOptions o = Options(comm.rank(), 2);
+         if (comm.rank() == 2) o.storage = &flipping;
+         return LocalSave(src[comm.rank()].state, 9, comm, o).status();
+       })) {
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+    EXPECT_NE(s.message().find("replica of 'data/2.safetensors' bytes ["), std::string::npos)
+        << s.ToString();
+    EXPECT_NE(s.message().find("from rank 2: checksum mismatch"), std::string::npos);
+  }
+  for (int node = 0; node < 4; ++node) {
+    EXPECT_FALSE(*DefaultStorage()->Exists(NodeRoot(node) + "/iter_0000009/replicas"));
+  }
+}
+
 // SIGKILL during local saves and replication: a child process saves
 // iterations 2, 3, ... until killed at a random moment; the newest complete
 // local checkpoint afterwards (at least the first one, saved before) loads
