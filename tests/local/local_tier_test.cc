@@ -305,30 +305,43 @@ TEST_F(LocalTierTest, ACorruptedReplicaIsRefusedOnArrivalAndTheSaveFails) {
 }
 
 // SIGKILL during local saves and replication: a child process saves
-// iterations 2, 3, ... until killed at a random moment; the newest complete
-// local checkpoint afterwards (at least the first one, saved before) loads
+// iterations 2, 3, ... and reports each that returned OK on a pipe; it is
+// killed at a random moment after its first (so inside a later save: its
+// local write, its replication or its replica maps). The newest complete
+// local checkpoint afterwards is at least the last one reported and loads
 // bit for bit as the state of its iteration.
 TEST_F(LocalTierTest, KilledDuringLocalSavesTheNewestCompleteStillRecovers) {
-  SaveBoth(1, /*persistent=*/false);
   std::mt19937_64 rng(20261128);
   for (int trial = 0; trial < 4; ++trial) {
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    const int64_t first = 2 + trial * 100;
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-      for (int64_t it = 2 + trial * 100;; ++it) {
+      close(fds[0]);
+      for (int64_t it = first;; ++it) {
         std::vector<testing::RankState> src = States(ParallelConfig{2, 2, 2, true}, it, true);
         for (Status s : RunThreadRanks(8, [&](Comm& comm) {
                return LocalSave(src[comm.rank()].state, it, comm, Options(comm.rank(), 2)).status();
              })) {
           if (!s.ok()) std::_Exit(3);
         }
+        const char ack = 1;
+        if (write(fds[1], &ack, 1) != 1) std::_Exit(4);
       }
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(20000 + rng() % 200000));
+    close(fds[1]);
+    char ack = 0;
+    ASSERT_EQ(read(fds[0], &ack, 1), 1);  // the first save is complete
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 400000));
     ASSERT_EQ(kill(pid, SIGKILL), 0);
     int status = 0;
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
     ASSERT_TRUE(WIFSIGNALED(status)) << "the saver exited on its own: " << status;
+    int64_t acked = first;
+    while (read(fds[0], &ack, 1) == 1) ++acked;  // each later acknowledged save
+    close(fds[0]);
     std::optional<int64_t> latest;
     for (Status s : RunThreadRanks(8, [&](Comm& comm) -> Status {
            SP_ASSIGN_OR_RETURN(std::optional<int64_t> l,
@@ -339,6 +352,9 @@ TEST_F(LocalTierTest, KilledDuringLocalSavesTheNewestCompleteStillRecovers) {
       ASSERT_TRUE(s.ok()) << s.ToString();
     }
     ASSERT_TRUE(latest.has_value());
+    EXPECT_GE(*latest, acked);  // no acknowledged save lost
+    std::printf("trial %d: killed after iteration %lld was acknowledged; newest complete: %lld\n",
+                trial, static_cast<long long>(acked), static_cast<long long>(*latest));
     LoadAndCheck(*latest, ParallelConfig{4, 1, 2, false}, 2, "");
   }
 }
