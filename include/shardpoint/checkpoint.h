@@ -162,6 +162,15 @@ struct LoadResult {
   // blocks, bridged gaps).
   uint64_t requests = 0;
   uint64_t bytes_needed = 0;
+  // Where this rank's bytes came from (local_tier.h). Load: every byte is
+  // the checkpoint's own, counted in bytes_persistent (= bytes_read).
+  // LocalLoad: bytes_local from this rank's node's memory, bytes_peer sent by
+  // a rank of another node from its node's copy, bytes_persistent read by
+  // this rank from the persistent checkpoint (summed over ranks: what the
+  // job read from it).
+  uint64_t bytes_local = 0;
+  uint64_t bytes_peer = 0;
+  uint64_t bytes_persistent = 0;
   double seconds = 0;
 };
 

@@ -47,6 +47,7 @@ Result<LoadResult> LoadCollective(State& state, const std::string& dir, Comm& co
   SP_ASSIGN_OR_RETURN(LoadResult result,
                       internal_checkpoint::LoadFromSource(
                           state, src.status(), src.ok() ? *src : none, comm, options, res, "load"));
+  result.bytes_persistent = result.bytes_read;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

@@ -1,0 +1,217 @@
+// local_tier_bench: the local tier against memcpy and against the
+// persistent checkpoint, in one run.
+//
+//   local_tier_bench [--dir DIR] [--gib N] [--ranks R] [--reps K] [--io-threads T]
+//                    [--local-root L] [--round-mib M] [--keep]
+//
+// R ranks (threads, R even) are R/2 "nodes" of 2, each with its own local
+// root L/node<i> (default /dev/shm/shardpoint_bench); they hold a
+// transformer-like model with Adam state laid out as TP=2, DP=R/2 with the
+// distributed optimizer (N GiB of tensors in all); replication and
+// recovery move M MiB per rank per round (default 8: the round buffers are
+// faulted in once and reused). Per rep, slowest rank:
+//   memcpy       each rank copies its tensors into memory it touched before
+//   local save   LocalSave: the local write (Save through the node storage)
+//                and the replication (r = 1), apart
+//   async stall  how long LocalSaveAsync blocked (a Reserve()d AsyncSaver),
+//                and the time until its Wait() returned
+//   persistent   Save to DIR (O_DIRECT where possible, fsynced)
+//   recover      node 1's root wiped, LocalLoad into TP=2, DP=R/2 again
+//   load         Load of DIR, its data files evicted from the page cache
+//                first (POSIX_FADV_DONTNEED), so it reads the disk
+// Prints the medians over K reps and the ratios the issue asks for.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/bench_common.h"
+#include "shardpoint/local_tier.h"
+#include "tests/testing/transformer.h"
+
+namespace fs = std::filesystem;
+namespace sp = shardpoint;
+using sp::testing::ModelConfig;
+using sp::testing::ParallelConfig;
+
+namespace {
+
+constexpr char kProgram[] = "local_tier_bench";
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+ModelConfig ScaleModel(uint64_t target) {
+  ModelConfig m;
+  m.layers = 8;
+  for (int64_t h = 64;; h += 64) {
+    m.hidden = h, m.ffn = 4 * h, m.vocab = 16 * h;
+    uint64_t total = 0;
+    for (const auto& s : sp::testing::ModelTensors(m)) {
+      total += static_cast<uint64_t>(sp::Box::Whole(s.shape).num_elements()) * DTypeSize(s.dtype);
+    }
+    if (total >= target) return m;
+  }
+}
+
+void Evict(const std::string& dir) {
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    const int fd = ::open(e.path().c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
+// Runs fn on every rank; returns the slowest rank's seconds (fn's own figure).
+double Slowest(int ranks, const std::function<sp::Result<double>(sp::Comm&)>& fn) {
+  std::vector<double> secs(ranks, 0);
+  for (const sp::Status& s : sp::RunThreadRanks(ranks, [&](sp::Comm& comm) -> sp::Status {
+         SP_ASSIGN_OR_RETURN(secs[comm.rank()], fn(comm));
+         return sp::OkStatus();
+       })) {
+    if (!s.ok()) sp::bench::Die(kProgram, s.ToString());
+  }
+  return *std::max_element(secs.begin(), secs.end());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string local_root = "/dev/shm/shardpoint_bench";
+  uint64_t round_mib = 8;
+  sp::bench::Flags f = sp::bench::ParseFlags(
+      kProgram, {"/tmp/shardpoint_local_bench", 0.5, 4, 3, 2, false}, argc, argv,
+      [&](const std::string& flag, const std::function<std::string()>& value) {
+        if (flag == "--round-mib") {
+          round_mib = std::stoull(value());
+          return true;
+        }
+        if (flag != "--local-root") return false;
+        local_root = value();
+        return true;
+      },
+      " [--local-root L] [--round-mib M]");
+  if (f.ranks % 2 != 0) sp::bench::Die(kProgram, "--ranks must be even (nodes of 2)");
+  const ParallelConfig layout{2, 1, f.ranks / 2, true};
+  const ModelConfig model = ScaleModel(static_cast<uint64_t>(f.gib * (1ull << 30)));
+  std::vector<sp::testing::RankState> states(f.ranks), loaded(f.ranks);
+  uint64_t total = 0;
+  for (int r = 0; r < f.ranks; ++r) {
+    auto rs = sp::testing::BuildRankState(model, layout, r);
+    auto ls = sp::testing::BuildRankState(model, layout, r);
+    if (!rs.ok() || !ls.ok()) sp::bench::Die(kProgram, rs.status().ToString());
+    states[r] = std::move(*rs);
+    loaded[r] = std::move(*ls);
+    for (const sp::LocalTensor& t : states[r].state.tensors) {
+      sp::bench::Fill(t);
+      total += sp::bench::Bytes(t);
+    }
+  }
+  std::printf("%d ranks as %d nodes of 2, %.3f GiB of tensors (hidden %lld), local root %s\n",
+              f.ranks, f.ranks / 2, total / double(1ull << 30),
+              static_cast<long long>(model.hidden), local_root.c_str());
+  auto options = [&](int rank) {
+    sp::LocalTierOptions o;
+    o.local_root = local_root + "/node" + std::to_string(rank / 2);
+    o.node_id = "node" + std::to_string(rank / 2);
+    o.io_threads = f.threads;
+    o.round_bytes = round_mib << 20;
+    return o;
+  };
+  std::vector<std::unique_ptr<sp::AsyncSaver>> savers(f.ranks);
+  std::vector<std::vector<char>> copies(f.ranks);
+  for (int r = 0; r < f.ranks; ++r) {
+    savers[r] = std::make_unique<sp::AsyncSaver>();
+    if (!savers[r]->Reserve(states[r].state).ok()) sp::bench::Die(kProgram, "Reserve failed");
+    copies[r].assign(states[r].bytes + 1, 1);
+  }
+  std::vector<double> memcpy_s, save_s, write_s, repl_s, stall_s, async_s, pers_s, rec_s, load_s;
+  uint64_t peer = 0, persistent = 0;
+  for (int rep = 0; rep < f.reps; ++rep) {
+    const int64_t it = rep;
+    memcpy_s.push_back(Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
+      const auto t = Clock::now();
+      size_t at = 0;
+      for (const sp::LocalTensor& lt : states[comm.rank()].state.tensors) {
+        std::memcpy(copies[comm.rank()].data() + at, lt.data, sp::bench::Bytes(lt));
+        at += sp::bench::Bytes(lt);
+      }
+      return Since(t);
+    }));
+    double w = 0, rp = 0;
+    save_s.push_back(Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
+      const auto t = Clock::now();
+      SP_ASSIGN_OR_RETURN(sp::LocalSaveStats st, sp::LocalSave(states[comm.rank()].state, 2 * it,
+                                                               comm, options(comm.rank())));
+      if (comm.rank() == 0) w = st.save.seconds, rp = st.replicate_seconds;
+      return Since(t);
+    }));
+    write_s.push_back(w);
+    repl_s.push_back(rp);
+    double stall = 0;
+    async_s.push_back(Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
+      const auto t = Clock::now();
+      SP_ASSIGN_OR_RETURN(sp::SaveHandle h,
+                          sp::LocalSaveAsync(*savers[comm.rank()], states[comm.rank()].state,
+                                             2 * it + 1, comm, options(comm.rank())));
+      if (comm.rank() == 0) stall = Since(t);
+      SP_RETURN_IF_ERROR(h.Wait().status());
+      return Since(t);
+    }));
+    stall_s.push_back(stall);
+    const std::string dir = f.dir + "/iter_" + std::to_string(it);
+    fs::remove_all(dir);
+    pers_s.push_back(Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
+      const auto t = Clock::now();
+      SP_RETURN_IF_ERROR(sp::Save(states[comm.rank()].state, dir, comm).status());
+      return Since(t);
+    }));
+    fs::remove_all(local_root + "/node1");
+    rec_s.push_back(Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
+      const auto t = Clock::now();
+      SP_ASSIGN_OR_RETURN(sp::LoadResult r, sp::LocalLoad(loaded[comm.rank()].state, 2 * it + 1,
+                                                          comm, options(comm.rank()), dir));
+      if (comm.rank() == 2) peer = r.bytes_peer, persistent = r.bytes_persistent;
+      return Since(t);
+    }));
+    Evict(dir);
+    load_s.push_back(Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
+      const auto t = Clock::now();
+      sp::LoadOptions lo;
+      lo.io_threads = f.threads;
+      SP_RETURN_IF_ERROR(sp::Load(loaded[comm.rank()].state, dir, comm, lo).status());
+      return Since(t);
+    }));
+    fs::remove_all(local_root);
+    if (!f.keep) fs::remove_all(dir);
+  }
+  using sp::bench::Median;
+  const double gib = total / double(1ull << 30);
+  std::printf("memcpy of the state         %8.3f s  %6.2f GiB/s\n", Median(memcpy_s),
+              gib / Median(memcpy_s));
+  std::printf("local save (sync)           %8.3f s  %6.2f GiB/s (write %.3f s, replicate %.3f s)\n",
+              Median(save_s), gib / Median(save_s), Median(write_s), Median(repl_s));
+  std::printf("local save async: stall     %8.3f s  (until Wait: %.3f s)\n", Median(stall_s),
+              Median(async_s));
+  std::printf("persistent save             %8.3f s\n", Median(pers_s));
+  std::printf(
+      "recover node 1 (LocalLoad)  %8.3f s  (rank 2: %llu bytes from peers, %llu persistent)\n",
+      Median(rec_s), static_cast<unsigned long long>(peer),
+      static_cast<unsigned long long>(persistent));
+  std::printf("load persistent (cold)      %8.3f s\n", Median(load_s));
+  std::printf("stall / memcpy %.2fx; local write / memcpy %.2fx; recover speedup %.2fx\n",
+              Median(stall_s) / Median(memcpy_s), Median(write_s) / Median(memcpy_s),
+              Median(load_s) / Median(rec_s));
+  return 0;
+}

@@ -1,0 +1,56 @@
+#include "src/local/inventory.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "src/checkpoint/commit.h"
+#include "src/format/manifest.h"
+#include "src/local/replica_map.h"
+
+using shardpoint::internal_checkpoint::JoinPath;
+
+namespace shardpoint::internal_local {
+
+std::string IterDir(int64_t iteration) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "/iter_%07lld", static_cast<long long>(iteration));
+  return buf;
+}
+
+Result<NodeCopy> ReadNodeCopy(Storage* node, const std::string& dir) {
+  NodeCopy copy;
+  const std::string path = JoinPath(dir, kReplicaMapName);
+  SP_ASSIGN_OR_RETURN(bool exists, node->Exists(path));
+  if (!exists) return copy;
+  SP_ASSIGN_OR_RETURN(bool manifest, node->Exists(JoinPath(dir, internal_format::kManifestName)));
+  if (!manifest) return copy;
+  SP_ASSIGN_OR_RETURN(std::string text, node->ReadFileToString(path));
+  SP_ASSIGN_OR_RETURN(ReplicaMap map, DecodeReplicaMap(text, path));
+  copy.committed = true;
+  for (const auto& [file, nodes] : map.files) {
+    copy.all.push_back(file);
+    SP_ASSIGN_OR_RETURN(bool here, node->Exists(JoinPath(dir, file)));
+    if (here) copy.held.push_back(file);
+  }
+  return copy;
+}
+
+Result<std::vector<int64_t>> CommittedIterations(Storage* node) {
+  std::vector<int64_t> out;
+  SP_ASSIGN_OR_RETURN(bool root, node->IsDirectory("/"));
+  if (!root) return out;
+  SP_ASSIGN_OR_RETURN(std::vector<std::string> names, node->ListDir("/"));
+  for (const std::string& name : names) {
+    if (!name.starts_with("iter_") || name.size() < 6 ||
+        name.find_first_not_of("0123456789", 5) != std::string::npos || name.size() > 23) {
+      continue;
+    }
+    const int64_t it = std::stoll(name.substr(5));
+    SP_ASSIGN_OR_RETURN(bool committed, node->Exists(JoinPath("/" + name, kReplicaMapName)));
+    if (committed) out.push_back(it);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace shardpoint::internal_local

@@ -1,0 +1,550 @@
+// LocalLoad and LatestLocal (local_tier.h): recovery from the local tier.
+//
+//   1. the topology, and what each node holds of the iteration (its first
+//      rank reads its replica map, inventory.h);              (all-gather)
+//   2. the lowest rank on a node with a committed copy broadcasts the
+//      manifest;                                               (broadcast)
+//   3. each rank plans its load (load_plan.h) and lists the verification
+//      units it needs (units.h); it reads and checks those its node holds:
+//      a unit that fails its checksum there is bad on that node;
+//   4. the ranks all-gather their needs and bad units; every rank computes
+//      the same transfers (recover_plan.h) and runs them in rounds of one
+//      AllToAll: a server reads each unit from its node's copy (or the
+//      persistent checkpoint), checks it and sends it; a receiver checks it
+//      again and keeps it. A unit that fails on either side marks that copy
+//      bad; the ranks all-gather the copies marked bad and plan again for
+//      the units they failed, until none fails or no copy is left (a
+//      DataLoss error naming the unit);   (all-gather, AllToAll per round,
+//                                          all-gather per pass)
+//   5. the load pipeline (load_source.h) runs on the overlay of the node's
+//      copies and the kept units (overlay.h), verifying every block again
+//      as it places it; never cooperative, never bridging gaps.
+// Every local step is Guarded and its error travels to the next agreement.
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "shardpoint/local_tier.h"
+#include "src/base/bytes.h"
+#include "src/base/guard.h"
+#include "src/checkpoint/commit.h"
+#include "src/checkpoint/load_source.h"
+#include "src/comm/agreed.h"
+#include "src/format/checksum.h"
+#include "src/local/inventory.h"
+#include "src/local/node_storage.h"
+#include "src/local/overlay.h"
+#include "src/local/recover_plan.h"
+#include "src/local/topology.h"
+#include "src/local/units.h"
+#include "src/plan/load_plan.h"
+
+using shardpoint::internal_base::ByteReader;
+using shardpoint::internal_base::ByteWriter;
+using shardpoint::internal_base::Guarded;
+using shardpoint::internal_checkpoint::JoinPath;
+using shardpoint::internal_checkpoint::ReadManifestBytes;
+using shardpoint::internal_format::Checksum64;
+using shardpoint::internal_format::DecodeManifest;
+using shardpoint::internal_format::kManifestName;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::ObjectRecord;
+using shardpoint::internal_local::AssignServers;
+using shardpoint::internal_local::CommittedIterations;
+using shardpoint::internal_local::CopyState;
+using shardpoint::internal_local::GatherTopology;
+using shardpoint::internal_local::InitialPending;
+using shardpoint::internal_local::IterDir;
+using shardpoint::internal_local::kPersistent;
+using shardpoint::internal_local::NodeCopy;
+using shardpoint::internal_local::OverlayFiles;
+using shardpoint::internal_local::OverlayStorage;
+using shardpoint::internal_local::PackRounds;
+using shardpoint::internal_local::Pending;
+using shardpoint::internal_local::ReadNodeCopy;
+using shardpoint::internal_local::RootedStorage;
+using shardpoint::internal_local::Topology;
+using shardpoint::internal_local::Transfer;
+using shardpoint::internal_local::Unit;
+using shardpoint::internal_local::UnitName;
+using shardpoint::internal_local::UnitsOf;
+using shardpoint::internal_local::UnitTable;
+
+namespace shardpoint {
+namespace {
+
+std::string EncodeCopy(const NodeCopy& c) {
+  ByteWriter w;
+  w.U8(c.committed);
+  w.U64(c.all.size());
+  for (const std::string& f : c.all) w.Str(f);
+  w.U64(c.held.size());
+  for (const std::string& f : c.held) w.Str(f);
+  return std::move(w.str());
+}
+
+Result<NodeCopy> DecodeCopy(const std::string& bytes, int rank) {
+  ByteReader r(bytes, "local tier inventory from rank " + std::to_string(rank));
+  NodeCopy c;
+  uint8_t committed = 0;
+  SP_RETURN_IF_ERROR(r.U8(&committed));
+  c.committed = committed != 0;
+  for (std::vector<std::string>* v : {&c.all, &c.held}) {
+    uint64_t n = 0;
+    SP_RETURN_IF_ERROR(r.Count(&n, 4));
+    v->resize(n);
+    for (std::string& s : *v) SP_RETURN_IF_ERROR(r.Str(&s));
+  }
+  SP_RETURN_IF_ERROR(r.ExpectEnd());
+  return c;
+}
+
+std::string EncodeUnits(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
+  ByteWriter w;
+  for (const std::vector<uint32_t>* v : {&a, &b}) {
+    w.U64(v->size());
+    w.Raw(v->data(), v->size() * 4);
+  }
+  return std::move(w.str());
+}
+
+Status DecodeUnits(const std::string& bytes, int rank, size_t num_units, std::vector<uint32_t>* a,
+                   std::vector<uint32_t>* b) {
+  ByteReader r(bytes, "local tier needs from rank " + std::to_string(rank));
+  for (std::vector<uint32_t>* v : {a, b}) {
+    uint64_t n = 0;
+    SP_RETURN_IF_ERROR(r.Count(&n, 4));
+    v->resize(n);
+    SP_RETURN_IF_ERROR(r.Raw(v->data(), n * 4));
+    for (uint32_t u : *v) {
+      if (u >= num_units)
+        return DataLossError("local tier: rank " + std::to_string(rank) + " names unit " +
+                             std::to_string(u) + " of " + std::to_string(num_units));
+    }
+  }
+  return r.ExpectEnd();
+}
+
+// The state of one recovery on this rank.
+struct Recovery {
+  Comm& comm;
+  const Topology& t;
+  Storage* node;  // this rank's node storage
+  Storage* persistent;
+  std::string dir;  // "/iter_..."
+  std::string persistent_dir;
+  std::string manifest_bytes;
+  Manifest m;
+  UnitTable ut;
+  CopyState copies;
+  std::vector<std::vector<uint32_t>> needs;  // per rank
+  OverlayFiles overlay;
+  std::unique_ptr<Manifest> persistent_manifest_checked;  // set once compared
+  LoadResult result;
+  std::string scratch;  // a unit being served, reused
+};
+
+// Step 1. Per node: whether it committed, the files it holds.
+Result<std::vector<NodeCopy>> GatherCopies(Comm& comm, const Topology& t, Storage* node,
+                                           const std::string& dir) {
+  Result<NodeCopy> mine = NodeCopy{};
+  if (t.local_index(comm.rank()) == 0) {
+    mine = Guarded("local load: reading this node's copy", [&] { return ReadNodeCopy(node, dir); });
+  }
+  std::vector<std::string> all;
+  SP_RETURN_IF_ERROR(internal_comm::AllGatherAgreed(
+      comm, mine.status(), mine.ok() ? EncodeCopy(*mine) : std::string(), &all));
+  std::vector<NodeCopy> per_node(t.nodes.size());
+  for (size_t n = 0; n < t.nodes.size(); ++n) {
+    const int leader = t.ranks_of[n][0];
+    SP_ASSIGN_OR_RETURN(per_node[n], DecodeCopy(all[leader], leader));
+  }
+  return per_node;
+}
+
+// The units of chunk blocks a plan's pieces need, and of the requested
+// objects; sorted, unique.
+std::vector<uint32_t> NeededUnits(const Manifest& m, const UnitTable& ut,
+                                  const internal_plan::LoadPlan& plan, const State& state) {
+  std::vector<uint32_t> out;
+  auto units_in = [&](uint32_t file, uint64_t a, uint64_t b) {  // file bytes [a, b)
+    const auto first = ut.units.begin() + ut.file_begin[file];
+    const auto last = ut.units.begin() + ut.file_begin[file + 1];
+    auto it =
+        std::upper_bound(first, last, a, [](uint64_t x, const Unit& u) { return x < u.offset; });
+    if (it != first) --it;
+    for (; it != last && it->offset < b; ++it) {
+      if (it->offset + it->nbytes > a) out.push_back(static_cast<uint32_t>(it - ut.units.begin()));
+    }
+  };
+  for (const internal_plan::ReadPiece& p : plan.pieces) {
+    const internal_format::ChunkRecord& c = m.tensors[p.tensor].chunks[p.chunk];
+    const uint64_t es = DTypeSize(p.src_dtype);
+    const uint64_t block = internal_format::VerifyBlock(m, c);
+    const Shape& cs = c.box.shape;
+    for (uint64_t at = 0; at < c.nbytes; at += block) {
+      const uint64_t end = std::min(c.nbytes, at + block);
+      const int64_t n = internal_plan::ElementsBefore(cs, p.in_chunk, end / es) -
+                        internal_plan::ElementsBefore(cs, p.in_chunk, at / es);
+      if (n > 0) units_in(c.file, c.offset + at, c.offset + end);
+    }
+  }
+  for (const Object& o : state.objects) {
+    for (const ObjectRecord& r : m.objects) {
+      if (r.key == o.key && r.index == o.index && r.nbytes > 0) {
+        units_in(r.file, r.offset, r.offset + r.nbytes);
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// The files of one directory, opened on first use (one thread at a time).
+struct FileCache {
+  Storage* storage;
+  std::string dir;
+  std::map<uint32_t, std::unique_ptr<ReadableFile>> open;
+};
+
+// Reads unit u into *bytes and checks it against its checksum. *bytes is
+// reused from unit to unit (fresh memory costs a page fault per page).
+Status ReadUnit(FileCache& files, const Manifest& m, const Unit& u, std::string* bytes) {
+  std::unique_ptr<ReadableFile>& f = files.open[u.file];
+  if (!f) {
+    SP_ASSIGN_OR_RETURN(f, files.storage->NewReadableFile(JoinPath(files.dir, m.files[u.file])));
+  }
+  bytes->resize(u.nbytes);
+  SP_RETURN_IF_ERROR(f->ReadAt(u.offset, u.nbytes, bytes->data()));
+  if (Checksum64(bytes->data(), bytes->size()) != u.checksum) {
+    return DataLossError(UnitName(m, u) + ": checksum mismatch");
+  }
+  return OkStatus();
+}
+
+// Step 3 on this rank: the units it needs, and those of them its node's
+// copy failed (read errors included: such a copy is no copy).
+void PlanNeeds(Recovery& x, const State& state, const LoadOptions& load,
+               std::vector<uint32_t>* needs, std::vector<uint32_t>* bad) {
+  Result<std::vector<internal_plan::Region>> regions = internal_plan::BuildRegions(state.tensors);
+  if (!regions.ok()) return;  // the pipeline reports it (step 5)
+  Result<internal_plan::LoadPlan> plan =
+      internal_plan::PlanLoad(x.m, *regions, load.allow_shape_mismatch);
+  if (!plan.ok()) return;
+  *needs = NeededUnits(x.m, x.ut, *plan, state);
+  const int node = x.t.node_of(x.comm.rank());
+  FileCache local{x.node, x.dir, {}};
+  std::string scratch;
+  for (uint32_t u : *needs) {
+    const Unit& unit = x.ut.units[u];
+    if (!x.copies.node_holds[node][unit.file]) continue;
+    if (ReadUnit(local, x.m, unit, &scratch).ok()) {
+      x.result.bytes_local += unit.nbytes;
+    } else {
+      bad->push_back(u);
+    }
+  }
+}
+
+// Step 4, one transfer served by this rank: appends its messages to `send`
+// (a message: u32 unit, i32 source, u8 ok, then the bytes when ok), keeps
+// what this rank itself receives, notes a bad copy.
+Status Serve(Recovery& x, const Transfer& tr, FileCache& node_files, FileCache& pers_files,
+             std::vector<std::string>* send, std::vector<std::pair<int, uint32_t>>* newly_bad) {
+  const Unit& unit = x.ut.units[tr.unit];
+  std::string& bytes = x.scratch;
+  Status read;
+  if (tr.source == kPersistent) {
+    if (!x.persistent_manifest_checked) {
+      SP_ASSIGN_OR_RETURN(std::string theirs, ReadManifestBytes(x.persistent, x.persistent_dir));
+      if (theirs != x.manifest_bytes) {
+        return FailedPreconditionError("local load: the persistent checkpoint '" +
+                                       x.persistent_dir + "' is not the local checkpoint '" +
+                                       x.dir + "' (their manifests differ)");
+      }
+      x.persistent_manifest_checked = std::make_unique<Manifest>();
+    }
+    read = ReadUnit(pers_files, x.m, unit, &bytes);
+    if (read.ok()) x.result.bytes_persistent += unit.nbytes;
+  } else {
+    read = ReadUnit(node_files, x.m, unit, &bytes);
+  }
+  if (!read.ok()) newly_bad->emplace_back(tr.source, tr.unit);
+  for (int r : tr.receivers) {
+    if (r == x.comm.rank()) {
+      if (read.ok()) x.overlay.units[unit.file][unit.offset] = bytes;
+      continue;
+    }
+    ByteWriter w;
+    w.U32(tr.unit);
+    w.U32(static_cast<uint32_t>(tr.source));
+    w.U8(read.ok());
+    (*send)[r] += w.str();
+    if (read.ok()) (*send)[r] += bytes;
+  }
+  return OkStatus();
+}
+
+// Step 4, what this rank received in a round: each unit checked, kept.
+Status Receive(Recovery& x, const std::vector<std::string>& recv,
+               std::vector<std::pair<int, uint32_t>>* newly_bad) {
+  for (size_t s = 0; s < recv.size(); ++s) {
+    ByteReader r(recv[s], "local tier units from rank " + std::to_string(s));
+    while (!r.done()) {
+      uint32_t u = 0, source = 0;
+      uint8_t ok = 0;
+      SP_RETURN_IF_ERROR(r.U32(&u));
+      SP_RETURN_IF_ERROR(r.U32(&source));
+      SP_RETURN_IF_ERROR(r.U8(&ok));
+      if (u >= x.ut.units.size()) return DataLossError("local tier: unit out of range");
+      const Unit& unit = x.ut.units[u];
+      const int src = static_cast<int>(source);
+      if (!ok) continue;  // the server marked the copy bad itself
+      if (r.left() < unit.nbytes) return DataLossError("local tier: truncated unit");
+      std::string bytes(unit.nbytes, '\0');
+      SP_RETURN_IF_ERROR(r.Raw(bytes.data(), bytes.size()));
+      if (Checksum64(bytes.data(), bytes.size()) != unit.checksum) {
+        newly_bad->emplace_back(src, u);
+        continue;
+      }
+      x.result.bytes_received += unit.nbytes;
+      if (src != kPersistent) x.result.bytes_peer += unit.nbytes;
+      x.overlay.units[unit.file][unit.offset] = std::move(bytes);
+    }
+  }
+  return OkStatus();
+}
+
+Status LostError(const Recovery& x, const std::vector<uint32_t>& lost, bool persistent) {
+  std::string what = UnitName(x.m, x.ut.units[lost.front()]);
+  if (lost.size() > 1) what += " and " + std::to_string(lost.size() - 1) + " more units";
+  return DataLossError("local load of '" + x.dir + "': no good copy of " + what +
+                       " survives on any node" +
+                       (persistent ? ", nor in the persistent checkpoint '" + x.persistent_dir + "'"
+                                   : ", and no persistent checkpoint was given"));
+}
+
+// Step 4: the passes.
+Status RunPasses(Recovery& x, const LocalTierOptions& o) {
+  const bool persistent = !x.persistent_dir.empty();
+  Pending pending = InitialPending(x.ut, x.t, x.copies, x.needs);
+  FileCache node_files{x.node, x.dir, {}}, pers_files{x.persistent, x.persistent_dir, {}};
+  const int me = x.comm.rank();
+  for (size_t pass = 0; !pending.empty(); ++pass) {
+    // Each pass marks at least one more copy bad, and each unit has at most
+    // one copy per node and one persistent: a bound that a bug cannot pass.
+    if (pass > x.t.nodes.size() + 1) {
+      return InternalError("local load: copies still failing after " + std::to_string(pass) +
+                           " passes");
+    }
+    std::vector<uint32_t> lost;
+    const std::vector<Transfer> transfers =
+        AssignServers(x.ut, x.t, x.copies, pending, persistent, &lost);
+    if (!lost.empty()) return LostError(x, lost, persistent);  // every rank alike
+    std::vector<std::pair<int, uint32_t>> newly_bad;
+    Status s;
+    std::vector<std::string> send(x.comm.size()), recv;  // buffers reused by every round
+    for (const std::vector<size_t>& round : PackRounds(x.ut, transfers, o.round_bytes)) {
+      for (std::string& b : send) b.clear();
+      for (size_t i : round) {
+        if (transfers[i].server != me || !s.ok()) continue;
+        s = Guarded("local load: serving " + UnitName(x.m, x.ut.units[transfers[i].unit]), [&] {
+          return Serve(x, transfers[i], node_files, pers_files, &send, &newly_bad);
+        });
+      }
+      SP_RETURN_IF_ERROR(x.comm.AllToAll(send, &recv));
+      if (s.ok())
+        s = Guarded("local load: receiving", [&] { return Receive(x, recv, &newly_bad); });
+    }
+    ByteWriter w;
+    for (const auto& [src, u] : newly_bad) {
+      w.U32(static_cast<uint32_t>(src));
+      w.U32(u);
+    }
+    std::vector<std::string> all;
+    SP_RETURN_IF_ERROR(internal_comm::AllGatherAgreed(x.comm, s, w.str(), &all));
+    std::set<std::pair<int, uint32_t>> found;
+    for (size_t r = 0; r < all.size(); ++r) {
+      ByteReader br(all[r], "local tier bad copies from rank " + std::to_string(r));
+      while (!br.done()) {
+        uint32_t src = 0, u = 0;
+        SP_RETURN_IF_ERROR(br.U32(&src));
+        SP_RETURN_IF_ERROR(br.U32(&u));
+        found.emplace(static_cast<int>(src), u);
+      }
+    }
+    x.copies.bad.insert(found.begin(), found.end());
+    pending.clear();
+    for (const Transfer& tr : transfers) {
+      if (found.count({tr.source, tr.unit})) pending.emplace_back(tr.unit, tr.receivers);
+    }
+  }
+  return OkStatus();
+}
+
+// Steps 1 and 2: the copies and the manifest.
+Status FindCopies(Recovery& x, int64_t iteration) {
+  SP_ASSIGN_OR_RETURN(std::vector<NodeCopy> copies, GatherCopies(x.comm, x.t, x.node, x.dir));
+  int root = -1;
+  for (size_t r = 0; r < x.t.node_of_rank.size() && root < 0; ++r) {
+    if (copies[x.t.node_of(static_cast<int>(r))].committed) root = static_cast<int>(r);
+  }
+  if (root < 0) {
+    return NotFoundError("local load: no node of this job holds a committed copy of iteration " +
+                         std::to_string(iteration) + " ('" + x.dir + "' with its replica map)");
+  }
+  Status s;
+  if (x.comm.rank() == root) {
+    Result<std::string> read = Guarded("local load: reading the manifest",
+                                       [&] { return ReadManifestBytes(x.node, x.dir); });
+    s = read.status();
+    if (read.ok()) x.manifest_bytes = std::move(*read);
+  }
+  SP_RETURN_IF_ERROR(internal_comm::BroadcastAgreed(x.comm, s, &x.manifest_bytes, root));
+  // Every rank decodes the same bytes: the same outcome everywhere.
+  SP_ASSIGN_OR_RETURN(x.m, DecodeManifest(x.manifest_bytes, JoinPath(x.dir, kManifestName)));
+  x.ut = UnitsOf(x.m);
+  x.overlay.units.resize(x.m.files.size());  // kept units, per file
+  x.copies.node_holds.assign(x.t.nodes.size(), std::vector<char>(x.m.files.size(), 0));
+  for (size_t n = 0; n < copies.size(); ++n) {
+    if (!copies[n].committed) continue;
+    for (size_t f = 0; f < x.m.files.size(); ++f) {
+      const std::vector<std::string>& held = copies[n].held;
+      x.copies.node_holds[n][f] = std::find(held.begin(), held.end(), x.m.files[f]) != held.end();
+    }
+  }
+  return OkStatus();
+}
+
+// Step 3's exchange: every rank's needs, and the bad local copies.
+Status GatherNeeds(Recovery& x, const State& state, const LoadOptions& load) {
+  std::vector<uint32_t> needs, bad;
+  Status s = Guarded("local load: checking this node's copy", [&] {
+    PlanNeeds(x, state, load, &needs, &bad);
+    return OkStatus();
+  });
+  std::vector<std::string> all;
+  SP_RETURN_IF_ERROR(
+      internal_comm::AllGatherAgreed(x.comm, s, s.ok() ? EncodeUnits(needs, bad) : "", &all));
+  x.needs.resize(all.size());
+  for (size_t r = 0; r < all.size(); ++r) {
+    std::vector<uint32_t> b;
+    SP_RETURN_IF_ERROR(
+        DecodeUnits(all[r], static_cast<int>(r), x.ut.units.size(), &x.needs[r], &b));
+    for (uint32_t u : b) x.copies.bad.emplace(x.t.node_of(static_cast<int>(r)), u);
+  }
+  return OkStatus();
+}
+
+// Step 5.
+Result<LoadResult> LoadOverlay(Recovery& x, State& state, const LoadOptions& load) {
+  const int node = x.t.node_of(x.comm.rank());
+  x.overlay.dir = x.dir;
+  x.overlay.names = x.m.files;
+  x.overlay.held = x.copies.node_holds[node];
+  x.overlay.extent = x.ut.extent;
+  OverlayStorage files(x.node, &x.overlay);
+  LoadOptions o = load;
+  o.storage = &files;
+  o.cooperative = false;
+  o.read_gap_bytes = 0;
+  o.verify_checksums = true;
+  o.log = nullptr;
+  internal_io::CallResources res(o);
+  internal_source::Source src;
+  src.dir = x.dir;
+  src.kind = "checkpoint";
+  src.name = "local checkpoint '" + x.dir + "'";
+  src.index = x.m;
+  SP_ASSIGN_OR_RETURN(LoadResult r, internal_checkpoint::LoadFromSource(
+                                        state, OkStatus(), src, x.comm, o, res, "local load"));
+  r.bytes_local = x.result.bytes_local;
+  r.bytes_peer = x.result.bytes_peer;
+  r.bytes_persistent = x.result.bytes_persistent;
+  r.bytes_received = x.result.bytes_received;
+  return r;
+}
+
+Result<LoadResult> LocalLoadCollective(State& state, int64_t iteration, Comm& comm,
+                                       const LocalTierOptions& o, const std::string& pdir,
+                                       const LoadOptions& load, Storage* persistent) {
+  const auto start = std::chrono::steady_clock::now();
+  SP_ASSIGN_OR_RETURN(Topology t, GatherTopology(comm, o.node_id));
+  RootedStorage node(o.storage ? o.storage : DefaultStorage(), o.local_root);
+  Recovery x{comm, t,  &node, persistent, IterDir(iteration), pdir, {}, {}, {}, {}, {},
+             {},   {}, {},    {}};
+  SP_RETURN_IF_ERROR(FindCopies(x, iteration));
+  SP_RETURN_IF_ERROR(GatherNeeds(x, state, load));
+  SP_RETURN_IF_ERROR(RunPasses(x, o));
+  SP_ASSIGN_OR_RETURN(LoadResult r, LoadOverlay(x, state, load));
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+// What a node's first rank reports for LatestLocal: per committed
+// iteration, its copy.
+Result<std::string> NodeReport(Storage* node) {
+  ByteWriter w;
+  SP_ASSIGN_OR_RETURN(std::vector<int64_t> its, CommittedIterations(node));
+  w.U32(static_cast<uint32_t>(its.size()));
+  for (int64_t it : its) {
+    SP_ASSIGN_OR_RETURN(NodeCopy c, ReadNodeCopy(node, IterDir(it)));
+    w.I64(it);
+    w.Blob(EncodeCopy(c));
+  }
+  return std::move(w.str());
+}
+
+}  // namespace
+
+Result<LoadResult> LocalLoad(State& state, int64_t iteration, Comm& comm,
+                             const LocalTierOptions& options, const std::string& persistent_dir,
+                             const LoadOptions& load) {
+  internal_io::CallResources res(load);
+  Result<LoadResult> r = Guarded("local load", [&] {
+    return LocalLoadCollective(state, iteration, comm, options, persistent_dir, load,
+                               res.storage());
+  });
+  internal_checkpoint::LogLoadOutcome(res, comm, "local checkpoint " + IterDir(iteration), r);
+  return r;
+}
+
+Result<std::optional<int64_t>> LatestLocal(Comm& comm, const LocalTierOptions& options) {
+  return Guarded("local tier: finding the latest", [&]() -> Result<std::optional<int64_t>> {
+    SP_ASSIGN_OR_RETURN(Topology t, GatherTopology(comm, options.node_id));
+    RootedStorage node(options.storage ? options.storage : DefaultStorage(), options.local_root);
+    Result<std::string> mine = std::string();
+    if (t.local_index(comm.rank()) == 0)
+      mine = Guarded("local tier: listing this node", [&] { return NodeReport(&node); });
+    std::vector<std::string> all;
+    SP_RETURN_IF_ERROR(internal_comm::AllGatherAgreed(comm, mine.status(),
+                                                      mine.ok() ? *mine : std::string(), &all));
+    // iteration -> (every file, the files some node holds)
+    std::map<int64_t, std::pair<std::set<std::string>, std::set<std::string>>> seen;
+    for (const std::vector<int>& ranks : t.ranks_of) {
+      const int leader = ranks[0];
+      ByteReader r(all[leader], "local tier report from rank " + std::to_string(leader));
+      uint32_t n = 0;
+      SP_RETURN_IF_ERROR(r.U32(&n));
+      for (uint32_t i = 0; i < n; ++i) {
+        int64_t it = 0;
+        std::string blob;
+        SP_RETURN_IF_ERROR(r.I64(&it));
+        SP_RETURN_IF_ERROR(r.Blob(&blob));
+        SP_ASSIGN_OR_RETURN(NodeCopy c, DecodeCopy(blob, leader));
+        if (!c.committed) continue;
+        seen[it].first.insert(c.all.begin(), c.all.end());
+        seen[it].second.insert(c.held.begin(), c.held.end());
+      }
+    }
+    for (auto it = seen.rbegin(); it != seen.rend(); ++it) {
+      if (it->second.first == it->second.second) return std::optional<int64_t>(it->first);
+    }
+    return std::optional<int64_t>();
+  });
+}
+
+}  // namespace shardpoint

@@ -1,0 +1,44 @@
+// The storage of a node's local root, as every local-tier step sees it.
+//
+// RootedStorage maps every absolute path "/p" to "<root>/p" of the base
+// storage, so that the ranks of all nodes name a local checkpoint by the
+// same path ("/iter_0000100") while each reaches only its own node's root:
+// the collective save and load, which agree on one directory name for every
+// rank, work unchanged. It also drops Sync and SyncDir: the local tier is
+// memory, not durable (a node's memory lost is what the replicas are for),
+// so nothing waits for fsync. Thread-safe as its base.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "shardpoint/storage.h"
+
+namespace shardpoint::internal_local {
+
+class RootedStorage : public StorageWrapper {
+ public:
+  RootedStorage(Storage* base, std::string root);
+  const std::string& root() const { return root_; }
+  // "<root>/p" for "/p" (and "<root>/p" for a relative "p").
+  std::string Map(const std::string& path) const;
+
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                        const WriteFileOptions& options) override;
+  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override;
+  Status CreateDirs(const std::string& path) override;
+  Status SyncDir(const std::string& path) override;
+  Status Rename(const std::string& from, const std::string& to) override;
+  Result<bool> Exchange(const std::string& a, const std::string& b) override;
+  Status RemoveFile(const std::string& path) override;
+  Status RemoveAll(const std::string& path) override;
+  Result<bool> Exists(const std::string& path) override;
+  Result<bool> IsDirectory(const std::string& path) override;
+  Result<std::vector<std::string>> ListDir(const std::string& path) override;
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override;
+
+ private:
+  std::string root_;
+};
+
+}  // namespace shardpoint::internal_local

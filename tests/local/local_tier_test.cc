@@ -1,0 +1,363 @@
+// The local tier end to end with thread ranks grouped into nodes: each node
+// has a root directory of its own and each rank reaches only its node's,
+// through LocalTierOptions (local_root, node_id), so no test passes by
+// reading another node's memory. Save under one layout, lose nodes, corrupt
+// copies, load under another, bit for bit, and count where the bytes came
+// from.
+#include "shardpoint/local_tier.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "src/checkpoint/commit.h"
+#include "src/local/units.h"
+#include "tests/testing/transformer.h"
+
+namespace shardpoint {
+namespace {
+
+using testing::ModelConfig;
+using testing::ParallelConfig;
+
+const ModelConfig kModel{2, 64, 256, 1000};
+
+class LocalTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/shardpoint_local_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override { ASSERT_TRUE(DefaultStorage()->RemoveAll(root_).ok()); }
+
+  std::string NodeRoot(int node) const { return root_ + "/node" + std::to_string(node); }
+  std::string Persistent(int64_t it) const { return root_ + "/persistent_" + std::to_string(it); }
+
+  // Rank r of a job whose nodes hold `per_node` ranks each.
+  LocalTierOptions Options(int rank, int per_node) const {
+    LocalTierOptions o;
+    o.local_root = NodeRoot(rank / per_node);
+    o.node_id = "node" + std::to_string(rank / per_node);
+    o.round_bytes = 96 << 10;  // several rounds
+    return o;
+  }
+
+  std::vector<testing::RankState> States(const ParallelConfig& p, uint64_t seed, bool fill) {
+    const testing::RefModel ref = testing::MakeReference(kModel, seed);
+    std::vector<testing::RankState> out(p.world());
+    for (int r = 0; r < p.world(); ++r) {
+      auto rs = testing::BuildRankState(kModel, p, r);
+      EXPECT_TRUE(rs.ok()) << rs.status().ToString();
+      out[r] = std::move(*rs);
+      if (fill) {
+        EXPECT_TRUE(testing::FillFromReference(ref, out[r].state.tensors).ok());
+      } else {
+        // Per-rank RNG objects only in the saved world size (8).
+        if (p.world() != 8) out[r].state.objects.clear();
+        for (Object& o : out[r].state.objects) o.bytes.clear();
+        out[r].state.common = "";
+      }
+    }
+    return out;
+  }
+
+  // Saves iteration `it` (seed `it`) to the local tier of 8 ranks on 4
+  // nodes and, if asked, as the persistent checkpoint too.
+  void SaveBoth(int64_t it, bool persistent, int replicas = 1) {
+    std::vector<testing::RankState> src = States(ParallelConfig{2, 2, 2, true}, it, true);
+    for (Status s : RunThreadRanks(8, [&](Comm& comm) -> Status {
+           LocalTierOptions o = Options(comm.rank(), 2);
+           o.replicas = replicas;
+           SP_RETURN_IF_ERROR(LocalSave(src[comm.rank()].state, it, comm, o).status());
+           if (!persistent) return OkStatus();
+           return Save(src[comm.rank()].state, Persistent(it), comm).status();
+         })) {
+      ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+  }
+
+  // Loads iteration `it` into `p` with `per_node` ranks per node; checks it
+  // bit for bit against the reference and returns each rank's result.
+  std::vector<LoadResult> LoadAndCheck(int64_t it, const ParallelConfig& p, int per_node,
+                                       const std::string& persistent) {
+    std::vector<testing::RankState> dst = States(p, it, false);
+    std::vector<LoadResult> results(p.world());
+    LoadOptions lo;
+    lo.allow_unexpected_keys = true;
+    for (Status s : RunThreadRanks(p.world(), [&](Comm& comm) -> Status {
+           SP_ASSIGN_OR_RETURN(results[comm.rank()],
+                               LocalLoad(dst[comm.rank()].state, it, comm,
+                                         Options(comm.rank(), per_node), persistent, lo));
+           return OkStatus();
+         })) {
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      if (!s.ok()) return {};
+    }
+    const testing::RefModel ref = testing::MakeReference(kModel, it);
+    for (int r = 0; r < p.world(); ++r) {
+      Status c = testing::CheckAgainstReference(ref, dst[r].state.tensors);
+      EXPECT_TRUE(c.ok()) << "rank " << r << ": " << c.ToString();
+      for (const Object& o : dst[r].state.objects) {
+        EXPECT_EQ(o.bytes, "rng-of-rank-" + std::to_string(r));
+      }
+      EXPECT_EQ(*dst[r].state.common, "{\"iteration\": 1000}");
+    }
+    return results;
+  }
+
+  // Bytes of every verification unit of data file `name` of the persistent
+  // checkpoint of `it`.
+  uint64_t FileUnitBytes(int64_t it, const std::string& name) {
+    auto m = internal_checkpoint::ReadManifest(DefaultStorage(), Persistent(it));
+    EXPECT_TRUE(m.ok());
+    const internal_local::UnitTable ut = internal_local::UnitsOf(*m);
+    uint64_t n = 0;
+    for (const internal_local::Unit& u : ut.units) n += m->files[u.file] == name ? u.nbytes : 0;
+    return n;
+  }
+
+  std::string root_;
+};
+
+uint64_t Sum(const std::vector<LoadResult>& rs, uint64_t LoadResult::*field) {
+  uint64_t n = 0;
+  for (const LoadResult& r : rs) n += r.*field;
+  return n;
+}
+
+void FlipByte(const std::string& path, uint64_t offset) {
+  FILE* f = std::fopen(path.c_str(), "r+b");
+  ASSERT_NE(f, nullptr) << path;
+  std::fseek(f, static_cast<long>(offset), SEEK_SET);
+  int c = std::fgetc(f);
+  std::fseek(f, static_cast<long>(offset), SEEK_SET);
+  std::fputc(c ^ 0x20, f);
+  std::fclose(f);
+}
+
+// The offset of the first chunk of data file `name` (a byte a load needs).
+uint64_t FirstChunkOffset(const std::string& dir, const std::string& name) {
+  auto m = internal_checkpoint::ReadManifest(DefaultStorage(), dir);
+  EXPECT_TRUE(m.ok());
+  const internal_local::UnitTable ut = internal_local::UnitsOf(*m);
+  for (const internal_local::Unit& u : ut.units) {
+    if (m->files[u.file] == name) return u.offset;
+  }
+  ADD_FAILURE() << "no unit in " << name;
+  return 0;
+}
+
+TEST_F(LocalTierTest, LostNodeRecoversFromPeersUnderAnotherLayout) {
+  SaveBoth(7, /*persistent=*/false);
+  ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(1)).ok());
+  // 6 ranks on nodes 0, 1 (wiped) and 2; node 3 is gone with the job: its
+  // files survive on node 0, node 1's on node 2.
+  std::vector<LoadResult> rs = LoadAndCheck(7, ParallelConfig{3, 1, 2, false}, 2, "");
+  ASSERT_EQ(rs.size(), 6u);
+  EXPECT_EQ(Sum(rs, &LoadResult::bytes_persistent), 0u);
+  EXPECT_GT(Sum(rs, &LoadResult::bytes_peer), 0u);
+  EXPECT_GT(Sum(rs, &LoadResult::bytes_local), 0u);
+  // Node 1 holds nothing: its ranks' bytes all came from peers.
+  EXPECT_EQ(rs[2].bytes_local + rs[3].bytes_local, 0u);
+}
+
+TEST_F(LocalTierTest, BothCopiesLostReadsExactlyThoseBytesFromPersistent) {
+  SaveBoth(3, /*persistent=*/true);
+  // Node 1's files live on nodes 1 and 2: both wiped. Everything else
+  // survives on nodes 0 and 3.
+  ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(1)).ok());
+  ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(2)).ok());
+  std::vector<LoadResult> rs = LoadAndCheck(3, ParallelConfig{4, 1, 2, false}, 2, Persistent(3));
+  ASSERT_EQ(rs.size(), 8u);
+  EXPECT_EQ(Sum(rs, &LoadResult::bytes_persistent),
+            FileUnitBytes(3, "data/2.safetensors") + FileUnitBytes(3, "data/3.safetensors"));
+  EXPECT_GT(Sum(rs, &LoadResult::bytes_peer), 0u);
+}
+
+TEST_F(LocalTierTest, BothCopiesLostWithoutPersistentIsDataLossNamingTheFile) {
+  SaveBoth(3, /*persistent=*/false);
+  ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(1)).ok());
+  ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(2)).ok());
+  std::vector<testing::RankState> dst = States(ParallelConfig{2, 2, 2, true}, 3, false);
+  for (Status s : RunThreadRanks(8, [&](Comm& comm) {
+         return LocalLoad(dst[comm.rank()].state, 3, comm, Options(comm.rank(), 2)).status();
+       })) {
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+    EXPECT_NE(s.message().find("'data/2.safetensors' bytes ["), std::string::npos) << s.ToString();
+  }
+}
+
+TEST_F(LocalTierTest, CorruptedOwnCopyIsServedByThePeerCopy) {
+  SaveBoth(4, /*persistent=*/false);
+  const std::string dir = NodeRoot(1) + "/iter_0000004";
+  FlipByte(dir + "/data/2.safetensors", FirstChunkOffset(dir, "data/2.safetensors") + 5);
+  std::vector<LoadResult> rs = LoadAndCheck(4, ParallelConfig{2, 2, 2, true}, 2, "");
+  ASSERT_EQ(rs.size(), 8u);
+  EXPECT_EQ(Sum(rs, &LoadResult::bytes_persistent), 0u);
+  EXPECT_GT(rs[2].bytes_peer, 0u);  // rank 2 reads its own file, but that block from node 2
+}
+
+TEST_F(LocalTierTest, CorruptedReplicaOfALostNodeFallsBackToPersistentForThatBlockOnly) {
+  SaveBoth(5, /*persistent=*/true);
+  ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(1)).ok());
+  const std::string dir = NodeRoot(2) + "/iter_0000005";
+  const uint64_t at = FirstChunkOffset(dir, "data/2.safetensors");
+  FlipByte(dir + "/data/2.safetensors", at + 5);
+  auto m = internal_checkpoint::ReadManifest(DefaultStorage(), Persistent(5));
+  ASSERT_TRUE(m.ok());
+  uint64_t unit = 0;
+  for (const internal_local::Unit& u : internal_local::UnitsOf(*m).units) {
+    if (m->files[u.file] == "data/2.safetensors" && u.offset == at) unit = u.nbytes;
+  }
+  ASSERT_GT(unit, 0u);
+  std::vector<LoadResult> rs = LoadAndCheck(5, ParallelConfig{2, 2, 2, true}, 2, Persistent(5));
+  ASSERT_EQ(rs.size(), 8u);
+  EXPECT_EQ(Sum(rs, &LoadResult::bytes_persistent), unit);
+}
+
+TEST_F(LocalTierTest, TwoReplicasSurviveTwoLostNodes) {
+  SaveBoth(6, /*persistent=*/false, /*replicas=*/2);
+  ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(1)).ok());
+  ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(2)).ok());
+  std::vector<LoadResult> rs = LoadAndCheck(6, ParallelConfig{1, 2, 4, true}, 2, "");
+  ASSERT_EQ(rs.size(), 8u);
+  EXPECT_EQ(Sum(rs, &LoadResult::bytes_persistent), 0u);
+}
+
+TEST_F(LocalTierTest, AsyncSaveRecoversAndLatestSkipsAnUncommittedIteration) {
+  SaveBoth(1, /*persistent=*/false);
+  std::vector<testing::RankState> src = States(ParallelConfig{2, 2, 2, true}, 2, true);
+  for (Status s : RunThreadRanks(8, [&](Comm& comm) -> Status {
+         AsyncSaver saver;
+         SP_ASSIGN_OR_RETURN(SaveHandle h, LocalSaveAsync(saver, src[comm.rank()].state, 2, comm,
+                                                          Options(comm.rank(), 2)));
+         return h.Wait().status();
+       })) {
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  auto latest = [&](int world) {
+    std::optional<int64_t> out;
+    for (Status s : RunThreadRanks(world, [&](Comm& comm) -> Status {
+           SP_ASSIGN_OR_RETURN(std::optional<int64_t> l,
+                               LatestLocal(comm, Options(comm.rank(), 2)));
+           if (comm.rank() == 0) out = l;
+           return OkStatus();
+         })) {
+      EXPECT_TRUE(s.ok()) << s.ToString();
+    }
+    return out;
+  };
+  EXPECT_EQ(latest(8), std::optional<int64_t>(2));
+  LoadAndCheck(2, ParallelConfig{2, 1, 4, true}, 2, "");
+  // Iteration 2 loses both copies of node 1's files (no replica map on
+  // nodes 1 and 2 any more): the newest complete one is 1.
+  ASSERT_TRUE(DefaultStorage()->RemoveFile(NodeRoot(1) + "/iter_0000002/replicas").ok());
+  ASSERT_TRUE(DefaultStorage()->RemoveFile(NodeRoot(2) + "/iter_0000002/replicas").ok());
+  EXPECT_EQ(latest(8), std::optional<int64_t>(1));
+}
+
+// Reads of one file through it come back with one byte flipped: memory
+// corrupted between the local save and the replication.
+class FlippingStorage : public StorageWrapper {
+ public:
+  FlippingStorage(Storage* base, std::string suffix) : StorageWrapper(base), suffix_(suffix) {}
+  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, base()->NewReadableFile(path));
+    if (!path.ends_with(suffix_)) return f;
+    return std::unique_ptr<ReadableFile>(new Flipped(std::move(f)));
+  }
+
+ private:
+  struct Flipped : ReadableFileWrapper {
+    using ReadableFileWrapper::ReadableFileWrapper;
+    Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
+      SP_RETURN_IF_ERROR(ReadableFileWrapper::ReadAt(offset, n, dst));
+      if (n > 5000) static_cast<char*>(dst)[5000] ^= 1;  // inside the first chunk
+      return OkStatus();
+    }
+  };
+  std::string suffix_;
+};
+
+TEST_F(LocalTierTest, ACorruptedReplicaIsRefusedOnArrivalAndTheSaveFails) {
+  std::vector<testing::RankState> src = States(ParallelConfig{2, 2, 2, true}, 9, true);
+  FlippingStorage flipping(DefaultStorage(), "/data/2.safetensors");
+  for (Status s : RunThreadRanks(8, [&](Comm& comm) {
+         LocalTierOptions o = Options(comm.rank(), 2);
+         if (comm.rank() == 2) o.storage = &flipping;
+         return LocalSave(src[comm.rank()].state, 9, comm, o).status();
+       })) {
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+    EXPECT_NE(s.message().find("replica of 'data/2.safetensors' bytes ["), std::string::npos)
+        << s.ToString();
+    EXPECT_NE(s.message().find("from rank 2: checksum mismatch"), std::string::npos);
+  }
+  for (int node = 0; node < 4; ++node) {
+    EXPECT_FALSE(*DefaultStorage()->Exists(NodeRoot(node) + "/iter_0000009/replicas"));
+  }
+}
+
+// SIGKILL during local saves and replication: a child process saves
+// iterations 2, 3, ... and reports each that returned OK on a pipe; it is
+// killed at a random moment after its first (so inside a later save: its
+// local write, its replication or its replica maps). The newest complete
+// local checkpoint afterwards is at least the last one reported and loads
+// bit for bit as the state of its iteration.
+TEST_F(LocalTierTest, KilledDuringLocalSavesTheNewestCompleteStillRecovers) {
+  std::mt19937_64 rng(20261128);
+  for (int trial = 0; trial < 4; ++trial) {
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    const int64_t first = 2 + trial * 100;
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      close(fds[0]);
+      for (int64_t it = first;; ++it) {
+        std::vector<testing::RankState> src = States(ParallelConfig{2, 2, 2, true}, it, true);
+        for (Status s : RunThreadRanks(8, [&](Comm& comm) {
+               return LocalSave(src[comm.rank()].state, it, comm, Options(comm.rank(), 2)).status();
+             })) {
+          if (!s.ok()) std::_Exit(3);
+        }
+        const char ack = 1;
+        if (write(fds[1], &ack, 1) != 1) std::_Exit(4);
+      }
+    }
+    close(fds[1]);
+    char ack = 0;
+    ASSERT_EQ(read(fds[0], &ack, 1), 1);  // the first save is complete
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 400000));
+    ASSERT_EQ(kill(pid, SIGKILL), 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the saver exited on its own: " << status;
+    int64_t acked = first;
+    while (read(fds[0], &ack, 1) == 1) ++acked;  // each later acknowledged save
+    close(fds[0]);
+    std::optional<int64_t> latest;
+    for (Status s : RunThreadRanks(8, [&](Comm& comm) -> Status {
+           SP_ASSIGN_OR_RETURN(std::optional<int64_t> l,
+                               LatestLocal(comm, Options(comm.rank(), 2)));
+           if (comm.rank() == 0) latest = l;
+           return OkStatus();
+         })) {
+      ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+    ASSERT_TRUE(latest.has_value());
+    EXPECT_GE(*latest, acked);  // no acknowledged save lost
+    std::printf("trial %d: killed after iteration %lld was acknowledged; newest complete: %lld\n",
+                trial, static_cast<long long>(acked), static_cast<long long>(*latest));
+    LoadAndCheck(*latest, ParallelConfig{4, 1, 2, false}, 2, "");
+  }
+}
+
+}  // namespace
+}  // namespace shardpoint
