@@ -70,4 +70,6 @@ std::string Base64Encode(std::string_view bytes) {
 
 std::string Md5Base64(std::string_view data) { return Base64Encode(Digest(EVP_md5(), data)); }
 
+std::string Md5Hex(std::string_view data) { return HexEncode(Digest(EVP_md5(), data)); }
+
 }  // namespace shardpoint::internal_objstore

@@ -18,6 +18,8 @@ std::string Sha256Hex(std::string_view data);
 std::string HmacSha256(std::string_view key, std::string_view data);
 // Base64 of the 16 raw bytes of MD5(data): a Content-MD5 header value.
 std::string Md5Base64(std::string_view data);
+// Lower-case hex of MD5(data): a single-part object's ETag.
+std::string Md5Hex(std::string_view data);
 // Standard base64 with padding.
 std::string Base64Encode(std::string_view bytes);
 

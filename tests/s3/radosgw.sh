@@ -26,12 +26,18 @@ free_port() {
 stop() {
   [ -d "$dir" ] || return 0
   if [ -f "$dir/pids" ]; then
-    # Reverse order: gateway, then OSD, then monitor.
-    for pid in $(tac "$dir/pids"); do kill "$pid" 2>/dev/null || true; done
-    for pid in $(tac "$dir/pids"); do
-      for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      kill -9 "$pid" 2>/dev/null || true
+    # Everything lives in memory and in $dir: no clean shutdown is needed.
+    # TERM all, give them a second, then KILL what is left.
+    local pids
+    pids=$(tac "$dir/pids")
+    for pid in $pids; do kill "$pid" 2>/dev/null || true; done
+    for _ in $(seq 10); do
+      local alive=0
+      for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive=1; done
+      [ "$alive" = 0 ] && break
+      sleep 0.1
     done
+    for pid in $pids; do kill -9 "$pid" 2>/dev/null || true; done
   fi
   rm -rf "$dir"
 }
