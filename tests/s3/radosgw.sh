@@ -42,6 +42,13 @@ stop() {
   rm -rf "$dir"
 }
 
+# Says why, with the end of every log, and exits 1 (the caller stops DIR).
+fail() {
+  echo "radosgw.sh: $1; logs in $dir/log:" >&2
+  for f in "$dir"/log/*; do echo "== $f" >&2; tail -n 5 "$f" >&2; done
+  exit 1
+}
+
 print_env() {
   cat "$dir/env"
 }
@@ -95,7 +102,7 @@ CONF
   echo $! >> "$dir/pids"
   local osd_uuid
   osd_uuid=$(uuidgen)
-  timeout 30 ceph -c "$conf" osd new "$osd_uuid" >/dev/null
+  timeout 60 ceph -c "$conf" osd new "$osd_uuid" >/dev/null || fail "ceph osd new failed"
   ceph-osd -c "$conf" -i 0 --mkfs --osd-uuid "$osd_uuid" >>"$dir/log/osd.out" 2>&1
   ceph-osd -c "$conf" -i 0 -f >>"$dir/log/osd.out" 2>&1 &
   echo $! >> "$dir/pids"
@@ -107,9 +114,9 @@ CONF
     if curl -s -o /dev/null "http://127.0.0.1:$rgw_port/"; then ok=1; break; fi
     sleep 0.1
   done
-  [ "$ok" = 1 ] || { echo "radosgw.sh: gateway did not answer on port $rgw_port; logs in $dir/log" >&2; exit 1; }
+  [ "$ok" = 1 ] || fail "gateway did not answer on port $rgw_port"
   local out key secret
-  out=$(radosgw-admin -c "$conf" user create --uid=shardpoint --display-name=shardpoint)
+  out=$(timeout 60 radosgw-admin -c "$conf" user create --uid=shardpoint --display-name=shardpoint)
   key=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["keys"][0]["access_key"])' <<<"$out")
   secret=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["keys"][0]["secret_key"])' <<<"$out")
   cat > "$dir/env" <<ENV
