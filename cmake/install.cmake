@@ -6,7 +6,8 @@
 # is header-only and used only inside the library; xxhash is a link-only
 # dependency of the static archive, found again by shardpointConfig.cmake.
 # Public ones (Threads, MPI when built with it) are found through
-# find_dependency.
+# find_dependency. libcurl and libcrypto (the S3 client) are link-only too,
+# found again through find_dependency (their imported targets).
 
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -44,7 +45,7 @@ install(FILES ${PROJECT_BINARY_DIR}/shardpointConfig.cmake
 # pkg-config (relocatable: paths relative to the .pc file). The archive is
 # static, so its link dependencies go in Libs.
 set(SP_PC_CFLAGS "")
-set(SP_PC_LIBS "-lxxhash -pthread")
+set(SP_PC_LIBS "-lxxhash -lcurl -lcrypto -pthread")
 if(MPI_CXX_FOUND)
   string(APPEND SP_PC_CFLAGS " -DSHARDPOINT_HAVE_MPI")
   foreach(dir ${MPI_CXX_INCLUDE_DIRS})

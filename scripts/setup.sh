@@ -9,7 +9,9 @@ PKGS=(build-essential cmake g++ libgtest-dev libgmock-dev libbenchmark-dev libxx
       python3-numpy python3-torch python3-mpi4py python3-pytest fio clang-format
       sshfs openssh-server  # sshfs + sshd: python/tests/test_network_fs.py mounts a loopback sshfs
       mypy                  # python/tests/test_typing.py type-checks the package and a user script
-      ccache)               # scripts/test.sh: the pip and MPICH builds reuse the main build's objects
+      ccache                # scripts/test.sh: the pip and MPICH builds reuse the main build's objects
+      libcurl4-openssl-dev libssl-dev  # the S3 client (src/objstore): HTTP and SigV4's HMAC-SHA256
+      ceph-mon ceph-osd radosgw)       # tests/s3/radosgw.sh: a real S3 server (Ceph radosgw) for the tests
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -115,6 +115,24 @@ class Storage {
   // process that opened the file meanwhile finds it unlinked and retries).
   virtual Status UnlockFile(std::unique_ptr<FileLock> lock) = 0;
 
+  // The commit primitive: makes `path` hold exactly `data`, all at once and
+  // durably, so a reader finds no file or the whole of it (a save's
+  // manifest, the manager's `latest`). exclusive: FailedPrecondition if
+  // `path` exists. Default (POSIX, memory): write `path`.tmp, fsync it,
+  // rename it over `path`, fsync the directory; the exclusive check is an
+  // Exists before the rename, so two concurrent writers can both pass it
+  // (CheckpointManager's lock orders writers there). An object store
+  // creates the object with one conditional PUT (If-None-Match: *): of two
+  // concurrent writers exactly one succeeds.
+  virtual Status CommitFile(const std::string& path, const std::string& data, bool exclusive);
+  // Whether Rename and Exchange work under `path`. Object stores have no rename: there a
+  // checkpoint is never overwritten in place (save to a new directory, as
+  // CheckpointManager does).
+  virtual bool SupportsRename(const std::string& path) const {
+    (void)path;
+    return true;
+  }
+
   // Convenience: the whole file as bytes.
   Result<std::string> ReadFileToString(const std::string& path);
   // Convenience: write, fsync, close (not atomic; see format/commit).
@@ -157,6 +175,16 @@ class StorageWrapper : public Storage {
   Status UnlockFile(std::unique_ptr<FileLock> lock) override {
     return base_->UnlockFile(std::move(lock));
   }
+  // Not forwarded: the default runs through this wrapper's own calls (so a
+  // fault-injecting wrapper sees the steps), unless the base has its own
+  // commit (an object store), which then is used.
+  Status CommitFile(const std::string& path, const std::string& data, bool exclusive) override {
+    if (!base_->SupportsRename(path)) return base_->CommitFile(path, data, exclusive);
+    return Storage::CommitFile(path, data, exclusive);
+  }
+  bool SupportsRename(const std::string& path) const override {
+    return base_->SupportsRename(path);
+  }
 
  private:
   Storage* const base_;
@@ -195,8 +223,14 @@ class ReadableFileWrapper : public ReadableFile {
   const std::unique_ptr<ReadableFile> base_;
 };
 
-// The POSIX storage. Stateless; the returned object lives for the process.
+// The storage every path goes through unless Resources names another: a
+// path starting with "s3://" (s3://bucket/prefix/...) goes to the object
+// store (docs/object-store.md; endpoint, region and credentials from the AWS
+// environment variables and ~/.aws profiles, resolved on first use), any
+// other to the POSIX files. Lives for the process.
 Storage* DefaultStorage();
+// The POSIX storage itself. Stateless; lives for the process.
+Storage* PosixFileStorage();
 // A fresh in-memory storage (paths are plain strings; directories implicit
 // but tracked so ListDir works).
 std::unique_ptr<Storage> NewMemStorage();

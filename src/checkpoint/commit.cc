@@ -12,6 +12,14 @@
 //      `dir` to `dir.old`, `dir.partial` to `dir`, fsyncs the parent. The
 //      caller removes the old one (RemoveCheckpoint) once the commit is
 //      reported (save.cc): a failure there leaves the new one committed.
+// Steps 2 and 3 are Storage::CommitFile (exclusive). On an object store
+// (src/objstore/s3_storage.h) each data file is an object completed in step 1
+// (a multipart upload is invisible until completed), there are no
+// directories to fsync, and 2-3 are one PUT with If-None-Match: *: the
+// manifest appears whole, after its data, and of two writers racing for the
+// same directory exactly one commits (the other gets FailedPrecondition).
+// Object stores cannot rename, so step 4 does not exist there: an overwrite
+// is refused in PrepareDirectory before any data is written.
 // A crash before 3 leaves data files without a manifest: no checkpoint, and
 // the previous one (if any, elsewhere or at `dir` when overwriting) intact.
 // A crash inside 4 leaves `dir` holding the old or the new checkpoint, both
@@ -108,6 +116,12 @@ Result<std::string> PrepareDirectory(Storage* storage, const std::string& dir, b
     return FailedPreconditionError("a checkpoint already exists at '" + dir +
                                    "' (it has a manifest); save elsewhere or pass overwrite");
   }
+  if (exists && !storage->SupportsRename(dir)) {
+    return FailedPreconditionError(
+        "a checkpoint already exists at '" + dir +
+        "' and this storage (an object store) cannot replace it atomically: object stores "
+        "have no rename; save to a new directory (CheckpointManager does) or remove it first");
+  }
   const std::string w = exists ? StripSlashes(dir) + ".partial" : dir;
   if (w != dir) {
     SweepStale(storage, StripSlashes(dir));
@@ -127,10 +141,9 @@ Status CommitCheckpoint(Storage* storage, const std::string& dir, const std::str
                         const Manifest& manifest, std::string* previous) {
   previous->clear();
   SP_RETURN_IF_ERROR(storage->SyncDir(JoinPath(w, kDataDir)));
-  const std::string tmp = JoinPath(w, "manifest.tmp");
-  SP_RETURN_IF_ERROR(storage->WriteStringToFile(tmp, EncodeManifest(manifest)));
-  SP_RETURN_IF_ERROR(storage->Rename(tmp, JoinPath(w, kManifestName)));
-  SP_RETURN_IF_ERROR(storage->SyncDir(w));
+  // Steps 2 and 3 (on an object store, the one conditional PUT).
+  SP_RETURN_IF_ERROR(
+      storage->CommitFile(JoinPath(w, kManifestName), EncodeManifest(manifest), true));
   if (w == dir) return storage->SyncDir(ParentDir(dir));
   // The previous checkpoint ends under the .partial name (exchanged) or .old.
   return SwapIntoPlace(storage, dir, w, previous);

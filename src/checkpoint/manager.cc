@@ -4,6 +4,8 @@
 //   1. write <root>/latest.tmp and fsync it;
 //   2. rename it to <root>/latest;
 //   3. fsync <root>.
+// (Storage::CommitFile, not exclusive; on an object store one PUT, which
+// replaces the object atomically.)
 // A crash before 2 leaves the previous `latest` (and maybe latest.tmp, which
 // the next update overwrites); after 2 the new one. Either way `latest`
 // names a complete checkpoint. Retention runs after 3 and removes each
@@ -144,12 +146,11 @@ Result<std::optional<int64_t>> CheckpointManager::Tracker() const {
 Status CheckpointManager::MarkCommitted(int64_t iteration, Comm& comm) {
   Status s = CheckOpen();
   if (s.ok() && comm.rank() == 0) {
-    // The tracker: write, fsync, rename, fsync the directory.
-    const std::string tmp = JoinPath(root_, std::string(kTracker) + ".tmp");
+    // The tracker: write, fsync, rename, fsync the directory (an object
+    // store: one PUT, which replaces the object atomically).
     s = internal_base::Guarded("updating the tracker", [&]() -> Status {
-      SP_RETURN_IF_ERROR(storage_->WriteStringToFile(tmp, std::to_string(iteration) + "\n"));
-      SP_RETURN_IF_ERROR(storage_->Rename(tmp, JoinPath(root_, kTracker)));
-      return storage_->SyncDir(root_);
+      return storage_->CommitFile(JoinPath(root_, kTracker), std::to_string(iteration) + "\n",
+                                  false);
     });
     if (s.ok()) {
       s = internal_base::Guarded("retention", [&] { return ApplyRetention(iteration); });

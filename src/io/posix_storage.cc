@@ -447,7 +447,7 @@ class PosixStorage : public Storage {
 
 }  // namespace
 
-Storage* DefaultStorage() {
+Storage* PosixFileStorage() {
   // Never destroyed: file objects and other static destructors may use it.
   static Storage* const storage = new PosixStorage;
   return storage;

@@ -26,6 +26,18 @@ Status Storage::WriteStringToFile(const std::string& path, const std::string& da
   return file->Close();
 }
 
+Status Storage::CommitFile(const std::string& path, const std::string& data, bool exclusive) {
+  if (exclusive) {
+    SP_ASSIGN_OR_RETURN(bool exists, Exists(path));
+    if (exists) return FailedPreconditionError("'" + path + "' already exists");
+  }
+  const std::string tmp = path + ".tmp";
+  SP_RETURN_IF_ERROR(WriteStringToFile(tmp, data));
+  SP_RETURN_IF_ERROR(Rename(tmp, path));
+  const size_t slash = path.find_last_of('/');
+  return SyncDir(slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash));
+}
+
 Result<bool> Storage::Exchange(const std::string&, const std::string&) { return false; }
 
 }  // namespace shardpoint

@@ -1,0 +1,120 @@
+// DefaultStorage (shardpoint/storage.h): "s3://" paths to the object store,
+// every other path to POSIX files.
+//
+// It lives here, in the module above io, because it needs both; io's own
+// callers (Resources) reach it through the public declaration. The S3 storage
+// is made on the first s3:// path, from the AWS environment and profiles
+// (ResolveS3Options); if that fails (no credentials), every s3:// call
+// returns that error, and POSIX paths are unaffected.
+#include <mutex>
+
+#include "shardpoint/storage.h"
+#include "src/objstore/s3_storage.h"
+
+namespace shardpoint {
+namespace {
+
+using internal_objstore::S3Storage;
+
+bool IsS3(const std::string& path) { return path.starts_with("s3://"); }
+
+class DispatchStorage : public Storage {
+ public:
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                        const WriteFileOptions& options) override {
+    SP_ASSIGN_OR_RETURN(Storage * s, For(path));
+    return s->NewWritableFile(path, options);
+  }
+  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
+    SP_ASSIGN_OR_RETURN(Storage * s, For(path));
+    return s->NewReadableFile(path);
+  }
+  Status CreateDirs(const std::string& path) override {
+    SP_ASSIGN_OR_RETURN(Storage * s, For(path));
+    return s->CreateDirs(path);
+  }
+  Status SyncDir(const std::string& path) override {
+    SP_ASSIGN_OR_RETURN(Storage * s, For(path));
+    return s->SyncDir(path);
+  }
+  Status Rename(const std::string& from, const std::string& to) override {
+    if (IsS3(from) != IsS3(to)) {
+      return InvalidArgumentError("rename " + from + " to " + to + ": across storages");
+    }
+    SP_ASSIGN_OR_RETURN(Storage * s, For(from));
+    return s->Rename(from, to);
+  }
+  Result<bool> Exchange(const std::string& a, const std::string& b) override {
+    if (IsS3(a) || IsS3(b)) return false;
+    return PosixFileStorage()->Exchange(a, b);
+  }
+  Status RemoveFile(const std::string& path) override {
+    SP_ASSIGN_OR_RETURN(Storage * s, For(path));
+    return s->RemoveFile(path);
+  }
+  Status RemoveAll(const std::string& path) override {
+    SP_ASSIGN_OR_RETURN(Storage * s, For(path));
+    return s->RemoveAll(path);
+  }
+  Result<bool> Exists(const std::string& path) override {
+    SP_ASSIGN_OR_RETURN(Storage * s, For(path));
+    return s->Exists(path);
+  }
+  Result<bool> IsDirectory(const std::string& path) override {
+    SP_ASSIGN_OR_RETURN(Storage * s, For(path));
+    return s->IsDirectory(path);
+  }
+  Result<std::vector<std::string>> ListDir(const std::string& path) override {
+    SP_ASSIGN_OR_RETURN(Storage * s, For(path));
+    return s->ListDir(path);
+  }
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
+    SP_ASSIGN_OR_RETURN(Storage * s, For(path));
+    return s->LockFile(path);
+  }
+  Status UnlockFile(std::unique_ptr<FileLock> lock) override {
+    SP_ASSIGN_OR_RETURN(Storage * s, For(lock->path()));
+    return s->UnlockFile(std::move(lock));
+  }
+  Status CommitFile(const std::string& path, const std::string& data, bool exclusive) override {
+    if (!IsS3(path)) return PosixFileStorage()->CommitFile(path, data, exclusive);
+    SP_ASSIGN_OR_RETURN(Storage * s, For(path));
+    return s->CommitFile(path, data, exclusive);
+  }
+  bool SupportsRename(const std::string& path) const override { return !IsS3(path); }
+
+ private:
+  Result<Storage*> For(const std::string& path) {
+    if (!IsS3(path)) return PosixFileStorage();
+    std::call_once(once_, [this] {
+      Result<internal_objstore::S3Options> o = internal_objstore::ResolveS3Options({});
+      if (!o.ok()) {
+        s3_error_ = o.status();
+        return;
+      }
+      Result<std::unique_ptr<internal_objstore::S3Client>> c =
+          internal_objstore::S3Client::Make(*o);
+      if (!c.ok()) {
+        s3_error_ = c.status();
+        return;
+      }
+      s3_ = std::make_unique<S3Storage>(std::move(*c));
+    });
+    if (s3_ == nullptr) return s3_error_.WithContext(path);
+    return s3_.get();
+  }
+
+  std::once_flag once_;
+  std::unique_ptr<S3Storage> s3_;
+  Status s3_error_;
+};
+
+}  // namespace
+
+Storage* DefaultStorage() {
+  // Never destroyed: file objects and other static destructors may use it.
+  static Storage* const storage = new DispatchStorage;
+  return storage;
+}
+
+}  // namespace shardpoint

@@ -1,0 +1,66 @@
+// The object-store Storage: paths "s3://bucket/key/..." on an S3-compatible
+// server, through one S3Client (s3_client.h).
+//
+// Mapping of the file model:
+//   * a file is an object; a directory is a key prefix ("dir/"), which
+//     exists while an object lies under it. CreateDirs and SyncDir do
+//     nothing (no directories to make or fsync).
+//   * a WritableFile streams: writes must arrive in order of offset, give or
+//     take the few in flight (out-of-order ones are held until the gap
+//     fills), and are sent as a multipart upload (S3Upload: parts in
+//     parallel, bounded memory). Sync completes the upload: only then does
+//     the object exist, whole. Truncate may only extend (zeros).
+//   * a ReadableFile is a HEAD (its size) and ranged GETs.
+//   * CommitFile is one PUT, conditional (If-None-Match: *) when exclusive:
+//     the commit point of a save.
+//   * Rename and Exchange do not exist (SupportsRename() is false).
+//   * RemoveFile and RemoveAll delete objects (RemoveAll lists first).
+//   * LockFile is a lease: a lock object created with a conditional PUT,
+//     holding its owner and an expiry, renewed by a background thread every
+//     lease/3 while held, and taken over by another job only once expired.
+// Thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "shardpoint/storage.h"
+#include "src/objstore/s3_client.h"
+
+namespace shardpoint::internal_objstore {
+
+// Splits "s3://bucket/key" into bucket and key (the key may be empty).
+// InvalidArgument naming the path if it is not one.
+Status ParseS3Path(const std::string& path, std::string* bucket, std::string* key);
+
+class S3Storage : public Storage {
+ public:
+  explicit S3Storage(std::unique_ptr<S3Client> client);
+  ~S3Storage() override;
+  S3Client* client() const { return client_.get(); }
+  // How long a lock lease lasts without renewal (default 60 s): the time a
+  // crashed job's lock blocks the next one.
+  void set_lease_ms(int ms) { lease_ms_ = ms; }
+
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                        const WriteFileOptions& options) override;
+  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override;
+  Status CreateDirs(const std::string& path) override;
+  Status SyncDir(const std::string& path) override;
+  Status Rename(const std::string& from, const std::string& to) override;
+  Status RemoveFile(const std::string& path) override;
+  Status RemoveAll(const std::string& path) override;
+  Result<bool> Exists(const std::string& path) override;
+  Result<bool> IsDirectory(const std::string& path) override;
+  Result<std::vector<std::string>> ListDir(const std::string& path) override;
+  Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override;
+  Status UnlockFile(std::unique_ptr<FileLock> lock) override;
+  Status CommitFile(const std::string& path, const std::string& data, bool exclusive) override;
+  bool SupportsRename(const std::string&) const override { return false; }
+
+ private:
+  const std::unique_ptr<S3Client> client_;
+  int lease_ms_ = 60000;
+};
+
+}  // namespace shardpoint::internal_objstore

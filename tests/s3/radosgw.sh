@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# A single-node Ceph cluster with an S3 gateway on 127.0.0.1, brought up from
+# nothing in a temporary directory, for the object-store tests and benches.
+#
+#   radosgw.sh start DIR   start one monitor, one OSD (memstore: data in RAM,
+#                          nothing on disk but logs) and radosgw (beast) on a
+#                          free port; create a user; write DIR/env
+#   radosgw.sh env DIR     print the exports (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
+#                          AWS_SECRET_ACCESS_KEY, AWS_REGION) for `eval`
+#   radosgw.sh stop DIR    stop exactly the processes `start` recorded in
+#                          DIR/pids, then remove DIR
+#
+# Exit status 77 from `start` means the Ceph binaries are absent (ctest skips).
+# Needs: ceph-mon, ceph-osd, radosgw, radosgw-admin, ceph (Debian: ceph-mon,
+# ceph-osd, radosgw; scripts/setup.sh installs them).
+set -euo pipefail
+
+cmd=${1:-}
+dir=${2:-}
+[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|env|stop DIR" >&2; exit 2; }
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+stop() {
+  [ -d "$dir" ] || return 0
+  if [ -f "$dir/pids" ]; then
+    # Everything lives in memory and in $dir: no clean shutdown is needed.
+    # TERM all, give them a second, then KILL what is left.
+    local pids
+    pids=$(tac "$dir/pids")
+    for pid in $pids; do kill "$pid" 2>/dev/null || true; done
+    for _ in $(seq 10); do
+      local alive=0
+      for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive=1; done
+      [ "$alive" = 0 ] && break
+      sleep 0.1
+    done
+    for pid in $pids; do kill -9 "$pid" 2>/dev/null || true; done
+  fi
+  rm -rf "$dir"
+}
+
+# Says why, with the end of every log, and exits 1 (the caller stops DIR).
+fail() {
+  echo "radosgw.sh: $1; logs in $dir/log:" >&2
+  for f in "$dir"/log/*; do echo "== $f" >&2; tail -n 5 "$f" >&2; done
+  exit 1
+}
+
+print_env() {
+  cat "$dir/env"
+}
+
+start() {
+  for b in ceph-mon ceph-osd radosgw radosgw-admin ceph monmaptool; do
+    command -v "$b" >/dev/null || { echo "radosgw.sh: $b not installed (scripts/setup.sh installs it)" >&2; exit 77; }
+  done
+  mkdir -p "$dir"
+  dir=$(cd "$dir" && pwd)
+  mkdir -p "$dir/run" "$dir/log" "$dir/mon" "$dir/osd0" "$dir/rgw"
+  : > "$dir/pids"
+  local fsid mon_port rgw_port conf
+  fsid=$(uuidgen)
+  mon_port=$(free_port)
+  rgw_port=$(free_port)
+  conf="$dir/ceph.conf"
+  cat > "$conf" <<CONF
+[global]
+fsid = $fsid
+mon host = v1:127.0.0.1:$mon_port
+public addr = 127.0.0.1
+ms bind ipv6 = false
+auth cluster required = none
+auth service required = none
+auth client required = none
+run dir = $dir/run
+admin socket = $dir/run/\$name.asok
+log file = $dir/log/\$name.log
+osd pool default size = 1
+osd pool default min size = 1
+osd pool default pg num = 8
+osd pool default pgp num = 8
+mon allow pool size one = true
+mon allow pool delete = true
+mon warn on pool no redundancy = false
+osd crush chooseleaf type = 0
+osd objectstore = memstore
+memstore device bytes = 8589934592
+osd data = $dir/osd\$id
+mon data = $dir/mon
+[client.rgw]
+rgw frontends = beast endpoint=127.0.0.1:$rgw_port
+rgw data = $dir/rgw
+rgw thread pool size = 64
+CONF
+  export CEPH_CONF="$conf"
+  monmaptool --create --clobber --fsid "$fsid" --addv a "[v1:127.0.0.1:$mon_port]" "$dir/monmap" >/dev/null
+  ceph-mon -c "$conf" --mkfs -i a --monmap "$dir/monmap" >/dev/null
+  ceph-mon -c "$conf" -i a -f >>"$dir/log/mon.out" 2>&1 &
+  echo $! >> "$dir/pids"
+  local osd_uuid
+  osd_uuid=$(uuidgen)
+  timeout 60 ceph -c "$conf" osd new "$osd_uuid" >/dev/null || fail "ceph osd new failed"
+  ceph-osd -c "$conf" -i 0 --mkfs --osd-uuid "$osd_uuid" >>"$dir/log/osd.out" 2>&1
+  ceph-osd -c "$conf" -i 0 -f >>"$dir/log/osd.out" 2>&1 &
+  echo $! >> "$dir/pids"
+  radosgw -c "$conf" -n client.rgw -f >>"$dir/log/rgw.out" 2>&1 &
+  echo $! >> "$dir/pids"
+  # The gateway answers once its pools exist (it creates them on start).
+  local ok=0
+  for _ in $(seq 600); do
+    if curl -s -o /dev/null "http://127.0.0.1:$rgw_port/"; then ok=1; break; fi
+    sleep 0.1
+  done
+  [ "$ok" = 1 ] || fail "gateway did not answer on port $rgw_port"
+  local out key secret
+  out=$(timeout 60 radosgw-admin -c "$conf" user create --uid=shardpoint --display-name=shardpoint)
+  key=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["keys"][0]["access_key"])' <<<"$out")
+  secret=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["keys"][0]["secret_key"])' <<<"$out")
+  cat > "$dir/env" <<ENV
+export AWS_ENDPOINT_URL=http://127.0.0.1:$rgw_port
+export AWS_ACCESS_KEY_ID=$key
+export AWS_SECRET_ACCESS_KEY=$secret
+export AWS_REGION=us-east-1
+ENV
+  print_env
+}
+
+case "$cmd" in
+  start) start ;;
+  env) print_env ;;
+  stop) stop ;;
+  *) echo "usage: $0 start|env|stop DIR" >&2; exit 2 ;;
+esac

@@ -1,0 +1,217 @@
+// The S3 client against a real Ceph radosgw (tests/s3/radosgw.sh, started by
+// the ctest fixture s3_server): every operation, multipart uploads around the
+// part-size boundary, conditional creates, the typed errors, and faults
+// injected between client and server by a TCP proxy.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <random>
+
+#include "src/objstore/s3_client.h"
+#include "src/objstore/s3_upload.h"
+#include "tests/s3/fault_proxy.h"
+#include "tests/s3/s3_server.h"
+
+namespace shardpoint::internal_objstore {
+namespace {
+
+using testing::FaultProxy;
+
+constexpr char kBucket[] = "client-check";
+constexpr uint64_t kPart = uint64_t{5} << 20;  // S3's smallest part
+
+S3Options Options() {
+  S3Options o;
+  o.part_size = kPart;
+  o.parts_in_flight = 2;
+  o.max_connections = 4;
+  o.jitter_seed = 7;
+  Result<S3Options> r = ResolveS3Options(o);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return *r;
+}
+
+std::unique_ptr<S3Client> Client(S3Options o = Options()) {
+  Result<std::unique_ptr<S3Client>> c = S3Client::Make(o);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return std::move(*c);
+}
+
+std::string Bytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+class S3ClientCheck : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { ASSERT_TRUE(Client()->CreateBucket(kBucket).ok()); }
+};
+
+TEST_F(S3ClientCheck, PutGetRangeHeadListDelete) {
+  auto c = Client();
+  const std::string data = Bytes(100000, 1);
+  const std::string key = "ops/a b+c/\xc3\xa9t\xc3\xa9.bin";  // encoded in the path
+  ASSERT_TRUE(c->PutObject(kBucket, key, data).ok());
+  Result<S3ObjectInfo> head = c->HeadObject(kBucket, key);
+  ASSERT_TRUE(head.ok()) << head.status().ToString();
+  EXPECT_EQ(head->size, data.size());
+  std::string part(1000, '\0');
+  ASSERT_TRUE(c->GetRange(kBucket, key, 12345, part.size(), part.data()).ok());
+  EXPECT_EQ(part, data.substr(12345, 1000));
+  Result<std::string> all = c->GetObject(kBucket, key);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(*all, data);
+  // Past the end: DataLoss naming the object and range.
+  Status past = c->GetRange(kBucket, key, data.size() - 10, 20, part.data());
+  EXPECT_EQ(past.code(), StatusCode::kDataLoss) << past.ToString();
+  EXPECT_NE(past.message().find("[99990, 100010)"), std::string::npos) << past.ToString();
+  Result<S3Listing> list = c->List(kBucket, "ops/", "/");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->common_prefixes.size(), 1u);
+  EXPECT_EQ(list->common_prefixes[0], "ops/a b+c/");
+  ASSERT_TRUE(c->DeleteObject(kBucket, key).ok());
+  EXPECT_EQ(c->HeadObject(kBucket, key).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(c->DeleteObject(kBucket, key).ok());  // absent: fine
+}
+
+TEST_F(S3ClientCheck, ListFollowsContinuationTokens) {
+  auto c = Client();
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(c->PutObject(kBucket, "page/" + std::to_string(i), "x").ok());
+  }
+  const uint64_t before = c->stats().requests;
+  Result<S3Listing> list = c->List(kBucket, "page/", "", 2);
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->objects.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(list->objects[i].key, "page/" + std::to_string(i));
+  EXPECT_EQ(c->stats().requests - before, 3u);  // pages of 2, 2, 1
+}
+
+TEST_F(S3ClientCheck, ConditionalCreateRefusesTheSecond) {
+  auto c = Client();
+  const std::string key = "cond/manifest";
+  c->DeleteObject(kBucket, key).IgnoreError();
+  ASSERT_TRUE(c->PutObject(kBucket, key, "first", true).ok());
+  Status second = c->PutObject(kBucket, key, "second", true);
+  EXPECT_EQ(second.code(), StatusCode::kFailedPrecondition) << second.ToString();
+  EXPECT_NE(second.message().find("412"), std::string::npos) << second.ToString();
+  EXPECT_EQ(*c->GetObject(kBucket, key), "first");
+}
+
+TEST_F(S3ClientCheck, MultipartAroundThePartBoundary) {
+  auto c = Client();
+  struct Case {
+    uint64_t size;
+    int parts;  // 0: a single PUT
+  };
+  for (Case k : {Case{0, 0}, Case{kPart - 1, 0}, Case{kPart, 0}, Case{kPart + 1, 2},
+                 Case{2 * kPart + 1, 3}}) {
+    const std::string data = Bytes(k.size, k.size);
+    const std::string key = "mp/" + std::to_string(k.size);
+    S3Upload up(c.get(), kBucket, key);
+    // Uneven appends, so parts are cut inside them.
+    for (size_t off = 0; off < data.size();) {
+      const size_t n = std::min<size_t>(data.size() - off, 777777);
+      ASSERT_TRUE(up.Append(data.data() + off, n).ok());
+      off += n;
+    }
+    ASSERT_TRUE(up.Finish().ok()) << k.size;
+    EXPECT_EQ(up.parts(), k.parts) << k.size;
+    Result<std::string> back = c->GetObject(kBucket, key);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_TRUE(*back == data) << k.size;
+  }
+}
+
+TEST_F(S3ClientCheck, UnfinishedUploadLeavesNothing) {
+  auto c = Client();
+  {
+    S3Upload up(c.get(), kBucket, "mp/abandoned");
+    const std::string data = Bytes(kPart + 10, 3);
+    ASSERT_TRUE(up.Append(data.data(), data.size()).ok());
+  }  // destroyed: aborted
+  EXPECT_EQ(c->HeadObject(kBucket, "mp/abandoned").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(S3ClientCheck, WrongCredentialsArePermissionDenied) {
+  S3Options o = Options();
+  o.secret_access_key = "not-the-secret";
+  auto c = Client(o);
+  Status s = c->PutObject(kBucket, "denied", "x");
+  EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
+  EXPECT_NE(s.message().find("permission denied (HTTP 403"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("s3://client-check/denied"), std::string::npos) << s.ToString();
+  EXPECT_EQ(s.message().find("not-the-secret"), std::string::npos);  // never logged
+  EXPECT_EQ(c->stats().retries, 0u);                                 // not retried
+}
+
+TEST_F(S3ClientCheck, MissingBucketIsNotFound) {
+  auto c = Client();
+  Status get = c->HeadObject("no-such-bucket-here", "k").status();
+  EXPECT_EQ(get.code(), StatusCode::kNotFound) << get.ToString();
+  Status put = c->PutObject("no-such-bucket-here", "k", "x");
+  EXPECT_EQ(put.code(), StatusCode::kNotFound) << put.ToString();
+  EXPECT_NE(put.message().find("NoSuchBucket"), std::string::npos) << put.ToString();
+}
+
+TEST_F(S3ClientCheck, RetriesSurviveResetsAndSlowDown) {
+  FaultProxy proxy(testing::S3ServerPort());
+  S3Options o = Options();
+  o.endpoint = proxy.endpoint();
+  auto c = Client(o);
+  const std::string data = Bytes(kPart + 5, 9);
+  proxy.reset_connections = 2;
+  proxy.fail_requests = 3;
+  S3Upload up(c.get(), kBucket, "faults/retried");
+  ASSERT_TRUE(up.Append(data.data(), data.size()).ok());
+  Status s = up.Finish();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_GE(c->stats().retries, 5u);
+  EXPECT_EQ(*Client()->GetObject(kBucket, "faults/retried"), data);
+}
+
+TEST_F(S3ClientCheck, PersistentSlowDownIsATypedErrorInBoundedTime) {
+  FaultProxy proxy(testing::S3ServerPort());
+  S3Options o = Options();
+  o.endpoint = proxy.endpoint();
+  o.max_attempts = 4;
+  auto c = Client(o);
+  proxy.fail_requests = 1000;
+  const auto start = std::chrono::steady_clock::now();
+  Status s = c->PutObject(kBucket, "faults/throttled", "x");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
+  EXPECT_NE(s.message().find("HTTP 503 SlowDown"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("after 4 attempts"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("s3://client-check/faults/throttled"), std::string::npos);
+}
+
+TEST_F(S3ClientCheck, AServerThatNeverAnswersIsAnErrorNotAHang) {
+  FaultProxy proxy(testing::S3ServerPort());
+  proxy.black_hole = true;
+  S3Options o = Options();
+  o.endpoint = proxy.endpoint();
+  o.stall_timeout_s = 1;
+  o.max_attempts = 2;
+  auto c = Client(o);
+  const auto start = std::chrono::steady_clock::now();
+  Status s = c->HeadObject(kBucket, "faults/none").status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(s.code(), StatusCode::kIOError) << s.ToString();
+  EXPECT_NE(s.message().find("after 2 attempts"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace shardpoint::internal_objstore
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc < 2) {
+    std::cerr << "usage: s3_client_check SERVER_DIR\n";
+    return 2;
+  }
+  if (!shardpoint::testing::LoadS3ServerEnv(argv[1])) return 77;
+  return RUN_ALL_TESTS();
+}
