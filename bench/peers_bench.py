@@ -40,7 +40,14 @@ and buffers; the others do not. So before each operation, after the cache
 drop, every rank touches and frees its share of `--preback` GiB (default:
 twice the state), and the operation finds backed pages, as on a bare-metal
 machine. `--preback 0` turns it off. Each record keeps the ranks' user and
-system CPU seconds.
+system CPU seconds; the report gives the system CPU of all ranks per GiB.
+
+Order (`--order`): `interleaved` (the default) is the above, in one set of
+processes. `restart` measures what a job meets when it restarts: per
+repetition one set of processes saves with every peer, then each load of
+each peer runs in a fresh set of processes, after a cache drop, with
+nothing pre-touched (so a load pays for the memory the VM took back, as a
+restarted job on a cloud VM does). `both` runs the two and reports them apart.
 """
 
 import argparse
@@ -96,9 +103,22 @@ def parse_args(argv=None):
                    help="where the state lives: cuda runs the GPU peers (bench/peers/cuda.py: "
                    "torch 2.x DCP with DTensors, torch.save of CUDA tensors; numpy left out; "
                    "memcpy is a device <-> pinned host copy)")
+    p.add_argument("--order", choices=["interleaved", "restart", "both"], default="interleaved",
+                   help="interleaved (default): one set of processes saves with every peer, "
+                   "then loads each layout with every peer, memory pre-touched (--preback); "
+                   "restart: as a job restarts: the saves in one set of processes, then each "
+                   "load of each peer in a fresh set, after a cache drop, nothing pre-touched; "
+                   "both: the two, reported apart")
     p.add_argument("--keep", action="store_true", help="keep the checkpoints")
     p.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     p.add_argument("--init", help=argparse.SUPPRESS)
+    # a restart-order worker: "save" (rep --rep-index) or "load" (--only-peer, --only-op)
+    p.add_argument("--phase", choices=["all", "save", "load"], default="all",
+                   help=argparse.SUPPRESS)
+    p.add_argument("--rep-index", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--only-peer", help=argparse.SUPPRESS)
+    p.add_argument("--only-op", help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.peers is None:
         args.peers = ";".join(CUDA_PEERS if args.device == "cuda" else DEFAULT_PEERS)
@@ -160,6 +180,8 @@ def worker(args):
     local = sum(s.nbytes() // (world if s.dims["same"] is not None else 1) for s in specs)
     records, drop_kind = [], None
     preback = int((2 * total / 2**30 if args.preback is None else args.preback) * 2**30)
+    if args.phase != "all":  # restart order: nothing pre-touched
+        preback = 0
 
     def timed(peer, op, rep, fn, needed):
         nonlocal drop_kind
@@ -244,6 +266,56 @@ def worker(args):
 
     peers = [p for p in args.peers if p != "fio" or shutil.which("fio")]
     ops = [op for op in OPS if op in args.ops and (op != "tp_dp" or world % 2 == 0)]
+
+    def info(reps):
+        return {"hidden": hidden, "layers": args.layers, "tensors": len(specs),
+                "state_bytes": total, "ranks": world, "reps": reps,
+                "cache": drop_kind or "kept", "fio_bytes_per_job": fio_size,
+                "preback_bytes": preback, "device": _device_name(torch, cuda),
+                "torch": torch.__version__}
+
+    def restart_phase():
+        """One process set of the restart order: every peer's save of one
+        repetition, or one peer's load of one layout."""
+        rep = args.rep_index
+        if args.phase == "save":
+            ctx.make_state()
+            for s in specs:
+                ctx.fill(s, ctx.state[s.key])
+            k = rep % len(peers)
+            for peer in peers[k:] + peers[:k]:
+                path = os.path.join(args.dir, slug(peer))
+                if peer == "fio":
+                    fresh_dir(path, True)
+                    timed(peer, "save", rep, lambda: run_fio("write"), 0)
+                elif peer != "memcpy":
+                    impl = PEERS[peer]
+                    fresh_dir(path, not peer.startswith("shardpoint"))
+                    timed(peer, "save", rep, lambda: impl.save(ctx, path), 0)
+            return
+        peer, op = args.only_peer, args.only_op
+        path = os.path.join(args.dir, slug(peer))
+        if peer == "fio":
+            timed(peer, op, rep, lambda: run_fio("read"), local)
+            return
+        impl = PEERS[peer]
+        tensors, dcp_values = make_tensors(ctx, op)
+        needed = sum(t.numel() * t.element_size() for t in tensors.values())
+        timed(peer, op, rep, lambda: impl.load(ctx, path, op, tensors, dcp_values), needed)
+        if rep == 0 or args.verify_all:
+            for s in specs:
+                ctx.check(s, op, tensors[s.key])
+
+    if args.phase != "all":
+        restart_phase()
+        if rank == 0:
+            for r in records:
+                r["order"] = "restart"
+            with open(args.out, "w") as f:
+                json.dump({"info": info(args.rep_index + 1), "records": records}, f)
+        dist.barrier()
+        dist.destroy_process_group()
+        return
     for rep in range(args.reps):
         k = rep % len(peers)
         order = peers[k:] + peers[:k]
@@ -284,13 +356,10 @@ def worker(args):
                         ctx.check(s, layout, tensors[s.key])
                 tensors = dcp_values = None
         if rank == 0:  # after every repetition: a run cut short still has figures
-            info = {"hidden": hidden, "layers": args.layers, "tensors": len(specs),
-                    "state_bytes": total, "ranks": world, "reps": rep + 1,
-                    "cache": drop_kind or "kept", "fio_bytes_per_job": fio_size,
-                    "preback_bytes": preback, "device": _device_name(torch, cuda),
-                    "torch": torch.__version__}
+            for r in records:
+                r["order"] = "interleaved"
             with open(os.path.join(args.dir, "results.json.tmp"), "w") as f:
-                json.dump({"info": info, "records": records}, f)
+                json.dump({"info": info(rep + 1), "records": records}, f)
             os.replace(os.path.join(args.dir, "results.json.tmp"),
                        os.path.join(args.dir, "results.json"))
     dist.barrier()
@@ -307,7 +376,6 @@ def launch(args):
     init = os.path.join(args.dir, "init")
     if os.path.exists(init):
         os.remove(init)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     base = [sys.executable, os.path.abspath(__file__), "--gib", str(args.gib), "--reps",
             str(args.reps), "--ranks", str(args.ranks), "--layers", str(args.layers), "--dir",
             args.dir, "--peers", ";".join(args.peers), "--ops", ";".join(args.ops), "--drop",
@@ -317,24 +385,20 @@ def launch(args):
         base += ["--preback", str(args.preback)]
     if args.verify_all:
         base.append("--verify-all")
-    procs = [subprocess.Popen(base + ["--worker", str(r)], env=env) for r in range(args.ranks)]
-    failed = False
-    while procs and not failed:
-        for p in list(procs):
-            rc = p.poll()
-            if rc is not None:
-                procs.remove(p)
-                failed = failed or rc != 0
-        time.sleep(0.2)
-    for p in procs:  # a rank failed: the others would wait for it forever
-        p.kill()
-        p.wait()
-    if failed:
-        sys.exit("peers_bench: a rank failed (see its error above)")
-    with open(os.path.join(args.dir, "results.json")) as f:
-        results = json.load(f)
+    results = None
+    if args.order in ("interleaved", "both"):
+        run_ranks(args, base)
+        with open(os.path.join(args.dir, "results.json")) as f:
+            results = json.load(f)
+    if args.order in ("restart", "both"):
+        restart = restart_order(args, base, init)
+        if results is None:
+            results = restart
+        else:
+            results["records"] += restart["records"]
+            results["info"]["restart_info"] = restart["info"]
     results["info"].update(command=" ".join(sys.argv), commit=_commit(), date=time.ctime())
-    print(report(results))
+    print(report_orders(results))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
@@ -344,6 +408,79 @@ def launch(args):
             shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
         if own_dir:
             os.rmdir(args.dir)
+
+
+def run_ranks(args, cmd):
+    """Runs the W workers of `cmd`; exits if one fails (killing the others, which
+    would wait for it forever)."""
+    procs = [subprocess.Popen(cmd + ["--worker", str(r)], env=dict(
+        os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")) for r in range(args.ranks)]
+    failed = False
+    while procs and not failed:
+        for p in list(procs):
+            rc = p.poll()
+            if rc is not None:
+                procs.remove(p)
+                failed = failed or rc != 0
+        time.sleep(0.2)
+    for p in procs:
+        p.kill()
+        p.wait()
+    if failed:
+        sys.exit("peers_bench: a rank failed (see its error above)")
+
+
+def restart_order(args, base, init):
+    """The order of a job's restart: per repetition, one set of processes saves
+    with every peer; then every load of every peer (order rotated per
+    repetition) runs in a fresh set of processes, after a cache drop, with
+    nothing pre-touched. Returns {"info", "records"}."""
+    records, info = [], None
+    peers = [p for p in args.peers if p != "memcpy" and (p != "fio" or shutil.which("fio"))]
+    loads = [op for op in OPS if op != "save" and op in args.ops
+             and (op != "tp_dp" or args.ranks % 2 == 0)]
+
+    def phase(extra):
+        if os.path.exists(init):
+            os.remove(init)
+        out = os.path.join(args.dir, "restart.json")
+        run_ranks(args, base + ["--out", out] + extra)
+        with open(out) as f:
+            got = json.load(f)
+        records.extend(got["records"])
+        return got["info"]
+
+    for rep in range(args.reps):
+        info = phase(["--phase", "save", "--rep-index", str(rep)])
+        k = rep % len(peers)
+        for op in loads:
+            for peer in peers[k:] + peers[:k]:
+                if peer == "fio" and op != "same":
+                    continue
+                phase(["--phase", "load", "--rep-index", str(rep), "--only-peer", peer,
+                       "--only-op", "same" if peer == "fio" else op])
+    info["reps"] = args.reps
+    return {"info": info, "records": records}
+
+
+def report_orders(results):
+    """One report per order present (records without "order" are interleaved)."""
+    by_order = {}
+    for r in results["records"]:
+        by_order.setdefault(r.get("order", "interleaved"), []).append(r)
+    if len(by_order) == 1:
+        return report(results)
+    heads = {"interleaved": "Order: interleaved (one set of processes saves with every peer, "
+             "then loads; memory pre-touched before each operation)",
+             "restart": "Order: restart (saves in one set of processes; each load of each "
+             "peer in a fresh set after a cache drop; nothing pre-touched)"}
+    parts = []
+    for order in ("interleaved", "restart"):
+        info = dict(results["info"])
+        if order == "restart" and "restart_info" in info:
+            info.update(results["info"]["restart_info"])
+        parts.append(heads[order] + "\n\n" + report({"info": info, "records": by_order[order]}))
+    return "\n\n".join(parts)
 
 
 def _device_name(torch, cuda):
@@ -431,7 +568,7 @@ def report(results):
         lines += ["", "shardpoint, ratios of medians: " + "; ".join(ratios) + "."]
     loads = [op for op in ops if op != "save"]
     lines += ["", "| read_bytes / rchar per needed byte; peak RSS growth of a rank; system "
-              "CPU seconds of all ranks | "
+              "CPU seconds of all ranks (per GiB of state) | "
               + " | ".join(names[1:] + ["save"]) + " |", "|---" * (len(ops) + 1) + "|"]
     for p in peers:
         if p == "fio":
@@ -447,7 +584,7 @@ def report(results):
             if all("system_seconds" in x for r in recs for x in r["ranks"]):
                 sys_s = statistics.median(sum(x["system_seconds"] for x in r["ranks"])
                                           for r in recs)
-                rss_s += f"; {sys_s:.1f} s"
+                rss_s += f"; {sys_s:.1f} s ({sys_s / gib:.1f} s/GiB)"
             if op == "save" or p == "memcpy":
                 cells.append(rss_s)
             else:

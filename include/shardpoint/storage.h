@@ -56,10 +56,12 @@ class ReadableFile {
   virtual Status ReadAt(uint64_t offset, size_t n, void* dst) const = 0;
   virtual Result<uint64_t> Size() const = 0;
   virtual const std::string& path() const = 0;
+  // Whether reads bypass the page cache (Storage::NewDirectReadableFile).
+  virtual bool direct() const { return false; }
   // A hint: [offset, offset + n) will be read soon, so the storage may start
   // fetching it in the background (the POSIX storage: posix_fadvise
-  // WILLNEED, read-ahead of the whole range in large requests). Default:
-  // nothing.
+  // WILLNEED, read-ahead of the whole range in large requests; nothing for
+  // a direct file). Default: nothing.
   virtual void Prefetch(uint64_t offset, size_t n) const {
     (void)offset;
     (void)n;
@@ -81,6 +83,13 @@ class Storage {
   virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(
       const std::string& path, const WriteFileOptions& options) = 0;
   virtual Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) = 0;
+  // As NewReadableFile, reading with O_DIRECT where the storage can
+  // (ReadableFile::direct() says whether it does): no page cache is filled or
+  // read, any offset, size and buffer are accepted. Default: NewReadableFile
+  // (so a wrapper overriding that keeps its behaviour).
+  virtual Result<std::unique_ptr<ReadableFile>> NewDirectReadableFile(const std::string& path) {
+    return NewReadableFile(path);
+  }
   // Creates `path` and missing parents; OK if it exists. Every directory it
   // creates is durable when it returns (POSIX: the parent of each is fsynced
   // after it is made, top-down), so what a caller later makes durable inside
@@ -217,6 +226,7 @@ class ReadableFileWrapper : public ReadableFile {
   }
   Result<uint64_t> Size() const override { return base_->Size(); }
   const std::string& path() const override { return base_->path(); }
+  bool direct() const override { return base_->direct(); }
   void Prefetch(uint64_t offset, size_t n) const override { base_->Prefetch(offset, n); }
 
  private:

@@ -539,7 +539,8 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
          verify_checksums: bool = True, io_threads: int | None = None,
          raw_objects: bool = False, cooperative: bool | None = None,
          read_slice_bytes: int | None = None, prefetch_bytes: int | None = None,
-         read_gap_bytes: int | None = None, all_or_nothing: bool = False) -> LoadResult:
+         read_gap_bytes: int | None = None, all_or_nothing: bool = False,
+         direct_io: bool = False) -> LoadResult:
     """Loads checkpoint ``path`` into ``state_dict`` (the template, under any layout).
     Collective.
 
@@ -572,8 +573,10 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     the template only once every rank has read and verified all of it, so a
     load that fails while reading data (a checksum mismatch) leaves every
     tensor as it was (costs the memory of the tensors once more; without it,
-    blocks placed before the failure stay written). Returns a LoadResult. The
-    GIL is released while it runs.
+    blocks placed before the failure stay written). ``direct_io``: read the
+    data files with O_DIRECT where the filesystem allows it (elsewhere
+    buffered, by itself), neither using nor filling the page cache (default
+    False). Returns a LoadResult. The GIL is released while it runs.
     """
     comm = comm if comm is not None else default_comm()
     _wait_until_comm_idle(comm)
@@ -599,6 +602,7 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     if io_threads is not None:
         o.io_threads = int(io_threads)
     o.cooperative = bool(cooperative)
+    o.direct_io = bool(direct_io)
     if read_slice_bytes is not None:
         o.read_slice_bytes = int(read_slice_bytes)
     if prefetch_bytes is not None:

@@ -164,6 +164,7 @@ class LoadOptions:
     common_optional: bool
     cooperative: bool
     cooperative_round_bytes: int
+    direct_io: bool
     io_threads: int
     on_group_loaded: Callable[[int], None]
     prefetch_bytes: int

@@ -13,9 +13,16 @@ barrier). A ``Comm`` provides them:
 * any subclass of ``Comm`` implementing ``rank``, ``size``, ``all_gather``,
   ``gather``, ``broadcast`` and ``barrier`` in Python, and optionally
   ``all_to_all(send: list[bytes]) -> list[bytes]`` (item i goes to rank i;
-  returns item i from rank i). Cooperative load moves replicated bytes with
-  it; without it the library falls back to all-gathers, where every rank
-  receives every rank's messages (the torch and mpi4py adapters implement it).
+  returns item i from rank i) or, faster, ``all_to_all_buffer(send:
+  bytearray, counts: list[int]) -> (buffer, list[int])`` (``send`` holds
+  ``counts[i]`` bytes for rank i back to back; return the bytes from each
+  rank back to back in one C-contiguous buffer, e.g. a numpy array, and how
+  many came from each; every count is at least 1). Cooperative load moves
+  the blocks one rank reads for others with it; without either the library
+  falls back to all-gathers, where every rank receives every rank's messages.
+  The torch and mpi4py adapters implement both, the buffer form with one
+  ``all_to_all_single`` of uint8 tensors (gloo) or one ``Ialltoallv`` of the
+  buffers, so the bytes cross the interpreter as two buffers per exchange.
 
 Deadlines: every collective of ``thread_comms``, ``MPI4PyComm`` and
 ``TorchDistributedComm`` waits at most ``deadline`` (seconds or a
@@ -266,18 +273,25 @@ class MPI4PyComm(Comm):
         self._wait(self._comm.Ibarrier(), "barrier")
 
     def all_to_all(self, send: list[bytes]) -> list[bytes]:
+        buf, recv_counts = self.all_to_all_buffer(b"".join(send), [len(b) for b in send])
+        return self._split(buf, recv_counts)
+
+    def all_to_all_buffer(self, send, counts: list) -> tuple:
+        """``send``: ``counts[i]`` bytes for rank i, back to back (any buffer).
+        Returns (a uint8 numpy array of the bytes from each rank back to back,
+        how many came from each): one Ialltoall of the counts, one Ialltoallv."""
         np, MPI = self._np, self._MPI
         self._begin()
-        counts = np.array([len(b) for b in send], dtype=np.int64)
+        counts = np.array(counts, dtype=np.int64)
         recv_counts = np.zeros(self._size, dtype=np.int64)
         self._wait(self._comm.Ialltoall(counts, recv_counts), "all_to_all", counts, recv_counts)
-        out = np.frombuffer(b"".join(send), dtype=np.uint8)
+        out = np.frombuffer(send, dtype=np.uint8)
         buf = np.empty(int(recv_counts.sum()), dtype=np.uint8)
         self._wait(self._comm.Ialltoallv(
             [out, counts.tolist(), self._displs(counts).tolist(), MPI.BYTE],
             [buf, recv_counts.tolist(), self._displs(recv_counts).tolist(), MPI.BYTE]),
-            "all_to_all", out, buf)
-        return self._split(buf, recv_counts)
+            "all_to_all", out, buf, send)
+        return buf, recv_counts.tolist()
 
     def free(self) -> None:
         """Frees the duplicated communicator (before MPI_Finalize); a comm that
@@ -460,25 +474,37 @@ class TorchDistributedComm(Comm):
             return self._all_to_all(send)
 
     def _all_to_all(self, send):
-        # One size exchange and one all_to_all_single with uneven splits (gloo
-        # has it). Every message carries one pad byte: gloo fails on empty tensors.
-        torch = self._torch
-        counts = torch.tensor([len(b) + 1 for b in send], dtype=torch.int64)
-        recv_counts = torch.empty(self._size, dtype=torch.int64)
-        self._dist.all_to_all_single(recv_counts, counts, group=self._group)
-        sizes = [int(n) for n in recv_counts.tolist()]
-        # One copy in (join), one out (each message's bytes): these carry a
-        # cooperative load's blocks.
-        inp = torch.frombuffer(bytearray().join(x for b in send for x in (b, b"\0")),
-                               dtype=torch.uint8)
-        out = torch.empty(sum(sizes), dtype=torch.uint8)
-        self._dist.all_to_all_single(out, inp, sizes, counts.tolist(), group=self._group)
-        view = memoryview(out.numpy())
+        # Every message carries one pad byte: gloo fails on empty tensors.
+        joined = bytearray().join(x for b in send for x in (b, b"\0"))
+        buf, sizes = self._all_to_all_buffer(joined, [len(b) + 1 for b in send])
+        view = memoryview(buf)
         result, at = [], 0
         for n in sizes:
             result.append(bytes(view[at:at + n - 1]))
             at += n
         return result
+
+    def all_to_all_buffer(self, send, counts: list) -> tuple:
+        """``send``: ``counts[i]`` bytes for rank i, back to back (a writable
+        buffer; every count at least 1, as gloo fails on empty tensors).
+        Returns (a uint8 numpy array of the bytes from each rank back to back,
+        how many came from each). This is how a cooperative load's blocks
+        move: C++ hands one buffer in and splits the one returned."""
+        with self._collective("all_to_all"):
+            return self._all_to_all_buffer(send, counts)
+
+    def _all_to_all_buffer(self, send, counts):
+        # One size exchange and one all_to_all_single of uint8 tensors with
+        # uneven splits (gloo has it), on the buffers themselves: no copy here.
+        torch = self._torch
+        sent = torch.tensor(counts, dtype=torch.int64)
+        recv_counts = torch.empty(self._size, dtype=torch.int64)
+        self._dist.all_to_all_single(recv_counts, sent, group=self._group)
+        sizes = [int(n) for n in recv_counts.tolist()]
+        out = torch.empty(sum(sizes), dtype=torch.uint8)
+        self._dist.all_to_all_single(out, torch.frombuffer(send, dtype=torch.uint8), sizes,
+                                     [int(n) for n in counts], group=self._group)
+        return out.numpy(), sizes
 
     def barrier(self) -> None:
         with self._collective("barrier"):

@@ -9,9 +9,19 @@
 //   gather(data: bytes, root: int) -> list[bytes] (on root; anything elsewhere)
 //   broadcast(data: bytes, root: int) -> bytes   (root's data on every rank)
 //   barrier() -> None
-// and optionally
+// and optionally one of
+//   all_to_all_buffer(send: bytearray, counts: list[int])
+//       -> (recv: buffer, recv_counts: list[int])
+//                     (send holds counts[i] bytes for rank i, back to back;
+//                      recv the recv_counts[i] bytes from rank i, back to back,
+//                      in any C-contiguous object with the buffer protocol: a
+//                      numpy array, bytes; every count is at least 1)
 //   all_to_all(send: list[bytes]) -> list[bytes]  (item i to / from rank i)
-// (without it AllToAll falls back to Comm's all-gather version)
+// (without either AllToAll falls back to Comm's all-gather version). The
+// buffer form is preferred: C++ joins the payloads into one bytearray and
+// splits the reply with the GIL released, so a cooperative load's blocks
+// cross the interpreter as two buffers per round, not as a bytes object per
+// payload copied twice more on each side.
 // and must call Comm.__init__(self). The C++ library calls these with the GIL
 // released; each call reacquires it. A Python exception in a callback becomes
 // an IOError Status naming the method and the exception (it must not unwind
@@ -25,14 +35,16 @@
 // a root out of range is InvalidArgument without calling Python; an
 // all_to_all with the wrong number of payloads still takes part, so that
 // every rank fails with InvalidArgument instead of the others hanging. For
-// that each payload all_to_all carries starts with one byte of its own: 0, or
-// 1 from a rank with bad arguments (then the byte is all it sends).
+// that each payload all_to_all (or all_to_all_buffer) carries starts with one
+// byte of its own: 0, or 1 from a rank with bad arguments (then the byte is
+// all it sends).
 #include "shardpoint/comm.h"
 
 #include <pybind11/stl.h>
 
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "python/src/bindings.h"
@@ -87,14 +99,28 @@ class PyComm : public Comm {
     return Call("barrier", [&](const py::function& f) { f(); });
   }
   Status AllToAll(const std::vector<std::string>& send, std::vector<std::string>* recv) override {
-    bool has = false;
+    bool has = false, has_buffer = false;
     {
       py::gil_scoped_acquire gil;
-      has = static_cast<bool>(py::get_override(static_cast<const Comm*>(this), "all_to_all"));
+      const Comm* self = this;
+      has_buffer = static_cast<bool>(py::get_override(self, "all_to_all_buffer"));
+      has = has_buffer || static_cast<bool>(py::get_override(self, "all_to_all"));
     }
     if (!has) return Comm::AllToAll(send, recv);
     const bool bad = static_cast<int>(send.size()) != size() || recv == nullptr;
     int bad_sender = -1;
+    if (has_buffer) {
+      SP_RETURN_IF_ERROR(Call("all_to_all_buffer", [&](const py::function& f) {
+        // The strings of *recv are refilled: a caller passing the same vector
+        // each round (cooperative load) reuses their memory.
+        std::vector<std::string> parts;
+        if (recv != nullptr) parts = std::move(*recv);
+        parts.resize(size());
+        BufferAllToAll(f, send, bad, &bad_sender, &parts);
+        if (!bad) *recv = std::move(parts);  // (an error's partial payloads are not used)
+      }));
+      return AllToAllVerdict(send.size(), bad, bad_sender);
+    }
     SP_RETURN_IF_ERROR(Call("all_to_all", [&](const py::function& f) {
       py::list out;
       for (int r = 0; r < size(); ++r) {
@@ -121,9 +147,14 @@ class PyComm : public Comm {
       }
       if (!bad && bad_sender < 0) *recv = std::move(parts);
     }));
+    return AllToAllVerdict(send.size(), bad, bad_sender);
+  }
+
+ private:
+  Status AllToAllVerdict(size_t payloads, bool bad, int bad_sender) const {
     if (bad) {
       return InvalidArgumentError("AllToAll: expected " + std::to_string(size()) +
-                                  " payloads and an output, got " + std::to_string(send.size()));
+                                  " payloads and an output, got " + std::to_string(payloads));
     }
     if (bad_sender >= 0) {
       return InvalidArgumentError("AllToAll: rank " + std::to_string(bad_sender) +
@@ -132,7 +163,99 @@ class PyComm : public Comm {
     return OkStatus();
   }
 
- private:
+  // all_to_all_buffer (GIL held on entry and exit): the flagged payloads
+  // joined into one bytearray, the reply split into `parts`, both copies
+  // without the GIL. The bytearray is Python's, so an adapter that abandons a
+  // collective past its deadline may keep it alive with the request
+  // (MPI4PyComm does); while nothing else holds it, the next call reuses it
+  // (fresh memory costs page faults, on a VM that took freed pages back
+  // seconds per GiB).
+  void BufferAllToAll(const py::function& f, const std::vector<std::string>& send, bool bad,
+                      int* bad_sender, std::vector<std::string>* parts) {
+    const int n = size();
+    py::list counts;
+    size_t total = 0;
+    for (int r = 0; r < n; ++r) {
+      const size_t c = bad ? 1 : send[r].size() + 1;
+      counts.append(c);
+      total += c;
+    }
+    py::object joined = SendBuffer(total);
+    {
+      char* p = PyByteArray_AS_STRING(send_buf_.ptr());
+      py::gil_scoped_release nogil;
+      for (int r = 0; r < n; ++r) {
+        *p++ = bad ? '\1' : '\0';
+        if (bad || send[r].empty()) continue;
+        std::memcpy(p, send[r].data(), send[r].size());
+        p += send[r].size();
+      }
+    }
+    py::sequence reply = Sequence(f(joined, counts), "all_to_all_buffer");
+    if (reply.size() != 2) throw std::runtime_error("did not return (buffer, counts)");
+    std::vector<uint64_t> sizes;
+    for (py::handle h : Sequence(py::object(reply[1]), "all_to_all_buffer"))
+      sizes.push_back(h.cast<uint64_t>());
+    if (static_cast<int>(sizes.size()) != n) {
+      throw std::runtime_error("returned " + std::to_string(sizes.size()) + " counts for " +
+                               std::to_string(n) + " ranks");
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(py::object(reply[0]).ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
+      throw py::error_already_set();
+    }
+    std::unique_ptr<Py_buffer, void (*)(Py_buffer*)> held(&view, PyBuffer_Release);
+    std::string error;
+    {
+      py::gil_scoped_release nogil;
+      error = SplitFlagged(static_cast<const char*>(view.buf), static_cast<uint64_t>(view.len),
+                           sizes, parts, bad_sender);
+    }
+    if (!error.empty()) throw std::runtime_error(error);
+  }
+
+  // The send bytearray of `total` bytes (GIL held): a memoryview of the
+  // first `total` bytes of send_buf_, grown or made anew where another
+  // reference to it is alive.
+  py::object SendBuffer(size_t total) {
+    const bool shared = send_buf_ && Py_REFCNT(send_buf_.ptr()) > 1;
+    if (!send_buf_ || shared ||
+        static_cast<size_t>(PyByteArray_GET_SIZE(send_buf_.ptr())) < total) {
+      PyObject* raw = PyByteArray_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(total));
+      if (raw == nullptr) throw py::error_already_set();
+      send_buf_ = py::reinterpret_steal<py::object>(raw);
+    }
+    py::object whole = py::reinterpret_steal<py::object>(PyMemoryView_FromObject(send_buf_.ptr()));
+    if (!whole) throw py::error_already_set();
+    return whole[py::slice(0, static_cast<py::ssize_t>(total), 1)];
+  }
+
+  // Splits `len` bytes at `buf` into flagged payloads of `sizes` bytes: an
+  // error message, or "" with *bad_sender the first rank whose flag is set.
+  static std::string SplitFlagged(const char* buf, uint64_t len, const std::vector<uint64_t>& sizes,
+                                  std::vector<std::string>* parts, int* bad_sender) {
+    uint64_t at = 0;
+    for (size_t r = 0; r < sizes.size(); ++r) {
+      if (sizes[r] == 0) {
+        return "lost the payload from rank " + std::to_string(r) +
+               " (an empty item; each one carries at least one byte)";
+      }
+      if (sizes[r] > len - at) {
+        return "returned " + std::to_string(len) + " bytes, fewer than its counts say";
+      }
+      if (buf[at] != '\0') {
+        if (*bad_sender < 0) *bad_sender = static_cast<int>(r);
+      } else {
+        (*parts)[r].assign(buf + at + 1, sizes[r] - 1);
+      }
+      at += sizes[r];
+    }
+    if (at != len) {
+      return "returned " + std::to_string(len) + " bytes, more than its counts say";
+    }
+    return "";
+  }
+
   static py::sequence Sequence(const py::object& list, const char* name) {
     if (!py::isinstance<py::list>(list) && !py::isinstance<py::tuple>(list)) {
       throw std::runtime_error(std::string("did not return a list of bytes"));
@@ -211,6 +334,7 @@ class PyComm : public Comm {
 
   mutable int rank_ = -1;
   mutable int size_ = -1;
+  py::object send_buf_;  // all_to_all_buffer's bytearray, reused (GIL held to touch it)
 };
 
 }  // namespace

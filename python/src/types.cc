@@ -170,6 +170,7 @@ void RegisterTypes(py::module_& m) {
       .def_readwrite("read_slice_bytes", &LoadOptions::read_slice_bytes)
       .def_readwrite("prefetch_bytes", &LoadOptions::prefetch_bytes)
       .def_readwrite("read_gap_bytes", &LoadOptions::read_gap_bytes)
+      .def_readwrite("direct_io", &LoadOptions::direct_io)
       .def_readwrite("cooperative", &LoadOptions::cooperative)
       .def_readwrite("cooperative_round_bytes", &LoadOptions::cooperative_round_bytes)
       .def_readwrite("tensor_groups", &LoadOptions::tensor_groups)

@@ -2,7 +2,10 @@
 
 import collections
 import math
+import os
 import pickle
+import shutil
+import tempfile
 
 import numpy as np
 import pytest
@@ -318,3 +321,36 @@ def test_load_reports_requests_and_bytes_needed(tmp_path):
                 verify_checksums=False, read_gap_bytes=0)
     assert torch.equal(cols, g[:, 256:512])
     assert (r.requests, r.bytes_read) == (1024, 1 << 20)
+
+
+@pytest.mark.parametrize("where", ["tmp", "shm"])
+def test_direct_io_loads_the_same_bytes(tmp_path, where):
+    """direct_io=True (O_DIRECT where the filesystem allows it: ext4 here; tmpfs
+    refused it before Linux 6.6, and the file then reads buffered by itself)
+    loads bit for bit what a buffered load does: a whole tensor, a bf16 column
+    strip (unaligned runs in every row), unverified strips (unaligned requests),
+    and an int8 tensor whose chunk starts at an unaligned offset of its file."""
+    if where == "shm":
+        if not os.path.isdir("/dev/shm"):
+            pytest.skip("no /dev/shm")
+        d = tempfile.mkdtemp(dir="/dev/shm")
+    else:
+        d = str(tmp_path)
+    try:
+        gen = torch.Generator().manual_seed(38)
+        g = torch.randn(1000, 1030, generator=gen).to(torch.bfloat16)
+        b = torch.randint(-128, 127, (77, 13), generator=gen, dtype=torch.int8)
+        sp.save({"g": g, "b": b}, os.path.join(d, "c"))
+        for verify in (True, False):
+            whole, strip, small = torch.zeros_like(g), torch.zeros(1000, 206, dtype=g.dtype), \
+                torch.zeros_like(b)
+            sp.load({"g": whole, "b": small}, os.path.join(d, "c"), direct_io=True,
+                    verify_checksums=verify)
+            sp.load({"g": sp.chunk("g", strip, [1000, 1030], 1, 3, 5)}, os.path.join(d, "c"),
+                    direct_io=True, verify_checksums=verify, strict=False)
+            assert torch.equal(whole, g) and torch.equal(small, b), verify
+            assert torch.equal(strip, g[:, 618:824]), verify
+        assert sp._shardpoint.LoadOptions().direct_io is False
+    finally:
+        if where == "shm":
+            shutil.rmtree(d)

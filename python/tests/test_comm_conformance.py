@@ -129,6 +129,29 @@ def test_comm_written_in_python(cases):
     check({3: dict.fromkeys(range(3), results)}, {3: cases[3]})  # one run hosts all 3
 
 
+class PyThreadBufferComm(PyThreadComm):
+    """A Python comm with all_to_all_buffer (one buffer and its counts each way)."""
+
+    def all_to_all_buffer(self, send, counts):
+        self.g.calls.append("all_to_all_buffer")
+        data, at, mine = bytes(send), 0, []
+        for c in counts:
+            mine.append(data[at:at + c])
+            at += c
+        assert at == len(data), (at, len(data))
+        every = self._exchange(mine)
+        got = [every[r][self.r] for r in range(self.g.n)]
+        return bytearray(b"".join(got)), [len(x) for x in got]
+
+
+def test_comm_written_in_python_with_all_to_all_buffer(cases):
+    group = PyThreadGroup(3)
+    comms = [PyThreadBufferComm(group, r) for r in range(3)]
+    results = native_module().run_comm_conformance(comms, "*-LargePayloads")
+    check({3: dict.fromkeys(range(3), results)}, {3: cases[3]})
+    assert "all_to_all_buffer" in group.calls
+
+
 class WrongRootBroadcast(PyThreadComm):
     """Broadcasts rank 0's data whatever the root."""
 

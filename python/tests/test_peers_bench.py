@@ -99,7 +99,7 @@ def test_ops_runs_only_the_operations_asked_for(tmp_path):
     got = sorted({(r["peer"], r["op"], r["rep"]) for r in res["records"]})
     assert got == [(peer, "save", rep) for peer in ("shardpoint", "shardpoint, io_threads 1",
                                                     "torch.save") for rep in (0, 1)], got
-    assert "CPU seconds of all ranks | save |\n|---|---|\n" in p.stdout, p.stdout  # one column
+    assert "CPU seconds of all ranks (per GiB of state) | save |\n|---|---|\n" in p.stdout, p.stdout  # one column
 
 
 @pytest.mark.parametrize("ops, message", [

@@ -272,6 +272,10 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
   };
   std::unique_ptr<Reads> cur(new Reads);
   if (!rounds.empty()) read_round(rounds[0], cur.get());
+  // The send buffers of the round exchanged last and the receive buffers,
+  // refilled by later rounds: fresh memory for every round costs page faults
+  // on each copy (on a VM whose host took freed pages back, seconds per GiB).
+  std::vector<std::string> spare, recv;
   for (size_t i = 0; i < rounds.size(); ++i) {
     stats->bytes_read += cur->read.bytes.load();
     stats->requests += cur->read.requests.load();
@@ -285,14 +289,14 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
     std::unique_ptr<Ahead> ahead;
     if (i + 1 < rounds.size()) {
       next.reset(new Reads);
+      next->send = std::move(spare);
       Reads* out = next.get();
       const Round& r = rounds[i + 1];
       ahead = std::make_unique<Ahead>(pool, [&read_round, &r, out] { read_round(r, out); });
     }
     if (rounds[i].send > 0) {
-      std::vector<std::string> recv;
       SP_RETURN_IF_ERROR(comm.AllToAll(cur->send, &recv));
-      cur->send.clear();
+      spare = std::move(cur->send);
       s = Guarded("cooperative load: placing received bytes", [&] {
         return PlaceRound(m, plan, chunks, spans, rounds[i].r0, rounds[i].r1, me, recv, stats);
       });

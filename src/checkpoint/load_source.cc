@@ -233,7 +233,7 @@ Result<LoadResult> LoadFromSource(State& state, const Status& index_status, cons
     for (const View& v : plan->zero_fill) ZeroFill(v);
   }
   ThreadPool* pool = res.pool();
-  DataFiles files(storage, src.dir, &m, &src.views);
+  DataFiles files(storage, src.dir, &m, &src.views, options.direct_io);
   ReadOptions read_options;
   read_options.verify_checksums = options.verify_checksums && src.has_checksums;
   read_options.read_slice_bytes =

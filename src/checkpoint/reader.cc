@@ -39,6 +39,7 @@ struct DataFiles::Impl {
   std::string dir;
   const Manifest* m;
   const std::vector<internal_source::StridedView>* views;
+  bool direct;
   std::mutex mu;
   std::vector<std::unique_ptr<ReadableFile>> open;
 
@@ -56,14 +57,18 @@ struct DataFiles::Impl {
         return open[file].get();
       }
     }
-    SP_ASSIGN_OR_RETURN(open[file], storage->NewReadableFile(path));
+    if (direct) {
+      SP_ASSIGN_OR_RETURN(open[file], storage->NewDirectReadableFile(path));
+    } else {
+      SP_ASSIGN_OR_RETURN(open[file], storage->NewReadableFile(path));
+    }
     return open[file].get();
   }
 };
 
 DataFiles::DataFiles(Storage* storage, std::string dir, const Manifest* m,
-                     const std::vector<internal_source::StridedView>* views)
-    : impl_(new Impl{storage, std::move(dir), m, views, {}, {}}) {
+                     const std::vector<internal_source::StridedView>* views, bool direct)
+    : impl_(new Impl{storage, std::move(dir), m, views, direct, {}, {}}) {
   impl_->open.resize(m->files.size());
 }
 DataFiles::~DataFiles() = default;

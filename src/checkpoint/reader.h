@@ -25,11 +25,12 @@ namespace shardpoint::internal_checkpoint {
 
 // The data files of a checkpoint, opened on first use. Thread-safe. A file
 // that one of `views` describes is opened as that strided view of its base
-// file (src/source/strided_file.h).
+// file (src/source/strided_file.h). `direct`: files are opened with
+// Storage::NewDirectReadableFile (O_DIRECT where the filesystem allows it).
 class DataFiles {
  public:
   DataFiles(Storage* storage, std::string dir, const internal_format::Manifest* m,
-            const std::vector<internal_source::StridedView>* views = nullptr);
+            const std::vector<internal_source::StridedView>* views = nullptr, bool direct = false);
   ~DataFiles();
   Result<const ReadableFile*> Get(uint32_t file);
 

@@ -8,6 +8,7 @@
 #include <sys/vfs.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -138,6 +139,61 @@ TEST_P(PosixDirectTest, BufferedFallbackAcceptsAnything) {
   ASSERT_TRUE(f.ok());
   EXPECT_FALSE((*f)->direct());
   EXPECT_TRUE((*f)->WriteAt(3, "abc", 3).ok());
+}
+
+// Direct reads of every kind of range give the bytes a buffered read gives:
+// aligned ranges into aligned memory, unaligned heads and tails, memory
+// aligned unlike the offset, ranges larger than the bounce buffer, the file's
+// unaligned end; past the end is DataLoss naming the file. Where the
+// filesystem refuses O_DIRECT the file falls back to buffered reads.
+TEST_P(PosixDirectTest, DirectReadsEqualBufferedOnes) {
+  Storage* storage = DefaultStorage();
+  const std::string path = dir_ + "/data";
+  const size_t size = (3 << 20) + 12345;  // beyond the 1 MiB bounce buffer, unaligned end
+  AlignedBuffer pattern = Pattern(size, 7);
+  ASSERT_TRUE(storage->WriteStringToFile(path, std::string(pattern.data(), size)).ok());
+  Result<std::unique_ptr<ReadableFile>> f = storage->NewDirectReadableFile(path);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  RecordProperty("direct", (*f)->direct() ? "true" : "false");
+  struct statfs fs;
+  ASSERT_EQ(statfs(dir_.c_str(), &fs), 0);
+  if (fs.f_type == EXT4_SUPER_MAGIC || fs.f_type == XFS_SUPER_MAGIC) {
+    EXPECT_TRUE((*f)->direct());
+  }
+  EXPECT_FALSE((*DefaultStorage()->NewReadableFile(path))->direct());
+  const size_t a = kDirectIoAlignment;
+  struct Case {
+    uint64_t offset;
+    size_t n;
+    size_t mem_shift;  // dst = an aligned buffer + this
+  };
+  const Case cases[] = {
+      {0, 2 * a, 0},                // aligned everything: straight into dst
+      {a, (2 << 20) + 3 * a, 0},    // aligned, longer than the bounce buffer
+      {100, 3 * a, 100},            // unaligned head and tail, dst aligned alike
+      {100, 3 * a, 0},              // dst aligned unlike the offset: all bounced
+      {5, 7, 5},                    // inside one page
+      {a - 1, 2, a - 1},            // across a page boundary
+      {777, (2 << 20) + 999, 777},  // long, unaligned both ends
+      {size - 5000, 5000, 0},       // the file's unaligned end
+      {size - 100, 100, (size - 100) % a},
+      {0, size, 0},  // the whole file
+      {12, 0, 0},    // nothing
+  };
+  for (const Case& c : cases) {
+    AlignedBuffer mem(c.n + c.mem_shift + 1);
+    std::memset(mem.data(), 0x5a, mem.size());
+    Status s = (*f)->ReadAt(c.offset, c.n, mem.data() + c.mem_shift);
+    ASSERT_TRUE(s.ok()) << c.offset << "+" << c.n << ": " << s.ToString();
+    EXPECT_EQ(std::memcmp(mem.data() + c.mem_shift, pattern.data() + c.offset, c.n), 0)
+        << "bytes [" << c.offset << ", " << c.offset + c.n << ") differ";
+    EXPECT_EQ(mem.data()[c.mem_shift + c.n], 0x5a) << "wrote past the end at " << c.offset;
+  }
+  AlignedBuffer mem(2 * a);
+  Status s = (*f)->ReadAt(size - 10, 20, mem.data());
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find(path), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("short read"), std::string::npos) << s.message();
 }
 
 INSTANTIATE_TEST_SUITE_P(Dirs, PosixDirectTest, ::testing::Values("/tmp", "/dev/shm", "."),

@@ -12,8 +12,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -27,6 +30,15 @@ namespace shardpoint {
 namespace {
 
 constexpr size_t kDirectAlignment = 4096;
+
+// In a function returning Result<bool>: returns an error as is, and false
+// where the call (a Result<int64_t>) says the kernel refused O_DIRECT (-1).
+#define SP_RETURN_IF_ERROR_OR_REFUSED(expr) \
+  do {                                      \
+    Result<int64_t> sp_r_ = (expr);         \
+    if (!sp_r_.ok()) return sp_r_.status(); \
+    if (*sp_r_ < 0) return false;           \
+  } while (0)
 
 Status PosixError(const std::string& context, int err) {
   return internal_io::ErrnoStatus(context, err);
@@ -169,27 +181,20 @@ class PosixWritableFile : public WritableFile {
 
 class PosixReadableFile : public ReadableFile {
  public:
-  PosixReadableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
-  ~PosixReadableFile() override { ::close(fd_); }
+  // `direct_fd`: the same file opened with O_DIRECT, or -1.
+  PosixReadableFile(std::string path, int fd, int direct_fd = -1)
+      : path_(std::move(path)), fd_(fd), direct_fd_(direct_fd) {}
+  ~PosixReadableFile() override {
+    ::close(fd_);
+    if (direct_fd_ >= 0) ::close(direct_fd_);
+  }
 
   Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
-    char* p = static_cast<char*>(dst);
-    size_t done = 0;
-    while (done < n) {
-      ssize_t r = ::pread(fd_, p + done, n - done, static_cast<off_t>(offset + done));
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        return PosixError("read " + path_ + " at bytes " + Range(offset + done, n - done), errno);
-      }
-      if (r == 0) {
-        Result<uint64_t> size = Size();
-        std::string have = size.ok() ? std::to_string(*size) : "an unknown number of";
-        return DataLossError("file " + path_ + ": short read at bytes " + Range(offset, n) +
-                             ": file has only " + have + " bytes");
-      }
-      done += static_cast<size_t>(r);
+    if (direct()) {
+      Result<bool> done = ReadDirect(offset, n, static_cast<char*>(dst));
+      if (!done.ok() || *done) return done.status();
     }
-    return OkStatus();
+    return ReadBuffered(offset, n, dst);
   }
 
   Result<uint64_t> Size() const override {
@@ -199,15 +204,104 @@ class PosixReadableFile : public ReadableFile {
   }
 
   const std::string& path() const override { return path_; }
+  bool direct() const override { return direct_fd_ >= 0 && !refused_.load(); }
 
+  // A direct file bypasses the page cache: a WILLNEED hint would fill it.
   void Prefetch(uint64_t offset, size_t n) const override {
+    if (direct()) return;
     (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(n),
                           POSIX_FADV_WILLNEED);
   }
 
  private:
+  Status ShortRead(uint64_t offset, size_t n) const {
+    Result<uint64_t> size = Size();
+    std::string have = size.ok() ? std::to_string(*size) : "an unknown number of";
+    return DataLossError("file " + path_ + ": short read at bytes " + Range(offset, n) +
+                         ": file has only " + have + " bytes");
+  }
+
+  // O_DIRECT reads of [offset, offset + n): the aligned middle straight into
+  // dst where dst and offset are aligned alike, the rest (an unaligned head
+  // or tail, or all of it) through a thread's aligned bounce buffer. false:
+  // the kernel refused an O_DIRECT read (EINVAL), so this and every later
+  // read of the file go buffered.
+  Result<bool> ReadDirect(uint64_t offset, size_t n, char* dst) const {
+    constexpr uint64_t kA = kDirectAlignment;
+    const uint64_t end = offset + n;
+    const bool congruent = (reinterpret_cast<uintptr_t>(dst) - offset) % kA == 0;
+    const uint64_t mid_lo = congruent ? std::min(end, (offset + kA - 1) / kA * kA) : end;
+    const uint64_t mid_hi = congruent ? std::max(mid_lo, end / kA * kA) : end;
+    if (offset < mid_lo) SP_RETURN_IF_ERROR_OR_REFUSED(Bounced(offset, mid_lo, dst));
+    if (mid_lo < mid_hi) {
+      SP_RETURN_IF_ERROR_OR_REFUSED(Direct(mid_lo, mid_hi - mid_lo, dst + (mid_lo - offset), end));
+    }
+    if (mid_hi < end) SP_RETURN_IF_ERROR_OR_REFUSED(Bounced(mid_hi, end, dst + (mid_hi - offset)));
+    return true;
+  }
+
+  // One O_DIRECT pread loop of aligned [at, at + len) into aligned mem. Fewer
+  // bytes than asked are fine only at the end of the file, past `need`.
+  // Returns the bytes read, or -1 where the kernel refused (EINVAL).
+  Result<int64_t> Direct(uint64_t at, uint64_t len, char* mem, uint64_t need) const {
+    uint64_t done = 0;
+    while (done < len) {
+      ssize_t r = ::pread(direct_fd_, mem + done, len - done, static_cast<off_t>(at + done));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EINVAL && done == 0) {
+          refused_ = true;
+          return int64_t{-1};
+        }
+        return PosixError("read " + path_ + " at bytes " + Range(at + done, len - done), errno);
+      }
+      if (r == 0) break;
+      done += static_cast<uint64_t>(r);
+    }
+    if (at + done < std::min(need, at + len)) return ShortRead(at, std::min(need, at + len) - at);
+    return static_cast<int64_t>(done);
+  }
+
+  // [a, b) through the bounce buffer, in pieces of at most its size.
+  Result<int64_t> Bounced(uint64_t a, uint64_t b, char* dst) const {
+    constexpr uint64_t kA = kDirectAlignment;
+    constexpr uint64_t kBounce = uint64_t{1} << 20;
+    thread_local std::unique_ptr<char, void (*)(void*)> bounce(nullptr, std::free);
+    if (!bounce) {
+      bounce.reset(static_cast<char*>(std::aligned_alloc(kA, kBounce)));
+      if (!bounce) throw std::bad_alloc();
+    }
+    for (uint64_t at = a; at < b;) {
+      const uint64_t lo = at / kA * kA;
+      const uint64_t hi = std::min(lo + kBounce, (b + kA - 1) / kA * kA);
+      SP_ASSIGN_OR_RETURN(int64_t got, Direct(lo, hi - lo, bounce.get(), b));
+      if (got < 0) return got;
+      const uint64_t to = std::min(b, hi);
+      std::memcpy(dst + (at - a), bounce.get() + (at - lo), to - at);
+      at = to;
+    }
+    return int64_t{0};
+  }
+
+  Status ReadBuffered(uint64_t offset, size_t n, void* dst) const {
+    char* p = static_cast<char*>(dst);
+    size_t done = 0;
+    while (done < n) {
+      ssize_t r = ::pread(fd_, p + done, n - done, static_cast<off_t>(offset + done));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return PosixError("read " + path_ + " at bytes " + Range(offset + done, n - done), errno);
+      }
+      if (r == 0) return ShortRead(offset, n);
+      done += static_cast<size_t>(r);
+    }
+    return OkStatus();
+  }
+
   const std::string path_;
   const int fd_;
+  const int direct_fd_;
+  mutable std::atomic<bool> refused_{false};
 };
 
 class PosixFileLock : public FileLock {
@@ -304,6 +398,26 @@ class PosixStorage : public Storage {
     if (fd < 0) return PosixError("open " + path + " for reading", errno);
     SP_RETURN_IF_ERROR(CheckRegular(path, "reading", fd));
     return std::unique_ptr<ReadableFile>(new PosixReadableFile(path, fd));
+  }
+
+  // The buffered descriptor is checked first (a FIFO or directory is refused
+  // as above); the O_DIRECT one is then opened on the same file, or, where
+  // the filesystem refuses O_DIRECT (EINVAL: older tmpfs, some network
+  // filesystems), the file reads buffered.
+  Result<std::unique_ptr<ReadableFile>> NewDirectReadableFile(const std::string& path) override {
+    int fd;
+    do {
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return PosixError("open " + path + " for reading", errno);
+    SP_RETURN_IF_ERROR(CheckRegular(path, "reading", fd));
+    int direct_fd;
+    do {
+      direct_fd =
+          ::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+    } while (direct_fd < 0 && errno == EINTR);
+    return std::unique_ptr<ReadableFile>(
+        new PosixReadableFile(path, fd, direct_fd >= 0 ? direct_fd : -1));
   }
 
   // mkdir -p that leaves what it creates durable: each prefix is created in
