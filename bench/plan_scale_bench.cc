@@ -2,7 +2,7 @@
 //
 //   plan_scale_bench [--tp 8 --pp 8 --dp 64] [--load-tp 4 --load-pp 4 --load-dp 256]
 //                    [--layers 80] [--hidden 8192] [--ffn 28672] [--vocab 128256]
-//                    [--heads 64] [--kv-heads 8] [--no-dist-opt]
+//                    [--heads 64] [--kv-heads 8] [--no-dist-opt] [--global]
 //
 // A Llama-3-70B-like model (GQA-interleaved QKV, fused SwiGLU fc1 = [W; V],
 // RMSNorm weights, untied embedding and output layer) in bf16 with Adam state
@@ -10,11 +10,15 @@
 // optimizer state flat-sharded over DP per parameter (torch.chunk sizes; the
 // worst case for the planner: every DP rank holds a piece of every tensor).
 //
-// Measures, on one core: every rank's BuildRegions, the binary encoding of
-// every rank's contribution, decoding all of them (what each rank does after
-// the all-gather), the global save plan (PlanSave), the same with a warm
-// SavePlanCache, the manifest's encoded size and decode time, and one rank's
-// load plan (BuildRegions + PlanLoad) into another layout. No tensor memory
+// Measures, on one core, the distributed save planning (src/plan/dist_plan.h)
+// as every rank runs it, rank after rank: its shares to the keys' owners, its
+// work as an owner, its local plan from the replies; per rank the payload
+// bytes sent and received and the seconds taken (median and max); rank 0's
+// assembly of the manifest; a warm SavePlanCache (a rank hashes its own
+// contribution); the manifest's encoded size and decode time; and one rank's
+// load plan (BuildRegions + PlanLoad) into another layout. --global also
+// runs the all-gather planner (PlanSave over every contribution), which
+// every rank ran before. No tensor memory
 // is allocated: LocalTensors point at a fake address that is never touched
 // (BuildRegions and the planners only compute addresses).
 #include <algorithm>
@@ -27,6 +31,7 @@
 
 #include "shardpoint/layout.h"
 #include "src/format/manifest.h"
+#include "src/plan/dist_plan.h"
 #include "src/plan/load_plan.h"
 #include "src/plan/plan_cache.h"
 #include "src/plan/regions.h"
@@ -36,19 +41,24 @@ using shardpoint::internal_format::DecodeManifest;
 using shardpoint::internal_format::EncodeManifest;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_plan::AssemblePlan;
 using shardpoint::internal_plan::BuildRegions;
 using shardpoint::internal_plan::Contribution;
 using shardpoint::internal_plan::DecodeContribution;
 using shardpoint::internal_plan::EncodeContribution;
-using shardpoint::internal_plan::HashContributions;
+using shardpoint::internal_plan::EncodeShares;
 using shardpoint::internal_plan::LoadPlan;
-using shardpoint::internal_plan::LookupPlan;
+using shardpoint::internal_plan::LocalPlan;
+using shardpoint::internal_plan::LocalPlanKey;
 using shardpoint::internal_plan::ObjectDesc;
+using shardpoint::internal_plan::OwnerOutcome;
 using shardpoint::internal_plan::PlanLoad;
+using shardpoint::internal_plan::PlanLocal;
+using shardpoint::internal_plan::PlanOwnedKeys;
 using shardpoint::internal_plan::PlanSave;
 using shardpoint::internal_plan::Region;
+using shardpoint::internal_plan::Replies;
 using shardpoint::internal_plan::SavePlan;
-using shardpoint::internal_plan::StorePlan;
 
 using namespace shardpoint;
 
@@ -189,6 +199,7 @@ int IntFlag(int argc, char** argv, int& i) {
 int main(int argc, char** argv) {
   Model m;
   Layout save, load{4, 4, 256, true};
+  bool run_global = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--tp")
@@ -215,6 +226,8 @@ int main(int argc, char** argv) {
       m.heads = IntFlag(argc, argv, i);
     else if (a == "--kv-heads")
       m.kv_heads = IntFlag(argc, argv, i);
+    else if (a == "--global")
+      run_global = true;
     else if (a == "--no-dist-opt")
       save.dist_opt = load.dist_opt = false;
     else
@@ -231,58 +244,125 @@ int main(int argc, char** argv) {
   std::printf("save layout: TP=%d x PP=%d x DP=%d = %d ranks%s\n", save.tp, save.pp, save.dp, world,
               save.dist_opt ? ", distributed optimizer (flat shards over DP)" : "");
 
-  // 1. Every rank's regions and encoded contribution.
-  double t_describe = 0, t_regions = 0, t_encode = 0;
-  size_t num_regions = 0, exchange_bytes = 0;
-  std::vector<std::string> encoded(world);
+  // 1. Shares: every rank's regions, contribution and shares to the owners.
+  std::vector<uint64_t> sent(world, 0), received(world, 0);
+  std::vector<double> secs(world, 0);
+  std::vector<std::vector<std::pair<int, std::string>>> inbox(world);
+  double t_describe = 0, t_cache = 0;
+  size_t num_regions = 0;
   for (int r = 0; r < world; ++r) {
     double t0 = Now();
-    std::vector<LocalTensor> tensors = RankTensors(m, save, params, r);
-    double t1 = Now();
-    std::vector<Region> regions = Check(BuildRegions(tensors), "BuildRegions");
-    double t2 = Now();
+    std::vector<Region> regions =
+        Check(BuildRegions(RankTensors(m, save, params, r)), "BuildRegions");
     Contribution c = ToContribution(regions, r, world);
-    encoded[r] = EncodeContribution(c);
+    double t1 = Now();
+    std::vector<std::string> shares = EncodeShares(c, world);
+    double t2 = Now();
+    (void)LocalPlanKey(EncodeContribution(c), r, world, true);  // a warm cache's cost
     double t3 = Now();
-    t_describe += t1 - t0, t_regions += t2 - t1, t_encode += t3 - t2;
+    t_describe += t1 - t0, t_cache += t3 - t2, secs[r] += t2 - t1;
     num_regions += regions.size();
-    exchange_bytes += encoded[r].size();
+    for (int o = 0; o < world; ++o) {
+      if (shares[o].empty()) continue;
+      sent[r] += shares[o].size() + 1;  // + the status byte
+      received[o] += shares[o].size() + 1;
+      inbox[o].emplace_back(r, std::move(shares[o]));
+    }
   }
-  std::printf("regions: %zu (%.0f per rank)\n", num_regions, double(num_regions) / world);
-  std::printf("  layout builders, all ranks:      %8.3f s  (%.1f us per rank)\n", t_describe,
-              1e6 * t_describe / world);
-  std::printf("  BuildRegions, all ranks:         %8.3f s  (%.1f us per rank)\n", t_regions,
-              1e6 * t_regions / world);
-  std::printf(
-      "  EncodeContribution, all ranks:   %8.3f s  (%.1f us per rank); exchange %.1f MB "
-      "(%.0f B per region)\n",
-      t_encode, 1e6 * t_encode / world, exchange_bytes / 1e6, double(exchange_bytes) / num_regions);
+  std::printf("regions: %zu (%.0f per rank); layout builders + BuildRegions %.1f us per rank\n",
+              num_regions, double(num_regions) / world, 1e6 * t_describe / world);
 
-  // 2. The global plan, as every rank computes it after the all-gather.
-  double t0 = Now();
-  std::vector<Contribution> all(world);
-  for (int r = 0; r < world; ++r) all[r] = Check(DecodeContribution(encoded[r], r), "Decode");
-  double t1 = Now();
-  SavePlan plan = Check(PlanSave(all), "PlanSave");
-  double t2 = Now();
-  all.clear();
+  // 2. Every owner's check and replies.
+  std::vector<std::vector<std::pair<int, std::string>>> outbox(world);
+  std::vector<std::string> skeletons(world);
+  for (int o = 0; o < world; ++o) {
+    double t0 = Now();
+    Replies in(inbox[o].begin(), inbox[o].end());
+    OwnerOutcome out = Check(PlanOwnedKeys(in), "PlanOwnedKeys");
+    secs[o] += Now() - t0;
+    if (!out.error_reply.empty()) Die("plan error");
+    std::vector<std::pair<int, std::string>>().swap(inbox[o]);
+    for (auto& [s, bytes] : out.replies) {
+      sent[o] += bytes.size() + 1;
+      received[s] += bytes.size() + 1;
+      outbox[s].emplace_back(o, std::move(bytes));
+    }
+    skeletons[o] = std::move(out.skeleton);
+  }
+
+  // 3. Every rank's local plan; its structure goes to rank 0.
+  std::vector<std::string> structures(world);
+  uint64_t to_rank0 = 0;
+  for (int r = 0; r < world; ++r) {
+    std::vector<Region> regions =
+        Check(BuildRegions(RankTensors(m, save, params, r)), "BuildRegions");
+    Contribution c = ToContribution(regions, r, world);
+    double t0 = Now();
+    Replies in(outbox[r].begin(), outbox[r].end());
+    LocalPlan lp = Check(PlanLocal(c, in, world, skeletons[r], r, true), "PlanLocal");
+    secs[r] += Now() - t0;
+    std::vector<std::pair<int, std::string>>().swap(outbox[r]);
+    std::string().swap(skeletons[r]);
+    to_rank0 += lp.structure.size();
+    structures[r] = std::move(lp.structure);
+  }
+  auto median_max = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return std::make_pair(v[v.size() / 2], v.back());
+  };
+  std::vector<double> sent_d(sent.begin(), sent.end()), recv_d(received.begin(), received.end());
+  auto [s_med, s_max] = median_max(sent_d);
+  auto [r_med, r_max] = median_max(recv_d);
+  auto [t_med, t_max] = median_max(secs);
+  std::printf("distributed save planning (first save), per rank:\n");
+  std::printf("  bytes sent:      median %9.1f KB  max %9.1f KB\n", s_med / 1e3, s_max / 1e3);
+  std::printf("  bytes received:  median %9.1f KB  max %9.1f KB   target <= 1 MB\n", r_med / 1e3,
+              r_max / 1e3);
+  std::printf("  planning time:   median %9.3f ms  max %9.3f ms   target < 1 s\n", 1e3 * t_med,
+              1e3 * t_max);
+  std::printf("  warm plan cache (encode + hash own contribution): %.3f ms per rank\n",
+              1e3 * t_cache / world);
+
+  // 4. Rank 0 assembles the plan.
+  double a0 = Now();
+  SavePlan plan = Check(AssemblePlan(structures, true), "AssemblePlan");
+  double a1 = Now();
+  std::vector<std::string>().swap(structures);
   size_t chunks = 0;
   for (const TensorRecord& t : plan.manifest.tensors) chunks += t.chunks.size();
-  std::printf("save plan: %zu tensors, %zu chunks, %zu files, %.1f GB\n",
-              plan.manifest.tensors.size(), chunks, plan.manifest.files.size(),
-              plan.total_bytes / 1e9);
-  std::printf("  DecodeContribution, all ranks:   %8.3f s\n", t1 - t0);
-  std::printf("  PlanSave:                        %8.3f s\n", t2 - t1);
-  std::printf("  global save plan (decode + plan): %7.3f s   target < 2 s\n", t2 - t0);
+  std::vector<uint64_t> wrote(world, 0);
+  for (int r = 0; r < world; ++r) {
+    for (const auto& item : plan.ranks[r].items) wrote[r] += item.nbytes;
+  }
+  const uint64_t most = *std::max_element(wrote.begin(), wrote.end());
+  std::printf(
+      "save plan: %zu tensors, %zu chunks, %zu files, %.1f GB; largest writer %.2f GB "
+      "(%.2fx the mean)\n",
+      plan.manifest.tensors.size(), chunks, plan.manifest.files.size(), plan.total_bytes / 1e9,
+      most / 1e9, double(most) * world / plan.total_bytes);
+  std::printf("  rank 0: structures received %.1f MB, AssemblePlan %.3f s\n", to_rank0 / 1e6,
+              a1 - a0);
 
-  // 3. The plan again, from a warm cache.
-  SavePlanCache cache;
-  StorePlan(cache, HashContributions(encoded), std::make_shared<SavePlan>(std::move(plan)));
-  double t3 = Now();
-  std::shared_ptr<const SavePlan> hit = LookupPlan(cache, HashContributions(encoded));
-  double t4 = Now();
-  if (!hit) Die("the plan cache missed on identical contributions");
-  std::printf("  cached plan (hash + lookup):     %8.3f s\n", t4 - t3);
+  if (run_global) {
+    double g0 = Now();
+    std::vector<Contribution> all(world);
+    size_t exchange_bytes = 0;
+    for (int r = 0; r < world; ++r) {
+      std::vector<Region> regions =
+          Check(BuildRegions(RankTensors(m, save, params, r)), "BuildRegions");
+      std::string e = EncodeContribution(ToContribution(regions, r, world));
+      exchange_bytes += e.size();
+      all[r] = Check(DecodeContribution(e, r), "Decode");
+    }
+    double g1 = Now();
+    SavePlan global = Check(PlanSave(all), "PlanSave");
+    double g2 = Now();
+    std::printf(
+        "all-gather planner (before): every rank receives %.1f MB; PlanSave %.3f s "
+        "(building and decoding the contributions %.3f s)\n",
+        exchange_bytes / 1e6, g2 - g1, g1 - g0);
+  }
+  const SavePlan* hit = &plan;
 
   // 4. The manifest.
   double t5 = Now();

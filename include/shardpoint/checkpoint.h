@@ -59,8 +59,11 @@ struct SaveStats {
   int num_files = 0;
   int64_t num_chunks = 0;
   double seconds = 0;        // wall time of the whole collective call
-  double plan_seconds = 0;   // exchange + global plan
+  double plan_seconds = 0;   // planning: the exchanges with the keys' owners and this rank's plan
   bool plan_cached = false;  // the plan came from SaveOptions::plan_cache
+  // Payload bytes this rank sent and received while planning (its shares to
+  // the keys' owners and the owners' replies; 0 when the plan was cached).
+  uint64_t plan_bytes_sent = 0, plan_bytes_received = 0;
   // Rank 0 of an overwrite whose new checkpoint is committed but whose
   // previous one could not be removed afterwards (e.g. a file of it held open
   // on NFS or FUSE): why, and where it is left. Empty otherwise. The save is

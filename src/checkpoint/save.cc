@@ -4,52 +4,63 @@
 // (src/comm/agreed.h), so that a failure on any rank stops all ranks at the
 // same point (no hang, no manifest):
 //   1. rank 0 prepares the directory;    (broadcast: its status or the write dir)
-//   2. every rank reduces its tensors to regions; contributions are
-//      all-gathered in binary;          (all-gather: status or contribution)
-//   3. every rank computes the same deterministic plan and writes and fsyncs
-//      its data file; a rank whose plan failed writes nothing and carries the
-//      error on;
-//   4. statuses and checksums are gathered to rank 0, which commits
-//      (commit.cc) if every rank was OK;  (gather, then broadcast the outcome)
+//   2. every rank reduces its tensors to regions; each key's regions go to
+//      the key's owner, which checks them and tells each holder its chunk
+//      numbers and which replica writes (plan_exchange.h: a cache check,
+//      then two all-to-alls, each carrying a failed rank's status);
+//   3. every rank lays out and writes and fsyncs its data file; a rank whose
+//      plan failed (every rank gets an owner's plan error) writes nothing and
+//      carries the error on;
+//   4. statuses, checksums and each rank's structure (the records of the
+//      keys it owns, the chunks it wrote) are gathered to rank 0, which
+//      assembles the manifest and commits (commit.cc) if every rank was OK;
+//      (gather, then broadcast the outcome with the save's totals)
 // When the agreed outcome is failure, rank 0 removes what the save wrote
 // (RemoveFailedSave), so that a failed save does not keep the space it took.
-// With a SavePlanCache, step 3 skips decoding and planning when the
-// gathered bytes hash to the cached plan's key; all ranks
-// see the same bytes, so they hit or miss together. Rank 0 reports the
+// With a SavePlanCache, step 2 is skipped, and step 4 sends no structures,
+// when every rank's contribution hashes to its cached plan's key (the ranks
+// agree on that first, so they hit or miss together). Rank 0 reports the
 // outcome through SaveOptions::log only after step 4 (the commit).
 #include <chrono>
 #include <cstdio>
 #include <memory>
 
 #include "shardpoint/checkpoint.h"
+#include "src/base/bytes.h"
 #include "src/base/guard.h"
 #include "src/checkpoint/checksum_message.h"
 #include "src/checkpoint/commit.h"
+#include "src/checkpoint/plan_exchange.h"
 #include "src/checkpoint/replica_check.h"
 #include "src/checkpoint/writer.h"
 #include "src/comm/agreed.h"
 #include "src/io/resources.h"
-#include "src/plan/plan_cache.h"
+#include "src/plan/dist_plan.h"
 #include "src/plan/save_plan.h"
 
+using shardpoint::internal_base::ByteReader;
+using shardpoint::internal_base::ByteWriter;
 using shardpoint::internal_base::Guarded;
 using shardpoint::internal_checkpoint::CommitCheckpoint;
 using shardpoint::internal_checkpoint::CompareReplicas;
 using shardpoint::internal_checkpoint::DecodeChecksums;
 using shardpoint::internal_checkpoint::EncodeChecksums;
+using shardpoint::internal_checkpoint::GlobalPlan;
 using shardpoint::internal_checkpoint::JoinPath;
+using shardpoint::internal_checkpoint::PlannedSave;
+using shardpoint::internal_checkpoint::PlanSaveCollective;
+using shardpoint::internal_checkpoint::PlanTraffic;
 using shardpoint::internal_checkpoint::PrepareDirectory;
 using shardpoint::internal_checkpoint::RemoveCheckpoint;
 using shardpoint::internal_checkpoint::RemoveFailedSave;
 using shardpoint::internal_checkpoint::ReplicaChecksums;
 using shardpoint::internal_checkpoint::WriteDataFile;
 using shardpoint::internal_checkpoint::WriterOptions;
-using shardpoint::internal_comm::AllGatherAgreed;
 using shardpoint::internal_comm::BroadcastAgreed;
-using shardpoint::internal_comm::BroadcastStatus;
 using shardpoint::internal_comm::GatherAgreed;
 using shardpoint::internal_format::CheckMetadataJson;
 using shardpoint::internal_format::ChunkRecord;
+using shardpoint::internal_format::kDefaultBlockSize;
 using shardpoint::internal_format::kManifestName;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::TensorRecord;
@@ -58,17 +69,11 @@ using shardpoint::internal_geometry::View;
 using shardpoint::internal_io::CallResources;
 using shardpoint::internal_plan::BuildRegions;
 using shardpoint::internal_plan::Contribution;
-using shardpoint::internal_plan::DecodeContribution;
-using shardpoint::internal_plan::EncodeContribution;
-using shardpoint::internal_plan::HashContributions;
-using shardpoint::internal_plan::LookupPlan;
+using shardpoint::internal_plan::LocalPlan;
 using shardpoint::internal_plan::ObjectDesc;
-using shardpoint::internal_plan::PlanKey;
-using shardpoint::internal_plan::PlanSave;
 using shardpoint::internal_plan::RankFile;
 using shardpoint::internal_plan::Region;
 using shardpoint::internal_plan::SavePlan;
-using shardpoint::internal_plan::StorePlan;
 using shardpoint::internal_plan::WriteItem;
 
 namespace shardpoint {
@@ -137,27 +142,6 @@ using internal_checkpoint::Sources;
 
 namespace {
 
-// Decodes the gathered contributions and plans, or reuses the cached plan
-// when the gathered bytes are unchanged. The plan is deterministic, so a rank
-// whose cache is cold computes the same plan as ranks that hit.
-Result<std::shared_ptr<const SavePlan>> PlanFromGathered(const std::vector<std::string>& all,
-                                                         SavePlanCache* cache, bool list_replicas) {
-  PlanKey key;
-  if (cache) {
-    key = HashContributions(all);
-    key.lo ^= list_replicas;  // a plan without replica lists cannot verify them
-    if (std::shared_ptr<const SavePlan> hit = LookupPlan(*cache, key)) return hit;
-  }
-  std::vector<Contribution> contributions(all.size());
-  for (size_t r = 0; r < all.size(); ++r) {
-    SP_ASSIGN_OR_RETURN(contributions[r], DecodeContribution(all[r], static_cast<int>(r)));
-  }
-  SP_ASSIGN_OR_RETURN(SavePlan plan, PlanSave(contributions, list_replicas));
-  std::shared_ptr<const SavePlan> shared = std::make_shared<const SavePlan>(std::move(plan));
-  if (cache) StorePlan(*cache, key, shared);
-  return shared;
-}
-
 std::string FormatSeconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3f s", s);
@@ -213,20 +197,20 @@ Result<Contribution> DescribeState(const State& state, int rank,
 
 // Step 3, this rank's data file and the checksums of the replicas it holds
 // but does not write (`sums`, then `block_sums` per item written).
-Status WriteRankFile(const SavePlan& plan, int rank, const std::string& write_dir,
+Status WriteRankFile(const LocalPlan& plan, int rank, const std::string& write_dir,
                      const std::vector<Region>& regions, const State& state,
                      const SaveOptions& options, CallResources& res, std::vector<uint64_t>* sums,
                      std::vector<std::vector<uint64_t>>* block_sums) {
   return Guarded("save: writing rank " + std::to_string(rank) + "'s data file", [&]() -> Status {
-    const RankFile& rf = plan.ranks[rank];
+    const RankFile& rf = plan.file;
     ThreadPool* pool = res.pool();
     if (rf.file >= 0) {
-      SP_ASSIGN_OR_RETURN(
-          *sums, WriteDataFile(res.storage(), JoinPath(write_dir, plan.manifest.files[rf.file]), rf,
-                               Sources(rf, regions, state), pool,
-                               WriterOptions{options.staging_bytes, 3, options.direct_io,
-                                             options.preallocate, plan.manifest.block_size},
-                               block_sums));
+      SP_ASSIGN_OR_RETURN(*sums,
+                          WriteDataFile(res.storage(), JoinPath(write_dir, plan.path), rf,
+                                        Sources(rf, regions, state), pool,
+                                        WriterOptions{options.staging_bytes, 3, options.direct_io,
+                                                      options.preallocate, kDefaultBlockSize},
+                                        block_sums));
     }
     if (!rf.replicas.empty()) {
       std::vector<uint64_t> replica_sums = ReplicaChecksums(rf, regions, state, pool);
@@ -234,6 +218,29 @@ Status WriteRankFile(const SavePlan& plan, int rank, const std::string& write_di
     }
     return OkStatus();
   });
+}
+
+// Step 4's message to rank 0: this rank's structure (empty when the plan was
+// cached everywhere), then its checksums.
+std::string CommitMessage(const LocalPlan& plan, bool cached, const std::vector<uint64_t>& sums,
+                          const std::vector<std::vector<uint64_t>>& block_sums) {
+  ByteWriter w;
+  w.Blob(cached ? std::string_view() : std::string_view(plan.structure));
+  std::string out = std::move(w.str());
+  out += EncodeChecksums(sums, block_sums);
+  return out;
+}
+
+// Rank 0: splits each gathered message into structures and checksums.
+Status SplitCommitMessages(std::vector<std::string>& gathered,
+                           std::vector<std::string>* structures) {
+  structures->resize(gathered.size());
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    ByteReader in(gathered[r], "save: commit message of rank " + std::to_string(r));
+    SP_RETURN_IF_ERROR(in.Blob(&(*structures)[r]));
+    gathered[r].erase(0, in.pos());
+  }
+  return OkStatus();
 }
 
 // Step 4 on rank 0: this save's manifest (its own copy: the plan may be the
@@ -263,13 +270,46 @@ Status CommitOnRank0(const SavePlan& plan, const std::vector<std::string>& gathe
   });
 }
 
-SaveStats StatsOf(const SavePlan& plan, int rank) {
-  SaveStats stats;
-  stats.bytes_written = plan.total_bytes;
-  for (const WriteItem& item : plan.ranks[rank].items) stats.rank_bytes += item.nbytes;
-  stats.num_files = static_cast<int>(plan.manifest.files.size());
-  for (const TensorRecord& t : plan.manifest.tensors) stats.num_chunks += t.chunks.size();
-  return stats;
+// The save's totals, which only rank 0 knows, travel with the outcome.
+struct Totals {
+  uint64_t bytes = 0, files = 0, chunks = 0;
+};
+
+Totals TotalsOf(const SavePlan& plan) {
+  Totals t{plan.total_bytes, plan.manifest.files.size(), 0};
+  for (const TensorRecord& rec : plan.manifest.tensors) t.chunks += rec.chunks.size();
+  return t;
+}
+
+// Rank 0's outcome (the agreed error or the commit's, unchanged) and, when
+// OK, the totals reach every rank.
+Status BroadcastOutcome(Comm& comm, const Status& outcome, Totals* totals) {
+  std::string msg;
+  if (comm.rank() == 0) {
+    ByteWriter w;
+    w.U8(static_cast<uint8_t>(outcome.code()));
+    if (outcome.ok()) {
+      w.U64(totals->bytes), w.U64(totals->files), w.U64(totals->chunks);
+    } else {
+      w.Str(outcome.message());
+    }
+    msg = std::move(w.str());
+  }
+  SP_RETURN_IF_ERROR(comm.Broadcast(&msg, 0));
+  if (comm.rank() == 0) return outcome;
+  ByteReader in(msg, "save: the outcome from rank 0");
+  uint8_t code;
+  SP_RETURN_IF_ERROR(in.U8(&code));
+  if (code != 0) {
+    std::string text;
+    SP_RETURN_IF_ERROR(in.Str(&text));
+    if (code > static_cast<uint8_t>(StatusCode::kDeadlineExceeded)) return InternalError(text);
+    return Status(static_cast<StatusCode>(code), std::move(text));
+  }
+  SP_RETURN_IF_ERROR(in.U64(&totals->bytes));
+  SP_RETURN_IF_ERROR(in.U64(&totals->files));
+  SP_RETURN_IF_ERROR(in.U64(&totals->chunks));
+  return in.ExpectEnd();
 }
 
 // Committed and reported: removing the previous checkpoint (its manifest
@@ -294,53 +334,68 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
                                  const SaveOptions& options, CallResources& res,
                                  std::string* write_dir_out) {
   const auto start = std::chrono::steady_clock::now();
-  const int64_t hits_before = options.plan_cache ? options.plan_cache->hits() : 0;
   Storage* storage = res.storage();
   const int rank = comm.rank();
 
   SP_RETURN_IF_ERROR(AgreeOnWriteDir(dir, comm, options, storage, write_dir_out));
   const std::string write_dir = *write_dir_out;
 
+  // 2. The plan: this rank's part, or the plan error every rank shares (a
+  // rank-local failure, such as running out of memory, is agreed in step 4).
   Result<std::vector<Region>> regions = std::vector<Region>();
   Result<Contribution> mine = DescribeState(state, rank, &regions);
   const auto plan_start = std::chrono::steady_clock::now();
-  std::vector<std::string> all;
-  SP_RETURN_IF_ERROR(AllGatherAgreed(comm, mine.status(),
-                                     mine.ok() ? EncodeContribution(*mine) : std::string(), &all));
-
-  // 3. The plan (the same on every rank: a failure is normally every rank's,
-  // and a rank-local one, such as running out of memory, is agreed in step 4).
-  Result<std::shared_ptr<const SavePlan>> plan = Guarded("save: planning", [&] {
-    return PlanFromGathered(all, options.plan_cache, options.verify_replicas);
-  });
-  all.clear();
-  const bool plan_cached = options.plan_cache && options.plan_cache->hits() > hits_before;
+  PlannedSave planned;
+  PlanTraffic traffic;
+  Status s;
+  SP_RETURN_IF_ERROR(PlanSaveCollective(comm, mine, options.plan_cache, options.verify_replicas,
+                                        &planned, &s, &traffic));
   const double plan_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
-  // A rank whose plan failed writes nothing and carries the error on.
+
+  // 3. A rank whose plan failed writes nothing and carries the error on.
   std::vector<uint64_t> sums;
   std::vector<std::vector<uint64_t>> block_sums;
-  Status s = plan.status();
   if (s.ok()) {
-    s = WriteRankFile(**plan, rank, write_dir, *regions, state, options, res, &sums, &block_sums);
+    s = WriteRankFile(*planned.local, rank, write_dir, *regions, state, options, res, &sums,
+                      &block_sums);
   }
 
-  // 4. Commit (rank 0 first compares replicas, with verify_replicas).
-  Status gathered = GatherAgreed(comm, s, s.ok() ? EncodeChecksums(sums, block_sums) : "", 0, &all);
+  // 4. Commit (rank 0 assembles the plan, then compares replicas, with
+  // verify_replicas).
+  std::vector<std::string> all;
+  Status gathered = GatherAgreed(
+      comm, s, s.ok() ? CommitMessage(*planned.local, planned.cached, sums, block_sums) : "", 0,
+      &all);
   block_sums.clear();
   std::string previous;  // an overwrite's previous checkpoint, removed after the commit
+  Totals totals;
   if (rank == 0 && gathered.ok()) {
-    Status committed = CommitOnRank0(**plan, all, state, storage, dir, write_dir, &previous);
+    Status committed = Guarded("save: committing '" + dir + "'", [&]() -> Status {
+      std::vector<std::string> structures;
+      SP_RETURN_IF_ERROR(SplitCommitMessages(all, &structures));
+      SP_ASSIGN_OR_RETURN(
+          std::shared_ptr<const SavePlan> plan,
+          GlobalPlan(structures, planned.cached, options.plan_cache, options.verify_replicas));
+      totals = TotalsOf(*plan);
+      return CommitOnRank0(*plan, all, state, storage, dir, write_dir, &previous);
+    });
     // Named like every agreed error: "rank 0: ..."
     if (!committed.ok()) gathered = Status(committed.code(), "rank 0: " + committed.message());
   }
   // Rank 0 tells every rank the outcome: the agreed error or the commit's.
   if (rank != 0) SP_RETURN_IF_ERROR(gathered);  // the exchange itself failed
-  SP_RETURN_IF_ERROR(BroadcastStatus(comm, gathered, 0));
+  SP_RETURN_IF_ERROR(BroadcastOutcome(comm, gathered, &totals));
 
-  SaveStats stats = StatsOf(**plan, rank);
+  SaveStats stats;
+  stats.bytes_written = totals.bytes;
+  stats.num_files = static_cast<int>(totals.files);
+  stats.num_chunks = static_cast<int64_t>(totals.chunks);
+  for (const WriteItem& item : planned.local->file.items) stats.rank_bytes += item.nbytes;
   stats.plan_seconds = plan_seconds;
-  stats.plan_cached = plan_cached;
+  stats.plan_cached = planned.cached;
+  stats.plan_bytes_sent = traffic.sent;
+  stats.plan_bytes_received = traffic.received;
   if (rank == 0 && !previous.empty()) stats.cleanup_error = RemovePrevious(storage, previous, dir);
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;

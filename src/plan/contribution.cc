@@ -1,10 +1,11 @@
 // The compact binary form of a rank's contribution, exchanged before the
-// global save plan. Keys are interned: regions of one key (flat shards give
-// up to 2*ndim-1 per tensor) refer to one string.
+// global save plan. Keys are interned: regions of one key, dtype and global
+// shape (flat shards give up to 2*ndim-1 per tensor) refer to one entry.
 //
 //   u32 magic 'SPC1' | u64 nkeys | nkeys x (str key, u8 dtype, ints shape)
 //   u64 nregions | nregions x (u32 key index, ints offset, ints shape)
 //   u64 nobjects | nobjects x (str key, ints index, ints grid, u64 nbytes)
+#include <algorithm>
 #include <unordered_map>
 
 #include "src/base/bytes.h"
@@ -21,10 +22,24 @@ constexpr uint32_t kMagic = 0x31435053;  // "SPC1"
 std::string EncodeContribution(const Contribution& c) {
   ByteWriter w;
   w.U32(kMagic);
-  std::unordered_map<std::string_view, uint32_t> ids;
+  // One entry per (key, dtype, global shape): a rank whose regions of one key
+  // disagree sends each variant, so the planner names the disagreement.
+  std::unordered_map<std::string_view, std::vector<uint32_t>> ids;
   std::vector<const RegionDesc*> firsts;
-  for (const RegionDesc& r : c.regions) {
-    if (ids.try_emplace(r.key, static_cast<uint32_t>(firsts.size())).second) firsts.push_back(&r);
+  std::vector<uint32_t> id_of(c.regions.size());
+  for (size_t i = 0; i < c.regions.size(); ++i) {
+    const RegionDesc& r = c.regions[i];
+    std::vector<uint32_t>& cands = ids[r.key];
+    auto same = std::find_if(cands.begin(), cands.end(), [&](uint32_t id) {
+      return firsts[id]->dtype == r.dtype && firsts[id]->global_shape == r.global_shape;
+    });
+    if (same != cands.end()) {
+      id_of[i] = *same;
+      continue;
+    }
+    id_of[i] = static_cast<uint32_t>(firsts.size());
+    cands.push_back(id_of[i]);
+    firsts.push_back(&r);
   }
   w.U64(firsts.size());
   for (const RegionDesc* r : firsts) {
@@ -33,8 +48,9 @@ std::string EncodeContribution(const Contribution& c) {
     w.Ints(r->global_shape);
   }
   w.U64(c.regions.size());
-  for (const RegionDesc& r : c.regions) {
-    w.U32(ids[r.key]);
+  for (size_t i = 0; i < c.regions.size(); ++i) {
+    const RegionDesc& r = c.regions[i];
+    w.U32(id_of[i]);
     w.Ints(r.box.offset);
     w.Ints(r.box.shape);
   }

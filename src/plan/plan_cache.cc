@@ -8,10 +8,7 @@ SavePlanCache::SavePlanCache() : impl_(std::make_unique<internal_plan::SavePlanC
 SavePlanCache::~SavePlanCache() = default;
 int64_t SavePlanCache::hits() const { return impl_->hits; }
 int64_t SavePlanCache::misses() const { return impl_->misses; }
-void SavePlanCache::Clear() {
-  impl_->valid = false;
-  impl_->plan.reset();
-}
+void SavePlanCache::Clear() { internal_plan::InvalidatePlan(*this); }
 
 namespace internal_plan {
 
@@ -30,21 +27,40 @@ PlanKey HashContributions(const std::vector<std::string>& encoded) {
   return PlanKey{h.low64, h.high64};
 }
 
-std::shared_ptr<const SavePlan> LookupPlan(SavePlanCache& cache, const PlanKey& key) {
-  SavePlanCacheImpl& c = cache.impl();
-  if (c.valid && c.key == key) {
-    ++c.hits;
-    return c.plan;
-  }
-  ++c.misses;
-  return nullptr;
+PlanKey LocalPlanKey(const std::string& encoded, int rank, int n, bool list_replicas) {
+  const uint64_t head[3] = {static_cast<uint64_t>(rank), static_cast<uint64_t>(n),
+                            list_replicas ? 1u : 0u};
+  std::string bytes(reinterpret_cast<const char*>(head), sizeof head);
+  PlanKey k = HashContributions({bytes, encoded});
+  return k;
 }
 
-void StorePlan(SavePlanCache& cache, const PlanKey& key, std::shared_ptr<const SavePlan> plan) {
+bool CacheMatches(SavePlanCache& cache, const PlanKey& key, bool need_global) {
+  const SavePlanCacheImpl& c = cache.impl();
+  return c.valid && c.key == key && c.local && (!need_global || c.plan);
+}
+
+void CountLookup(SavePlanCache& cache, bool hit) {
+  ++(hit ? cache.impl().hits : cache.impl().misses);
+}
+
+void InvalidatePlan(SavePlanCache& cache) {
   SavePlanCacheImpl& c = cache.impl();
-  c.valid = plan != nullptr;
+  c.valid = false;
+  c.local.reset();
+  c.plan.reset();
+}
+
+void StoreLocalPlan(SavePlanCache& cache, const PlanKey& key, std::shared_ptr<const LocalPlan> lp) {
+  SavePlanCacheImpl& c = cache.impl();
+  c.valid = lp != nullptr;
   c.key = key;
-  c.plan = std::move(plan);
+  c.local = std::move(lp);
+  c.plan.reset();
+}
+
+void StoreGlobalPlan(SavePlanCache& cache, std::shared_ptr<const SavePlan> plan) {
+  if (cache.impl().valid) cache.impl().plan = std::move(plan);
 }
 
 }  // namespace internal_plan

@@ -5,7 +5,7 @@
 #include <unordered_map>
 
 #include "src/format/safetensors.h"
-#include "src/plan/tiling.h"
+#include "src/plan/key_group.h"
 
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::EncodeDataFileHeader;
@@ -18,124 +18,29 @@ using shardpoint::internal_format::TensorRecord;
 namespace shardpoint::internal_plan {
 namespace {
 
-struct Holder {
-  int rank;
-  int64_t source;  // region or object index on that rank
-};
-
-struct KeyGroup {
-  const RegionDesc* first = nullptr;
-  int first_rank = 0;
-  struct Entry {
-    const Box* box;
-    Holder holder;
-  };
-  std::vector<Entry> entries;
-};
-
-// One stored piece (tensor chunk or object) and who could write it.
-struct Piece {
-  bool is_object;
-  int64_t record;
-  int64_t chunk;
-  uint64_t nbytes;
-  std::vector<Holder> holders;  // sorted by rank, one per rank
-};
-
-std::string Describe(const RegionDesc& r) {
-  return std::string(DTypeName(r.dtype)) + " " + ShapeToString(r.global_shape);
-}
-
 Status GroupRegions(const std::vector<Contribution>& ranks,
                     std::unordered_map<std::string, KeyGroup>* groups) {
   for (size_t r = 0; r < ranks.size(); ++r) {
     const auto& regions = ranks[r].regions;
     for (size_t i = 0; i < regions.size(); ++i) {
       const RegionDesc& rd = regions[i];
-      Status s = ValidateBoxInShape(rd.box, rd.global_shape);
-      if (!s.ok()) return s.WithContext("rank " + std::to_string(r) + ", tensor '" + rd.key + "'");
-      KeyGroup& g = (*groups)[rd.key];
-      if (g.first == nullptr) {
-        g.first = &rd;
-        g.first_rank = static_cast<int>(r);
-      } else if (g.first->dtype != rd.dtype || g.first->global_shape != rd.global_shape) {
-        return InvalidArgumentError("tensor '" + rd.key + "': rank " +
-                                    std::to_string(g.first_rank) + " has " + Describe(*g.first) +
-                                    " but rank " + std::to_string(r) + " has " + Describe(rd));
-      }
-      if (!rd.box.empty()) {
-        g.entries.push_back({&rd.box, Holder{static_cast<int>(r), static_cast<int64_t>(i)}});
-      }
+      SP_RETURN_IF_ERROR(
+          AddRegion(rd, static_cast<int>(r), static_cast<int64_t>(i), &(*groups)[rd.key]));
     }
   }
-  return OkStatus();
-}
-
-// Deduplicates replicas of one key, checks the tiling and appends its record.
-Status PlanTensor(const std::string& key, KeyGroup& g, Manifest* m, std::vector<Piece>* pieces) {
-  std::sort(g.entries.begin(), g.entries.end(), [](const auto& a, const auto& b) {
-    if (*a.box != *b.box) return *a.box < *b.box;
-    return a.holder.rank < b.holder.rank;
-  });
-  TensorRecord rec{key, g.first->dtype, g.first->global_shape, {}};
-  std::vector<Box> held;
-  std::vector<Piece> mine;
-  const int64_t record = static_cast<int64_t>(m->tensors.size());
-  for (size_t i = 0; i < g.entries.size(); ++i) {
-    const auto& e = g.entries[i];
-    if (i > 0 && *g.entries[i - 1].box == *e.box) {
-      if (g.entries[i - 1].holder.rank != e.holder.rank) {
-        mine.back().holders.push_back(e.holder);
-      }
-      continue;
-    }
-    held.push_back(*e.box);
-    uint64_t nbytes = static_cast<uint64_t>(e.box->num_elements()) * DTypeSize(rec.dtype);
-    mine.push_back(
-        Piece{false, record, static_cast<int64_t>(rec.chunks.size()), nbytes, {e.holder}});
-    rec.chunks.push_back(ChunkRecord{*e.box, 0, 0, nbytes, 0, {}});
-  }
-  SP_RETURN_IF_ERROR(CheckTiling(key, rec.shape, held, [&](size_t i) {
-    std::vector<int> ranks;
-    for (const Holder& h : mine[i].holders) ranks.push_back(h.rank);
-    return RanksToString(ranks);
-  }));
-  m->tensors.push_back(std::move(rec));
-  for (Piece& p : mine) pieces->push_back(std::move(p));
   return OkStatus();
 }
 
 Status PlanObjects(const std::vector<Contribution>& ranks, Manifest* m,
                    std::vector<Piece>* pieces) {
-  std::map<std::pair<std::string, Shape>, Piece> by_id;
-  std::map<std::pair<std::string, Shape>, const ObjectDesc*> first;
+  ObjectGroups groups;
   for (size_t r = 0; r < ranks.size(); ++r) {
     for (size_t i = 0; i < ranks[r].objects.size(); ++i) {
-      const ObjectDesc& o = ranks[r].objects[i];
-      auto id = std::make_pair(o.key, o.index);
-      Holder h{static_cast<int>(r), static_cast<int64_t>(i)};
-      auto [it, fresh] = by_id.try_emplace(id, Piece{true, 0, 0, o.nbytes, {h}});
-      if (fresh) {
-        first[id] = &o;
-        continue;
-      }
-      const ObjectDesc& f = *first[id];
-      if (f.grid != o.grid || f.nbytes != o.nbytes) {
-        return InvalidArgumentError(
-            "object '" + o.key + "' index " + ShapeToString(o.index) + ": rank " +
-            std::to_string(it->second.holders.front().rank) + " has grid " + ShapeToString(f.grid) +
-            " and " + std::to_string(f.nbytes) + " bytes but rank " + std::to_string(r) +
-            " has grid " + ShapeToString(o.grid) + " and " + std::to_string(o.nbytes) + " bytes");
-      }
-      if (it->second.holders.back().rank != h.rank) it->second.holders.push_back(h);
+      SP_RETURN_IF_ERROR(
+          AddObject(ranks[r].objects[i], static_cast<int>(r), static_cast<int64_t>(i), &groups));
     }
   }
-  for (auto& [id, piece] : by_id) {
-    const ObjectDesc& f = *first[id];
-    piece.record = static_cast<int64_t>(m->objects.size());
-    m->objects.push_back(ObjectRecord{f.key, f.index, f.grid, 0, 0, f.nbytes, 0});
-    pieces->push_back(std::move(piece));
-  }
+  FinishObjects(groups, m, pieces);
   return OkStatus();
 }
 

@@ -1,0 +1,330 @@
+// Distributed save planning, steps 1-3 (dist_plan.h). Messages:
+//
+//   share   u32 'SPS1' | blob EncodeContribution(the subset) |
+//           u64 n, n x u64 region index | u64 m, m x u64 object index
+//   reply   u32 'SPR1' | u8 0 | u64 n, n x (u64 chunk, u8 role) | u64 m, m x u8 role
+//           u32 'SPR1' | u8 1 | u8 phase, u64 rank, u64 index, str key, u8 code, str message
+//   skeleton  u64 t, t x (str key, u8 dtype, ints shape, u64 c, c x (ints offset, ints shape))
+//             u64 o, o x (str key, ints index, ints grid, u64 nbytes)
+#include "src/plan/dist_plan.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <optional>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include "src/base/bytes.h"
+#include "src/format/safetensors.h"
+#include "src/geometry/flat_range.h"
+#include "src/plan/dist_plan_codec.h"
+#include "src/plan/key_group.h"
+
+using shardpoint::internal_base::ByteReader;
+using shardpoint::internal_base::ByteWriter;
+using shardpoint::internal_format::EncodeDataFileHeader;
+using shardpoint::internal_format::kDataDir;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::ObjectRecord;
+using shardpoint::internal_format::SafetensorsEntry;
+using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_geometry::RowMajorIndex;
+
+namespace shardpoint::internal_plan {
+namespace {
+
+constexpr uint32_t kShareMagic = 0x31535053;  // "SPS1"
+
+uint64_t KeyHash(std::string_view key) { return XXH3_64bits(key.data(), key.size()); }
+
+// The region and object indices this rank sends each owner, ascending.
+struct ShareIndex {
+  std::vector<std::vector<int64_t>> regions, objects;
+};
+
+ShareIndex IndexShares(const Contribution& mine, int n) {
+  ShareIndex s;
+  s.regions.resize(n);
+  s.objects.resize(n);
+  std::unordered_map<std::string_view, int> owner;
+  for (size_t i = 0; i < mine.regions.size(); ++i) {
+    const std::string& key = mine.regions[i].key;
+    auto [it, fresh] = owner.try_emplace(key, 0);
+    if (fresh) it->second = KeyOwner(key, n);
+    s.regions[it->second].push_back(static_cast<int64_t>(i));
+  }
+  for (size_t i = 0; i < mine.objects.size(); ++i) {
+    s.objects[KeyOwner(mine.objects[i].key, n)].push_back(static_cast<int64_t>(i));
+  }
+  return s;
+}
+
+struct Share {
+  Contribution sub;
+  std::vector<uint64_t> region_index, object_index;
+};
+
+Result<Share> DecodeShare(std::string_view bytes, int sender) {
+  ByteReader in(bytes, "plan share from rank " + std::to_string(sender));
+  uint32_t magic;
+  SP_RETURN_IF_ERROR(in.U32(&magic));
+  if (magic != kShareMagic) {
+    return DataLossError("plan share from rank " + std::to_string(sender) + ": bad magic");
+  }
+  std::string blob;
+  SP_RETURN_IF_ERROR(in.Blob(&blob));
+  Share s;
+  SP_ASSIGN_OR_RETURN(s.sub, DecodeContribution(blob, sender));
+  for (auto* v : {&s.region_index, &s.object_index}) {
+    uint64_t n;
+    SP_RETURN_IF_ERROR(in.Count(&n, 8));
+    v->resize(n);
+    for (uint64_t& x : *v) SP_RETURN_IF_ERROR(in.U64(&x));
+  }
+  if (s.region_index.size() != s.sub.regions.size() ||
+      s.object_index.size() != s.sub.objects.size()) {
+    return DataLossError("plan share from rank " + std::to_string(sender) + ": counts differ");
+  }
+  SP_RETURN_IF_ERROR(in.ExpectEnd());
+  return s;
+}
+
+// The global planner's checks over the owned keys, in its order (phase 0:
+// each region in (rank, index) order; 1: tiling by key; 2: objects).
+std::optional<PlanError> CheckOwned(const std::vector<std::pair<int, Share>>& shares, Manifest* m,
+                                    std::vector<Piece>* pieces) {
+  std::unordered_map<std::string, KeyGroup> groups;
+  for (const auto& [s, share] : shares) {
+    const auto& regions = share.sub.regions;
+    for (size_t j = 0; j < regions.size(); ++j) {
+      Status st = AddRegion(regions[j], s, static_cast<int64_t>(j), &groups[regions[j].key]);
+      if (!st.ok()) return PlanError{0, static_cast<uint64_t>(s), share.region_index[j], "", st};
+    }
+  }
+  std::vector<const std::string*> keys;
+  for (const auto& [key, g] : groups) keys.push_back(&key);
+  std::sort(keys.begin(), keys.end(), [](auto* a, auto* b) { return *a < *b; });
+  for (const std::string* key : keys) {
+    Status st = PlanTensor(*key, groups[*key], m, pieces);
+    if (!st.ok()) return PlanError{1, 0, 0, *key, st};
+  }
+  ObjectGroups objects;
+  for (const auto& [s, share] : shares) {
+    const auto& objs = share.sub.objects;
+    for (size_t j = 0; j < objs.size(); ++j) {
+      Status st = AddObject(objs[j], s, static_cast<int64_t>(j), &objects);
+      if (!st.ok()) return PlanError{2, static_cast<uint64_t>(s), share.object_index[j], "", st};
+    }
+  }
+  FinishObjects(objects, m, pieces);
+  return std::nullopt;
+}
+
+// dist_plan.h's writer choice; the roles go into `roles` (per sender: its
+// regions' (chunk, role), then its objects' roles).
+void AssignRoles(const std::vector<Piece>& pieces, const Manifest& m,
+                 std::unordered_map<int, ReplyRoles>* roles) {
+  std::vector<const Piece*> order;
+  order.reserve(pieces.size());
+  for (const Piece& p : pieces) order.push_back(&p);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Piece* a, const Piece* b) { return a->nbytes > b->nbytes; });
+  std::unordered_map<int, uint64_t> load;
+  for (const Piece* p : order) {
+    const size_t k = p->holders.size();
+    uint64_t start;
+    if (p->is_object) {
+      const ObjectRecord& o = m.objects[p->record];
+      start = KeyHash(o.key) +
+              static_cast<uint64_t>(o.index.empty() ? 0 : RowMajorIndex(o.grid, o.index));
+    } else {
+      start = KeyHash(m.tensors[p->record].key) + static_cast<uint64_t>(p->chunk);
+    }
+    const Holder* best = nullptr;
+    for (size_t j = 0; j < k; ++j) {
+      const Holder& h = p->holders[(start + j) % k];
+      if (!best || load[h.rank] < load[best->rank]) best = &h;
+    }
+    load[best->rank] += p->nbytes;
+    for (const Holder& h : p->holders) {
+      const uint8_t role = &h == best ? kRoleWrite : kRoleReplica;
+      ReplyRoles& r = (*roles)[h.rank];
+      if (p->is_object) {
+        r.objects[h.source] = role;
+      } else {
+        r.regions[h.source] = {static_cast<uint64_t>(p->chunk), role};
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int KeyOwner(std::string_view key, int n) {
+  return n <= 1 ? 0 : static_cast<int>(KeyHash(key) % static_cast<uint64_t>(n));
+}
+
+std::vector<std::string> EncodeShares(const Contribution& mine, int n) {
+  ShareIndex index = IndexShares(mine, n);
+  std::vector<std::string> out(n);
+  for (int o = 0; o < n; ++o) {
+    if (index.regions[o].empty() && index.objects[o].empty()) continue;
+    Contribution sub;
+    for (int64_t i : index.regions[o]) sub.regions.push_back(mine.regions[i]);
+    for (int64_t i : index.objects[o]) sub.objects.push_back(mine.objects[i]);
+    ByteWriter w;
+    w.U32(kShareMagic);
+    w.Blob(EncodeContribution(sub));
+    for (const auto* v : {&index.regions[o], &index.objects[o]}) {
+      w.U64(v->size());
+      for (int64_t i : *v) w.U64(static_cast<uint64_t>(i));
+    }
+    out[o] = std::move(w.str());
+  }
+  return out;
+}
+
+Result<OwnerOutcome> PlanOwnedKeys(const std::vector<std::pair<int, std::string_view>>& received) {
+  std::vector<std::pair<int, Share>> shares;
+  shares.reserve(received.size());
+  for (const auto& [s, bytes] : received) {
+    if (bytes.empty()) continue;
+    SP_ASSIGN_OR_RETURN(Share share, DecodeShare(bytes, s));
+    shares.emplace_back(s, std::move(share));
+  }
+  std::sort(shares.begin(), shares.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  Manifest m;
+  std::vector<Piece> pieces;
+  OwnerOutcome out;
+  if (std::optional<PlanError> e = CheckOwned(shares, &m, &pieces)) {
+    out.error_reply = EncodeErrorReply(*e);
+    return out;
+  }
+  std::unordered_map<int, ReplyRoles> roles;
+  for (const auto& [s, share] : shares) {
+    roles[s].regions.assign(share.sub.regions.size(), {0, kRoleNone});
+    roles[s].objects.assign(share.sub.objects.size(), kRoleNone);
+  }
+  AssignRoles(pieces, m, &roles);
+  for (const auto& [s, share] : shares) out.replies.emplace_back(s, EncodeRoleReply(roles[s]));
+  out.skeleton = EncodeSkeleton(m);
+  return out;
+}
+
+namespace {
+
+// One piece this rank writes or holds as a replica.
+struct Mine {
+  bool is_object;
+  int64_t source;
+  uint64_t chunk;
+  uint64_t nbytes;
+  size_t elem;
+  const std::string* key;
+  const Shape* index;  // objects
+};
+
+bool FileOrder(const Mine& a, const Mine& b) {
+  if (a.elem != b.elem) return a.elem > b.elem;
+  if (a.is_object != b.is_object) return b.is_object;
+  if (*a.key != *b.key) return *a.key < *b.key;
+  return a.is_object ? *a.index < *b.index : a.chunk < b.chunk;
+}
+
+// The replies' roles, checked against what this rank sent; the first plan
+// error (by PlanError order) if any owner sent one.
+Status CollectRoles(const Contribution& mine, const Replies& replies, int n,
+                    std::vector<Mine>* writes, std::vector<Mine>* replicas) {
+  ShareIndex index = IndexShares(mine, n);
+  std::optional<PlanError> first;
+  std::vector<ReplyRoles> roles(n);
+  std::vector<bool> got(n, false);
+  for (const auto& [o, bytes] : replies) {
+    if (bytes.empty()) continue;
+    if (o < 0 || o >= n) return DataLossError("plan reply from rank " + std::to_string(o));
+    SP_ASSIGN_OR_RETURN(std::optional<PlanError> e, DecodeReply(bytes, o, &roles[o]));
+    if (e && (!first || *e < *first)) first = std::move(e);
+    got[o] = true;
+  }
+  if (first) return first->status;
+  for (int o = 0; o < n; ++o) {
+    if (index.regions[o].empty() && index.objects[o].empty()) continue;
+    if (!got[o] || roles[o].regions.size() != index.regions[o].size() ||
+        roles[o].objects.size() != index.objects[o].size()) {
+      return DataLossError("plan reply from rank " + std::to_string(o) +
+                           " does not match what this rank sent it");
+    }
+    for (size_t j = 0; j < index.regions[o].size(); ++j) {
+      const auto [chunk, role] = roles[o].regions[j];
+      if (role == kRoleNone) continue;
+      const RegionDesc& r = mine.regions[index.regions[o][j]];
+      const size_t elem = DTypeSize(r.dtype);
+      Mine p{false,  index.regions[o][j],
+             chunk,  static_cast<uint64_t>(r.box.num_elements()) * elem,
+             elem,   &r.key,
+             nullptr};
+      (role == kRoleWrite ? writes : replicas)->push_back(p);
+    }
+    for (size_t j = 0; j < index.objects[o].size(); ++j) {
+      const uint8_t role = roles[o].objects[j];
+      if (role == kRoleNone) continue;
+      const ObjectDesc& d = mine.objects[index.objects[o][j]];
+      Mine p{true, index.objects[o][j], 0, d.nbytes, 1, &d.key, &d.index};
+      (role == kRoleWrite ? writes : replicas)->push_back(p);
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<LocalPlan> PlanLocal(const Contribution& mine, const Replies& replies, int n,
+                            std::string_view skeleton, int rank, bool list_replicas) {
+  std::vector<Mine> writes, replicas;
+  SP_RETURN_IF_ERROR(CollectRoles(mine, replies, n, &writes, &replicas));
+  std::sort(writes.begin(), writes.end(), FileOrder);
+  LocalPlan lp;
+  RankFile& rf = lp.file;
+  StructureWriter structure(skeleton);
+  std::vector<SafetensorsEntry> entries;
+  uint64_t pos = 0;
+  for (const Mine& p : writes) {
+    if (p.is_object) {
+      ObjectRecord o{*p.key, *p.index, {}, 0, 0, p.nbytes, 0};
+      entries.push_back(
+          {ObjectEntryName(o), DType::kU8, {static_cast<int64_t>(p.nbytes)}, pos, pos + p.nbytes});
+    } else {
+      const RegionDesc& r = mine.regions[p.source];
+      entries.push_back({ChunkEntryName(*p.key, static_cast<int64_t>(p.chunk)), r.dtype,
+                         r.box.shape, pos, pos + p.nbytes});
+    }
+    rf.items.push_back(
+        WriteItem{p.is_object, p.source, -1, static_cast<int64_t>(p.chunk), pos, p.nbytes});
+    pos += p.nbytes;
+  }
+  if (!writes.empty()) {
+    rf.file = 0;  // this rank's own file; AssemblePlan numbers the files
+    rf.header = EncodeDataFileHeader(entries);
+    for (WriteItem& item : rf.items) item.offset += rf.header.size();
+    rf.size = rf.header.size() + pos;
+  }
+  for (size_t i = 0; i < writes.size(); ++i) {
+    const Mine& p = writes[i];
+    structure.Item(p.is_object, *p.key, p.chunk, p.index, rf.items[i].offset, p.nbytes);
+  }
+  if (list_replicas) {
+    for (const Mine& p : replicas) {
+      rf.replicas.push_back(
+          WriteItem{p.is_object, p.source, -1, static_cast<int64_t>(p.chunk), 0, p.nbytes});
+      structure.Replica(p.is_object, *p.key, p.chunk, p.index);
+    }
+  }
+  lp.path = std::string(kDataDir) + "/" + std::to_string(rank) + ".safetensors";
+  lp.structure = structure.Finish();
+  return lp;
+}
+
+}  // namespace shardpoint::internal_plan

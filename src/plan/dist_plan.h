@@ -1,0 +1,81 @@
+// Distributed save planning: no rank sees every rank's layout.
+//
+// 1. Shares (all-to-all): each rank sends the regions and objects of each of
+//    its keys to the key's owner, KeyOwner(key) = XXH3-64(key) mod N.
+// 2. Owner check (all-to-all back): an owner groups what it received per
+//    key and runs the global planner's per-key steps (key_group.h: dtype and
+//    shape agree, replicas grouped, boxes tile the tensor, objects agree),
+//    numbers the chunks (sorted by box, as PlanSave does) and chooses one
+//    writer per chunk among its holders. It replies to each sender, per
+//    region and object sent, the chunk number and whether the sender writes
+//    it, holds a replica another rank writes, or neither (a declaration, a
+//    duplicate). An owner that finds an error sends it, with its position in
+//    the global planner's order (PlanError), to every rank instead, and every
+//    rank takes the first: all ranks fail with the message PlanSave gives.
+// 3. Local plan: each rank lays out its own data file from its replies
+//    (PlanSave's file order) and describes for rank 0, in a "structure"
+//    message, its owned keys' records (the owner's skeleton), the chunks it
+//    writes (key, chunk, offset) and the replicas it holds.
+// 4. Rank 0 assembles the SavePlan (manifest and per-rank items) from the
+//    structures (AssemblePlan): only the writers' entries, not every layout.
+//
+// Writer choice: the owner takes its pieces largest first and gives each to
+// its least-loaded holder (bytes the owner gave each rank so far); ties go to
+// the first holder in rank order starting from position (XXH3-64(key) +
+// chunk) mod k of the k holders (for an object, + its flat index), so that
+// replicas of different keys are written by different ranks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "src/plan/save_plan.h"
+
+namespace shardpoint::internal_plan {
+
+int KeyOwner(std::string_view key, int n);
+
+// Messages from or to other ranks: (rank, bytes), in any order.
+using Replies = std::vector<std::pair<int, std::string_view>>;
+
+// What this rank sends each rank (indexed by owner; empty where nothing).
+std::vector<std::string> EncodeShares(const Contribution& mine, int n);
+
+// An owner's replies, (sender, bytes) for each sender whose share was not
+// empty, and its skeleton for rank 0; or, on a plan error, `error_reply`,
+// which it sends every rank instead. DataLoss for malformed shares only.
+struct OwnerOutcome {
+  std::vector<std::pair<int, std::string>> replies;
+  std::string skeleton;
+  std::string error_reply;  // non-empty: the plan failed here
+};
+Result<OwnerOutcome> PlanOwnedKeys(const Replies& received);
+
+// This rank's part of the plan: its data file (file.items' source is the
+// region or object index; record is -1; file 0 where it writes) and what it
+// sends rank 0.
+struct LocalPlan {
+  RankFile file;
+  std::string path;       // "data/<rank>.safetensors"
+  std::string structure;  // for AssemblePlan
+};
+// `replies` from the owners of N ranks. The first plan error any owner sent
+// (PlanError order) is returned: every rank receives the same errors, so
+// every rank returns the same one, the one PlanSave returns.
+Result<LocalPlan> PlanLocal(const Contribution& mine, const Replies& replies, int n,
+                            std::string_view skeleton, int rank, bool list_replicas);
+
+// Rank 0: the global plan from every rank's structure (indexed by rank):
+// the manifest (checksums 0) and per rank its items and replicas with their
+// records (header unset).
+Result<SavePlan> AssemblePlan(const std::vector<std::string>& structures, bool list_replicas);
+
+// Every step in one process (tests, bench): the plan rank 0 assembles, or
+// the error every rank returns. `local` receives each rank's LocalPlan.
+Result<SavePlan> PlanSaveDistributed(const std::vector<Contribution>& ranks, bool list_replicas,
+                                     std::vector<LocalPlan>* local = nullptr);
+
+}  // namespace shardpoint::internal_plan
