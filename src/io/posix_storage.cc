@@ -84,6 +84,18 @@ Status CheckRegular(const std::string& path, const char* purpose, int fd) {
   return OkStatus();
 }
 
+// Opens `path` read-only, refused unless a regular file. O_NONBLOCK: opening
+// a FIFO must not wait for a writer (CheckRegular refuses it, then clears it).
+Result<int> OpenRegularForReading(const std::string& path) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return PosixError("open " + path + " for reading", errno);
+  SP_RETURN_IF_ERROR(CheckRegular(path, "reading", fd));
+  return fd;
+}
+
 class PosixWritableFile : public WritableFile {
  public:
   PosixWritableFile(std::string path, int fd, bool direct)
@@ -389,14 +401,7 @@ class PosixStorage : public Storage {
   }
 
   Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
-    // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused
-    // below, as is anything else that is not a regular file.
-    int fd;
-    do {
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    } while (fd < 0 && errno == EINTR);
-    if (fd < 0) return PosixError("open " + path + " for reading", errno);
-    SP_RETURN_IF_ERROR(CheckRegular(path, "reading", fd));
+    SP_ASSIGN_OR_RETURN(const int fd, OpenRegularForReading(path));
     return std::unique_ptr<ReadableFile>(new PosixReadableFile(path, fd));
   }
 
@@ -405,12 +410,7 @@ class PosixStorage : public Storage {
   // the filesystem refuses O_DIRECT (EINVAL: older tmpfs, some network
   // filesystems), the file reads buffered.
   Result<std::unique_ptr<ReadableFile>> NewDirectReadableFile(const std::string& path) override {
-    int fd;
-    do {
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    } while (fd < 0 && errno == EINTR);
-    if (fd < 0) return PosixError("open " + path + " for reading", errno);
-    SP_RETURN_IF_ERROR(CheckRegular(path, "reading", fd));
+    SP_ASSIGN_OR_RETURN(const int fd, OpenRegularForReading(path));
     int direct_fd;
     do {
       direct_fd =

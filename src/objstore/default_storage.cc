@@ -29,6 +29,10 @@ class DispatchStorage : public Storage {
     SP_ASSIGN_OR_RETURN(Storage * s, For(path));
     return s->NewReadableFile(path);
   }
+  Result<std::unique_ptr<ReadableFile>> NewDirectReadableFile(const std::string& path) override {
+    SP_ASSIGN_OR_RETURN(Storage * s, For(path));
+    return s->NewDirectReadableFile(path);
+  }
   Status CreateDirs(const std::string& path) override {
     SP_ASSIGN_OR_RETURN(Storage * s, For(path));
     return s->CreateDirs(path);
