@@ -17,7 +17,8 @@ set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION devel)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-set(SP_DEB_DEPENDS "libxxhash-dev")
+# libshardpoint.a links libcurl and libcrypto (the S3 client, src/objstore).
+set(SP_DEB_DEPENDS "libxxhash-dev, libcurl4-openssl-dev, libssl-dev")
 if(MPI_CXX_FOUND)
   # mpi_comm.h includes <mpi.h>; the archive's MPI objects link against it.
   if(MPI_CXX_LIBRARIES MATCHES "mpich")

@@ -276,19 +276,19 @@ class MPI4PyComm(Comm):
         buf, recv_counts = self.all_to_all_buffer(b"".join(send), [len(b) for b in send])
         return self._split(buf, recv_counts)
 
-    def all_to_all_buffer(self, send, counts: list) -> tuple:
+    def all_to_all_buffer(self, send: Any, counts: list) -> tuple:
         """``send``: ``counts[i]`` bytes for rank i, back to back (any buffer).
         Returns (a uint8 numpy array of the bytes from each rank back to back,
         how many came from each): one Ialltoall of the counts, one Ialltoallv."""
         np, MPI = self._np, self._MPI
         self._begin()
-        counts = np.array(counts, dtype=np.int64)
+        sent = np.array(counts, dtype=np.int64)
         recv_counts = np.zeros(self._size, dtype=np.int64)
-        self._wait(self._comm.Ialltoall(counts, recv_counts), "all_to_all", counts, recv_counts)
+        self._wait(self._comm.Ialltoall(sent, recv_counts), "all_to_all", sent, recv_counts)
         out = np.frombuffer(send, dtype=np.uint8)
         buf = np.empty(int(recv_counts.sum()), dtype=np.uint8)
         self._wait(self._comm.Ialltoallv(
-            [out, counts.tolist(), self._displs(counts).tolist(), MPI.BYTE],
+            [out, sent.tolist(), self._displs(sent).tolist(), MPI.BYTE],
             [buf, recv_counts.tolist(), self._displs(recv_counts).tolist(), MPI.BYTE]),
             "all_to_all", out, buf, send)
         return buf, recv_counts.tolist()
@@ -484,7 +484,7 @@ class TorchDistributedComm(Comm):
             at += n
         return result
 
-    def all_to_all_buffer(self, send, counts: list) -> tuple:
+    def all_to_all_buffer(self, send: Any, counts: list) -> tuple:
         """``send``: ``counts[i]`` bytes for rank i, back to back (a writable
         buffer; every count at least 1, as gloo fails on empty tensors).
         Returns (a uint8 numpy array of the bytes from each rank back to back,

@@ -195,6 +195,9 @@ def test_python_comm_bad_return_value(ckpt):
         def broadcast(self, data, root):
             return data  # correct: the save gets to its all_gather
 
+        def gather(self, data, root):
+            return [data]  # correct too (the plan cache's agreement gathers first)
+
     class BadBroadcast(BrokenComm):
         def broadcast(self, data, root):
             return "not bytes"

@@ -30,7 +30,7 @@ depends=$(dpkg-deb -f "$deb" Depends)
 echo "   Depends: $depends"
 [ "$(dpkg-deb -f "$deb" Package)" = shardpoint ] || { echo "$info"; exit 1; }
 [ "$(dpkg-deb -f "$deb" Version)" = "$version" ] || { echo "$info"; exit 1; }
-for dep in libc6 libstdc++6 libxxhash-dev; do
+for dep in libc6 libstdc++6 libxxhash-dev libcurl4-openssl-dev libssl-dev; do
   grep -q "\b$dep\b" <<<"$depends" || { echo "deb: Depends lacks $dep"; echo "$info"; exit 1; }
 done
 
