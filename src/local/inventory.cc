@@ -35,7 +35,7 @@ Result<NodeCopy> ReadNodeCopy(Storage* node, const std::string& dir) {
   return copy;
 }
 
-Result<std::vector<int64_t>> CommittedIterations(Storage* node) {
+Result<std::vector<int64_t>> IterationDirs(Storage* node) {
   std::vector<int64_t> out;
   SP_ASSIGN_OR_RETURN(bool root, node->IsDirectory("/"));
   if (!root) return out;
@@ -45,11 +45,19 @@ Result<std::vector<int64_t>> CommittedIterations(Storage* node) {
         name.find_first_not_of("0123456789", 5) != std::string::npos || name.size() > 23) {
       continue;
     }
-    const int64_t it = std::stoll(name.substr(5));
-    SP_ASSIGN_OR_RETURN(bool committed, node->Exists(JoinPath("/" + name, kReplicaMapName)));
-    if (committed) out.push_back(it);
+    out.push_back(std::stoll(name.substr(5)));
   }
   std::sort(out.begin(), out.end());
+  return out;
+}
+
+Result<std::vector<int64_t>> CommittedIterations(Storage* node) {
+  std::vector<int64_t> out;
+  SP_ASSIGN_OR_RETURN(std::vector<int64_t> all, IterationDirs(node));
+  for (int64_t it : all) {
+    SP_ASSIGN_OR_RETURN(bool committed, node->Exists(JoinPath(IterDir(it), kReplicaMapName)));
+    if (committed) out.push_back(it);
+  }
   return out;
 }
 

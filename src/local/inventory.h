@@ -20,6 +20,10 @@ struct NodeCopy {
 // `dir`: "/iter_..." on the node storage.
 Result<NodeCopy> ReadNodeCopy(Storage* node, const std::string& dir);
 
+// Iterations with a directory under the node's root (committed or not),
+// ascending.
+Result<std::vector<int64_t>> IterationDirs(Storage* node);
+
 // Iterations under the node's root with a replica map, ascending.
 Result<std::vector<int64_t>> CommittedIterations(Storage* node);
 

@@ -1,0 +1,291 @@
+// TieredManager with thread ranks as nodes (8 ranks on 4 nodes of 2, each
+// node with its own local root): the schedule, the drain into an ordinary
+// committed persistent checkpoint, local retention, and resume from the
+// newest checkpoint complete in either tier after kills and wiped nodes,
+// under another layout, bit for bit.
+#include "shardpoint/tiered_manager.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "src/checkpoint/commit.h"
+#include "src/local/units.h"
+#include "tests/testing/transformer.h"
+
+namespace shardpoint {
+namespace {
+
+using testing::ModelConfig;
+using testing::ParallelConfig;
+
+const ModelConfig kModel{2, 64, 256, 1000};
+const ParallelConfig kSaveLayout{2, 2, 2, true};
+
+class TieredManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/shardpoint_tiered_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override { ASSERT_TRUE(DefaultStorage()->RemoveAll(root_).ok()); }
+
+  std::string NodeRoot(int node) const { return root_ + "/node" + std::to_string(node); }
+  std::string Persistent() const { return root_ + "/persistent"; }
+  void Wipe(int node) { ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(node)).ok()); }
+
+  TieredOptions Options(int rank, int per_node) const {
+    TieredOptions o = base_;
+    o.local.local_root = NodeRoot(rank / per_node);
+    o.local.node_id = "node" + std::to_string(rank / per_node);
+    o.local.round_bytes = 96 << 10;
+    return o;
+  }
+
+  std::vector<testing::RankState> States(const ParallelConfig& p, uint64_t seed, bool fill) {
+    const testing::RefModel ref = testing::MakeReference(kModel, seed);
+    std::vector<testing::RankState> out(p.world());
+    for (int r = 0; r < p.world(); ++r) {
+      auto rs = testing::BuildRankState(kModel, p, r);
+      EXPECT_TRUE(rs.ok()) << rs.status().ToString();
+      out[r] = std::move(*rs);
+      if (fill) {
+        EXPECT_TRUE(testing::FillFromReference(ref, out[r].state.tensors).ok());
+      } else {
+        if (p.world() != 8) out[r].state.objects.clear();
+        for (Object& o : out[r].state.objects) o.bytes.clear();
+        out[r].state.common = "";
+      }
+    }
+    return out;
+  }
+
+  // One job of 8 ranks on 4 nodes: Save at each of `iterations` (the state
+  // of iteration i is the reference of seed i), then Flush if asked; the
+  // job ends (its managers destroyed) without one otherwise, as a killed
+  // job would leave it. Returns each Save's steps of rank 0.
+  std::vector<TieredStep> Run(const std::vector<int64_t>& iterations, bool flush,
+                              bool async = false) {
+    std::vector<std::vector<testing::RankState>> states;
+    for (int64_t it : iterations) states.push_back(States(kSaveLayout, it, true));
+    std::vector<TieredStep> steps;
+    for (Status s : RunThreadRanks(8, [&](Comm& comm) -> Status {
+           AsyncSaver saver;
+           SP_ASSIGN_OR_RETURN(auto m,
+                               TieredManager::Open(Persistent(), comm, Options(comm.rank(), 2)));
+           for (size_t i = 0; i < iterations.size(); ++i) {
+             SP_ASSIGN_OR_RETURN(TieredStep st, m->Save(states[i][comm.rank()].state, iterations[i],
+                                                        comm, async ? &saver : nullptr));
+             if (comm.rank() == 0) steps.push_back(st);
+           }
+           if (flush) SP_RETURN_IF_ERROR(m->Flush(comm).status());
+           return OkStatus();
+         })) {
+      EXPECT_TRUE(s.ok()) << s.ToString();
+    }
+    return steps;
+  }
+
+  // Resumes on 6 ranks (TP3 DP2, 3 nodes of 2: node 3 gone with the job);
+  // checks the state bit for bit against the reference of the iteration
+  // resumed. Returns each rank's TieredResume.
+  std::vector<TieredResume> Resume() {
+    const ParallelConfig p{3, 1, 2, false};
+    std::vector<testing::RankState> dst = States(p, 0, false);
+    std::vector<TieredResume> out(p.world());
+    LoadOptions lo;
+    lo.allow_unexpected_keys = true;
+    for (Status s : RunThreadRanks(p.world(), [&](Comm& comm) -> Status {
+           SP_ASSIGN_OR_RETURN(auto m,
+                               TieredManager::Open(Persistent(), comm, Options(comm.rank(), 2)));
+           SP_ASSIGN_OR_RETURN(out[comm.rank()], m->Resume(dst[comm.rank()].state, comm, lo));
+           return OkStatus();
+         })) {
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      if (!s.ok()) return {};
+    }
+    const testing::RefModel ref = testing::MakeReference(kModel, out[0].iteration);
+    for (int r = 0; r < p.world(); ++r) {
+      EXPECT_EQ(out[r].iteration, out[0].iteration);
+      Status c = testing::CheckAgainstReference(ref, dst[r].state.tensors);
+      EXPECT_TRUE(c.ok()) << "rank " << r << ": " << c.ToString();
+    }
+    return out;
+  }
+
+  uint64_t Sum(const std::vector<TieredResume>& rs, uint64_t LoadResult::*field) {
+    uint64_t n = 0;
+    for (const TieredResume& r : rs) n += r.load.*field;
+    return n;
+  }
+
+  std::string root_;
+  TieredOptions base_;
+};
+
+bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+TEST_F(TieredManagerTest, DrainedLocalCheckpointIsAnOrdinaryCommittedCheckpoint) {
+  base_.local_every = 1;
+  base_.persistent_every = 2;
+  base_.keep_local = 2;
+  std::vector<TieredStep> steps = Run({1, 2, 3}, /*flush=*/true);
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_TRUE(steps[1].local && steps[1].persistent);
+  EXPECT_FALSE(steps[0].persistent || steps[2].persistent);
+  // The persistent tier: iteration 2 committed with its tracker; a plain
+  // Load under another layout reads it bit for bit.
+  EXPECT_TRUE(Exists(Persistent() + "/iter_0000002/manifest"));
+  EXPECT_FALSE(Exists(Persistent() + "/iter_0000001"));
+  EXPECT_FALSE(Exists(Persistent() + "/iter_0000003"));
+  FILE* f = std::fopen((Persistent() + "/latest").c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  char buf[16] = {};
+  ASSERT_GT(std::fread(buf, 1, sizeof buf - 1, f), 0u);
+  std::fclose(f);
+  EXPECT_EQ(std::string(buf), "2\n");
+  std::vector<testing::RankState> dst = States(ParallelConfig{4, 1, 1, false}, 0, false);
+  const testing::RefModel ref = testing::MakeReference(kModel, 2);
+  for (Status s : RunThreadRanks(4, [&](Comm& comm) -> Status {
+         LoadOptions lo;
+         lo.allow_unexpected_keys = true;
+         SP_RETURN_IF_ERROR(
+             Load(dst[comm.rank()].state, Persistent() + "/iter_0000002", comm, lo).status());
+         return testing::CheckAgainstReference(ref, dst[comm.rank()].state.tensors);
+       })) {
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  // Local retention: the newest 2 on every node.
+  for (int n = 0; n < 4; ++n) {
+    EXPECT_FALSE(Exists(NodeRoot(n) + "/iter_0000001")) << n;
+    EXPECT_TRUE(Exists(NodeRoot(n) + "/iter_0000003/replicas")) << n;
+    EXPECT_TRUE(Exists(NodeRoot(n) + "/iter_0000002/replicas")) << n;
+  }
+}
+
+TEST_F(TieredManagerTest, ResumePicksTheNewestCompleteInEitherTierAfterKillsAndWipes) {
+  base_.local_every = 1;
+  base_.persistent_every = 2;
+  Run({1, 2, 3, 4}, /*flush=*/true);
+  Run({5}, /*flush=*/false);  // the job is killed after its local save of 5
+  // Nodes intact: the local 5, not a byte from persistent storage.
+  std::vector<TieredResume> rs = Resume();
+  ASSERT_EQ(rs.size(), 6u);
+  EXPECT_EQ(rs[0].iteration, 5);
+  EXPECT_TRUE(rs[0].from_local);
+  EXPECT_EQ(Sum(rs, &LoadResult::bytes_persistent), 0u);
+  // One node wiped: still 5, from peers, 0 bytes from persistent.
+  Wipe(1);
+  rs = Resume();
+  ASSERT_EQ(rs.size(), 6u);
+  EXPECT_EQ(rs[0].iteration, 5);
+  EXPECT_TRUE(rs[0].from_local);
+  EXPECT_EQ(Sum(rs, &LoadResult::bytes_persistent), 0u);
+  EXPECT_GT(Sum(rs, &LoadResult::bytes_peer), 0u);
+  // Nodes 1 and 2 wiped: some files of every local checkpoint lost; the
+  // persistent 4.
+  Wipe(2);
+  rs = Resume();
+  ASSERT_EQ(rs.size(), 6u);
+  EXPECT_EQ(rs[0].iteration, 4);
+  EXPECT_FALSE(rs[0].from_local);
+}
+
+TEST_F(TieredManagerTest, ADrainNotCommittedWhenTheJobDiesIsNotResumedFromPersistent) {
+  base_.local_every = 2;
+  base_.persistent_every = 2;
+  Run({2}, /*flush=*/true);
+  Run({3, 4}, /*flush=*/false);  // killed: the drain of 4 copied, never committed
+  EXPECT_FALSE(Exists(Persistent() + "/iter_0000004/manifest"));
+  for (int n = 0; n < 4; ++n) Wipe(n);
+  std::vector<TieredResume> rs = Resume();
+  ASSERT_EQ(rs.size(), 6u);
+  EXPECT_EQ(rs[0].iteration, 2);
+  EXPECT_FALSE(rs[0].from_local);
+}
+
+TEST_F(TieredManagerTest, AsyncLocalSavesDrainAfterTheyCommit) {
+  base_.local_every = 1;
+  base_.persistent_every = 2;
+  std::vector<TieredStep> steps = Run({1, 2, 3}, /*flush=*/true, /*async=*/true);
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_TRUE(steps[1].handle.valid());
+  EXPECT_TRUE(Exists(Persistent() + "/iter_0000002/manifest"));
+  for (int n = 0; n < 4; ++n) Wipe(n);
+  std::vector<TieredResume> rs = Resume();
+  ASSERT_EQ(rs.size(), 6u);
+  EXPECT_EQ(rs[0].iteration, 2);
+}
+
+TEST_F(TieredManagerTest, DrainBandwidthIsBounded) {
+  base_.local_every = 0;
+  base_.persistent_every = 1;
+  base_.drain_bytes_per_second = 1 << 20;  // per rank
+  const auto start = std::chrono::steady_clock::now();
+  Run({1}, /*flush=*/true);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  auto m = internal_checkpoint::ReadManifest(DefaultStorage(), Persistent() + "/iter_0000001");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  // The largest file's bytes at 1 MiB/s: a lower bound on the drain.
+  uint64_t largest = 0;
+  for (const std::string& name : m->files) {
+    FILE* f = std::fopen((Persistent() + "/iter_0000001/" + name).c_str(), "rb");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, 0, SEEK_END);
+    largest = std::max<uint64_t>(largest, static_cast<uint64_t>(std::ftell(f)));
+    std::fclose(f);
+  }
+  ASSERT_GT(largest, 100u << 10);
+  EXPECT_GE(seconds, static_cast<double>(largest) / (1 << 20));
+}
+
+TEST_F(TieredManagerTest, ACorruptedLocalCopyIsNeverDrainedIntoACommittedCheckpoint) {
+  base_.local_every = 2;
+  base_.persistent_every = 2;
+  std::vector<testing::RankState> src = States(kSaveLayout, 2, true);
+  for (Status s : RunThreadRanks(8, [&](Comm& comm) -> Status {
+         AsyncSaver saver;
+         SP_ASSIGN_OR_RETURN(auto m,
+                             TieredManager::Open(Persistent(), comm, Options(comm.rank(), 2)));
+         SP_ASSIGN_OR_RETURN(TieredStep st, m->Save(src[comm.rank()].state, 2, comm, &saver));
+         SP_RETURN_IF_ERROR(st.handle.Wait().status());
+         SP_RETURN_IF_ERROR(comm.Barrier());
+         if (comm.rank() == 0) {  // a flipped bit in node 0's own copy of data/0
+           const std::string dir = NodeRoot(0) + "/iter_0000002";
+           auto man = internal_checkpoint::ReadManifest(DefaultStorage(), dir);
+           SP_RETURN_IF_ERROR(man.status());
+           const internal_local::UnitTable ut = internal_local::UnitsOf(*man);
+           FILE* f = std::fopen((dir + "/data/0.safetensors").c_str(), "r+b");
+           if (f == nullptr) return InternalError("open");
+           std::fseek(f, static_cast<long>(ut.units[ut.file_begin[0]].offset + 3), SEEK_SET);
+           const int c = std::fgetc(f);
+           std::fseek(f, -1, SEEK_CUR);
+           std::fputc(c ^ 1, f);
+           std::fclose(f);
+         }
+         SP_RETURN_IF_ERROR(comm.Barrier());
+         return m->Flush(comm).status();
+       })) {
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+    EXPECT_NE(s.message().find("'data/0.safetensors' bytes ["), std::string::npos) << s.ToString();
+  }
+  EXPECT_FALSE(Exists(Persistent() + "/iter_0000002/manifest"));
+  EXPECT_FALSE(Exists(Persistent() + "/iter_0000002/data/0.safetensors"));
+}
+
+TEST_F(TieredManagerTest, BadScheduleIsInvalidArgument) {
+  base_.keep_local = 0;
+  for (Status s : RunThreadRanks(2, [&](Comm& comm) {
+         return TieredManager::Open(Persistent(), comm, Options(comm.rank(), 1)).status();
+       })) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  }
+}
+
+}  // namespace
+}  // namespace shardpoint
