@@ -21,7 +21,7 @@ from shardpoint._tensors import to_dtype  # noqa: F401
 from shardpoint._checkpoint import (  # noqa: F401
     AsyncSaver, LoadResult, SaveHandle, SaveStats, ShardedObject, default_saver, flatten_keys,
     load, save, save_async)
-from shardpoint._manager import CheckpointManager  # noqa: F401
+from shardpoint._manager import CheckpointManager, TierStep  # noqa: F401
 from shardpoint._read import (  # noqa: F401
     ChunkInfo, Fault, Metadata, ObjectInfo, TensorInfo, VerifyReport, inspect, iter_tensors,
     metadata, read, verify)
@@ -32,6 +32,7 @@ from shardpoint.sharded import *  # noqa: F401,F403
 from shardpoint.sharded import __all__ as _sharded_all
 
 __all__ = [
+    "TierStep",
     "save", "save_async", "load", "CheckpointManager", "AsyncSaver", "SaveHandle", "default_saver",
     "LoadResult", "ShardedObject", "flatten_keys", "Comm", "comm", "single", "thread_comms",
     "MPI4PyComm", "TorchDistributedComm", "default_comm", "Error", "InvalidArgumentError",

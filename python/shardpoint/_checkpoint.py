@@ -433,7 +433,11 @@ class LoadResult:
     storage), ``bytes_needed`` (the bytes of the pieces it read them for; in
     a cooperative load, the bytes any rank needs in the blocks it read:
     ``bytes_read / bytes_needed`` is the read amplification of widening to
-    whole checksum blocks and bridging small gaps) and ``seconds``."""
+    whole checksum blocks and bridging small gaps) and ``seconds``.
+    ``bytes_local`` / ``bytes_peer`` / ``bytes_persistent``: where this rank's
+    bytes came from in a resume from the local tier (its node's memory, other
+    nodes' copies, the persistent checkpoint; docs/local-tier.md); a plain
+    load counts everything it read as ``bytes_persistent``."""
 
     missing_keys: list[str] = dataclasses.field(default_factory=list)
     unexpected_keys: list[str] = dataclasses.field(default_factory=list)
@@ -444,6 +448,9 @@ class LoadResult:
     requests: int = 0
     bytes_needed: int = 0
     seconds: float = 0.0
+    bytes_local: int = 0
+    bytes_peer: int = 0
+    bytes_persistent: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -540,7 +547,7 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
          raw_objects: bool = False, cooperative: bool | None = None,
          read_slice_bytes: int | None = None, prefetch_bytes: int | None = None,
          read_gap_bytes: int | None = None, all_or_nothing: bool = False,
-         direct_io: bool = False) -> LoadResult:
+         direct_io: bool = False, _native: Callable[..., Any] | None = None) -> LoadResult:
     """Loads checkpoint ``path`` into ``state_dict`` (the template, under any layout).
     Collective.
 
@@ -618,7 +625,8 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
         if staging.pairs:  # device tensors: copied group by group while the next is read
             o.tensor_groups = staging.groups(len(st.tensors))
             o.on_group_loaded = staging.on_group_loaded
-        r = _C.load(st, path, comm, o)
+        # _native: another C++ load of the same State (a tiered manager's resume)
+        r = (_native or _C.load)(st, path, comm, o)
         staging.finish()  # host buffers -> device tensors
     finally:
         staging.release()
@@ -634,4 +642,6 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     return LoadResult(missing_keys=list(r.missing_keys), unexpected_keys=list(r.unexpected_keys),
                       common=common_value, metadata=meta, bytes_read=r.bytes_read,
                       bytes_received=r.bytes_received, requests=r.requests,
-                      bytes_needed=r.bytes_needed, seconds=r.seconds)
+                      bytes_needed=r.bytes_needed, seconds=r.seconds,
+                      bytes_local=r.bytes_local, bytes_peer=r.bytes_peer,
+                      bytes_persistent=r.bytes_persistent)

@@ -9,20 +9,44 @@ ignored; ``keep_last=N`` removes older checkpoints after each commit but never
 the newest complete one. A second job opening the same root fails with
 FailedPreconditionError naming the holder of the lock. The C++
 ``shardpoint::CheckpointManager`` does the work; see include/shardpoint/manager.h.
+
+With ``local_root``, the manager drives two tiers (the C++
+``shardpoint::TieredManager``, include/shardpoint/tiered_manager.h,
+docs/local-tier.md): ``save`` follows a schedule, a local checkpoint in node
+memory replicated to other nodes every ``local_every`` iterations and a
+persistent one under ``root`` every ``persistent_every``, drained in the
+background from the local checkpoint; ``resume`` loads the newest checkpoint
+complete in either tier.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from types import TracebackType
 from typing import Any
 
 from shardpoint import _shardpoint as _C
-from shardpoint._checkpoint import (AsyncSaver, LoadResult, SaveHandle, SaveStats,
+from shardpoint._checkpoint import (AsyncSaver, LoadResult, SaveHandle, SaveStats, _build,
                                     _wait_until_comm_idle, default_saver, load, save)
+from shardpoint._staging import DeviceStaging
 from shardpoint.comm import Comm, default_comm
 
-__all__ = ["CheckpointManager"]
+__all__ = ["CheckpointManager", "TierStep"]
+
+_NO_CHECKPOINT = "no checkpoint complete in either tier"
+
+
+@dataclasses.dataclass(frozen=True)
+class TierStep:
+    """What a ``save`` of a manager with a local tier did: ``local`` (a local
+    checkpoint taken), ``persistent`` (a persistent one saved or its drain
+    started), ``committed`` (the iteration of a drain that committed in this
+    call, else None)."""
+
+    local: bool
+    persistent: bool
+    committed: int | None
 
 
 class CheckpointManager:
@@ -30,17 +54,48 @@ class CheckpointManager:
     every rank opens it with the same arguments and calls ``save``, ``save_async``
     and ``resume`` in the same order; ``iterations``, ``latest`` and ``tracker``
     are local. Use it as a context manager (or call ``close``) to release the lock.
-    ``lock=False`` skips the lock file (when the scheduler guarantees one writer)."""
+    ``lock=False`` skips the lock file (when the scheduler guarantees one writer).
+
+    Two tiers: ``local_root`` (e.g. ``"/dev/shm/myjob"``, the same path on every
+    node) turns on the local tier; ``node_id`` (default the hostname) groups
+    ranks into nodes, ``replicas`` copies of each rank's data go to other nodes.
+    ``save(state_dict, it)`` then takes a local checkpoint when ``it %
+    local_every == 0`` and a persistent one when ``it % persistent_every == 0``
+    (0: never), drained from the local checkpoint in the background
+    (``drain=True``; at most ``drain_bytes_per_second`` per rank, 0 = no bound)
+    and committed at a later ``save`` or ``flush``; it returns a ``TierStep``.
+    ``keep_local`` local checkpoints stay per node, ``keep_last`` persistent
+    ones. ``resume`` loads the newest checkpoint complete in either tier (its
+    LoadResult's ``bytes_local``/``bytes_peer``/``bytes_persistent`` say from
+    where). ``flush()`` (collective) waits for the drain in flight and commits
+    it; ``close`` leaves a drain in flight uncommitted."""
 
     def __init__(self, root: str | os.PathLike, comm: Comm | None = None, *,
-                 keep_last: int = 0, lock: bool = True) -> None:
+                 keep_last: int = 0, lock: bool = True,
+                 local_root: str | os.PathLike | None = None, local_every: int = 1,
+                 persistent_every: int = 1, node_id: str | None = None, replicas: int = 1,
+                 drain: bool = True, drain_bytes_per_second: int = 0,
+                 keep_local: int = 2) -> None:
         self._comm = comm if comm is not None else default_comm()
         if int(keep_last) < 0:
             raise _C.InvalidArgumentError(f"keep_last must be >= 0, got {keep_last}")
         _wait_until_comm_idle(self._comm)
-        self._m: Any = _C.CheckpointManager.open(str(root), self._comm, int(keep_last),
-                                                  bool(lock))
+        self._t: Any = None
+        if local_root is None:
+            self._m: Any = _C.CheckpointManager.open(str(root), self._comm, int(keep_last),
+                                                      bool(lock))
+        else:
+            self._t = _C.TieredManager.open(
+                str(root), self._comm, os.fspath(local_root), node_id or "", int(replicas),
+                int(local_every), int(persistent_every), bool(drain),
+                int(drain_bytes_per_second), int(keep_local), int(keep_last), bool(lock))
+            self._m = self._t.persistent
         self._last: SaveHandle | None = None
+
+    @property
+    def tiered(self) -> bool:
+        """Whether this manager has a local tier (``local_root``)."""
+        return self._t is not None
 
     def _manager(self) -> Any:
         if self._m is None:
@@ -69,20 +124,52 @@ class CheckpointManager:
         """What ``<root>/latest`` says, or None (local)."""
         return self._manager().tracker()
 
-    def save(self, state_dict: dict, iteration: int, **kwargs: Any) -> SaveStats:
+    def save(self, state_dict: dict, iteration: int, **kwargs: Any) -> Any:
         """``shardpoint.save`` into ``path_for(iteration)``, then updates ``latest`` and
-        applies retention. Same keyword arguments as ``save``. Returns SaveStats."""
+        applies retention. Same keyword arguments as ``save``. Returns SaveStats.
+        With a local tier: the schedule (see the class), ``common``,
+        ``metadata`` and ``allow_pickle`` as for ``save``; returns a TierStep."""
         m = self._manager()
+        if self._t is not None:
+            return self._tier_save(state_dict, int(iteration), **kwargs)
         stats = save(state_dict, self.path_for(iteration), self._comm, **kwargs)
         m.mark_committed(int(iteration), self._comm)
         return stats
+
+    def _tier_save(self, state_dict: dict, iteration: int, *, common: Any = None,
+                   metadata: dict | None = None, allow_pickle: bool = False) -> TierStep:
+        self._manager()
+        _wait_until_comm_idle(self._comm)
+        staging = DeviceStaging(load=False)
+        try:
+            st, owners, _ = _build(state_dict, load=False, allow_pickle=allow_pickle,
+                                   common=common, metadata=metadata, staging=staging)
+            local, persistent, committed = self._t.save(st, iteration, self._comm)
+            del owners
+        finally:
+            staging.release()
+        return TierStep(local, persistent, committed)
+
+    def flush(self) -> int | None:
+        """With a local tier: waits for the drain in flight and commits it (collective).
+        Returns the iteration it committed, or None. Without: does nothing."""
+        self._manager()
+        if self._t is None:
+            return None
+        _wait_until_comm_idle(self._comm)
+        return self._t.flush(self._comm)
 
     def save_async(self, state_dict: dict, iteration: int, *, saver: AsyncSaver | None = None,
                    **kwargs: Any) -> SaveHandle:
         """``shardpoint.save_async`` into ``path_for(iteration)``; ``latest`` and
         retention follow in the background once the save committed. ``saver``:
-        an AsyncSaver (default: the process's own). Returns a SaveHandle."""
+        an AsyncSaver (default: the process's own). Returns a SaveHandle. Not with
+        a local tier (``save`` there writes memory and drains in the background)."""
         m = self._manager()
+        if self._t is not None:
+            raise _C.FailedPreconditionError(
+                "save_async: this manager has a local tier; use save (a local checkpoint "
+                "is a write to memory, the persistent one drains in the background)")
         saver = saver if saver is not None else default_saver()
         it = int(iteration)
         handle = saver._submit(
@@ -102,11 +189,33 @@ class CheckpointManager:
                **kwargs: Any) -> tuple[int, LoadResult] | tuple[None, None]:
         """Loads the newest complete checkpoint (rank 0 chooses it) into
         ``state_dict``. Returns ``(iteration, LoadResult)``, or ``(None, None)``
-        when there is none. Same keyword arguments as ``load``."""
+        when there is none. Same keyword arguments as ``load``. With a local tier:
+        the newest checkpoint complete in either tier (docs/local-tier.md)."""
+        if self._t is not None:
+            return self._tier_resume(state_dict, **kwargs)
         it = self.agree_on_latest()
         if it is None:
             return None, None
         return it, load(state_dict, self.path_for(it), self._comm, **kwargs)
+
+    def _tier_resume(self, state_dict: dict,
+                     **kwargs: Any) -> tuple[int, LoadResult] | tuple[None, None]:
+        t = self._t
+        self._manager()
+        chosen: list[int] = []
+
+        def native(st: Any, path: str, comm: Any, options: Any) -> Any:
+            it, _, r = t.resume(st, comm, options)
+            chosen.append(it)
+            return r
+
+        try:
+            result = load(state_dict, self.root, self._comm, _native=native, **kwargs)
+        except _C.NotFoundError as e:
+            if str(e).startswith(_NO_CHECKPOINT):
+                return None, None
+            raise
+        return chosen[0], result
 
     def close(self) -> None:
         """Waits for this manager's save in flight (raising its error) and
@@ -114,12 +223,14 @@ class CheckpointManager:
         goes (a traceback may keep one). Idempotent."""
         last, self._last = self._last, None
         m, self._m = self._m, None
+        t, self._t = self._t, None
         try:
             if last is not None:
                 last.wait()
         finally:
             if m is not None:
                 m.close()
+            del t  # joins a drain in flight, uncommitted
 
     def __enter__(self) -> CheckpointManager:
         return self

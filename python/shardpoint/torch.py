@@ -572,7 +572,15 @@ class TrainState:
     def resume(self, manager: Any, **kwargs: Any) -> tuple[int, LoadResult] | tuple[None, None]:
         """``load`` of the newest complete checkpoint of ``manager`` (a
         ``CheckpointManager``; rank 0 chooses it). Returns ``(iteration,
-        LoadResult)``, or ``(None, None)`` when there is none. Collective."""
+        LoadResult)``, or ``(None, None)`` when there is none. Collective. With a
+        local tier (``manager.tiered``): the newest checkpoint complete in either
+        tier, applied to the objects like ``load_state_dict``."""
+        if getattr(manager, "tiered", False):
+            sd = self.state_dict()
+            it, result = manager.resume(sd, **kwargs)
+            if it is not None:
+                self.load_state_dict(sd)
+            return it, result
         it = manager.agree_on_latest()
         if it is None:
             return None, None

@@ -20,5 +20,6 @@ void RegisterCheckpoint(pybind11::module_& m);  // checkpoint.cc
 void RegisterAsyncSave(pybind11::module_& m);   // async_save.cc
 void RegisterLayouts(pybind11::module_& m);     // layouts.cc
 void RegisterManager(pybind11::module_& m);     // manager.cc
+void RegisterTiered(pybind11::module_& m);      // tiered.cc
 
 }  // namespace shardpoint::python

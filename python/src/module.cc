@@ -15,6 +15,7 @@ PYBIND11_MODULE(_shardpoint, m) {
   shardpoint::python::RegisterAsyncSave(m);
   shardpoint::python::RegisterLayouts(m);
   shardpoint::python::RegisterManager(m);
+  shardpoint::python::RegisterTiered(m);
   shardpoint::python::RegisterVerify(m);
   shardpoint::python::RegisterHf(m);
 }

@@ -193,6 +193,9 @@ void RegisterTypes(py::module_& m) {
       .def_readonly("bytes_received", &LoadResult::bytes_received)
       .def_readonly("requests", &LoadResult::requests)
       .def_readonly("bytes_needed", &LoadResult::bytes_needed)
+      .def_readonly("bytes_local", &LoadResult::bytes_local)
+      .def_readonly("bytes_peer", &LoadResult::bytes_peer)
+      .def_readonly("bytes_persistent", &LoadResult::bytes_persistent)
       .def_readonly("seconds", &LoadResult::seconds);
 
   // Basic layout builders (include/shardpoint/layout.h). `data` is an address.

@@ -87,6 +87,11 @@ def save_load_read(path: str) -> None:
         mgr.save(sd, 1)
         mgr.save_async(sd, 2).wait()
         print(it, loaded, mgr.iterations(), mgr.latest(), mgr.tracker(), mgr.path_for(3))
+    with sp.CheckpointManager(path + "_tiers", local_root=path + "_local", local_every=1,
+                              persistent_every=2, drain_bytes_per_second=1 << 30) as tiers:
+        step: sp.TierStep = tiers.save(sd, 2)
+        drained: int | None = tiers.flush()
+        print(step.local, step.committed, drained, tiers.tiered, tiers.resume(sd))
 
 
 def comms() -> list[sp.Comm]:

@@ -1,0 +1,68 @@
+// TieredManager (include/shardpoint/tiered_manager.h): the two tiers under one
+// manager. Options are flat keyword arguments; the Python CheckpointManager
+// opens one when it is given a local root (python/shardpoint/_manager.py).
+#include <pybind11/stl.h>
+
+#include <tuple>
+
+#include "python/src/bindings.h"
+#include "python/src/errors.h"
+#include "shardpoint/tiered_manager.h"
+
+namespace py = pybind11;
+
+namespace shardpoint::python {
+
+void RegisterTiered(py::module_& m) {
+  py::class_<TieredManager, std::shared_ptr<TieredManager>>(m, "TieredManager")
+      .def_static(
+          "open",
+          [](const std::string& root, Comm& comm, const std::string& local_root,
+             const std::string& node_id, int replicas, int64_t local_every,
+             int64_t persistent_every, bool drain, uint64_t drain_bytes_per_second, int keep_local,
+             int keep_last, bool lock) {
+            TieredOptions o;
+            o.persistent.keep_last = keep_last;
+            o.persistent.lock = lock;
+            o.local.local_root = local_root;
+            o.local.node_id = node_id;
+            o.local.replicas = replicas;
+            o.local_every = local_every;
+            o.persistent_every = persistent_every;
+            o.drain = drain;
+            o.drain_bytes_per_second = drain_bytes_per_second;
+            o.keep_local = keep_local;
+            return std::shared_ptr<TieredManager>(Unwrap(TieredManager::Open(root, comm, o)));
+          },
+          py::arg("root"), py::arg("comm"), py::arg("local_root"), py::arg("node_id") = "",
+          py::arg("replicas") = 1, py::arg("local_every") = 1, py::arg("persistent_every") = 0,
+          py::arg("drain") = true, py::arg("drain_bytes_per_second") = 0, py::arg("keep_local") = 2,
+          py::arg("keep_last") = 0, py::arg("lock") = true,
+          py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly(
+          "persistent", [](TieredManager& t) -> CheckpointManager& { return t.persistent(); },
+          py::return_value_policy::reference_internal)
+      .def("draining", &TieredManager::draining)
+      .def(
+          "save",
+          [](TieredManager& t, const State& state, int64_t iteration, Comm& comm) {
+            TieredStep s = Unwrap(t.Save(state, iteration, comm));
+            // A C++ tuple: converted once the GIL is held again.
+            return std::make_tuple(s.local, s.persistent, s.committed);
+          },
+          py::arg("state"), py::arg("iteration"), py::arg("comm"),
+          py::call_guard<py::gil_scoped_release>())
+      .def(
+          "flush", [](TieredManager& t, Comm& comm) { return Unwrap(t.Flush(comm)); },
+          py::arg("comm"), py::call_guard<py::gil_scoped_release>())
+      .def(
+          "resume",
+          [](TieredManager& t, State& state, Comm& comm, const LoadOptions& options) {
+            TieredResume r = Unwrap(t.Resume(state, comm, options));
+            return std::make_tuple(r.iteration, r.from_local, r.load);
+          },
+          py::arg("state"), py::arg("comm"), py::arg("options") = LoadOptions{},
+          py::call_guard<py::gil_scoped_release>());
+}
+
+}  // namespace shardpoint::python
