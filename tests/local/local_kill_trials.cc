@@ -18,9 +18,10 @@
 //     N drawn from the calls of saves 2 and 3 (a calibration run counts
 //     them), or from the last 3 calls of save 2, the replication's commit
 //     points (manifest.tmp and replicas.tmp renames on every node).
-// After each kill: LatestLocal is the last ACKed iteration or the one after
-// it; both (where committed) load bit for bit with LocalLoad, on 4 ranks;
-// the last ACKed one also with node 1 wiped (from its peer's replica). Where
+// After each kill, and again with one node wiped (node 0 or 1 in turn):
+// LatestLocal is the last ACKed iteration or the one after it, and both
+// (where LatestLocal names the next) load bit for bit with LocalLoad on 4
+// ranks, from the surviving node's copies. Where
 // the kill landed (no manifest yet: the local write; a manifest, no replica
 // map on some node: the replication) is counted and printed.
 #include <poll.h>
@@ -83,8 +84,7 @@ int RunSaver(const std::string& dir, int64_t max) {
     std::printf("BEGIN %lld\n", static_cast<long long>(it));
     std::fflush(stdout);
     for (sp::Status st : sp::RunThreadRanks(kRanks, [&](sp::Comm& comm) {
-           return sp::LocalSave(s[comm.rank()].state, it, comm, Options(dir, comm.rank()))
-               .status();
+           return sp::LocalSave(s[comm.rank()].state, it, comm, Options(dir, comm.rank())).status();
          })) {
       if (!st.ok()) {
         std::fprintf(stderr, "saver: %s\n", st.ToString().c_str());
@@ -179,29 +179,39 @@ std::string Phase(const std::string& dir, int64_t it) {
   return all_maps ? "after the commit" : "in the replication";
 }
 
-// One trial's checks. Returns whether any failed.
-bool Check(const std::string& dir, int64_t acked) {
-  bool failed = false;
+// LatestLocal on 4 ranks, or nullopt with *error set.
+std::optional<int64_t> Latest(const std::string& dir, std::string* error) {
   std::optional<int64_t> latest;
   for (sp::Status s : sp::RunThreadRanks(kRanks, [&](sp::Comm& comm) -> sp::Status {
          SP_ASSIGN_OR_RETURN(auto l, sp::LatestLocal(comm, Options(dir, comm.rank())));
          if (comm.rank() == 0) latest = l;
          return sp::OkStatus();
        })) {
-    if (!s.ok()) return Failed("LatestLocal: " + s.ToString());
+    if (!s.ok()) *error = "LatestLocal: " + s.ToString();
   }
-  if (!latest || *latest < acked || *latest > acked + 1) {
-    return Failed("LatestLocal " + (latest ? std::to_string(*latest) : "none") + ", ACKed " +
-                  std::to_string(acked));
+  return latest;
+}
+
+// One trial's checks, before and after node `lost` is wiped: LatestLocal is
+// the ACKed iteration or the next, and it and the ACKed one load bit for
+// bit. Returns whether any failed.
+bool Check(const std::string& dir, int64_t acked, int lost) {
+  bool failed = false;
+  for (int pass = 0; pass < 2; ++pass) {
+    const std::string when = pass == 0 ? "" : "node " + std::to_string(lost) + " wiped: ";
+    if (pass == 1) fs::remove_all(dir + "/node" + std::to_string(lost));
+    std::string error;
+    const std::optional<int64_t> latest = Latest(dir, &error);
+    if (!error.empty()) return Failed(when + error);
+    if (!latest || *latest < acked || *latest > acked + 1) {
+      return Failed(when + "LatestLocal " + (latest ? std::to_string(*latest) : "none") +
+                    ", ACKed " + std::to_string(acked));
+    }
+    for (int64_t it = acked; it <= *latest; ++it) {
+      sp::Status s = LoadChecked(dir, it);
+      if (!s.ok()) failed = Failed(when + "iteration " + std::to_string(it) + ": " + s.ToString());
+    }
   }
-  for (int64_t it = acked; it <= *latest; ++it) {
-    sp::Status s = LoadChecked(dir, it);
-    if (!s.ok()) failed = Failed("iteration " + std::to_string(it) + ": " + s.ToString());
-  }
-  fs::remove_all(dir + "/node1");  // node 1 lost: the ACKed one from node 0's replicas
-  sp::Status s = LoadChecked(dir, acked);
-  if (!s.ok()) failed = Failed("node 1 wiped, iteration " + std::to_string(acked) + ": " +
-                               s.ToString());
   return failed;
 }
 
@@ -269,8 +279,7 @@ int RunTrials(const std::string& self, const std::string& dir, int trials, uint3
       std::this_thread::sleep_for(std::chrono::duration<double>(wait));
       kill(c.pid, SIGKILL);
       char buf[48];
-      std::snprintf(buf, sizeof buf, "time %.1f ms into a %.1f ms save", wait * 1e3,
-                    period * 1e3);
+      std::snprintf(buf, sizeof buf, "time %.1f ms into a %.1f ms save", wait * 1e3, period * 1e3);
       how = buf;
     }
     if (by_call) {
@@ -296,7 +305,7 @@ int RunTrials(const std::string& self, const std::string& dir, int trials, uint3
     ++phases[phase];
     std::printf("trial %d: %s, ACKed %lld, killed %s of %lld\n", t, how.c_str(),
                 static_cast<long long>(acked), phase.c_str(), static_cast<long long>(acked + 1));
-    if (Check(dir, acked)) ++failures;
+    if (Check(dir, acked, t % 2)) ++failures;
   }
   fs::remove_all(dir);
   std::printf("%d trials, %d failed; killed:", trials, failures);
