@@ -19,8 +19,14 @@
 //   recover      node 1's root wiped, LocalLoad into TP=2, DP=R/2 again
 //   load         Load of DIR, its data files evicted from the page cache
 //                first (POSIX_FADV_DONTNEED), so it reads the disk
+//   step         every rank runs a fixed "training step" (arithmetic over
+//                64 KiB) in a loop, alone and then while a LocalSaveAsync
+//                (the local write and the replication) runs behind it: the
+//                slowdown replication causes a running loop (rank 0)
+// CPU seconds (user + system, all ranks) of the save, recovery and load.
 // Prints the medians over K reps and the ratios the issue asks for.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -71,6 +77,51 @@ void Evict(const std::string& dir) {
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     ::close(fd);
   }
+}
+
+// One "training step": a fixed amount of arithmetic over 64 KiB (a few
+// milliseconds here), the same on every call.
+double Step(std::vector<float>& buf) {
+  float acc = 0;
+  for (int pass = 0; pass < 64; ++pass) {
+    for (float& v : buf) {
+      v = v * 0.999f + 0.001f;
+      acc += v;
+    }
+  }
+  return acc;
+}
+
+// Seconds per step of rank `comm`'s loop: alone (steps_alone steps), then
+// while a LocalSaveAsync of `state` runs in the background (until its Wait
+// would return at once). Returns {alone, during}.
+std::pair<double, double> StepTimes(sp::Comm& comm, sp::AsyncSaver& saver, const sp::State& state,
+                                    int64_t it, const sp::LocalTierOptions& o) {
+  std::vector<float> buf(16 << 10, 1.0f);
+  volatile double sink = 0;
+  const int kAlone = 200;
+  auto t = Clock::now();
+  for (int i = 0; i < kAlone; ++i) sink = sink + Step(buf);
+  const double alone = Since(t) / kAlone;
+  sp::Result<sp::SaveHandle> h = sp::LocalSaveAsync(saver, state, it, comm, o);
+  if (!h.ok()) sp::bench::Die(kProgram, h.status().ToString());
+  t = Clock::now();
+  int steps = 0;
+  while (!h->Done()) {
+    sink = sink + Step(buf);
+    ++steps;
+  }
+  const double during = steps > 0 ? Since(t) / steps : 0;
+  if (!h->Wait().ok()) sp::bench::Die(kProgram, "async local save failed");
+  return {alone, during};
+}
+
+// CPU seconds (user + system) of the process so far: every rank's thread.
+double Cpu() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto sec = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
+  return sec(u.ru_utime) + sec(u.ru_stime);
 }
 
 // Runs fn on every rank; returns the slowest rank's seconds (fn's own figure).
@@ -137,6 +188,7 @@ int main(int argc, char** argv) {
     copies[r].assign(states[r].bytes + 1, 1);
   }
   std::vector<double> memcpy_s, save_s, write_s, repl_s, stall_s, async_s, pers_s, rec_s, load_s;
+  std::vector<double> save_cpu, rec_cpu, load_cpu, step_alone, step_during;
   uint64_t peer = 0, persistent = 0;
   for (int rep = 0; rep < f.reps; ++rep) {
     const int64_t it = rep;
@@ -150,6 +202,7 @@ int main(int argc, char** argv) {
       return Since(t);
     }));
     double w = 0, rp = 0;
+    double cpu = Cpu();
     save_s.push_back(Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
       const auto t = Clock::now();
       SP_ASSIGN_OR_RETURN(sp::LocalSaveStats st, sp::LocalSave(states[comm.rank()].state, 2 * it,
@@ -157,6 +210,7 @@ int main(int argc, char** argv) {
       if (comm.rank() == 0) w = st.save.seconds, rp = st.replicate_seconds;
       return Since(t);
     }));
+    save_cpu.push_back(Cpu() - cpu);
     write_s.push_back(w);
     repl_s.push_back(rp);
     double stall = 0;
@@ -178,6 +232,7 @@ int main(int argc, char** argv) {
       return Since(t);
     }));
     fs::remove_all(local_root + "/node1");
+    cpu = Cpu();
     rec_s.push_back(Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
       const auto t = Clock::now();
       SP_ASSIGN_OR_RETURN(sp::LoadResult r, sp::LocalLoad(loaded[comm.rank()].state, 2 * it + 1,
@@ -185,7 +240,17 @@ int main(int argc, char** argv) {
       if (comm.rank() == 2) peer = r.bytes_peer, persistent = r.bytes_persistent;
       return Since(t);
     }));
+    rec_cpu.push_back(Cpu() - cpu);
+    // A training loop on every rank while a local save (write + replication)
+    // runs behind it: seconds per step, rank 0.
+    Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
+      auto [a, d] = StepTimes(comm, *savers[comm.rank()], states[comm.rank()].state, 1000 + it,
+                              options(comm.rank()));
+      if (comm.rank() == 0) step_alone.push_back(a), step_during.push_back(d);
+      return 0.0;
+    });
     Evict(dir);
+    cpu = Cpu();
     load_s.push_back(Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
       const auto t = Clock::now();
       sp::LoadOptions lo;
@@ -193,6 +258,7 @@ int main(int argc, char** argv) {
       SP_RETURN_IF_ERROR(sp::Load(loaded[comm.rank()].state, dir, comm, lo).status());
       return Since(t);
     }));
+    load_cpu.push_back(Cpu() - cpu);
     fs::remove_all(local_root);
     if (!f.keep) fs::remove_all(dir);
   }
@@ -210,6 +276,11 @@ int main(int argc, char** argv) {
       Median(rec_s), static_cast<unsigned long long>(peer),
       static_cast<unsigned long long>(persistent));
   std::printf("load persistent (cold)      %8.3f s\n", Median(load_s));
+  std::printf("CPU seconds (all ranks): local save %.3f, recover %.3f, load persistent %.3f\n",
+              Median(save_cpu), Median(rec_cpu), Median(load_cpu));
+  std::printf("training step alone %.3f ms, during an async local save %.3f ms: %.2fx\n",
+              Median(step_alone) * 1e3, Median(step_during) * 1e3,
+              Median(step_during) / Median(step_alone));
   std::printf("stall / memcpy %.2fx; local write / memcpy %.2fx; recover speedup %.2fx\n",
               Median(stall_s) / Median(memcpy_s), Median(write_s) / Median(memcpy_s),
               Median(load_s) / Median(rec_s));

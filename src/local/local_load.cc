@@ -22,6 +22,7 @@
 // Every local step is Guarded and its error travels to the next agreement.
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <set>
@@ -288,31 +289,36 @@ Status Serve(Recovery& x, const Transfer& tr, FileCache& node_files, FileCache& 
   return OkStatus();
 }
 
-// Step 4, what this rank received in a round: each unit checked, kept.
+// Step 4, what this rank received in a round: each unit checked in the
+// receive buffer, then kept (one copy, into memory not zeroed first).
 Status Receive(Recovery& x, const std::vector<std::string>& recv,
                std::vector<std::pair<int, uint32_t>>* newly_bad) {
+  constexpr size_t kHeader = 9;  // u32 unit, u32 source, u8 ok
   for (size_t s = 0; s < recv.size(); ++s) {
-    ByteReader r(recv[s], "local tier units from rank " + std::to_string(s));
-    while (!r.done()) {
+    const std::string& in = recv[s];
+    for (size_t at = 0; at < in.size();) {
+      if (in.size() - at < kHeader) {
+        return DataLossError("local tier units from rank " + std::to_string(s) + ": truncated");
+      }
       uint32_t u = 0, source = 0;
-      uint8_t ok = 0;
-      SP_RETURN_IF_ERROR(r.U32(&u));
-      SP_RETURN_IF_ERROR(r.U32(&source));
-      SP_RETURN_IF_ERROR(r.U8(&ok));
+      std::memcpy(&u, in.data() + at, 4);
+      std::memcpy(&source, in.data() + at + 4, 4);
+      const bool ok = in[at + 8] != 0;
+      at += kHeader;
       if (u >= x.ut.units.size()) return DataLossError("local tier: unit out of range");
       const Unit& unit = x.ut.units[u];
       const int src = static_cast<int>(source);
       if (!ok) continue;  // the server marked the copy bad itself
-      if (r.left() < unit.nbytes) return DataLossError("local tier: truncated unit");
-      std::string bytes(unit.nbytes, '\0');
-      SP_RETURN_IF_ERROR(r.Raw(bytes.data(), bytes.size()));
-      if (Checksum64(bytes.data(), bytes.size()) != unit.checksum) {
+      if (in.size() - at < unit.nbytes) return DataLossError("local tier: truncated unit");
+      const char* bytes = in.data() + at;
+      at += unit.nbytes;
+      if (Checksum64(bytes, unit.nbytes) != unit.checksum) {
         newly_bad->emplace_back(src, u);
         continue;
       }
       x.result.bytes_received += unit.nbytes;
       if (src != kPersistent) x.result.bytes_peer += unit.nbytes;
-      x.overlay.units[unit.file][unit.offset] = std::move(bytes);
+      x.overlay.units[unit.file][unit.offset].assign(bytes, unit.nbytes);
     }
   }
   return OkStatus();

@@ -24,17 +24,23 @@ class OverlayFile : public ReadableFile {
                              std::to_string(offset + n) + ") lie beyond its " +
                              std::to_string(extent_) + " bytes");
       }
-      std::memset(out, 0, n);
     }
     // Units overlapping [offset, offset + n): the last starting before the
-    // range, then every one starting inside it.
+    // range, then every one starting inside it. Without a base file the
+    // bytes no unit covers are zeros (written once: no memset under the
+    // units).
+    uint64_t done = offset;
     auto it = units_->upper_bound(offset);
     if (it != units_->begin()) --it;
     for (; it != units_->end() && it->first < offset + n; ++it) {
       const uint64_t a = std::max(offset, it->first);
       const uint64_t b = std::min<uint64_t>(offset + n, it->first + it->second.size());
-      if (a < b) std::memcpy(out + (a - offset), it->second.data() + (a - it->first), b - a);
+      if (a >= b) continue;
+      if (!base_ && a > done) std::memset(out + (done - offset), 0, a - done);
+      std::memcpy(out + (a - offset), it->second.data() + (a - it->first), b - a);
+      done = std::max(done, b);
     }
+    if (!base_ && done < offset + n) std::memset(out + (done - offset), 0, offset + n - done);
     return OkStatus();
   }
   Result<uint64_t> Size() const override {
