@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from shardpoint import _shardpoint as _C
+from shardpoint._storage import storage_for
 from shardpoint._checkpoint import (AsyncSaver, LoadResult, SaveHandle, SaveStats,
                                     _wait_until_comm_idle, default_saver, load, save)
 from shardpoint.comm import Comm, default_comm
@@ -30,16 +31,20 @@ class CheckpointManager:
     every rank opens it with the same arguments and calls ``save``, ``save_async``
     and ``resume`` in the same order; ``iterations``, ``latest`` and ``tracker``
     are local. Use it as a context manager (or call ``close``) to release the lock.
-    ``lock=False`` skips the lock file (when the scheduler guarantees one writer)."""
+    ``lock=False`` skips the lock file (when the scheduler guarantees one writer).
+    ``storage_options`` (as ``save``'s, for an ``s3://`` root) apply to the
+    manager and to every save, save_async and resume through it."""
 
     def __init__(self, root: str | os.PathLike, comm: Comm | None = None, *,
-                 keep_last: int = 0, lock: bool = True) -> None:
+                 keep_last: int = 0, lock: bool = True,
+                 storage_options: dict | None = None) -> None:
         self._comm = comm if comm is not None else default_comm()
         if int(keep_last) < 0:
             raise _C.InvalidArgumentError(f"keep_last must be >= 0, got {keep_last}")
         _wait_until_comm_idle(self._comm)
-        self._m: Any = _C.CheckpointManager.open(str(root), self._comm, int(keep_last),
-                                                  bool(lock))
+        self._storage_options = storage_options
+        self._m: Any = _C.CheckpointManager.open(os.fspath(root), self._comm, int(keep_last),
+                                                  bool(lock), storage_for(storage_options))
         self._last: SaveHandle | None = None
 
     def _manager(self) -> Any:
@@ -73,7 +78,7 @@ class CheckpointManager:
         """``shardpoint.save`` into ``path_for(iteration)``, then updates ``latest`` and
         applies retention. Same keyword arguments as ``save``. Returns SaveStats."""
         m = self._manager()
-        stats = save(state_dict, self.path_for(iteration), self._comm, **kwargs)
+        stats = save(state_dict, self.path_for(iteration), self._comm, **self._with(kwargs))
         m.mark_committed(int(iteration), self._comm)
         return stats
 
@@ -87,7 +92,8 @@ class CheckpointManager:
         it = int(iteration)
         handle = saver._submit(
             state_dict, self.path_for(it), self._comm,
-            lambda st, c, opts: m.save_async(saver._saver, st, it, c, opts), **kwargs)
+            lambda st, c, opts: m.save_async(saver._saver, st, it, c, opts),
+            **self._with(kwargs))
         self._last = handle
         return handle
 
@@ -106,7 +112,13 @@ class CheckpointManager:
         it = self.agree_on_latest()
         if it is None:
             return None, None
-        return it, load(state_dict, self.path_for(it), self._comm, **kwargs)
+        return it, load(state_dict, self.path_for(it), self._comm, **self._with(kwargs))
+
+    def _with(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``kwargs`` with the manager's storage_options unless they name their own."""
+        if self._storage_options is not None:
+            kwargs.setdefault("storage_options", self._storage_options)
+        return kwargs
 
     def close(self) -> None:
         """Waits for this manager's save in flight (raising its error) and
