@@ -2,7 +2,7 @@
 
 Runs where SHARDPOINT_S3_SERVER_DIR names a directory started with
 `tests/s3/radosgw.sh start DIR` (ctest's s3_python_check does this, under the
-s3_server fixture); elsewhere every test here is skipped, saying so. The
+s3_server fixture); elsewhere the tests that need it are skipped, saying so. The
 in-process tests pass the server's endpoint and keys as `storage_options`
 only (the process has no AWS environment variables for them), so they prove
 the per-call options; the multi-process save uses the environment instead.
@@ -36,7 +36,7 @@ def _server_env():
 
 
 SERVER = _server_env()
-pytestmark = pytest.mark.skipif(
+needs_server = pytest.mark.skipif(
     SERVER is None, reason="no radosgw: run `ctest -R s3_python_check` (fixture s3_server), or "
     "set SHARDPOINT_S3_SERVER_DIR to a directory started with tests/s3/radosgw.sh start DIR")
 
@@ -58,6 +58,7 @@ def _g(rows, cols, seed):
     return np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32)
 
 
+@needs_server
 def test_four_ranks_save_three_load_resharded_bit_for_bit(opts, url):
     # 4 thread ranks row-split G (1.5 MiB: several 1 MiB blocks and chunks per
     # file) and 3 load it column-split: every rank reads pieces of every file.
@@ -95,6 +96,7 @@ def test_four_ranks_save_three_load_resharded_bit_for_bit(opts, url):
     np.testing.assert_array_equal(got["w"], g)
 
 
+@needs_server
 def test_async_save_and_errors(opts, url):
     g = _g(8, 300, 2)
     path = f"{url}/a"
@@ -129,6 +131,7 @@ def test_storage_options_are_checked():
                                                  "aws_secret_access_key": "s"})
 
 
+@needs_server
 def test_manager_and_train_state(opts, url):
     import torch
 
@@ -164,6 +167,7 @@ def test_manager_and_train_state(opts, url):
     assert state2.extra["step"] == 30
 
 
+@needs_server
 def test_gloo_processes_save_threads_load_resharded(opts, url):
     # 2 torch.distributed (gloo) processes save through the default storage
     # (the AWS environment variables); 3 thread ranks load row-split.
