@@ -18,9 +18,9 @@ from types import TracebackType
 from typing import Any
 
 from shardpoint import _shardpoint as _C
-from shardpoint._storage import storage_for
 from shardpoint._checkpoint import (AsyncSaver, LoadResult, SaveHandle, SaveStats,
                                     _wait_until_comm_idle, default_saver, load, save)
+from shardpoint._storage import storage_for
 from shardpoint.comm import Comm, default_comm
 
 __all__ = ["CheckpointManager"]
