@@ -130,8 +130,16 @@ CONF
   echo $! >> "$dir/pids"
   # The gateway answers once its pools exist (it creates them on start).
   local ok=0
+  # A daemon that exits meanwhile (seen under load: the OSD aborts on "wrong
+  # fsid") fails the try at once instead of after the whole wait.
+  local names=(mon osd radosgw) i pid
   for _ in $(seq 600); do
     if curl -s -o /dev/null "http://127.0.0.1:$rgw_port/"; then ok=1; break; fi
+    i=0
+    while read -r pid; do
+      kill -0 "$pid" 2>/dev/null || fail "${names[$i]} (pid $pid) exited before the gateway answered"
+      i=$((i + 1))
+    done < "$dir/pids"
     sleep 0.1
   done
   [ "$ok" = 1 ] || fail "gateway did not answer on port $rgw_port"
