@@ -11,7 +11,9 @@ PKGS=(build-essential cmake g++ libgtest-dev libgmock-dev libbenchmark-dev libxx
       mypy                  # python/tests/test_typing.py type-checks the package and a user script
       ccache                # scripts/test.sh: the pip and MPICH builds reuse the main build's objects
       libcurl4-openssl-dev libssl-dev  # the S3 client (src/objstore): HTTP and SigV4's HMAC-SHA256
-      ceph-mon ceph-osd radosgw)       # tests/s3/radosgw.sh: a real S3 server (Ceph radosgw) for the tests
+      ceph-mon ceph-osd radosgw        # tests/s3/radosgw.sh: a real S3 server (Ceph radosgw) for the tests
+      curl                             # tests/s3/radosgw.sh makes the test bucket; bench/s3_bench.py's raw-curl peer
+      python3-boto3 s3cmd)             # bench/s3_bench.py: the peers shardpoint is measured against
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable, Sequence
 from shardpoint import _shardpoint as _C
 from shardpoint import _objects, _twin
 from shardpoint._staging import DeviceStaging, is_device_tensor
+from shardpoint._storage import storage_for
 from shardpoint._tensors import is_tensor
 from shardpoint.comm import Comm, default_comm
 from shardpoint.sharded import ShardedTensor, whole
@@ -191,8 +192,11 @@ def _safe_log(log):
 
 
 def _save_options(overwrite, io_threads, staging_bytes, direct_io, verify_replicas,
-                  plan_cache, log=None):
+                  plan_cache, log=None, storage_options=None):
     o = _C.SaveOptions()
+    storage = storage_for(storage_options)
+    if storage is not None:
+        o.set_storage(storage)
     if log is not None:
         o.log = _safe_log(log)
     o.overwrite = bool(overwrite)
@@ -228,7 +232,8 @@ def save(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
          overwrite: bool = False, io_threads: int | None = None,
          staging_bytes: int | None = None, direct_io: bool | None = None,
          verify_replicas: bool = True, plan_cache: _C.SavePlanCache | None = None,
-         log: Callable[[str], Any] | None = None) -> SaveStats:
+         log: Callable[[str], Any] | None = None,
+         storage_options: dict | None = None) -> SaveStats:
     """Saves every rank's ``state_dict`` into checkpoint directory ``path``. Collective.
 
     ``common``: one value for the whole job (rank 0's is stored: iteration,
@@ -237,6 +242,10 @@ def save(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     checkpoint. ``verify_replicas`` (default True): fail if replicas of a tensor differ.
     ``plan_cache``: a ``SavePlanCache`` reused between saves of this rank.
     ``log``: called on rank 0 with one line when the save committed or failed.
+    ``storage_options``: endpoint, region, addressing and credentials for an
+    ``s3://`` path (``endpoint_url``, ``region_name``, ``addressing_style``,
+    ``profile_name``, ``aws_access_key_id``, ``aws_secret_access_key``,
+    ``aws_session_token``; default: the AWS environment and profiles).
     Returns the ``SaveStats``. The GIL is released while it runs.
     """
     comm = comm if comm is not None else default_comm()
@@ -246,7 +255,7 @@ def save(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
         st, owners, _ = _build(state_dict, load=False, allow_pickle=allow_pickle, common=common,
                                metadata=metadata, staging=staging)
         opts = _save_options(overwrite, io_threads, staging_bytes, direct_io, verify_replicas,
-                             plan_cache, log)
+                             plan_cache, log, storage_options)
         stats = _C.save(st, os.fspath(path), comm, opts)
         del owners
     finally:
@@ -355,7 +364,7 @@ class AsyncSaver:
 
     def _submit(self, state_dict, path, comm, start, *, common=None, metadata=None,
                 allow_pickle=False, overwrite=False, io_threads=None, staging_bytes=None,
-                direct_io=None, verify_replicas=True, log=None):
+                direct_io=None, verify_replicas=True, log=None, storage_options=None):
         """Stages ``state_dict`` and starts ``start(state, comm, options)`` (a C++
         save into ``path`` that returns a C++ SaveHandle)."""
         comm = comm if comm is not None else default_comm()
@@ -365,7 +374,7 @@ class AsyncSaver:
                                    common=common, metadata=metadata, staging=staging)
             _wait_until_comm_idle(comm, skip=self)  # the C++ saver waits for its own save
             opts = _save_options(overwrite, io_threads, staging_bytes, direct_io,
-                                 verify_replicas, self._plan_cache, log)
+                                 verify_replicas, self._plan_cache, log, storage_options)
             handle = SaveHandle(start(st, comm, opts), comm, path)
             del owners  # staged: the caller's memory is no longer used
         finally:
@@ -547,7 +556,8 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
          raw_objects: bool = False, cooperative: bool | None = None,
          read_slice_bytes: int | None = None, prefetch_bytes: int | None = None,
          read_gap_bytes: int | None = None, all_or_nothing: bool = False,
-         direct_io: bool = False, _native: Callable[..., Any] | None = None) -> LoadResult:
+         direct_io: bool = False, storage_options: dict | None = None,
+         _native: Callable[..., Any] | None = None) -> LoadResult:
     """Loads checkpoint ``path`` into ``state_dict`` (the template, under any layout).
     Collective.
 
@@ -583,7 +593,8 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     blocks placed before the failure stay written). ``direct_io``: read the
     data files with O_DIRECT where the filesystem allows it (elsewhere
     buffered, by itself), neither using nor filling the page cache (default
-    False). Returns a LoadResult. The GIL is released while it runs.
+    False). ``storage_options``: as ``save``'s, for an ``s3://`` path.
+    Returns a LoadResult. The GIL is released while it runs.
     """
     comm = comm if comm is not None else default_comm()
     _wait_until_comm_idle(comm)
@@ -620,6 +631,9 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     # A checkpoint without common state (written by the CLI or the C++ API)
     # loads with common None.
     o.common_optional = bool(common)
+    storage = storage_for(storage_options)
+    if storage is not None:
+        o.set_storage(storage)
     path = os.fspath(path)
     try:
         if staging.pairs:  # device tensors: copied group by group while the next is read

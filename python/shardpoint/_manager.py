@@ -30,6 +30,7 @@ from shardpoint import _shardpoint as _C
 from shardpoint._checkpoint import (AsyncSaver, LoadResult, SaveHandle, SaveStats, _build,
                                     _wait_until_comm_idle, default_saver, load, save)
 from shardpoint._staging import DeviceStaging
+from shardpoint._storage import storage_for
 from shardpoint.comm import Comm, default_comm
 
 __all__ = ["CheckpointManager", "TierStep"]
@@ -56,6 +57,11 @@ class CheckpointManager:
     are local. Use it as a context manager (or call ``close``) to release the lock.
     ``lock=False`` skips the lock file (when the scheduler guarantees one writer).
 
+    ``storage_options`` (as ``save``'s, for an ``s3://`` root) apply to the
+    manager and to every save, save_async and resume through it (without a
+    local tier; with one, the persistent tier takes its settings from the
+    ``AWS_*`` environment and profiles).
+
     Two tiers: ``local_root`` (e.g. ``"/dev/shm/myjob"``, the same path on every
     node) turns on the local tier; ``node_id`` (default the hostname) groups
     ranks into nodes, ``replicas`` copies of each rank's data go to other nodes.
@@ -75,15 +81,21 @@ class CheckpointManager:
                  local_root: str | os.PathLike | None = None, local_every: int = 1,
                  persistent_every: int = 1, node_id: str | None = None, replicas: int = 1,
                  drain: bool = True, drain_bytes_per_second: int = 0,
-                 keep_local: int = 2) -> None:
+                 keep_local: int = 2, storage_options: dict | None = None) -> None:
         self._comm = comm if comm is not None else default_comm()
         if int(keep_last) < 0:
             raise _C.InvalidArgumentError(f"keep_last must be >= 0, got {keep_last}")
         _wait_until_comm_idle(self._comm)
+        self._storage_options = storage_options
         self._t: Any = None
+        if local_root is not None and storage_options is not None:
+            raise _C.InvalidArgumentError(
+                "storage_options with local_root: the tiered manager takes its object-store "
+                "settings from the AWS_* environment and profiles")
         if local_root is None:
-            self._m: Any = _C.CheckpointManager.open(str(root), self._comm, int(keep_last),
-                                                      bool(lock))
+            self._m: Any = _C.CheckpointManager.open(os.fspath(root), self._comm,
+                                                      int(keep_last), bool(lock),
+                                                      storage_for(storage_options))
         else:
             self._t = _C.TieredManager.open(
                 str(root), self._comm, os.fspath(local_root), node_id or "", int(replicas),
@@ -132,7 +144,7 @@ class CheckpointManager:
         m = self._manager()
         if self._t is not None:
             return self._tier_save(state_dict, int(iteration), **kwargs)
-        stats = save(state_dict, self.path_for(iteration), self._comm, **kwargs)
+        stats = save(state_dict, self.path_for(iteration), self._comm, **self._with(kwargs))
         m.mark_committed(int(iteration), self._comm)
         return stats
 
@@ -174,7 +186,8 @@ class CheckpointManager:
         it = int(iteration)
         handle = saver._submit(
             state_dict, self.path_for(it), self._comm,
-            lambda st, c, opts: m.save_async(saver._saver, st, it, c, opts), **kwargs)
+            lambda st, c, opts: m.save_async(saver._saver, st, it, c, opts),
+            **self._with(kwargs))
         self._last = handle
         return handle
 
@@ -196,7 +209,13 @@ class CheckpointManager:
         it = self.agree_on_latest()
         if it is None:
             return None, None
-        return it, load(state_dict, self.path_for(it), self._comm, **kwargs)
+        return it, load(state_dict, self.path_for(it), self._comm, **self._with(kwargs))
+
+    def _with(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``kwargs`` with the manager's storage_options unless they name their own."""
+        if self._storage_options is not None:
+            kwargs.setdefault("storage_options", self._storage_options)
+        return kwargs
 
     def _tier_resume(self, state_dict: dict,
                      **kwargs: Any) -> tuple[int, LoadResult] | tuple[None, None]:

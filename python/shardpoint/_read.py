@@ -16,6 +16,7 @@ from typing import Any, Iterator
 from shardpoint import _shardpoint as _C
 from shardpoint import sharded
 from shardpoint._checkpoint import ShardedObject, decode_metadata, load, prefetch_bytes_option
+from shardpoint._storage import storage_for
 from shardpoint.comm import single
 
 __all__ = ["ChunkInfo", "TensorInfo", "ObjectInfo", "Metadata", "Fault", "VerifyReport",
@@ -111,12 +112,13 @@ class VerifyReport:
         return not self.faults
 
 
-def metadata(path: str | os.PathLike) -> Metadata:
+def metadata(path: str | os.PathLike, *, storage_options: dict | None = None) -> Metadata:
     """The manifest of checkpoint ``path``: tensors (dtype, global shape, chunks),
     objects, common state size, user metadata, files. Reads the manifest only.
-    NotFoundError (a FileNotFoundError) if there is no checkpoint at ``path``."""
+    NotFoundError (a FileNotFoundError) if there is no checkpoint at ``path``.
+    ``storage_options``: as ``save``'s, for an ``s3://`` path."""
     path = os.fspath(path)
-    d = _C.describe_checkpoint(path)
+    d = _C.describe_checkpoint(path, storage_for(storage_options))
     files = tuple(d.files)
     tensors = {}
     for t in d.tensors:
@@ -186,7 +188,7 @@ def _backend(backend: str | None) -> str:
 
 
 def _load_tensors(path: str, infos: list[TensorInfo], backend: str,
-                  verify_checksums: bool) -> dict[str, Any]:
+                  verify_checksums: bool, storage_options: dict | None) -> dict[str, Any]:
     out, template = {}, {}
     for i, info in enumerate(infos):
         t, tpl = _empty(info, backend)
@@ -194,32 +196,35 @@ def _load_tensors(path: str, infos: list[TensorInfo], backend: str,
         template[f"t{i}"] = tpl if isinstance(tpl, sharded.ShardedTensor) else \
             sharded.whole(info.key, t)
     load(template, path, single(), allow_unexpected_keys=True, common=False,
-         verify_checksums=verify_checksums, cooperative=False)
+         verify_checksums=verify_checksums, cooperative=False, storage_options=storage_options)
     return out
 
 
 def iter_tensors(path: str | os.PathLike, *, max_bytes: int = 1 << 30,
                  keys: list[str] | None = None, backend: str | None = None,
-                 verify_checksums: bool = True) -> Iterator[tuple[str, Any]]:
+                 verify_checksums: bool = True,
+                 storage_options: dict | None = None) -> Iterator[tuple[str, Any]]:
     """Yields ``(key, tensor)`` for every tensor of the checkpoint (or ``keys``),
     whole, in key order, loading groups of at most ``max_bytes`` at a time (a
     larger tensor is loaded alone): memory stays near ``max_bytes`` whatever
     the checkpoint's size. ``backend``: "torch" (default when torch is
-    installed) or "numpy" (bfloat16 and float8 come as uint16 / uint8 bits)."""
+    installed) or "numpy" (bfloat16 and float8 come as uint16 / uint8 bits).
+    ``storage_options``: as ``save``'s, for an ``s3://`` path."""
     path = os.fspath(path)
     be = _backend(backend)
-    md = metadata(path)
+    md = metadata(path, storage_options=storage_options)
     wanted = _select(md, keys)
     group: list[TensorInfo] = []
     size = 0
     for info in wanted:
         if group and size + info.nbytes > max_bytes:
-            yield from _load_tensors(path, group, be, verify_checksums).items()
+            yield from _load_tensors(path, group, be, verify_checksums,
+                                     storage_options).items()
             group, size = [], 0
         group.append(info)
         size += info.nbytes
     if group:
-        yield from _load_tensors(path, group, be, verify_checksums).items()
+        yield from _load_tensors(path, group, be, verify_checksums, storage_options).items()
 
 
 def _select(md: Metadata, keys: list[str] | None) -> list[TensorInfo]:
@@ -233,7 +238,8 @@ def _select(md: Metadata, keys: list[str] | None) -> list[TensorInfo]:
 
 def read(path: str | os.PathLike, *, keys: list[str] | None = None,
          max_bytes: int | None = None, objects: bool = True, allow_pickle: bool = False,
-         backend: str | None = None, verify_checksums: bool = True) -> dict[str, Any]:
+         backend: str | None = None, verify_checksums: bool = True,
+         storage_options: dict | None = None) -> dict[str, Any]:
     """Every tensor of checkpoint ``path`` whole (or only ``keys``) and every value,
     in one flat dict keyed as stored (``{"model.w": tensor, "rng": {0: ..., 1:
     ...}, ...}``; a value stored per shard of a grid is a dict index -> value,
@@ -242,23 +248,25 @@ def read(path: str | os.PathLike, *, keys: list[str] | None = None,
     ``torch.load`` of a consolidated file, whatever layout saved it. The common
     state is under ``"<common>"`` if the checkpoint has one. ``max_bytes``:
     raise InvalidArgumentError instead of allocating more than this for the
-    tensors (use ``iter_tensors`` to stream them)."""
+    tensors (use ``iter_tensors`` to stream them). ``storage_options``: as
+    ``save``'s, for an ``s3://`` path."""
     path = os.fspath(path)
     be = _backend(backend)
-    md = metadata(path)
+    md = metadata(path, storage_options=storage_options)
     wanted = _select(md, keys)
     total = sum(t.nbytes for t in wanted)
     if max_bytes is not None and total > max_bytes:
         raise _C.InvalidArgumentError(
             f"checkpoint '{path}' holds {total} bytes of tensors, more than max_bytes="
             f"{max_bytes}; read fewer keys or stream them with iter_tensors(max_bytes=...)")
-    out: dict[str, Any] = _load_tensors(path, wanted, be, verify_checksums) if wanted else {}
+    out: dict[str, Any] = _load_tensors(path, wanted, be, verify_checksums,
+                                                     storage_options) if wanted else {}
     if objects and (md.objects or md.has_common):
         template = {f"o{i}": ShardedObject(o.key, None, o.index, o.grid)
                     for i, o in enumerate(md.objects)}
         res = load(template, path, single(), allow_unexpected_keys=True, common=md.has_common,
                    allow_pickle=allow_pickle, verify_checksums=verify_checksums,
-                   cooperative=False)
+                   cooperative=False, storage_options=storage_options)
         for o, so in zip(md.objects, template.values()):
             if len(o.grid) == 1:  # one value per rank: keyed by the rank, rng[0]
                 out.setdefault(o.key, {})[o.index[0]] = so.value
@@ -290,7 +298,8 @@ def _renamed(new_name: str, new_value: int | None, old_name: str, old_value: int
 
 def verify(path: str | os.PathLike, *, io_threads: int | None = None,
            read_slice_bytes: int | None = None, threads: int | None = None,
-           slice_bytes: int | None = None, prefetch_bytes: int | None = None) -> VerifyReport:
+           slice_bytes: int | None = None, prefetch_bytes: int | None = None,
+           storage_options: dict | None = None) -> VerifyReport:
     """Re-reads the whole checkpoint and checks it: the manifest, that every tensor
     is tiled by its chunks, every data file's header, every chunk and value
     checksum. Problems are ``faults`` of the report (``report.ok``); only an
@@ -299,7 +308,8 @@ def verify(path: str | os.PathLike, *, io_threads: int | None = None,
     ``read_slice_bytes`` (default 1 MiB, as ``load``): memory is about
     ``(io_threads + 1) * read_slice_bytes``; ``prefetch_bytes`` as ``load``'s
     (default 16 MiB, 0: off). ``threads`` and ``slice_bytes`` are
-    the deprecated old names of these two (accepted, with a DeprecationWarning)."""
+    the deprecated old names of these two (accepted, with a DeprecationWarning).
+    ``storage_options``: as ``save``'s, for an ``s3://`` path."""
     path = os.fspath(path)
     n = _renamed("io_threads", io_threads, "threads", threads, 4)
     defaults = _C.LoadOptions()  # one knob, one default: load's
@@ -307,7 +317,7 @@ def verify(path: str | os.PathLike, *, io_threads: int | None = None,
                       defaults.read_slice_bytes)
     ahead = (defaults.prefetch_bytes if prefetch_bytes is None
              else prefetch_bytes_option(prefetch_bytes))
-    r = _C.verify_checkpoint(path, n, slice_, ahead)
+    r = _C.verify_checkpoint(path, n, slice_, ahead, storage_for(storage_options))
     faults = tuple(Fault(_KINDS[f.kind], f.key, int(f.chunk), tuple(f.object_index), f.file,
                          int(f.begin), int(f.end), f.message) for f in r.faults)
     return VerifyReport(path, int(r.tensors), int(r.chunks_checked), int(r.objects_checked),
@@ -323,10 +333,11 @@ def _size(nbytes: int) -> str:
     return f"{n}"  # pragma: no cover
 
 
-def inspect(path: str | os.PathLike) -> str:
+def inspect(path: str | os.PathLike, *, storage_options: dict | None = None) -> str:
     """A human-readable summary of the checkpoint: one line per tensor (key, dtype,
-    global shape, chunks, bytes), the values, the common state and the metadata."""
-    md = metadata(path)
+    global shape, chunks, bytes), the values, the common state and the metadata.
+    ``storage_options``: as ``save``'s, for an ``s3://`` path."""
+    md = metadata(path, storage_options=storage_options)
     rows = [("key", "dtype", "shape", "chunks", "bytes")]
     for k in sorted(md.tensors):
         t = md.tensors[k]

@@ -57,7 +57,7 @@ def drop_state(sd: dict, prefixes: Iterable[str], drop: Callable[[set[str]], boo
 
 def read_structure(sd: dict, path: str, comm: Comm, opt_prefixes: list[str],
                    sched_prefixes: list[str], verify_checksums: bool,
-                   allow_pickle: bool) -> dict:
+                   allow_pickle: bool, storage_options: dict | None = None) -> dict:
     """A state dict with the structure values of the checkpoint (collective):
     parameter groups, schedulers, scaler, tied parameters; absent ones are None."""
     sub: dict = {"model_aliases": ShardedObject("model_aliases")}
@@ -68,7 +68,8 @@ def read_structure(sd: dict, path: str, comm: Comm, opt_prefixes: list[str],
     if "scaler" in sd:
         sub["scaler"] = ShardedObject("scaler")
     _load(sub, path, comm, allow_missing_keys=True, allow_unexpected_keys=True, common=False,
-          verify_checksums=verify_checksums, allow_pickle=allow_pickle, cooperative=False)
+          verify_checksums=verify_checksums, allow_pickle=allow_pickle, cooperative=False,
+          storage_options=storage_options)
     return sub
 
 

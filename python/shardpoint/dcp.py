@@ -245,7 +245,10 @@ class StorageReader(_D.StorageReader):  # type: ignore[misc, name-defined]
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
-        return _is_path(checkpoint_id) and os.path.isdir(os.fspath(checkpoint_id))
+        if not _is_path(checkpoint_id):
+            return False
+        path = os.fspath(checkpoint_id)  # an object-store prefix has no local directory
+        return str(path).startswith("s3://") or os.path.isdir(path)
 
     def set_up_storage_reader(self, metadata: Any, is_coordinator: bool, *args: Any,
                               **kwargs: Any) -> None:

@@ -539,7 +539,7 @@ class TrainState:
         also keeps everything as it was when reading the data fails."""
         from shardpoint import _torch_load as tl
         from shardpoint._read import metadata
-        md = metadata(path)
+        md = metadata(path, storage_options=kwargs.get("storage_options"))
         stored = set(md.tensors) | {o.key for o in md.objects}
         allow = _allowed(kwargs)
         opts = _named(self.optimizers, "optim")
@@ -584,7 +584,9 @@ class TrainState:
         it = manager.agree_on_latest()
         if it is None:
             return None, None
-        return it, self.load(manager.path_for(it), **kwargs)
+        with_options = getattr(manager, "_with", None)  # its storage_options
+        return it, self.load(manager.path_for(it),
+                             **(with_options(kwargs) if with_options else kwargs))
 
     def _checked(self, sd: dict, path: Any, stored: set[str], allow: tuple[bool, bool],
                  load_kwargs: dict) -> _Structure | None:
@@ -596,7 +598,8 @@ class TrainState:
         structure = tl.read_structure(
             sd, path, self.comm, [p for p, _ in _named(self.optimizers, "optim")],
             [p for p, _ in _named(self.schedulers, "scheduler")],
-            load_kwargs.get("verify_checksums", True), load_kwargs.get("allow_pickle", False))
+            load_kwargs.get("verify_checksums", True), load_kwargs.get("allow_pickle", False),
+            load_kwargs.get("storage_options"))
         error, plan = "", None
         if allow[0] or not set(flatten_keys(sd)) - stored:
             try:

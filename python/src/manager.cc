@@ -6,6 +6,9 @@
 
 #include <pybind11/stl.h>
 
+#include <memory>
+#include <optional>
+
 #include "python/src/bindings.h"
 #include "python/src/errors.h"
 
@@ -17,15 +20,19 @@ void RegisterManager(py::module_& m) {
   py::class_<CheckpointManager, std::shared_ptr<CheckpointManager>>(m, "CheckpointManager")
       .def_static(
           "open",
-          [](const std::string& root, Comm& comm, int keep_last, bool lock) {
+          // `storage` (None: DefaultStorage()) must outlive the manager: the
+          // Python package keeps the ones it makes for the process.
+          [](const std::string& root, Comm& comm, int keep_last, bool lock,
+             const std::optional<std::shared_ptr<Storage>>& storage) {
             ManagerOptions o;
+            o.storage = storage ? storage->get() : nullptr;
             o.keep_last = keep_last;
             o.lock = lock;
             return std::shared_ptr<CheckpointManager>(
                 Unwrap(CheckpointManager::Open(root, comm, o)));
           },
           py::arg("root"), py::arg("comm"), py::arg("keep_last") = 0, py::arg("lock") = true,
-          py::call_guard<py::gil_scoped_release>())
+          py::arg("storage") = std::nullopt, py::call_guard<py::gil_scoped_release>())
       .def("close", [](CheckpointManager& mg) { ThrowIfError(mg.Close()); })
       .def_property_readonly("root", &CheckpointManager::root)
       .def("path_for", &CheckpointManager::PathFor, py::arg("iteration"))

@@ -2,13 +2,15 @@
 #include "python/src/bindings.h"
 
 namespace shardpoint::python {
-void RegisterVerify(pybind11::module_& m);  // verify.cc
-void RegisterHf(pybind11::module_& m);      // hf.cc
+void RegisterVerify(pybind11::module_& m);   // verify.cc
+void RegisterHf(pybind11::module_& m);       // hf.cc
+void RegisterStorage(pybind11::module_& m);  // storage.cc
 }  // namespace shardpoint::python
 
 PYBIND11_MODULE(_shardpoint, m) {
   m.doc() = "C++ core of shardpoint; use the `shardpoint` package instead.";
   shardpoint::python::RegisterErrors(m);
+  shardpoint::python::RegisterStorage(m);
   shardpoint::python::RegisterTypes(m);
   shardpoint::python::RegisterComm(m);
   shardpoint::python::RegisterCheckpoint(m);

@@ -155,6 +155,10 @@ void RegisterTypes(py::module_& m) {
       .def_readwrite("preallocate", &SaveOptions::preallocate)
       .def_readwrite("overwrite", &SaveOptions::overwrite)
       .def_readwrite("verify_replicas", &SaveOptions::verify_replicas)
+      // A Storage (storage.cc; None: DefaultStorage()), kept alive by the options.
+      .def(
+          "set_storage", [](SaveOptions& o, Storage* s) { o.storage = s; }, py::arg("storage"),
+          py::keep_alive<1, 2>())
       // A Python callable, called on rank 0 from the thread running the save
       // (pybind11 takes the GIL for the call); it must not raise.
       .def_readwrite("log", &SaveOptions::log);
@@ -174,6 +178,9 @@ void RegisterTypes(py::module_& m) {
       .def_readwrite("cooperative", &LoadOptions::cooperative)
       .def_readwrite("cooperative_round_bytes", &LoadOptions::cooperative_round_bytes)
       .def_readwrite("tensor_groups", &LoadOptions::tensor_groups)
+      .def(
+          "set_storage", [](LoadOptions& o, Storage* s) { o.storage = s; }, py::arg("storage"),
+          py::keep_alive<1, 2>())
       // A Python callable, called with each group from the thread running the
       // load (pybind11 takes the GIL for the call); it must not raise.
       .def_readwrite("on_group_loaded", &LoadOptions::on_group_loaded);

@@ -6,6 +6,9 @@
 
 #include <pybind11/stl.h>
 
+#include <memory>
+#include <optional>
+
 #include "python/src/bindings.h"
 #include "python/src/errors.h"
 
@@ -47,8 +50,13 @@ void RegisterVerify(py::module_& m) {
       .def_property_readonly("json",
                              [](const CheckpointDescription& d) { return py::bytes(d.json); });
   m.def(
-      "describe_checkpoint", [](const std::string& dir) { return Unwrap(DescribeCheckpoint(dir)); },
-      py::arg("dir"), py::call_guard<py::gil_scoped_release>());
+      "describe_checkpoint",
+      [](const std::string& dir, const std::optional<std::shared_ptr<Storage>>& storage) {
+        DescribeOptions o;
+        o.storage = storage ? storage->get() : nullptr;
+        return Unwrap(DescribeCheckpoint(dir, o));
+      },
+      py::arg("dir"), py::arg("storage") = std::nullopt, py::call_guard<py::gil_scoped_release>());
 
   py::enum_<VerifyFault::Kind>(m, "VerifyFaultKind")
       .value("TILING", VerifyFault::Kind::kTiling)
@@ -74,9 +82,10 @@ void RegisterVerify(py::module_& m) {
       .def_readonly("faults", &VerifyReport::faults);
   m.def(
       "verify_checkpoint",
-      [](const std::string& dir, int io_threads, uint64_t read_slice_bytes,
-         uint64_t prefetch_bytes) {
+      [](const std::string& dir, int io_threads, uint64_t read_slice_bytes, uint64_t prefetch_bytes,
+         const std::optional<std::shared_ptr<Storage>>& storage) {
         VerifyOptions o;
+        o.storage = storage ? storage->get() : nullptr;
         o.io_threads = io_threads;
         o.read_slice_bytes = read_slice_bytes;
         o.prefetch_bytes = prefetch_bytes;
@@ -84,7 +93,7 @@ void RegisterVerify(py::module_& m) {
       },
       py::arg("dir"), py::arg("io_threads") = VerifyOptions{}.io_threads,
       py::arg("read_slice_bytes") = VerifyOptions{}.read_slice_bytes,
-      py::arg("prefetch_bytes") = VerifyOptions{}.prefetch_bytes,
+      py::arg("prefetch_bytes") = VerifyOptions{}.prefetch_bytes, py::arg("storage") = std::nullopt,
       py::call_guard<py::gil_scoped_release>());
 }
 

@@ -94,6 +94,22 @@ Result<StagedOutput> StagedOutput::Begin(Storage* storage, const std::string& ds
           "(nothing written)");
     }
   }
+  if (!storage->SupportsRename(dst)) {
+    if (exists) {
+      SP_ASSIGN_OR_RETURN(std::vector<std::string> entries, storage->ListDir(dst));
+      if (!entries.empty()) {
+        return FailedPreconditionError(
+            "'" + dst +
+            "' is not empty and this storage (an object store) cannot replace it "
+            "atomically: object stores have no rename; write to a new prefix or remove it "
+            "first (" +
+            what + ": nothing written)");
+      }
+    }
+    StagedOutput out(storage, dst, dst);
+    out.in_place_ = true;
+    return out;
+  }
   // Leftovers of a run killed before its commit (the partial) or after its
   // swap (the old output).
   SP_RETURN_IF_ERROR(storage->RemoveAll(partial));
@@ -106,13 +122,18 @@ StagedOutput::StagedOutput(StagedOutput&& other) noexcept
     : storage_(std::exchange(other.storage_, nullptr)),
       dst_(std::move(other.dst_)),
       partial_(std::move(other.partial_)),
-      done_(other.done_) {}
+      done_(other.done_),
+      in_place_(other.in_place_) {}
 
 StagedOutput::~StagedOutput() {
   if (storage_ != nullptr && !done_) storage_->RemoveAll(partial_).IgnoreError();
 }
 
 Status StagedOutput::Commit() {
+  if (in_place_) {  // each file is whole once synced; the writer's last one committed
+    done_ = true;
+    return OkStatus();
+  }
   SP_RETURN_IF_ERROR(storage_->SyncDir(partial_));
   std::string previous;
   SP_RETURN_IF_ERROR(SwapIntoPlace(storage_, dst_, partial_, &previous));

@@ -19,6 +19,13 @@
 // the new output, whole (or, with the two-rename fallback, no `dst` and a
 // complete `<dst>.partial`, which the next Begin or RecoverSwap renames
 // into place).
+//
+// Where the storage has no rename (an object store, SupportsRename false)
+// the output is written in place: Begin refuses a non-empty `dst` even with
+// `overwrite` (it cannot be replaced atomically), dir() is `dst`, Commit
+// does nothing, and a failure removes what was written. The writer's last
+// object is then the commit point (a checkpoint's manifest, created
+// conditionally; an HF model's index; a DCP directory's .metadata).
 #pragma once
 
 #include <functional>
@@ -73,6 +80,7 @@ class StagedOutput {
   Storage* storage_;
   std::string dst_, partial_;
   bool done_ = false;
+  bool in_place_ = false;  // no rename: dir() is dst()
 };
 
 }  // namespace shardpoint::internal_io

@@ -6,8 +6,12 @@
 // is made on the first s3:// path, from the AWS environment and profiles
 // (ResolveS3Options); if that fails (no credentials), every s3:// call
 // returns that error, and POSIX paths are unaffected.
+//
+// MakeObjectStoreStorage (shardpoint/object_store.h) is the same dispatch
+// with an S3 storage made at once from the caller's options.
 #include <mutex>
 
+#include "shardpoint/object_store.h"
 #include "shardpoint/storage.h"
 #include "src/objstore/s3_storage.h"
 
@@ -20,6 +24,12 @@ bool IsS3(const std::string& path) { return path.starts_with("s3://"); }
 
 class DispatchStorage : public Storage {
  public:
+  DispatchStorage() = default;
+  // With the object store given: no lazy set-up from the environment.
+  explicit DispatchStorage(std::unique_ptr<S3Storage> s3) : s3_(std::move(s3)) {
+    std::call_once(once_, [] {});
+  }
+
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         const WriteFileOptions& options) override {
     SP_ASSIGN_OR_RETURN(Storage * s, For(path));
@@ -113,7 +123,31 @@ class DispatchStorage : public Storage {
   Status s3_error_;
 };
 
+Result<internal_objstore::S3Addressing> ParseAddressing(const std::string& s) {
+  if (s.empty() || s == "auto") return internal_objstore::S3Addressing::kAuto;
+  if (s == "path") return internal_objstore::S3Addressing::kPath;
+  if (s == "virtual") return internal_objstore::S3Addressing::kVirtualHosted;
+  return InvalidArgumentError("object store addressing '" + s +
+                              "': expected 'path', 'virtual' or 'auto'");
+}
+
 }  // namespace
+
+Result<std::unique_ptr<Storage>> MakeObjectStoreStorage(const ObjectStoreOptions& options) {
+  internal_objstore::S3Options o;
+  o.endpoint = options.endpoint;
+  o.region = options.region;
+  SP_ASSIGN_OR_RETURN(o.addressing, ParseAddressing(options.addressing));
+  o.profile = options.profile;
+  o.access_key_id = options.access_key_id;
+  o.secret_access_key = options.secret_access_key;
+  o.session_token = options.session_token;
+  SP_ASSIGN_OR_RETURN(o, internal_objstore::ResolveS3Options(std::move(o)));
+  SP_ASSIGN_OR_RETURN(std::unique_ptr<internal_objstore::S3Client> client,
+                      internal_objstore::S3Client::Make(o));
+  return std::unique_ptr<Storage>(
+      new DispatchStorage(std::make_unique<S3Storage>(std::move(client))));
+}
 
 Storage* DefaultStorage() {
   // Never destroyed: file objects and other static destructors may use it.

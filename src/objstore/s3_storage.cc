@@ -44,19 +44,22 @@ class S3WritableFile : public WritableFile {
     return Drain();
   }
 
+  // Sets the size the object will have: bytes below it never written are
+  // zeros, sent at Sync (writes may still come below it, in any order).
   Status Truncate(uint64_t size) override {
     std::lock_guard<std::mutex> lock(mu_);
     SP_RETURN_IF_ERROR(CheckOpen("truncate"));
-    SP_RETURN_IF_ERROR(Drain());
-    if (!pending_.empty() || size < upload_.size()) {
+    uint64_t written = upload_.size();
+    if (!pending_.empty()) {
+      written =
+          std::max<uint64_t>(written, pending_.rbegin()->first + pending_.rbegin()->second.size());
+    }
+    if (size < written) {
       return InvalidArgumentError("truncate " + path_ + " to " + std::to_string(size) +
-                                  " bytes: an object can only be extended");
+                                  " bytes: an object can only be extended (" +
+                                  std::to_string(written) + " bytes written)");
     }
-    const std::string zeros(std::min<uint64_t>(size - upload_.size(), 1 << 20), '\0');
-    while (upload_.size() < size) {
-      SP_RETURN_IF_ERROR(
-          upload_.Append(zeros.data(), std::min<uint64_t>(zeros.size(), size - upload_.size())));
-    }
+    size_ = size;
     return OkStatus();
   }
 
@@ -65,11 +68,18 @@ class S3WritableFile : public WritableFile {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return OkStatus();
     SP_RETURN_IF_ERROR(CheckOpen("sync"));
-    if (!pending_.empty()) {
-      return InvalidArgumentError("sync " + path_ + ": bytes from " +
-                                  std::to_string(upload_.size()) + " to " +
-                                  std::to_string(pending_.begin()->first) + " were never written");
+    // Holes below the size Truncate set are zeros; others were never written.
+    while (!pending_.empty()) {
+      const uint64_t next = pending_.begin()->first;
+      if (next > size_) {
+        return InvalidArgumentError("sync " + path_ + ": bytes from " +
+                                    std::to_string(upload_.size()) + " to " + std::to_string(next) +
+                                    " were never written");
+      }
+      SP_RETURN_IF_ERROR(AppendZeros(next));
+      SP_RETURN_IF_ERROR(Drain());
     }
+    SP_RETURN_IF_ERROR(AppendZeros(size_));
     finished_ = true;
     return upload_.Finish();
   }
@@ -95,6 +105,16 @@ class S3WritableFile : public WritableFile {
     return OkStatus();
   }
 
+  Status AppendZeros(uint64_t to) {
+    if (upload_.size() >= to) return OkStatus();
+    const std::string zeros(std::min<uint64_t>(to - upload_.size(), 1 << 20), '\0');
+    while (upload_.size() < to) {
+      SP_RETURN_IF_ERROR(
+          upload_.Append(zeros.data(), std::min<uint64_t>(zeros.size(), to - upload_.size())));
+    }
+    return OkStatus();
+  }
+
   Status Drain() {
     while (!pending_.empty() && pending_.begin()->first <= upload_.size()) {
       auto it = pending_.begin();
@@ -113,6 +133,7 @@ class S3WritableFile : public WritableFile {
   const std::string path_;
   S3Upload upload_;
   std::map<uint64_t, std::string> pending_;
+  uint64_t size_ = 0;  // set by Truncate: the object's size at least
   bool finished_ = false;
   bool closed_ = false;
 };

@@ -2,7 +2,7 @@
 // public API only, as a training job would:
 //
 //   crash_saver <root> [--iters N] [--keep K] [--kb KB] [--mode sync|async|mixed]
-//               [--mpi] [--pid-dir D]
+//               [--mpi] [--pid-dir D] [--no-lock]
 //
 // Opens a CheckpointManager on <root> (taking over the lock of a killed
 // predecessor), resumes from the newest complete checkpoint and checks that
@@ -12,7 +12,8 @@
 // to stdout with one write(2): an acknowledged save, which no later crash may
 // lose. A rank that fails on its own also writes "FAILED <code> <why>".
 // Exit codes: 0 done, 3 Open failed, 4 resumed state wrong, 5 a save
-// failed, 2 usage.
+// failed, 2 usage. --no-lock: no lock (object stores: a killed job's lease
+// would block the next run for a whole lease).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -48,7 +49,7 @@ struct Args {
   std::string root, pid_dir, mode = "mixed";
   int iters = 4, keep = 2;
   int64_t kb = 256;
-  bool mpi = false;
+  bool mpi = false, lock = true;
 };
 
 Args Parse(int argc, char** argv) {
@@ -73,6 +74,8 @@ Args Parse(int argc, char** argv) {
       a.pid_dir = next();
     } else if (f == "--mpi") {
       a.mpi = true;
+    } else if (f == "--no-lock") {
+      a.lock = false;
     } else {
       Fail(2, "unknown flag " + f);
     }
@@ -89,6 +92,7 @@ int Run(const Args& a, sp::Comm& comm) {
   }
   sp::ManagerOptions mo;
   mo.keep_last = a.keep;
+  mo.lock = a.lock;
   sp::Result<std::unique_ptr<sp::CheckpointManager>> m =
       sp::CheckpointManager::Open(a.root, comm, mo);
   if (!m.ok()) Fail(3, "Open: " + m.status().ToString());

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "shardpoint/object_store.h"
 #include "shardpoint/storage.h"
 
 namespace shardpoint::tools {
@@ -30,6 +31,32 @@ void AddOverwrite(CLI::App* cmd, bool& overwrite) {
   cmd->add_flag("--overwrite", overwrite,
                 "replace an existing non-empty output directory (atomically, once the new "
                 "output is complete); without it one is refused");
+}
+
+void StorageFlags::Add(CLI::App* cmd) {
+  const std::string group = "Object store (s3:// paths; default: the AWS environment and profiles)";
+  cmd->add_option("--endpoint-url", endpoint, "S3 endpoint, e.g. http://127.0.0.1:7480")
+      ->group(group);
+  cmd->add_option("--region", region, "S3 region (default us-east-1)")->group(group);
+  cmd->add_option("--profile", profile, "credentials profile of ~/.aws/credentials and config")
+      ->group(group);
+  cmd->add_option("--addressing-style", addressing,
+                  "path (host/bucket/key) or virtual (bucket.host/key); default: virtual on "
+                  "AWS, path with --endpoint-url")
+      ->check(CLI::IsMember({"path", "virtual", "auto"}))
+      ->group(group);
+}
+
+Result<std::unique_ptr<Storage>> StorageFlags::Make() const {
+  if (endpoint.empty() && region.empty() && profile.empty() && addressing.empty()) {
+    return std::unique_ptr<Storage>();
+  }
+  ObjectStoreOptions o;
+  o.endpoint = endpoint;
+  o.region = region;
+  o.profile = profile;
+  o.addressing = addressing;
+  return MakeObjectStoreStorage(o);
 }
 
 std::string HumanBytes(uint64_t n) {

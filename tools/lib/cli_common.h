@@ -4,10 +4,12 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "shardpoint/status.h"
+#include "shardpoint/storage.h"
 
 namespace shardpoint::tools {
 
@@ -27,6 +29,15 @@ void AddOverwrite(CLI::App* cmd, bool& overwrite);
 // Adds --io-threads (default 4) and, hidden from --help, its old name
 // --threads (an alias: either sets `threads`).
 void AddIoThreads(CLI::App* cmd, int& threads, const std::string& what);
+// --endpoint-url, --region, --profile, --addressing-style: where s3:// paths
+// go and as whom (docs/object-store.md); what is not given comes from the AWS
+// environment and profiles. Secrets only through those, never on a command line.
+struct StorageFlags {
+  std::string endpoint, region, profile, addressing;
+  void Add(CLI::App* cmd);
+  // The storage for a call: nullptr (DefaultStorage()) when no flag was given.
+  Result<std::unique_ptr<Storage>> Make() const;
+};
 // "1.50 GiB", "512 B".
 std::string HumanBytes(uint64_t n);
 

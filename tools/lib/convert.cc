@@ -14,6 +14,7 @@ std::function<int()> AddConvert(CLI::App& app) {
     std::string src, dst, max_shard = "5GB", dtype, to, torch = "2";
     HfFlags hf;
     bool quiet = false, overwrite = false;
+    StorageFlags storage;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -38,6 +39,7 @@ std::function<int()> AddConvert(CLI::App& app) {
   a->hf.Add(cmd);
   AddQuiet(cmd, a->quiet);
   AddOverwrite(cmd, a->overwrite);
+  a->storage.Add(cmd);
   SetExamples(cmd, {"shardpoint convert Llama-3-8B/ ckpt/iter_0000000 --mapping llama",
                     "shardpoint convert ckpt/iter_0001000 hf_out --mapping llama",
                     "shardpoint convert --to dcp ckpt/iter_0001000 dcp_out",
@@ -56,7 +58,10 @@ std::function<int()> AddConvert(CLI::App& app) {
     ExportHfOptions& o = *opts;
     o.dcp_torch_major = a->torch == "1.13" ? 1 : 2;
     o.overwrite = a->overwrite;
-    Result<CheckpointKind> kind = DetectCheckpointKind(a->src);
+    Result<std::unique_ptr<Storage>> storage = a->storage.Make();
+    if (!storage.ok()) return fail(storage.status());
+    o.storage = storage->get();
+    Result<CheckpointKind> kind = DetectCheckpointKind(a->src, o.storage);
     if (!kind.ok()) return fail(kind.status());
     const bool shardpoint = *kind == CheckpointKind::kShardpoint;
     const bool to_dcp = a->to == "dcp";

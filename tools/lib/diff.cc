@@ -55,6 +55,7 @@ std::function<int()> AddDiff(CLI::App& app) {
     double atol = 0;
     bool all = false, quiet = false;
     HfFlags hf;
+    StorageFlags storage;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -65,6 +66,7 @@ std::function<int()> AddDiff(CLI::App& app) {
   cmd->add_flag("--all", a->all, "list equal tensors too");
   a->hf.Add(cmd);
   cmd->add_flag("-q,--quiet", a->quiet, "print nothing but errors: the exit code says it");
+  a->storage.Add(cmd);
   SetExamples(cmd, {"shardpoint diff ckpt/iter_0001000 ckpt_resharded/iter_0001000",
                     "shardpoint diff ckpt/iter_0001000 Llama-3-8B/ --mapping llama --atol 1e-3"});
   return [cmd, a]() -> int {
@@ -77,7 +79,10 @@ std::function<int()> AddDiff(CLI::App& app) {
     if (!mapping.ok()) return fail(mapping.status());
     Result<std::map<std::string, int64_t>> vars = ParseVariables(a->hf.sets);
     if (!vars.ok()) return fail(vars.status());
+    Result<std::unique_ptr<Storage>> storage = a->storage.Make();
+    if (!storage.ok()) return fail(storage.status());
     DiffOptions o;
+    o.storage = storage->get();
     o.io_threads = a->hf.io_threads;
     o.atol = a->atol;
     o.variables = *vars;

@@ -14,6 +14,7 @@ std::function<int()> AddExportHf(CLI::App& app) {
     size_t block_mb = 64;
     bool quiet = false, overwrite = false;
     HfFlags hf;
+    StorageFlags storage;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -28,6 +29,7 @@ std::function<int()> AddExportHf(CLI::App& app) {
   a->hf.Add(cmd);
   AddQuiet(cmd, a->quiet);
   AddOverwrite(cmd, a->overwrite);
+  a->storage.Add(cmd);
   SetExamples(cmd, {"shardpoint export-hf ckpt/iter_0001000 hf_out --mapping llama --dtype bf16",
                     "shardpoint export-hf ckpt/iter_0001000 hf_out --max-shard-size 2GB"});
   return [cmd, a]() -> int {
@@ -42,6 +44,9 @@ std::function<int()> AddExportHf(CLI::App& app) {
     if (!o.ok()) return fail(o.status());
     o->block_bytes = a->block_mb << 20;
     o->overwrite = a->overwrite;
+    Result<std::unique_ptr<Storage>> storage = a->storage.Make();
+    if (!storage.ok()) return fail(storage.status());
+    o->storage = storage->get();
     Result<ExportHfStats> st = ExportHf(a->ckpt, a->out, *mapping, *o);
     if (!st.ok()) return fail(st.status());
     if (a->quiet) return 0;

@@ -55,6 +55,7 @@ std::function<int()> AddInspect(CLI::App& app) {
   struct Args {
     std::vector<std::string> dirs;
     bool json = false;
+    StorageFlags storage;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -62,14 +63,21 @@ std::function<int()> AddInspect(CLI::App& app) {
   cmd->add_option("dir", a->dirs, "checkpoint directories")->required();
   cmd->add_flag("--json", a->json,
                 "one line of JSON per directory: {\"dir\": ..., \"manifest\": {...}}");
-  SetExamples(cmd, {"shardpoint inspect ckpt/iter_0001000",
-                    "shardpoint inspect --json ckpt/iter_* | jq .manifest.tensors[].key"});
+  a->storage.Add(cmd);
+  SetExamples(cmd,
+              {"shardpoint inspect ckpt/iter_0001000",
+               "shardpoint inspect --endpoint-url http://127.0.0.1:7480 s3://b/run/iter_0001000",
+               "shardpoint inspect --json ckpt/iter_* | jq .manifest.tensors[].key"});
   return [cmd, a]() -> int {
     if (!*cmd) return -1;
+    Result<std::unique_ptr<Storage>> storage = a->storage.Make();
+    if (!storage.ok()) return Fail("inspect", storage.status());
+    DescribeOptions o;
+    o.storage = storage->get();
     int rc = kExitOk;
     for (size_t i = 0; i < a->dirs.size(); ++i) {
       const std::string& dir = a->dirs[i];
-      Result<CheckpointDescription> d = DescribeCheckpoint(dir);
+      Result<CheckpointDescription> d = DescribeCheckpoint(dir, o);
       if (!d.ok()) {
         rc = Fail("inspect", d.status());
         continue;

@@ -84,6 +84,7 @@ std::function<int()> AddVerify(CLI::App& app) {
     std::vector<std::string> dirs;
     int io_threads = 4;
     bool json = false, quiet = false;
+    StorageFlags storage;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -95,13 +96,17 @@ std::function<int()> AddVerify(CLI::App& app) {
   cmd->add_flag("--json", a->json,
                 "one line of JSON per directory (faults as records); no progress bar");
   AddQuiet(cmd, a->quiet);
+  a->storage.Add(cmd);
   SetExamples(cmd, {"shardpoint verify ckpt/iter_0001000",
                     "shardpoint verify --quiet --io-threads 16 ckpt/iter_*"});
   return [cmd, a]() -> int {
     if (!*cmd) return -1;
+    Result<std::unique_ptr<Storage>> storage = a->storage.Make();
+    if (!storage.ok()) return Fail("verify", storage.status());
     int rc = kExitOk;
     for (const std::string& dir : a->dirs) {
       VerifyOptions o;
+      o.storage = storage->get();
       o.io_threads = a->io_threads;
       if (!a->json && !a->quiet) o.progress = TerminalProgress("verify");
       Result<VerifyReport> r = VerifyCheckpoint(dir, o);

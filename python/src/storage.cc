@@ -1,0 +1,32 @@
+// Storage objects for per-call object-store settings
+// (shardpoint/object_store.h): made from Python's storage_options, held by
+// shared_ptr, and handed to the options of a call (SaveOptions.set_storage,
+// LoadOptions.set_storage) or to the calls that take one directly.
+#include <memory>
+
+#include "python/src/bindings.h"
+#include "python/src/errors.h"
+#include "shardpoint/object_store.h"
+
+namespace py = pybind11;
+
+namespace shardpoint::python {
+
+void RegisterStorage(py::module_& m) {
+  py::class_<Storage, std::shared_ptr<Storage>>(m, "Storage");
+  m.def(
+      "object_store_storage",
+      [](std::string endpoint, std::string region, std::string addressing, std::string profile,
+         std::string access_key_id, std::string secret_access_key, std::string session_token) {
+        ObjectStoreOptions o{std::move(endpoint),      std::move(region),
+                             std::move(addressing),    std::move(profile),
+                             std::move(access_key_id), std::move(secret_access_key),
+                             std::move(session_token)};
+        return std::shared_ptr<Storage>(Unwrap(MakeObjectStoreStorage(o)));
+      },
+      py::arg("endpoint") = "", py::arg("region") = "", py::arg("addressing") = "",
+      py::arg("profile") = "", py::arg("access_key_id") = "", py::arg("secret_access_key") = "",
+      py::arg("session_token") = "");
+}
+
+}  // namespace shardpoint::python
