@@ -8,7 +8,8 @@ through read(), figures that hold on a machine loaded by other work.
 W processes (gloo, file:// rendezvous) save `--tensors` f32 matrices cut in
 row shards (TP=W), then load them, per repetition and in a rotated order,
 with every mode of `--modes` (`alone`: cooperative=False; `exchange`:
-cooperative=True; `default`: the package's default for a Python comm) and
+cooperative=True; `default`: the package's default for a Python comm;
+`alone+direct`, `exchange+direct`: the same with direct_io=True) and
 every layout of `--ops`: `same` (row shards as saved), `tp_dp` (row halves,
 each held by two ranks) and `other_dim` (column shards: every rank needs a
 strip of every saved shard). Before each load the page cache is dropped
@@ -137,7 +138,9 @@ def worker(args, rank, world):
                 comm.barrier()
                 comm.calls.clear()
                 u0, s0, c0, t0 = *rusage_cpu(), rchar(), time.monotonic()
-                kw = {} if mode == "default" else {"cooperative": mode == "exchange"}
+                kw = {} if mode == "default" else {"cooperative": mode.startswith("exchange")}
+                if mode.endswith("+direct"):
+                    kw["direct_io"] = True
                 res = sp.load(sd, args.ckpt, comm, **kw)
                 u1, s1, c1 = *rusage_cpu(), rchar()
                 calls = dict(comm.calls)
@@ -165,7 +168,7 @@ def report(args, world):
     bad = [x for x in recs if not x["ok"]]
     print(f"{world} ranks, {args.tensors} f32 [{args.side}, {args.side}] = {gib:.3f} GiB, "
           f"{args.reps} reps, cache drop: {recs[0]['drop'] if recs else '?'}")
-    print(f"{'layout':10} {'mode':9} {'CPU s/GiB':>9} {'sys s/GiB':>9} {'GB/s':>6} "
+    print(f"{'layout':10} {'mode':15} {'CPU s/GiB':>9} {'sys s/GiB':>9} {'GB/s':>6} "
           f"{'rchar/need':>10} {'collectives':>11} {'exchanges':>9} {'loadavg':>7}")
     for op in args.ops.split(";"):
         for mode in args.modes.split(";"):
@@ -185,7 +188,7 @@ def report(args, world):
             if not cpu:
                 continue
             med = statistics.median
-            print(f"{op:10} {mode:9} {med(cpu):9.2f} {med(sys_):9.2f} "
+            print(f"{op:10} {mode:15} {med(cpu):9.2f} {med(sys_):9.2f} "
                   f"{gib * 2**30 / 1e9 / med(walls):6.2f} {med(rch):10.2f} {med(colls):11.0f} "
                   f"{med(exch):9.0f} {med(la):7.1f}")
     if args.json:
