@@ -183,6 +183,7 @@ SAVES = {
     "save": {},
     "save, buffered + fsync": {"direct_io": False},
     "save, 1 MiB staging": {"staging_bytes": 1 << 20},
+    "save, 2 MiB staging": {"staging_bytes": 2 << 20},
     "save, 32 MiB staging": {"staging_bytes": 32 << 20},
     "save, io_threads 1": {"io_threads": 1},
     "save, io_threads 2": {"io_threads": 2},

@@ -540,7 +540,7 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
          raw_objects: bool = False, cooperative: bool | None = None,
          read_slice_bytes: int | None = None, prefetch_bytes: int | None = None,
          read_gap_bytes: int | None = None, all_or_nothing: bool = False,
-         direct_io: bool | None = None) -> LoadResult:
+         direct_io: bool = False) -> LoadResult:
     """Loads checkpoint ``path`` into ``state_dict`` (the template, under any layout).
     Collective.
 
@@ -575,10 +575,8 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     tensor as it was (costs the memory of the tensors once more; without it,
     blocks placed before the failure stay written). ``direct_io``: read the
     data files with O_DIRECT where the filesystem allows it (elsewhere
-    buffered, by itself), neither using nor filling the page cache; default
-    None: on for a one-rank load and a cooperative one (the C++ comms), off
-    where ranks read blocks alike without the exchange (the Python comms'
-    default), whose reads share the page cache. Returns a LoadResult. The GIL is released while it runs.
+    buffered, by itself), neither using nor filling the page cache (default
+    False; docs/performance.md says where to turn it on). Returns a LoadResult. The GIL is released while it runs.
     """
     comm = comm if comm is not None else default_comm()
     _wait_until_comm_idle(comm)
@@ -604,10 +602,6 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     if io_threads is not None:
         o.io_threads = int(io_threads)
     o.cooperative = bool(cooperative)
-    if direct_io is None:
-        # on where no rank relies on another's page cache for blocks they
-        # both read: one rank, or the block exchange (docs/performance.md)
-        direct_io = bool(cooperative) or comm.size() == 1
     o.direct_io = bool(direct_io)
     if read_slice_bytes is not None:
         o.read_slice_bytes = int(read_slice_bytes)

@@ -323,11 +323,11 @@ def test_load_reports_requests_and_bytes_needed(tmp_path):
                 direct_io=False, verify_checksums=False, read_gap_bytes=0)
     assert torch.equal(cols, g[:, 256:512])
     assert (r.requests, r.bytes_read) == (1024, 1 << 20)
-    # the default for one rank: direct, each request widened to 4096-aligned
-    # bounds (at most a page more at each end), as many requests
+    # direct: each request widened to 4096-aligned bounds (at most a page more
+    # at each end) and read at once, as many requests
     cols.zero_()
     r = sp.load({"w": sp.chunk("w", cols, [1024, 1024], 1, 1, 4)}, tmp_path / "c",
-                verify_checksums=False)
+                verify_checksums=False, direct_io=True)
     assert torch.equal(cols, g[:, 256:512])
     planned = 4 * (255 * 4096 + 1024)
     assert r.requests == 4 and planned <= r.bytes_read <= planned + 4 * 8192, r.bytes_read
