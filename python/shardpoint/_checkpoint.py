@@ -593,8 +593,9 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     blocks placed before the failure stay written). ``direct_io``: read the
     data files with O_DIRECT where the filesystem allows it (elsewhere
     buffered, by itself), neither using nor filling the page cache (default
-    False). ``storage_options``: as ``save``'s, for an ``s3://`` path.
-    Returns a LoadResult. The GIL is released while it runs.
+    False; docs/performance.md says where to turn it on). ``storage_options``:
+    as ``save``'s, for an ``s3://`` path. Returns a LoadResult. The GIL is
+    released while it runs.
     """
     comm = comm if comm is not None else default_comm()
     _wait_until_comm_idle(comm)

@@ -54,6 +54,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Optional, Union
 
 from shardpoint import _shardpoint as _C
@@ -158,6 +159,28 @@ def thread_comms(n: int, deadline: Deadline = None) -> list[Comm]:
     return _C.make_thread_comms(int(n), max(1, round(seconds * 1000)) if seconds > 0 else 0)
 
 
+class _ReceiveMemory:
+    """all_to_all_buffer's receive memory (uint8 numpy), reused from call to
+    call: fresh memory for every round of a cooperative load costs a page
+    fault per 4 KiB (on a VM whose host took freed pages back, seconds of
+    system CPU per GiB). A call gets new memory while the array the previous
+    call returned is still referenced (by its caller, or by an abandoned MPI
+    request), so no returned array is ever overwritten."""
+
+    def __init__(self) -> None:
+        self._whole: Any = None
+        self._last: Any = None  # weakref to the array handed out last
+
+    def take(self, n: int) -> Any:
+        import numpy as np
+        if (self._whole is None or len(self._whole) < n
+                or (self._last is not None and self._last() is not None)):
+            self._whole = np.empty(max(n + n // 4, 1), dtype=np.uint8)  # some room to grow
+        out = self._whole[:n]
+        self._last = weakref.ref(out)
+        return out
+
+
 class MPI4PyComm(Comm):
     """A Comm over an mpi4py communicator (default ``MPI.COMM_WORLD``).
 
@@ -187,6 +210,7 @@ class MPI4PyComm(Comm):
         self._calls = _Collectives("MPI4PyComm", self._rank, self._seconds)
         self._start = 0.0
         self._abandoned: list = []
+        self._recv = _ReceiveMemory()
         # Who each rank is, for naming a local rank that died (MPI does not say).
         self._peers = self._comm.allgather(_whoami())
 
@@ -286,7 +310,7 @@ class MPI4PyComm(Comm):
         recv_counts = np.zeros(self._size, dtype=np.int64)
         self._wait(self._comm.Ialltoall(sent, recv_counts), "all_to_all", sent, recv_counts)
         out = np.frombuffer(send, dtype=np.uint8)
-        buf = np.empty(int(recv_counts.sum()), dtype=np.uint8)
+        buf = self._recv.take(int(recv_counts.sum()))
         self._wait(self._comm.Ialltoallv(
             [out, sent.tolist(), self._displs(sent).tolist(), MPI.BYTE],
             [buf, recv_counts.tolist(), self._displs(recv_counts).tolist(), MPI.BYTE]),
@@ -359,6 +383,7 @@ class TorchDistributedComm(Comm):
         self._rank = mine.index(me)
         self._size = len(mine)
         self._calls = _Collectives("TorchDistributedComm", self._rank, seconds)
+        self._recv = _ReceiveMemory()
         # Who each rank is, for naming a local rank that died (gloo does not say).
         self._peers = [None] * self._size
         dist.all_gather_object(self._peers, _whoami(), group=self._group)
@@ -501,10 +526,11 @@ class TorchDistributedComm(Comm):
         recv_counts = torch.empty(self._size, dtype=torch.int64)
         self._dist.all_to_all_single(recv_counts, sent, group=self._group)
         sizes = [int(n) for n in recv_counts.tolist()]
-        out = torch.empty(sum(sizes), dtype=torch.uint8)
-        self._dist.all_to_all_single(out, torch.frombuffer(send, dtype=torch.uint8), sizes,
+        out = self._recv.take(sum(sizes))
+        self._dist.all_to_all_single(torch.from_numpy(out),
+                                     torch.frombuffer(send, dtype=torch.uint8), sizes,
                                      [int(n) for n in counts], group=self._group)
-        return out.numpy(), sizes
+        return out, sizes
 
     def barrier(self) -> None:
         with self._collective("barrier"):

@@ -283,11 +283,12 @@ def test_prefetch_bytes_reaches_load_and_verify(tmp_path):
 
 
 def test_load_reports_requests_and_bytes_needed(tmp_path):
-    # 4 MiB of f32 = 4 checksum blocks of 1 MiB, one chunk in one file.
+    # 4 MiB of f32 = 4 checksum blocks of 1 MiB, one chunk in one file. Buffered
+    # reads: the requests as planned (direct ones are widened to aligned bounds).
     g = torch.arange(1024 * 1024, dtype=torch.float32).reshape(1024, 1024)
     sp.save({"w": g}, tmp_path / "c")
     whole = torch.zeros(1024, 1024)
-    r = sp.load({"w": whole}, tmp_path / "c")
+    r = sp.load({"w": whole}, tmp_path / "c", direct_io=False)
     assert torch.equal(whole, g)
     # one request per block by default (read_slice_bytes 1 MiB), one in all with 16 MiB slices
     assert (r.requests, r.bytes_needed, r.bytes_read) == (4, 4 << 20, 4 << 20)
@@ -297,13 +298,14 @@ def test_load_reports_requests_and_bytes_needed(tmp_path):
     assert (r.requests, r.bytes_needed, r.bytes_read) == (1, 4 << 20, 4 << 20)
     # rows 256..511: exactly its own block, one request
     rows = torch.zeros(256, 1024)
-    r = sp.load({"w": sp.chunk("w", rows, [1024, 1024], 0, 1, 4)}, tmp_path / "c")
+    r = sp.load({"w": sp.chunk("w", rows, [1024, 1024], 0, 1, 4)}, tmp_path / "c",
+                direct_io=False)
     assert torch.equal(rows, g[256:512])
     assert (r.requests, r.bytes_needed, r.bytes_read) == (1, 1 << 20, 1 << 20)
     # columns 256..511: a quarter of every row, verified through the whole blocks that cover it
     cols = torch.zeros(1024, 256)
     r = sp.load({"w": sp.chunk("w", cols, [1024, 1024], 1, 1, 4)}, tmp_path / "c",
-                read_slice_bytes=16 << 20)
+                direct_io=False, read_slice_bytes=16 << 20)
     assert torch.equal(cols, g[:, 256:512])
     assert (r.requests, r.bytes_needed, r.bytes_read) == (1, 1 << 20, 4 << 20)
     # without verification: the 1024 row runs, 3 KiB apart; those inside one 1 MiB unit
@@ -311,19 +313,33 @@ def test_load_reports_requests_and_bytes_needed(tmp_path):
     # to its last (the gaps between units, within 5% of the needed bytes, too)
     cols.zero_()
     r = sp.load({"w": sp.chunk("w", cols, [1024, 1024], 1, 1, 4)}, tmp_path / "c",
-                verify_checksums=False)
+                direct_io=False, verify_checksums=False)
     assert torch.equal(cols, g[:, 256:512])
     assert r.bytes_needed == 1 << 20
     assert (r.requests, r.bytes_read) == (4, 4 * (255 * 4096 + 1024))
     # with read_gap_bytes=0, only the needed bytes: a request per row
     cols.zero_()
     r = sp.load({"w": sp.chunk("w", cols, [1024, 1024], 1, 1, 4)}, tmp_path / "c",
-                verify_checksums=False, read_gap_bytes=0)
+                direct_io=False, verify_checksums=False, read_gap_bytes=0)
     assert torch.equal(cols, g[:, 256:512])
     assert (r.requests, r.bytes_read) == (1024, 1 << 20)
+    # direct: each request widened to 4096-aligned bounds (at most a page more
+    # at each end) and read at once, as many requests
+    cols.zero_()
+    r = sp.load({"w": sp.chunk("w", cols, [1024, 1024], 1, 1, 4)}, tmp_path / "c",
+                verify_checksums=False, direct_io=True)
+    assert torch.equal(cols, g[:, 256:512])
+    planned = 4 * (255 * 4096 + 1024)
+    assert r.requests == 4 and planned <= r.bytes_read <= planned + 4 * 8192, r.bytes_read
+    try:  # where the filesystem takes O_DIRECT, the unaligned requests were widened
+        os.close(os.open(tmp_path / "c" / "manifest", os.O_RDONLY | os.O_DIRECT))
+    except OSError:
+        return
+    assert r.bytes_read > planned, r.bytes_read
 
 
 @pytest.mark.parametrize("where", ["tmp", "shm"])
+
 def test_direct_io_loads_the_same_bytes(tmp_path, where):
     """direct_io=True (O_DIRECT where the filesystem allows it: ext4 here; tmpfs
     refused it before Linux 6.6, and the file then reads buffered by itself)

@@ -144,6 +144,28 @@ def test_mpi4py_adapter(tmp_path):
     assert r.missing_keys == []
 
 
+def test_all_to_all_buffer_reuses_receive_memory_it_no_longer_lends():
+    # The adapters receive each round of a cooperative load into the memory of
+    # the round before (fresh memory costs a page fault per 4 KiB), but never
+    # into an array the caller (or an abandoned MPI request) still holds.
+    from shardpoint.comm import _ReceiveMemory
+    mem = _ReceiveMemory()
+    first = mem.take(1000)
+    first[:] = 7
+    at = first.ctypes.data
+    del first
+    second = mem.take(900)  # no larger: the same memory
+    assert second.ctypes.data == at and len(second) == 900
+    second[:] = 1
+    held = mem.take(900)  # `second` is alive: new memory
+    assert held.ctypes.data != at
+    held[:] = 2
+    assert (second == 1).all()
+    del second
+    bigger = mem.take(10**6)  # larger than the memory it has: new memory
+    assert len(bigger) == 10**6 and (held == 2).all()
+
+
 @pytest.mark.parametrize("cooperative", [True, False])
 def test_cooperative_load_reads_replicas_once(ckpt, cooperative):
     # Two ranks hold the same replicated tensor; with cooperative load one of

@@ -9,6 +9,7 @@
 
 #include "src/base/guard.h"
 #include "src/checkpoint/piece_message.h"
+#include "src/comm/agreed.h"
 #include "src/geometry/convert.h"
 #include "src/geometry/view_range.h"
 #include "src/io/thread_pool.h"
@@ -16,6 +17,7 @@
 #include "src/plan/span_assignment.h"
 
 using shardpoint::internal_base::Guarded;
+using shardpoint::internal_comm::AllToAllAgreed;
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::VerifyBlock;
@@ -83,7 +85,8 @@ Status DecodePlans(const Manifest& m, const std::vector<std::string>& all, bool 
 
 // Rank `me`'s reads of spans [r0, r1): its own pieces' bytes in the spans it
 // reads, and the other ranks' parts packed into send[rank], in span order,
-// then each rank's plan order.
+// then each rank's plan order, from byte 1 (byte 0 carries the status:
+// AllToAllAgreed).
 Status ReadRound(const Manifest& m, const LoadPlan& plan, const std::vector<ChunkNeeds>& chunks,
                  const std::vector<Span>& spans, size_t r0, size_t r1, int me, DataFiles* files,
                  ThreadPool* pool, const ReadOptions& options, std::vector<std::string>* send,
@@ -93,7 +96,7 @@ Status ReadRound(const Manifest& m, const LoadPlan& plan, const std::vector<Chun
   std::set<size_t> own_chunks;
   std::vector<uint64_t> size(send->size(), 0);
   for (int pass = 0; pass < 2; ++pass) {
-    std::vector<uint64_t> at(send->size(), 0);
+    std::vector<uint64_t> at(send->size(), 1);
     for (size_t i = r0; i < r1; ++i) {
       const Span& sp = spans[i];
       if (sp.reader != me) continue;
@@ -124,7 +127,7 @@ Status ReadRound(const Manifest& m, const LoadPlan& plan, const std::vector<Chun
     }
     if (pass == 0) {
       for (size_t r = 0; r < send->size(); ++r) {
-        (*send)[r].resize(size[r]);
+        (*send)[r].resize(1 + size[r]);
         *sent += size[r];
       }
     }
@@ -138,11 +141,12 @@ Status ReadRound(const Manifest& m, const LoadPlan& plan, const std::vector<Chun
   return ExecuteSpans(m, own, parts, mine, files, pool, options, read);
 }
 
-// Places what the other ranks sent for spans [r0, r1) (ReadRound's order).
+// Places what the other ranks sent for spans [r0, r1) (ReadRound's order,
+// from byte 1).
 Status PlaceRound(const Manifest& m, const LoadPlan& plan, const std::vector<ChunkNeeds>& chunks,
                   const std::vector<Span>& spans, size_t r0, size_t r1, int me,
                   const std::vector<std::string>& recv, CooperativeStats* stats) {
-  std::vector<uint64_t> at(recv.size(), 0);
+  std::vector<uint64_t> at(recv.size(), 1);
   std::vector<char> scratch;
   for (size_t i = r0; i < r1; ++i) {
     const Span& sp = spans[i];
@@ -157,7 +161,7 @@ Status PlaceRound(const Manifest& m, const LoadPlan& plan, const std::vector<Chu
       const uint64_t bytes = static_cast<uint64_t>(fb - fa) * cn.es;
       if (from.size() - at[sp.reader] < bytes) {
         return InternalError("cooperative load: rank " + std::to_string(sp.reader) + " sent " +
-                             std::to_string(from.size()) + " bytes, fewer than planned");
+                             std::to_string(from.size() - 1) + " bytes, fewer than planned");
       }
       const ReadPiece& p = plan.pieces[need.piece];
       const char* src = from.data() + at[sp.reader];
@@ -174,8 +178,8 @@ Status PlaceRound(const Manifest& m, const LoadPlan& plan, const std::vector<Chu
   for (size_t r = 0; r < recv.size(); ++r) {
     if (at[r] != recv[r].size()) {
       return InternalError("cooperative load: rank " + std::to_string(r) + " sent " +
-                           std::to_string(recv[r].size()) + " bytes, " + std::to_string(at[r]) +
-                           " planned");
+                           std::to_string(recv[r].size() - 1) + " bytes, " +
+                           std::to_string(at[r] - 1) + " planned");
     }
   }
   return OkStatus();
@@ -256,32 +260,39 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
     for (int g : completes[round_plus_one]) groups.announce(g);
   };
   announce(0);
-  // A round's reads, run while the previous round's bytes move.
+  // A round's reads, run while the previous round's bytes move. A rank that
+  // failed reads no more (`skip`): it only takes part in the collectives
+  // until its error is every rank's.
   struct Reads {
     std::vector<std::string> send;
     ReadStats read;
     uint64_t sent = 0;
     Status status;
   };
-  auto read_round = [&](const Round& r, Reads* out) {
+  auto read_round = [&](const Round& r, bool skip, Reads* out) {
     out->send.resize(n);
+    if (skip) return;
     out->status = Guarded("cooperative load: reading", [&] {
       return ReadRound(m, plan, chunks, spans, r.r0, r.r1, me, files, pool, options, &out->send,
                        &out->read, &out->sent);
     });
   };
   std::unique_ptr<Reads> cur(new Reads);
-  if (!rounds.empty()) read_round(rounds[0], cur.get());
+  if (!rounds.empty()) read_round(rounds[0], false, cur.get());
   // The send buffers of the round exchanged last and the receive buffers,
   // refilled by later rounds: fresh memory for every round costs page faults
   // on each copy (on a VM whose host took freed pages back, seconds per GiB).
   std::vector<std::string> spare, recv;
+  // This rank's first failure (reading or placing), not yet every rank's: it
+  // travels in the status byte of the next exchange (one collective per round,
+  // not an agreement beside each exchange), else in the agreement at the end.
+  Status pending;
   for (size_t i = 0; i < rounds.size(); ++i) {
     stats->bytes_read += cur->read.bytes.load();
     stats->requests += cur->read.requests.load();
     stats->bytes_needed += cur->read.needed.load();
     stats->bytes_sent += cur->sent;
-    SP_RETURN_IF_ERROR(AgreeOnStatus(comm, cur->status));
+    if (pending.ok()) pending = cur->status;
     // The next round's reads go ahead (into other destination bytes than
     // this round's placing) on the pool: at most two rounds' sends are held.
     // Declared after `next`, `ahead` is waited for first on return.
@@ -292,24 +303,26 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
       next->send = std::move(spare);
       Reads* out = next.get();
       const Round& r = rounds[i + 1];
-      ahead = std::make_unique<Ahead>(pool, [&read_round, &r, out] { read_round(r, out); });
+      const bool skip = !pending.ok();
+      ahead =
+          std::make_unique<Ahead>(pool, [&read_round, &r, skip, out] { read_round(r, skip, out); });
     }
     if (rounds[i].send > 0) {
-      SP_RETURN_IF_ERROR(comm.AllToAll(cur->send, &recv));
+      SP_RETURN_IF_ERROR(AllToAllAgreed(comm, pending, &cur->send, &recv));
       spare = std::move(cur->send);
-      s = Guarded("cooperative load: placing received bytes", [&] {
+      pending = Guarded("cooperative load: placing received bytes", [&] {
         return PlaceRound(m, plan, chunks, spans, rounds[i].r0, rounds[i].r1, me, recv, stats);
       });
-      SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
     }
     // Round i's bytes are placed. Its groups are announced once the next
     // round's reads are done too: with no read in flight, a callback may
-    // look at any tensor.
+    // look at any tensor. A rank whose bytes are not all right announces
+    // nothing more.
     if (ahead) ahead->Wait();
-    announce(i + 1);
+    if (pending.ok()) announce(i + 1);
     cur = std::move(next);
   }
-  return OkStatus();
+  return AgreeOnStatus(comm, pending);
 }
 
 }  // namespace shardpoint::internal_checkpoint

@@ -16,12 +16,15 @@
 // in rounds: each rank reads its spans of a round (verifying every block
 // before placing bytes), keeps its own bytes and packs the other ranks'
 // (their pieces' elements inside the span, in flat order); one AllToAll
-// moves them while the next round's reads run on another thread. A round's
+// moves them, with the sender's status in the first byte of each payload,
+// while the next round's reads run on another thread. A round's
 // sends stay within `cooperative_round_bytes` (and 1/8 of all sends, at least 8 MiB;
 // plus one span of at most cooperative_round_bytes / 4), two rounds at most are held:
-// memory stays bounded whatever the checkpoint size. Every step is agreed
-// on: a failure on one rank (a checksum mismatch in a block it read for
-// others included) is every rank's error. Tensor groups
+// memory stays bounded whatever the checkpoint size. A failure on one
+// rank (a checksum mismatch in a block it read for others included) is every
+// rank's error: it travels in the status byte of the next exchange (one
+// collective per round, src/comm/agreed.h AllToAllAgreed), else in one
+// agreement at the end; the failed rank reads no more meanwhile. Tensor groups
 // (LoadOptions::tensor_groups) are announced after the round that places
 // their last bytes, in the order they complete: a caller copying groups to a
 // device overlaps the copies with the later rounds' reads.

@@ -65,6 +65,26 @@ Status AllGatherAgreed(Comm& comm, const Status& local, std::string_view mine,
   return Agreed(got, all);
 }
 
+Status AllToAllAgreed(Comm& comm, const Status& local, std::vector<std::string>* send,
+                      std::vector<std::string>* recv) {
+  for (std::string& p : *send) {
+    if (!local.ok()) {
+      p = Encode(local, {});
+    } else if (p.empty()) {
+      p.push_back('\0');
+    } else {
+      p[0] = '\0';
+    }
+  }
+  SP_RETURN_IF_ERROR(comm.AllToAll(*send, recv));
+  for (size_t r = 0; r < recv->size(); ++r) {
+    const std::string& got = (*recv)[r];
+    if (!got.empty() && got[0] == '\0') continue;
+    return Decode(static_cast<int>(r), std::string(got), true, nullptr);
+  }
+  return OkStatus();
+}
+
 Status GatherAgreed(Comm& comm, const Status& local, std::string_view mine, int root,
                     std::vector<std::string>* all) {
   std::vector<std::string> got;

@@ -20,6 +20,16 @@ namespace shardpoint::internal_comm {
 Status AllGatherAgreed(Comm& comm, const Status& local, std::string_view mine,
                        std::vector<std::string>* all);
 
+// An AllToAll that carries the sender's status in its payloads, so that a
+// step and the agreement on its outcome cost one collective. Byte 0 of every
+// (*send)[r] is reserved for the status (callers pack their payload from
+// byte 1; the byte is set here): when `local` is OK the payloads go as they
+// are, else each becomes the code byte and message. Every rank returns the
+// agreed status; when OK, (*recv)[r] is rank r's payload to this rank with
+// the status byte still first (left in place, not moved: skip it).
+Status AllToAllAgreed(Comm& comm, const Status& local, std::vector<std::string>* send,
+                      std::vector<std::string>* recv);
+
 // Only `root` learns the outcome: it returns the agreed status and, when OK,
 // all[r] = rank r's payload. Other ranks return OK unless the exchange failed,
 // so the root must tell them (BroadcastStatus) before anyone acts on it.

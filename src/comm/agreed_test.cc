@@ -34,6 +34,53 @@ TEST(AllGatherAgreed, PayloadsWhenAllOkElseTheLowestFailingRank) {
   }
 }
 
+// Rank r's payload to rank q, from byte 1 (byte 0 is the status's).
+std::string PairPayload(int r, int q) {
+  return "?" + std::string(static_cast<size_t>(r + 2 * q), static_cast<char>('a' + r));
+}
+
+TEST(AllToAllAgreed, PayloadsInPlaceWhenAllOkElseTheLowestFailingRank) {
+  for (int n = 1; n <= 4; ++n) {
+    for (unsigned mask = 0; mask < (1u << n); ++mask) {
+      std::vector<std::vector<std::string>> got(n);
+      std::vector<Status> statuses = RunThreadRanks(n, [&](Comm& comm) {
+        const int r = comm.rank();
+        Status local = (mask >> r & 1) ? IOError("read of file " + std::to_string(r)) : OkStatus();
+        std::vector<std::string> send(n);
+        for (int q = 0; q < n; ++q) send[q] = PairPayload(r, q);
+        Status agreed = AllToAllAgreed(comm, local, &send, &got[r]);
+        SP_RETURN_IF_ERROR(comm.Barrier());  // the group stays usable
+        return agreed;
+      });
+      for (int r = 0; r < n; ++r) {
+        if (mask == 0) {
+          ASSERT_TRUE(statuses[r].ok()) << statuses[r].ToString();
+          ASSERT_EQ(got[r].size(), static_cast<size_t>(n));
+          for (int q = 0; q < n; ++q) {
+            EXPECT_EQ(got[r][q], std::string(1, '\0') + PairPayload(q, r).substr(1));
+          }
+        } else {
+          const int lowest = __builtin_ctz(mask);
+          EXPECT_EQ(statuses[r].ToString(), "IOError: rank " + std::to_string(lowest) +
+                                                ": read of file " + std::to_string(lowest));
+        }
+      }
+    }
+  }
+}
+
+TEST(AllToAllAgreed, EmptyPayloadsCarryTheStatusByte) {
+  std::vector<Status> statuses = RunThreadRanks(3, [&](Comm& comm) {
+    std::vector<std::string> send(3), recv;
+    SP_RETURN_IF_ERROR(AllToAllAgreed(comm, OkStatus(), &send, &recv));
+    for (const std::string& p : recv) {
+      if (p != std::string(1, '\0')) return InternalError("got " + std::to_string(p.size()));
+    }
+    return OkStatus();
+  });
+  for (const Status& s : statuses) EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
 TEST(GatherAgreed, OnlyTheRootLearnsTheOutcome) {
   for (int root = 0; root < 3; ++root) {
     std::vector<std::vector<std::string>> got(3);

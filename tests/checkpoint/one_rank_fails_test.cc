@@ -14,6 +14,7 @@
 #include "shardpoint/hf.h"
 #include "shardpoint/manager.h"
 #include "src/checkpoint/commit.h"
+#include "src/io/fault_storage.h"
 #include "src/io/mem_storage.h"
 #include "tests/testing/throwing_storage.h"
 
@@ -146,6 +147,71 @@ TEST_F(OneRankFailsTest, LoadWhereOneRankCannotPlan) {
     ExpectEveryRankFails(st, StatusCode::kInvalidArgument,
                          "rank 2: tensor #0: segment 'w' global box: box [5:7, 0:4] lies outside "
                          "shape [6, 4]");
+  }
+}
+
+// A cooperative load over several rounds (a 1 MiB block each) where rank
+// 1's data reads fail: loading the saved layout (no bytes move, the error
+// reaches the others in the agreement at the end) and loading the whole
+// tensor on every rank (each block read once and sent to the others, the
+// error in the status byte of the next exchange, so the others stop reading
+// then). Every rank gets rank 1's IOError naming the file.
+TEST_F(OneRankFailsTest, CooperativeLoadWhereOneRankCannotRead) {
+  constexpr int64_t kRows = 12, kCols = 262144;  // rows of 1 MiB of F32
+  auto state_of = [&](int r, bool whole, std::vector<float>* mem) {
+    const int64_t rows = whole ? kRows : kRows / kRanks;
+    mem->assign(static_cast<size_t>(rows * kCols), static_cast<float>(r));
+    LocalTensor t;
+    t.data = mem->data();
+    t.shape = {rows, kCols};
+    t.segments = {
+        Segment{"big", {kRows, kCols}, Box({whole ? 0 : rows * r, 0}, {rows, kCols}), {0, 0}}};
+    State st;
+    st.tensors.push_back(t);
+    return st;
+  };
+  std::vector<Status> saved = RunThreadRanks(kRanks, [&](Comm& comm) {
+    std::vector<float> mem;
+    SaveOptions o;
+    o.storage = mem_.get();
+    State st = state_of(comm.rank(), false, &mem);
+    return Save(st, "/ck4", comm, o).status();
+  });
+  for (const Status& s : saved) ASSERT_TRUE(s.ok()) << s.ToString();
+  // Each rank's reads through its own FaultStorage; rank 1's fail from its
+  // second on (its first is the manifest's) where `fail`.
+  auto load = [&](bool whole, bool fail, std::vector<int64_t>* reads) {
+    std::vector<std::unique_ptr<internal_io::FaultStorage>> storages;
+    for (int r = 0; r < kRanks; ++r) {
+      storages.push_back(std::make_unique<internal_io::FaultStorage>(mem_.get()));
+    }
+    if (fail) storages[1]->FailReadsFrom(2);
+    std::vector<Status> st = RunThreadRanks(kRanks, [&](Comm& comm) {
+      std::vector<float> mem;
+      LoadOptions o;
+      o.storage = storages[comm.rank()].get();
+      o.cooperative = true;
+      o.cooperative_round_bytes = 1;  // a round per span
+      o.io_threads = 1;
+      State state = state_of(comm.rank(), whole, &mem);
+      return Load(state, "/ck4", comm, o).status();
+    });
+    for (int r = 0; r < kRanks; ++r) reads->push_back(storages[r]->reads());
+    return st;
+  };
+  for (bool whole : {false, true}) {
+    SCOPED_TRACE(whole ? "whole tensor on every rank" : "saved layout");
+    std::vector<int64_t> clean_reads, reads;
+    for (const Status& s : load(whole, false, &clean_reads)) ASSERT_TRUE(s.ok()) << s.ToString();
+    std::vector<Status> st = load(whole, true, &reads);
+    ExpectEveryRankFails(st, StatusCode::kIOError, "rank 1: ");
+    EXPECT_THAT(st[0].message(), HasSubstr("/ck4/data/"));
+    EXPECT_THAT(st[0].message(), HasSubstr("Input/output error (injected)"));
+    if (whole) {  // the others learnt it at the next exchange, not at the end
+      EXPECT_LT(reads[0] + reads[2], clean_reads[0] + clean_reads[2])
+          << reads[0] << " + " << reads[2] << " reads, " << clean_reads[0] << " + "
+          << clean_reads[2] << " without the failure";
+    }
   }
 }
 

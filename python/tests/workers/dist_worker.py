@@ -64,6 +64,25 @@ def check_cooperative(comm, rank, world, out):
     read = sum(int(b) for b in comm.all_gather(str(r.bytes_read).encode()))
     assert read <= 1.05 * g.nbytes, (read, g.nbytes)
     assert r.bytes_received > 0
+    # A flipped byte in one block: only the rank that reads that block sees
+    # it, and its error rides in the exchange's status byte to every rank.
+    if rank == 0:
+        name = os.path.join(path, "data", "1.safetensors")
+        with open(name, "r+b") as f:
+            f.seek(os.path.getsize(name) // 2)
+            b = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([b[0] ^ 0x10]))
+    comm.barrier()
+    try:
+        sp.load({"w": sp.row_parallel("w", x, [512, 2048], rank, world)}, path, comm,
+                cooperative=True)
+    except sp.DataLossError as e:
+        message = str(e)
+    else:
+        raise AssertionError("a flipped byte loaded")
+    assert "data/1.safetensors" in message and "checksum mismatch" in message, message
+    assert comm.all_gather(message.encode()) == [message.encode()] * world
 
 
 def run(comm, rank, world, out):
