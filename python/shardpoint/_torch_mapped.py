@@ -47,6 +47,15 @@ def _stored_step(path: Any) -> int | None:
     return steps.pop() if len(steps) == 1 and isinstance(next(iter(steps), None), int) else None
 
 
+def _not_rebuilt(path: Any) -> str:
+    """Why a Megatron checkpoint's dp_reshardable buckets were not rebuilt per
+    parameter (docs/dcp.md), or ""."""
+    from shardpoint._read import metadata
+    md = metadata(path).metadata or {}
+    why = md.get("megatron_torch_dist", {}).get("dp_reshardable", {}).get("not_rebuilt", "")
+    return why if isinstance(why, str) else ""
+
+
 def _row_boxes(name: str, target: tuple, pieces: list) -> tuple[list, int]:
     """The (key, key shape, box offset, box shape, target row range) to read for
     ``target`` = (global shape, offset, local shape) of HF tensor ``name``, and
@@ -108,7 +117,8 @@ def _targets(sd: dict, opts: list, master: bool) -> list:
     return out
 
 
-def _load_dict(targets: list, placed: dict, allow_missing: bool) -> tuple[dict, list, list]:
+def _load_dict(targets: list, placed: dict, allow_missing: bool,
+               why: str) -> tuple[dict, list, list]:
     """The dict for shardpoint.load (row bands of the targets, in place, or of a
     contiguous copy), the copies to make afterwards, and the missing names."""
     from shardpoint.sharded import ShardedTensor
@@ -121,7 +131,9 @@ def _load_dict(targets: list, placed: dict, allow_missing: bool) -> tuple[dict, 
             if not allow_missing:
                 raise _C.NotFoundError(
                     f"'{what}': the checkpoint holds {covered} of its {math.prod(geo[2])} elements "
-                    f"under the mapping (as '{hf}'" + (f", state '{state}')" if state else ")"))
+                    f"under the mapping (as '{hf}'" + (f", state '{state}')" if state else ")")
+                    + (f"; its dp_reshardable buckets are read as stored, not per parameter: "
+                       f"{why}" if why and state else ""))
             missing.append(what)
             continue
         buf = data if data.is_contiguous() else data.contiguous()
@@ -151,7 +163,7 @@ def load_mapped(ts: Any, path: Any, mapping_spec: Any, *, variables: Any = None,
         sd = ts.state_dict(allow_dry_step=True, init_state=True)
         todo, copies, missing = _load_dict(_targets(sd, opts, master_params),
                                            _placements(path, mapping_spec, variables),
-                                           allow_missing)
+                                           allow_missing, _not_rebuilt(path))
         result = _load(todo, path, ts.comm, allow_missing_keys=False, **kwargs)
     except BaseException:
         for (_, o), keep in zip(opts, before):

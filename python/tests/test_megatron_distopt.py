@@ -213,3 +213,25 @@ def test_train_state_mapped_load_names_what_the_checkpoint_lacks():
     assert "model.extra" in res.missing_keys and "optim.state.extra.exp_avg" in res.missing_keys
     assert model.extra not in opt.state  # no state stored for it: none set
     assert torch.equal(model.lm_head.weight.detach(), expected("lm_head.weight", -1))
+
+
+def test_train_state_mapped_load_of_buckets_not_rebuilt_says_why(tmp_path):
+    """The dp_reshardable fixture with common.pt's args saying PP = 2: its buckets
+    are not rebuilt, and the mapped load's NotFoundError names the optimizer
+    state it lacks and why the buckets were read as stored."""
+    import argparse
+    import shutil
+    path = str(tmp_path / "pp2")
+    shutil.copytree(os.path.join(FIXTURES, "megatron_dpr_torch_dist"), path)
+    common = torch.load(os.path.join(path, "common.pt"))
+    assert isinstance(common["args"], argparse.Namespace)
+    common["args"].pipeline_model_parallel_size = 2
+    torch.save(common, os.path.join(path, "common.pt"))
+    model, _ = llama()
+    ts = TrainState(model, torch.optim.Adam(model.parameters()), comm=sp.single(), rng=False)
+    with pytest.raises(sp.NotFoundError) as e:
+        ts.load(path, mapping="megatron_llama", variables=GQA)
+    msg = str(e.value)
+    assert "state 'exp_avg'" in msg or "state 'param'" in msg, msg
+    assert "buckets are read as stored" in msg and "pipeline_model_parallel_size 2" in msg, msg
+    assert "which layers each stage's buffer holds" in msg, msg
