@@ -235,3 +235,23 @@ def test_train_state_mapped_load_of_buckets_not_rebuilt_says_why(tmp_path):
     assert "state 'exp_avg'" in msg or "state 'param'" in msg, msg
     assert "buckets are read as stored" in msg and "pipeline_model_parallel_size 2" in msg, msg
     assert "which layers each stage's buffer holds" in msg, msg
+
+
+def test_train_state_mapped_load_is_collective_over_tp_ranks():
+    """Two ranks (threads, one comm) of TP=2 load the dp_reshardable fixture
+    together, cooperative reads included: each gets its own shards, bit for bit."""
+    from conftest import run_ranks
+
+    def rank(r, comm):
+        model, plan = llama(r, 2)
+        opt = torch.optim.Adam(model.parameters())
+        TrainState(model, opt, layouts=plan, comm=comm, rng=False).load(
+            os.path.join(FIXTURES, "megatron_dpr_torch_dist"), mapping="megatron_llama",
+            variables=GQA, cooperative=True)
+        for name, prm in model.named_parameters():
+            kind = plan.kind(name)
+            assert torch.equal(prm.detach(), local(expected(name, -1), kind, r, 2)), name
+            assert torch.equal(opt.state[prm]["exp_avg_sq"], local(expected(name, 2), kind, r, 2))
+        return True
+
+    assert run_ranks(2, rank) == [True, True]
