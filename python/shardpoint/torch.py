@@ -523,7 +523,7 @@ class TrainState:
     def save_async(self, path: Any, **kwargs: Any) -> SaveHandle:
         return _save_async(self.state_dict(init_state=False), path, self.comm, **kwargs)
 
-    def load(self, path: Any, **kwargs: Any) -> LoadResult:
+    def load(self, path: Any, *, mapping: Any = None, **kwargs: Any) -> LoadResult:
         """Loads checkpoint ``path`` into the objects (collective). Under another world
         size, rank r restores the RNG saved by rank r; a rank the saving job did
         not have keeps its RNG (a RuntimeWarning says so).
@@ -536,7 +536,26 @@ class TrainState:
         skipped (a parameter group as ``optim.param_groups[i]``: in
         ``missing_keys`` the optimizer's group i, in ``unexpected_keys`` the
         stored group i). ``all_or_nothing=True`` (of ``shardpoint.load``)
-        also keeps everything as it was when reading the data fails."""
+        also keeps everything as it was when reading the data fails.
+
+        ``mapping`` (an ``shardpoint.hf`` mapping: "megatron_llama", ...): the
+        checkpoint's keys are the mapping's shardpoint keys and the model's
+        parameter names its HF names (a Megatron torch_dist checkpoint into a
+        Llama-named torch model). Loads the parameters and each optimizer's
+        tensor state (``optimizer.state.<name>.<key>`` into state ``<name>``,
+        Megatron's exp_avg / exp_avg_sq, dp_reshardable buckets included) in
+        this rank's layout, reading only its rows of each stored key; nothing
+        else (param groups, schedulers, RNG, extra keep their values).
+        ``variables``: the mapping's (over a Megatron checkpoint's args);
+        ``master_params=True``: parameters from the stored fp32 master
+        (``optimizer.state.param.*``) instead of the model weights; ``step``:
+        the optimizer step to set in each parameter's state (Megatron keeps it
+        in its param groups). Every element of every target must be stored
+        (``NotFoundError`` naming it) unless ``allow_missing_keys``; the
+        result's ``missing_keys`` then lists the skipped targets (docs/dcp.md)."""
+        if mapping is not None:
+            from shardpoint._torch_mapped import load_mapped
+            return load_mapped(self, path, mapping, **kwargs)
         from shardpoint import _torch_load as tl
         from shardpoint._read import metadata
         md = metadata(path, storage_options=kwargs.get("storage_options"))

@@ -8,9 +8,11 @@
 
 #include <cstdint>
 #include <optional>
+#include <tuple>
 
 #include "python/src/bindings.h"
 #include "python/src/errors.h"
+#include "shardpoint/hf_placement.h"
 #include "shardpoint/hf_rules.h"
 
 namespace py = pybind11;
@@ -84,6 +86,23 @@ void RegisterDescribe(py::module_& m) {
       py::arg("info"), py::arg("dtype"), py::arg("data"), py::arg("tp_rank"), py::arg("tp_size"),
       py::arg("ep_rank"), py::arg("ep_size"));
   m.def("hf_default_load_options", &HfDefaultLoadOptions);
+  m.def(
+      "place_in_hf",
+      [](const std::string& dir, const HfMapping& mapping, Variables variables) {
+        HfOptions o;
+        o.variables = std::move(variables);
+        std::vector<HfPlacement> places = Unwrap(PlaceInHf(dir, mapping, o));
+        std::vector<std::tuple<std::string, std::string, std::string, Shape, int64_t, Shape, Shape>>
+            out;
+        for (HfPlacement& p : places) {
+          out.emplace_back(std::move(p.key), std::move(p.state), std::move(p.hf),
+                           std::move(p.hf_shape), p.hf_offset, std::move(p.box.offset),
+                           std::move(p.box.shape));
+        }
+        return out;
+      },
+      py::arg("dir"), py::arg("mapping"), py::arg("variables") = Variables{},
+      py::call_guard<py::gil_scoped_release>());
 }
 
 void RegisterTransfer(py::module_& m) {

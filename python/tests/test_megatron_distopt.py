@@ -5,6 +5,7 @@ own load of the same state saved `fully_reshardable` (megatron_fr_torch_dist):
 ``sp.load`` of the buckets gives torch's tensors bit for bit, whole and as a
 band across the saved TP split."""
 
+import math
 import os
 import sys
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 import shardpoint as sp
+from shardpoint.torch import TPPlan, TrainState
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dcp_compat import import_dcp  # noqa: E402
@@ -77,3 +79,179 @@ def test_buckets_whose_parameters_do_not_tile_are_data_loss_naming_the_bucket(tm
     assert "dp_group_idx_0.gbuf_idx_0" in msg and "bucket_idx_0." in msg, msg
     assert "linear_fc2.weight' layer 1 would occupy [192, 228)" in msg, msg
     assert "do not tile" in msg, msg
+
+
+# ---------------------------------------------------------------------------
+# TrainState.load(mapping="megatron_llama"): the fixtures' weights and Adam
+# state into a Llama-named torch model + torch.optim.Adam, TP=1 and TP=2.
+
+HF = {  # HF name -> (PARAMS key, layer or None, rows of the stored layer)
+    "model.embed_tokens.weight": ("embedding.word_embeddings.weight", None, None),
+    "model.norm.weight": ("decoder.final_layernorm.weight", None, None),
+    "lm_head.weight": ("output_layer.weight", None, None),
+}
+for _i in range(2):
+    _l = f"model.layers.{_i}."
+    HF.update({
+        _l + "input_layernorm.weight":
+            ("decoder.layers.self_attention.linear_qkv.layer_norm_weight", _i, None),
+        _l + "self_attn.q_proj.weight": ("decoder.layers.self_attention.linear_qkv.weight", _i,
+                                         (0, 4)),
+        _l + "self_attn.k_proj.weight": ("decoder.layers.self_attention.linear_qkv.weight", _i,
+                                         (4, 6)),
+        _l + "self_attn.v_proj.weight": ("decoder.layers.self_attention.linear_qkv.weight", _i,
+                                         (6, 8)),
+        _l + "self_attn.o_proj.weight": ("decoder.layers.self_attention.linear_proj.weight", _i,
+                                         None),
+        _l + "post_attention_layernorm.weight":
+            ("decoder.layers.mlp.linear_fc1.layer_norm_weight", _i, None),
+        _l + "mlp.gate_proj.weight": ("decoder.layers.mlp.linear_fc1.weight", _i, (0, 18)),
+        _l + "mlp.up_proj.weight": ("decoder.layers.mlp.linear_fc1.weight", _i, (18, 36)),
+        _l + "mlp.down_proj.weight": ("decoder.layers.mlp.linear_fc2.weight", _i, None),
+    })
+# The fixture's linear_qkv [2, 8, 4] is (heads + 2 groups) * head_dim = (2 + 2) * 2 rows.
+GQA = {"num_attention_heads": 2, "num_key_value_heads": 1}
+TP_RULES = [(r"(q|k|v|gate|up)_proj", "column"), (r"(o|down)_proj", "row"),
+            (r"embed_tokens|lm_head", "vocab")]
+
+
+# megatron_fsms_torch_dist (make_megatron_fixture.py's FSMS, states fp32_param,
+# exp_avg, exp_avg_sq; the same value formula): its keys, their HF tensors.
+FSMS_PARAMS = {"decoder.layers.mlp.linear_fc2.weight": (2, 4, 6),
+               "embedding.word_embeddings.weight": (8, 4),
+               "decoder.layers.mlp.linear_fc1.weight": (2, 8, 4)}
+FSMS_HF = {"model.embed_tokens.weight": ("embedding.word_embeddings.weight", None, None)}
+for _i in range(2):
+    _l = f"model.layers.{_i}.mlp."
+    FSMS_HF.update({_l + "gate_proj.weight": ("decoder.layers.mlp.linear_fc1.weight", _i, (0, 4)),
+                    _l + "up_proj.weight": ("decoder.layers.mlp.linear_fc1.weight", _i, (4, 8)),
+                    _l + "down_proj.weight": ("decoder.layers.mlp.linear_fc2.weight", _i, None)})
+TABLES = {"megatron_dpr_torch_dist": (PARAMS, HF), "megatron_fr_torch_dist": (PARAMS, HF),
+          "megatron_fsms_torch_dist": (FSMS_PARAMS, FSMS_HF)}
+
+
+def expected(hf, state, fixture="megatron_dpr_torch_dist"):
+    """What the generator stored for HF tensor ``hf`` (state -1: the model weight):
+    10000 (state + 1) + 1000 p + k at flat index k of the fixture's key p."""
+    params, hfmap = TABLES[fixture]
+    key, layer, rows = hfmap[hf]
+    p = list(params).index(key)
+    full = torch.arange(math.prod(params[key]), dtype=torch.float32).reshape(params[key])
+    full += 1000 * p + (10000 * (state + 1) if state >= 0 else 0)
+    t = full if layer is None else full[layer]
+    return t if rows is None else t[rows[0]:rows[1]]
+
+
+def llama(tp_rank=0, tp_size=1, fixture="megatron_dpr_torch_dist"):
+    """A torch module with the fixture's HF names, TP-local shapes, NaN-filled."""
+    root = torch.nn.Module()
+    plan = TPPlan(TP_RULES, tp_rank, tp_size)
+    for name in TABLES[fixture][1]:
+        shape = list(expected(name, -1, fixture).shape)
+        kind = plan.kind(name)
+        if kind in ("column", "vocab"):
+            shape[0] //= tp_size
+        elif kind == "row":
+            shape[1] //= tp_size
+        mod = root
+        for part in name.split(".")[:-1]:
+            if not hasattr(mod, part):
+                mod.add_module(part, torch.nn.Module())
+            mod = getattr(mod, part)
+        mod.register_parameter(name.split(".")[-1],
+                               torch.nn.Parameter(torch.full(shape, float("nan"))))
+    return root, plan
+
+
+def local(t, kind, tp_rank, tp_size):
+    if kind in ("column", "vocab"):
+        return t.chunk(tp_size, 0)[tp_rank]
+    return t.chunk(tp_size, 1)[tp_rank] if kind == "row" else t
+
+
+@pytest.mark.parametrize("fixture", list(TABLES))
+@pytest.mark.parametrize("tp", [1, 2])
+def test_train_state_loads_megatron_weights_and_adam_state(fixture, tp):
+    """Every element of every weight, exp_avg and exp_avg_sq, TP=1 and each rank of
+    TP=2 (column, row and vocab parallel), equals the generator's value; the step
+    is common.pt's; the fp32 master params with master_params=True. Layouts:
+    dp_reshardable (buckets), fully_reshardable, fully_sharded_model_space."""
+    for r in range(tp):
+        for master in (False, True):
+            model, plan = llama(r, tp, fixture)
+            opt = torch.optim.Adam(model.parameters())
+            ts = TrainState(model, opt, layouts=plan, comm=sp.single(), rng=False)
+            # fsms's common.pt has no args: its vocabulary size is given
+            variables = {"vocab_size": 8} if fixture == "megatron_fsms_torch_dist" else GQA
+            res = ts.load(os.path.join(FIXTURES, fixture), mapping="megatron_llama",
+                          variables=variables, master_params=master)
+            assert res.missing_keys == []
+            for name, prm in model.named_parameters():
+                kind = plan.kind(name)
+                want = local(expected(name, 0 if master else -1, fixture), kind, r, tp)
+                assert torch.equal(prm.detach(), want), (name, r, master)
+                st = opt.state[prm]
+                for j, s in ((1, "exp_avg"), (2, "exp_avg_sq")):
+                    want = local(expected(name, j, fixture), kind, r, tp)
+                    assert torch.equal(st[s], want), (name, s, r)
+                if fixture != "megatron_fsms_torch_dist":  # its common.pt has no step
+                    assert float(st["step"]) == 3
+
+
+def test_train_state_mapped_load_names_what_the_checkpoint_lacks():
+    """A target the mapping's keys do not cover (an extra parameter) is a
+    NotFoundError naming it; nothing is applied. allow_missing_keys skips it."""
+    model, plan = llama()
+    model.register_parameter("extra", torch.nn.Parameter(torch.zeros(3)))
+    opt = torch.optim.Adam(model.parameters())
+    ts = TrainState(model, opt, comm=sp.single(), rng=False)
+    path = os.path.join(FIXTURES, "megatron_dpr_torch_dist")
+    with pytest.raises(sp.NotFoundError, match=r"'model\.extra'.*0 of its 3 elements"):
+        ts.load(path, mapping="megatron_llama", variables=GQA)
+    assert not opt.state and torch.isnan(model.lm_head.weight).all()
+    res = ts.load(path, mapping="megatron_llama", variables=GQA, allow_missing_keys=True)
+    assert "model.extra" in res.missing_keys and "optim.state.extra.exp_avg" in res.missing_keys
+    assert model.extra not in opt.state  # no state stored for it: none set
+    assert torch.equal(model.lm_head.weight.detach(), expected("lm_head.weight", -1))
+
+
+def test_train_state_mapped_load_of_buckets_not_rebuilt_says_why(tmp_path):
+    """The dp_reshardable fixture with common.pt's args saying PP = 2: its buckets
+    are not rebuilt, and the mapped load's NotFoundError names the optimizer
+    state it lacks and why the buckets were read as stored."""
+    import argparse
+    import shutil
+    path = str(tmp_path / "pp2")
+    shutil.copytree(os.path.join(FIXTURES, "megatron_dpr_torch_dist"), path)
+    common = torch.load(os.path.join(path, "common.pt"))
+    assert isinstance(common["args"], argparse.Namespace)
+    common["args"].pipeline_model_parallel_size = 2
+    torch.save(common, os.path.join(path, "common.pt"))
+    model, _ = llama()
+    ts = TrainState(model, torch.optim.Adam(model.parameters()), comm=sp.single(), rng=False)
+    with pytest.raises(sp.NotFoundError) as e:
+        ts.load(path, mapping="megatron_llama", variables=GQA)
+    msg = str(e.value)
+    assert "state 'exp_avg'" in msg or "state 'param'" in msg, msg
+    assert "buckets are read as stored" in msg and "pipeline_model_parallel_size 2" in msg, msg
+    assert "which layers each stage's buffer holds" in msg, msg
+
+
+def test_train_state_mapped_load_is_collective_over_tp_ranks():
+    """Two ranks (threads, one comm) of TP=2 load the dp_reshardable fixture
+    together, cooperative reads included: each gets its own shards, bit for bit."""
+    from conftest import run_ranks
+
+    def rank(r, comm):
+        model, plan = llama(r, 2)
+        opt = torch.optim.Adam(model.parameters())
+        TrainState(model, opt, layouts=plan, comm=comm, rng=False).load(
+            os.path.join(FIXTURES, "megatron_dpr_torch_dist"), mapping="megatron_llama",
+            variables=GQA, cooperative=True)
+        for name, prm in model.named_parameters():
+            kind = plan.kind(name)
+            assert torch.equal(prm.detach(), local(expected(name, -1), kind, r, 2)), name
+            assert torch.equal(opt.state[prm]["exp_avg_sq"], local(expected(name, 2), kind, r, 2))
+        return True
+
+    assert run_ranks(2, rank) == [True, True]

@@ -131,7 +131,9 @@ Result<Buckets> CollectBuckets(const DpBucketArgs& args, const Manifest& m, int*
                            ShapeToString(m.tensors[i].shape) + ")");
     }
     if (k->buffer != 0 && why->empty()) {
-      *why = "several gradient buffers ('" + m.tensors[i].key + "')";
+      *why = "several gradient buffers ('" + m.tensors[i].key +
+             "': MoE expert parameters and parameters of another dtype have buffers of their "
+             "own, whose parameter order is not derived)";
     }
     b[k->group][k->bucket][k->state] = i;
   }
@@ -140,7 +142,8 @@ Result<Buckets> CollectBuckets(const DpBucketArgs& args, const Manifest& m, int*
     *why = "common.pt's args give no tensor_model_parallel_size";
   } else if (args.pp_size != 1) {
     *why = "pipeline_model_parallel_size " + std::to_string(args.pp_size) +
-           " (the layers of a stage are not derived)";
+           " (which layers each stage's buffer holds, and which data-parallel group is which "
+           "stage, is not derived)";
   } else if (static_cast<int>(b.size()) != args.tp_size || b.begin()->first != 0 ||
              b.rbegin()->first != args.tp_size - 1) {
     *why = std::to_string(b.size()) + " data-parallel groups for tensor_model_parallel_size " +
