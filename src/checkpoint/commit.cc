@@ -41,10 +41,10 @@
 #include <string>
 #include <vector>
 
+#include "src/checkpoint/manifest_io.h"
 #include "src/io/staged_output.h"
 
 using shardpoint::internal_format::DecodeManifest;
-using shardpoint::internal_format::EncodeManifest;
 using shardpoint::internal_format::kDataDir;
 using shardpoint::internal_format::kManifestName;
 using shardpoint::internal_format::Manifest;
@@ -140,10 +140,12 @@ Result<std::string> PrepareDirectory(Storage* storage, const std::string& dir, b
 Status CommitCheckpoint(Storage* storage, const std::string& dir, const std::string& w,
                         const Manifest& manifest, std::string* previous) {
   previous->clear();
+  // A large manifest: its shards go into data/ with the data (format v3).
+  SP_ASSIGN_OR_RETURN(std::string top, WriteManifestShards(storage, w, manifest));
   SP_RETURN_IF_ERROR(storage->SyncDir(JoinPath(w, kDataDir)));
-  // Steps 2 and 3 (on an object store, the one conditional PUT).
-  SP_RETURN_IF_ERROR(
-      storage->CommitFile(JoinPath(w, kManifestName), EncodeManifest(manifest), true));
+  // Steps 2 and 3 (on an object store, the one conditional PUT): the
+  // manifest, or the index of the shards, is the commit point.
+  SP_RETURN_IF_ERROR(storage->CommitFile(JoinPath(w, kManifestName), top, true));
   if (w == dir) return storage->SyncDir(ParentDir(dir));
   // The previous checkpoint ends under the .partial name (exchanged) or .old.
   return SwapIntoPlace(storage, dir, w, previous);

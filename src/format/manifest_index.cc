@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 
@@ -67,7 +68,13 @@ uint32_t EncodedVersion(std::string_view bytes) {
   return v;
 }
 
-std::string ShardName(size_t s) { return std::string(kShardDir) + "/" + std::to_string(s); }
+std::string ShardName(const ManifestIndex& index, uint32_t s, const std::string& dir) {
+  std::string name = (dir.empty() ? "" : dir + "/") + kShardsFile + " shard " + std::to_string(s);
+  if (s >= index.shards.size()) return name;
+  const ShardRef& r = index.shards[s];
+  return name + " (bytes [" + std::to_string(r.offset) + ", " +
+         std::to_string(r.offset + r.nbytes) + "))";
+}
 
 Manifest CanonicalFileOrder(const Manifest& m) {
   Manifest out = m;
@@ -118,7 +125,9 @@ SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes) {
   for (ShardBuilder& b : shards) {
     b.m.files = std::move(b.files.files());
     std::string bytes = EncodeManifest(b.m);
-    idx.shards.push_back({bytes.size(), Checksum64(bytes.data(), bytes.size())});
+    const uint64_t at =
+        idx.shards.empty() ? 0 : idx.shards.back().offset + idx.shards.back().nbytes;
+    idx.shards.push_back({bytes.size(), Checksum64(bytes.data(), bytes.size()), at});
     out.shards.push_back(std::move(bytes));
   }
   return out;
@@ -260,8 +269,13 @@ Status IndexDecoder::Run(ManifestIndex* idx) {
   SP_RETURN_IF_ERROR(Count(kMinShard, "shard", &num_shards_));
   if (num_shards_ > UINT32_MAX) return Error("too many shards");
   idx->shards.resize(num_shards_);
+  uint64_t at = 0;
   for (ShardRef& s : idx->shards) {
     if (!r_.Int(&s.nbytes).ok() || !r_.Int(&s.checksum).ok()) return Truncated("a shard");
+    s.offset = at;
+    std::optional<uint64_t> next = internal_base::CheckedAdd(at, s.nbytes);
+    if (!next) return Error("shard sizes overflow");
+    at = *next;
   }
   uint64_t n;
   SP_RETURN_IF_ERROR(Count(kMinTensor, "tensor", &n));

@@ -1,6 +1,7 @@
 // The manifest of format v3: a small index (the file `manifest`, the commit
-// point) and manifest shards (`meta/<s>`), so that a loading rank reads and
-// decodes only the records of the keys it needs (docs/format.md section 3.2).
+// point) and manifest shards (back to back in `data/manifest.shards`), so
+// that a loading rank reads and decodes only the records of the keys it
+// needs (docs/format.md section 3.2).
 //
 // The index holds every tensor's and object's skeleton (key, dtype, shape or
 // index and grid) with the shard that holds its full record, each shard's
@@ -26,14 +27,17 @@
 namespace shardpoint::internal_format {
 
 inline constexpr uint32_t kIndexVersion = 3;
-inline constexpr char kShardDir[] = "meta";
+// In data/, so that everything that clears a failed save's data clears it
+// too; written and made durable with the data files, before the index.
+inline constexpr char kShardsFile[] = "data/manifest.shards";
 // Shards are cut at record boundaries once they reach this many bytes; a
 // record larger than it gets a shard of its own.
 inline constexpr uint64_t kDefaultShardBytes = uint64_t{256} << 10;
 
 struct ShardRef {
-  uint64_t nbytes = 0;    // size of `meta/<s>`
+  uint64_t nbytes = 0;    // its size
   uint64_t checksum = 0;  // Checksum64 of its bytes
+  uint64_t offset = 0;    // in kShardsFile: the sum of the sizes before it (not encoded)
 };
 
 struct TensorEntry {
@@ -64,15 +68,15 @@ struct ManifestIndex {
 // The version field of encoded manifest or index bytes (0 if too short).
 uint32_t EncodedVersion(std::string_view bytes);
 
-// `meta/<s>`, relative to the checkpoint directory.
-std::string ShardName(size_t s);
+// "<dir>/data/manifest.shards shard <s> (bytes [a, b))": errors name a shard so.
+std::string ShardName(const ManifestIndex& index, uint32_t s, const std::string& dir);
 
 // `m` with its files numbered by first use (see above).
 Manifest CanonicalFileOrder(const Manifest& m);
 
 struct SplitResult {
   ManifestIndex index;
-  std::vector<std::string> shards;  // encoded, shards[s] is meta/<s>
+  std::vector<std::string> shards;  // encoded; kShardsFile is their concatenation
 };
 // Cuts `m` (a v2 manifest: block checksums) into shards of about
 // `shard_bytes` each, tensors and objects in key order.

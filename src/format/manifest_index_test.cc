@@ -138,16 +138,23 @@ TEST(ManifestIndexTest, ABadShardIsDataLossNamingIt) {
   };
   std::string flipped = split.shards[2];
   flipped[flipped.size() / 2] ^= 1;
-  EXPECT_EQ(err({{2, flipped}}).find("manifest shard '/ckpt/step_10/meta/2': checksum mismatch"),
+  const ShardRef& two = split.index.shards[2];
+  EXPECT_EQ(err({{2, flipped}})
+                .find("manifest shard '/ckpt/step_10/data/manifest.shards shard 2 "
+                      "(bytes [" +
+                      std::to_string(two.offset) + ", " + std::to_string(two.offset + two.nbytes) +
+                      "))': checksum mismatch"),
             0u);
-  EXPECT_NE(err({{1, split.shards[1] + "x"}})
-                .find("meta/1': " + std::to_string(split.shards[1].size() + 1) +
-                      " bytes but the index says"),
-            std::string::npos);
+  EXPECT_NE(
+      err({{1, split.shards[1] + "x"}})
+          .find("shard 1 (bytes [" + std::to_string(split.index.shards[1].offset) + ", " +
+                std::to_string(split.index.shards[1].offset + split.index.shards[1].nbytes) +
+                "))': " + std::to_string(split.shards[1].size() + 1) + " bytes but the index says"),
+      std::string::npos);
   // A well-formed shard in the wrong place (the index's size and checksum
   // made to match): its records are not the ones the index puts there.
   split.index.shards[1] = split.index.shards[2];
-  EXPECT_NE(err({{1, split.shards[2]}}).find("meta/1': does not hold tensor"), std::string::npos);
+  EXPECT_NE(err({{1, split.shards[2]}}).find("))': does not hold tensor"), std::string::npos);
   EXPECT_NE(err({{99, split.shards[2]}}).find("the index has"), std::string::npos);
 }
 

@@ -24,7 +24,7 @@ struct OpenShard {
 Result<OpenShard> OpenOne(const ManifestIndex& index, uint32_t s, std::string_view bytes,
                           const std::string& dir) {
   OpenShard out;
-  out.name = dir.empty() ? ShardName(s) : dir + "/" + ShardName(s);
+  out.name = ShardName(index, s, dir);
   if (s >= index.shards.size()) {
     return DataLossError("manifest shard '" + out.name + "': the index has " +
                          std::to_string(index.shards.size()) + " shards");
