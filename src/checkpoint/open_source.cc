@@ -2,10 +2,14 @@
 
 #include <utility>
 
-#include "src/checkpoint/commit.h"
 #include "src/dcp/dcp_dir.h"
 #include "src/format/manifest.h"
+#include "src/io/path.h"
+#include "src/source/manifest_read.h"
 
+using shardpoint::internal_io::JoinPath;
+using shardpoint::internal_source::ReadManifest;
+using shardpoint::internal_source::ReadManifestBytes;
 using shardpoint::internal_source::Source;
 
 namespace shardpoint::internal_checkpoint {
