@@ -42,16 +42,20 @@
 #include <vector>
 
 #include "src/checkpoint/manifest_io.h"
+#include "src/io/path.h"
 #include "src/io/staged_output.h"
+#include "src/source/manifest_read.h"
+#include "src/source/remove_checkpoint.h"
 
-using shardpoint::internal_format::DecodeManifest;
 using shardpoint::internal_format::kDataDir;
 using shardpoint::internal_format::kManifestName;
 using shardpoint::internal_format::Manifest;
+using shardpoint::internal_io::JoinPath;
 using shardpoint::internal_io::ParentDir;
-using shardpoint::internal_io::RecoverSwap;
 using shardpoint::internal_io::StripSlashes;
 using shardpoint::internal_io::SwapIntoPlace;
+using shardpoint::internal_source::RecoverCheckpointSwap;
+using shardpoint::internal_source::RemoveCheckpoint;
 
 namespace shardpoint::internal_checkpoint {
 namespace {
@@ -93,20 +97,6 @@ Status ClearLeftover(Storage* storage, const std::string& dir, const std::string
 }
 
 }  // namespace
-
-std::string JoinPath(const std::string& dir, const std::string& name) {
-  if (dir.empty()) return name;
-  return dir.back() == '/' ? dir + name : dir + "/" + name;
-}
-
-Result<bool> RecoverCheckpointSwap(Storage* storage, const std::string& dir) {
-  return RecoverSwap(
-      storage, dir,
-      [storage](const std::string& partial) {
-        return storage->Exists(JoinPath(partial, kManifestName));
-      },
-      [storage](const std::string& old) { return RemoveCheckpoint(storage, old); });
-}
 
 Result<std::string> PrepareDirectory(Storage* storage, const std::string& dir, bool overwrite) {
   SP_RETURN_IF_ERROR(RecoverCheckpointSwap(storage, dir).status());
@@ -159,33 +149,6 @@ Status RemoveFailedSave(Storage* storage, const std::string& dir, const std::str
   Status tmp = storage->RemoveFile(JoinPath(w, "manifest.tmp"));
   if (first.ok() && tmp.code() != StatusCode::kNotFound) first = tmp;
   return first;  // `dir` itself stays: it may have existed before
-}
-
-Status RemoveCheckpoint(Storage* storage, const std::string& dir) {
-  const std::string manifest = JoinPath(dir, kManifestName);
-  SP_ASSIGN_OR_RETURN(bool exists, storage->Exists(manifest));
-  if (exists) {
-    SP_RETURN_IF_ERROR(storage->RemoveFile(manifest));
-    SP_RETURN_IF_ERROR(storage->SyncDir(dir));
-  }
-  return storage->RemoveAll(dir);
-}
-
-Result<std::string> ReadManifestBytes(Storage* storage, const std::string& dir) {
-  const std::string path = JoinPath(dir, kManifestName);
-  SP_ASSIGN_OR_RETURN(bool exists, storage->Exists(path));
-  if (!exists) {
-    SP_ASSIGN_OR_RETURN(bool recovered, RecoverCheckpointSwap(storage, dir));
-    if (recovered) return storage->ReadFileToString(path);
-    return NotFoundError("no checkpoint at '" + dir + "': '" + path +
-                         "' does not exist (a save that did not commit leaves no manifest)");
-  }
-  return storage->ReadFileToString(path);
-}
-
-Result<Manifest> ReadManifest(Storage* storage, const std::string& dir) {
-  SP_ASSIGN_OR_RETURN(std::string bytes, ReadManifestBytes(storage, dir));
-  return DecodeManifest(bytes, JoinPath(dir, kManifestName));
 }
 
 }  // namespace shardpoint::internal_checkpoint

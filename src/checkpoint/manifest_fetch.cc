@@ -7,10 +7,10 @@
 
 #include "src/base/bytes.h"
 #include "src/base/guard.h"
-#include "src/checkpoint/commit.h"
-#include "src/checkpoint/manifest_io.h"
 #include "src/checkpoint/open_source.h"
 #include "src/format/manifest_index.h"
+#include "src/io/path.h"
+#include "src/source/manifest_shards.h"
 
 using shardpoint::internal_base::ByteReader;
 using shardpoint::internal_base::ByteWriter;
@@ -21,6 +21,8 @@ using shardpoint::internal_format::kManifestName;
 using shardpoint::internal_format::ManifestIndex;
 using shardpoint::internal_format::MergeShards;
 using shardpoint::internal_format::ShardsForKeys;
+using shardpoint::internal_io::JoinPath;
+using shardpoint::internal_source::ReadShards;
 
 namespace shardpoint::internal_checkpoint {
 namespace {

@@ -1,12 +1,10 @@
-// Writing and reading the manifest in either form: one v2 manifest, or
-// (format v3, docs/format.md section 3.2) an index in `manifest` and its
-// shards back to back in `data/manifest.shards`.
+// Writing the manifest in either form: one v2 manifest, or (format v3,
+// docs/format.md section 3.2) an index in `manifest` and its shards back to
+// back in `data/manifest.shards` (src/source/manifest_shards.h reads them).
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "shardpoint/storage.h"
 #include "src/format/manifest_index.h"
@@ -28,15 +26,5 @@ void SetManifestSharding(const ManifestSharding& s);
 // the index, or the v2 manifest.
 Result<std::string> WriteManifestShards(Storage* storage, const std::string& w,
                                         const internal_format::Manifest& m);
-
-// Reads shards `which` (sorted) of `index` from `dir`: one open of the
-// shards file and one read per run of adjacent shards.
-Result<std::vector<std::pair<uint32_t, std::string>>> ReadShards(
-    Storage* storage, const std::string& dir, const internal_format::ManifestIndex& index,
-    const std::vector<uint32_t>& which);
-
-// `top` is the content of `dir`/manifest. v1 and v2: returned as is. v3: the
-// v2 encoding of the whole manifest (the index and every shard, verified).
-Result<std::string> WholeManifestBytes(Storage* storage, const std::string& dir, std::string top);
 
 }  // namespace shardpoint::internal_checkpoint

@@ -10,9 +10,11 @@
 #include <string>
 
 #include "shardpoint/checkpoint.h"
+#include "shardpoint/verify.h"
 #include "src/checkpoint/manifest_fetch.h"
 #include "src/checkpoint/manifest_io.h"
 #include "src/format/manifest_index.h"
+#include "src/source/manifest_read.h"
 #include "tests/testing/reference.h"
 #include "tests/testing/transformer.h"
 
@@ -162,6 +164,29 @@ TEST_F(ShardedManifestTest, ARankGetsOnlyTheShardsOfItsKeys) {
   EXPECT_LE(counter.shard_reads.load(), static_cast<int>(index.shards.size()));
 }
 
+TEST_F(ShardedManifestTest, VerifyAndDescribeSeeTheWholeManifest) {
+  SaveModel(ParallelConfig{2, 2, 2, true}, dir_);
+  ASSERT_GT(Index().shards.size(), 8u);
+  // The same save with one v2 manifest: the whole of the v3 one equals it.
+  internal_checkpoint::SetManifestSharding(ManifestSharding{});
+  SaveModel(ParallelConfig{2, 2, 2, true}, root_ + "/v2");
+  Result<std::string> v2 = DefaultStorage()->ReadFileToString(root_ + "/v2/manifest");
+  ASSERT_TRUE(v2.ok());
+  ASSERT_EQ(internal_format::EncodedVersion(*v2), 2u);
+  Result<internal_format::Manifest> whole = internal_source::ReadManifest(DefaultStorage(), dir_);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  Result<internal_format::Manifest> old = internal_format::DecodeManifest(*v2, "v2");
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(internal_format::EncodeManifest(*whole),
+            internal_format::EncodeManifest(internal_format::CanonicalFileOrder(*old)));
+  Result<CheckpointDescription> d = DescribeCheckpoint(dir_);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->tensors.size(), old->tensors.size());
+  Result<VerifyReport> report = VerifyCheckpoint(dir_);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->ok());
+}
+
 TEST_F(ShardedManifestTest, ACorruptShardFailsEveryRankNamingIt) {
   SaveModel(ParallelConfig{2, 1, 2, true}, dir_);
   const internal_format::ManifestIndex index = Index();
@@ -180,6 +205,11 @@ TEST_F(ShardedManifestTest, ACorruptShardFailsEveryRankNamingIt) {
         std::string::npos)
         << s.ToString();
   }
+  // verify reads the whole manifest: the same error.
+  Result<VerifyReport> report = VerifyCheckpoint(dir_);
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.status().message().find("shard 0 (bytes [0, "), std::string::npos)
+      << report.status().ToString();
 }
 
 }  // namespace
