@@ -96,7 +96,8 @@ std::vector<uint32_t> ShardsForKeys(const ManifestIndex& index,
 // A manifest from the index and the bytes of some of its shards (`have`:
 // shard number -> bytes; the others are not read). Checks each shard's size
 // and checksum against the index and that it holds exactly the records the
-// index assigns to it. Tensors and objects of shards not given keep their
+// index assigns to it. The result's version is 3 (EncodeManifest writes it
+// as a version 2 manifest). Tensors and objects of shards not given keep their
 // skeleton (no chunks; object location 0), so every rank sees the same
 // tensor and object numbering. `dir` names the files in errors.
 Result<Manifest> MergeShards(const ManifestIndex& index,

@@ -65,7 +65,7 @@ Result<Manifest> MergeShards(const ManifestIndex& index,
     open.insert_or_assign(s, std::move(sh));
   }
   Manifest m;
-  m.version = 2;
+  m.version = kIndexVersion;  // what was read; it encodes as version 2
   m.block_size = index.block_size;
   m.has_common = index.has_common;
   m.common = index.common;

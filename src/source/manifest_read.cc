@@ -8,7 +8,6 @@
 #include "src/source/manifest_shards.h"
 #include "src/source/remove_checkpoint.h"
 
-using shardpoint::internal_format::DecodeManifest;
 using shardpoint::internal_format::kManifestName;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_io::JoinPath;
@@ -43,8 +42,8 @@ Result<std::string> ReadManifestBytes(Storage* storage, const std::string& dir) 
 }
 
 Result<Manifest> ReadManifest(Storage* storage, const std::string& dir) {
-  SP_ASSIGN_OR_RETURN(std::string bytes, ReadManifestBytes(storage, dir));
-  return DecodeManifest(bytes, JoinPath(dir, kManifestName));
+  SP_ASSIGN_OR_RETURN(std::string top, ReadManifestFile(storage, dir));
+  return WholeManifest(storage, dir, top);
 }
 
 }  // namespace shardpoint::internal_source

@@ -5,6 +5,7 @@
 #include "src/io/path.h"
 
 using shardpoint::internal_format::DecodeIndex;
+using shardpoint::internal_format::DecodeManifest;
 using shardpoint::internal_format::EncodedVersion;
 using shardpoint::internal_format::EncodeManifest;
 using shardpoint::internal_format::kIndexVersion;
@@ -47,14 +48,19 @@ Result<std::vector<std::pair<uint32_t, std::string>>> ReadShards(
   return out;
 }
 
-Result<std::string> WholeManifestBytes(Storage* storage, const std::string& dir, std::string top) {
-  if (EncodedVersion(top) != kIndexVersion) return top;
+Result<Manifest> WholeManifest(Storage* storage, const std::string& dir, const std::string& top) {
   const std::string name = JoinPath(dir, kManifestName);
+  if (EncodedVersion(top) != kIndexVersion) return DecodeManifest(top, name);
   SP_ASSIGN_OR_RETURN(ManifestIndex index, DecodeIndex(top, name));
   std::vector<uint32_t> all(index.shards.size());
   for (size_t s = 0; s < all.size(); ++s) all[s] = static_cast<uint32_t>(s);
   SP_ASSIGN_OR_RETURN(auto shards, ReadShards(storage, dir, index, all));
-  SP_ASSIGN_OR_RETURN(Manifest m, MergeShards(index, shards, dir));
+  return MergeShards(index, shards, dir);
+}
+
+Result<std::string> WholeManifestBytes(Storage* storage, const std::string& dir, std::string top) {
+  if (EncodedVersion(top) != kIndexVersion) return top;
+  SP_ASSIGN_OR_RETURN(Manifest m, WholeManifest(storage, dir, top));
   return EncodeManifest(m);
 }
 

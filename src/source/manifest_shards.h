@@ -21,5 +21,8 @@ Result<std::vector<std::pair<uint32_t, std::string>>> ReadShards(
 // `top` is the content of `dir`/manifest. v1 and v2: returned as is. v3: the
 // v2 encoding of the whole manifest (the index and every shard, verified).
 Result<std::string> WholeManifestBytes(Storage* storage, const std::string& dir, std::string top);
+// The same, decoded (version 3 for an index and its shards).
+Result<internal_format::Manifest> WholeManifest(Storage* storage, const std::string& dir,
+                                                const std::string& top);
 
 }  // namespace shardpoint::internal_source

@@ -182,6 +182,7 @@ TEST_F(ShardedManifestTest, VerifyAndDescribeSeeTheWholeManifest) {
   Result<CheckpointDescription> d = DescribeCheckpoint(dir_);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(d->tensors.size(), old->tensors.size());
+  EXPECT_EQ(d->format_version, 3u);
   Result<VerifyReport> report = VerifyCheckpoint(dir_);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_TRUE(report->ok());
