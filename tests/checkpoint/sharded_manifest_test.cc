@@ -130,7 +130,8 @@ TEST_F(ShardedManifestTest, LoadsBitForBitReadingTheIndexOnceAndEachShardAtMostO
   SaveModel(ParallelConfig{2, 2, 2, true}, dir_);
   const internal_format::ManifestIndex index = Index();
   ASSERT_GT(index.shards.size(), 8u);  // a v3 index with many shards
-  for (const ParallelConfig& p : {ParallelConfig{1, 2, 2, true}, ParallelConfig{2, 2, 4, true}}) {
+  for (const ParallelConfig& p : {ParallelConfig{1, 1, 1, false}, ParallelConfig{1, 2, 2, true},
+                                  ParallelConfig{2, 2, 4, true}}) {
     MetadataCounter counter(DefaultStorage());
     Status s = First(LoadModel(p, &counter));
     ASSERT_TRUE(s.ok()) << p.ToString() << ": " << s.ToString();
