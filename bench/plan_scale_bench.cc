@@ -3,12 +3,17 @@
 //   plan_scale_bench [--tp 8 --pp 8 --dp 64] [--load-tp 4 --load-pp 4 --load-dp 256]
 //                    [--layers 80] [--hidden 8192] [--ffn 28672] [--vocab 128256]
 //                    [--heads 64] [--kv-heads 8] [--no-dist-opt] [--global]
+//                    [--experts 64 --ep 64 --load-ep 64]
 //
 // A Llama-3-70B-like model (GQA-interleaved QKV, fused SwiGLU fc1 = [W; V],
 // RMSNorm weights, untied embedding and output layer) in bf16 with Adam state
 // (fp32 main params, exp_avg, exp_avg_sq) under Megatron TP x PP x DP, with the
 // optimizer state flat-sharded over DP per parameter (torch.chunk sizes; the
 // worst case for the planner: every DP rank holds a piece of every tensor).
+// --experts E: every layer's MLP is E experts (each fc1/fc2 of --ffn) and a
+// router; --ep: the DP ranks split the experts EP ways (DP rank d holds those
+// of EP rank d % EP), their optimizer state sharded over the DP / EP ranks
+// holding the same experts, as Megatron's expert parallelism does.
 //
 // Measures, on one core, the distributed save planning (src/plan/dist_plan.h)
 // as every rank runs it, rank after rank: its shares to the keys' owners, its
@@ -76,11 +81,13 @@ struct Model {
   int layers = 80;
   int64_t hidden = 8192, ffn = 28672, vocab = 128256;
   int64_t heads = 64, kv_heads = 8;
+  int experts = 0;  // > 0: every layer's MLP is this many experts of `ffn` (MoE)
   int64_t qkv_rows() const { return hidden + 2 * (hidden / heads) * kv_heads; }
 };
 
 struct Layout {
   int tp = 8, pp = 8, dp = 64;
+  int ep = 1;  // expert parallel: the DP ranks split the experts EP ways
   bool dist_opt = true;
   int world() const { return tp * pp * dp; }
 };
@@ -111,6 +118,7 @@ struct Param {
   Kind kind;
   int layer;  // -1: embedding (first stage) or final norm / output (last stage)
   bool first_stage;
+  int expert = -1;  // MoE: the expert this weight belongs to
 };
 
 std::vector<Param> Params(const Model& m) {
@@ -123,6 +131,15 @@ std::vector<Param> Params(const Model& m) {
     ps.push_back({p + "self_attention.linear_qkv.weight", {m.qkv_rows(), h}, Kind::kRow, l, false});
     ps.push_back({p + "self_attention.linear_proj.weight", {h, h}, Kind::kCol, l, false});
     ps.push_back({p + "pre_mlp_layernorm.weight", {h}, Kind::kReplicated, l, false});
+    if (m.experts > 0) {
+      ps.push_back({p + "mlp.router.weight", {m.experts, h}, Kind::kReplicated, l, false});
+      for (int e = 0; e < m.experts; ++e) {
+        const std::string x = p + "mlp.experts.local_experts." + std::to_string(e) + ".";
+        ps.push_back({x + "linear_fc1.weight", {2 * m.ffn, h}, Kind::kSwiGLU, l, false, e});
+        ps.push_back({x + "linear_fc2.weight", {h, m.ffn}, Kind::kCol, l, false, e});
+      }
+      continue;
+    }
     ps.push_back({p + "mlp.linear_fc1.weight", {2 * m.ffn, h}, Kind::kSwiGLU, l, false});
     ps.push_back({p + "mlp.linear_fc2.weight", {h, m.ffn}, Kind::kCol, l, false});
   }
@@ -157,29 +174,34 @@ std::vector<LocalTensor> RankTensors(const Model& m, const Layout& L,
                                      const std::vector<Param>& params, int rank) {
   const int tp = rank % L.tp, dp = (rank / L.tp) % L.dp, pp = rank / (L.tp * L.dp);
   const int per_stage = m.layers / L.pp;
+  // MoE: DP rank dp holds the experts of EP rank dp % EP; their optimizer
+  // state is sharded over the DP / EP ranks that hold the same experts.
+  const int ep = dp % L.ep, edp = dp / L.ep, edps = L.dp / L.ep;
+  const int per_ep = m.experts > 0 ? std::max(1, m.experts / L.ep) : 1;
+  auto here = [&](const Param& p) {
+    if (p.expert >= 0 && p.expert / per_ep != ep) return false;
+    return p.layer >= 0 ? p.layer / per_stage == pp : (p.first_stage ? pp == 0 : pp == L.pp - 1);
+  };
   std::vector<LocalTensor> out;
-  std::vector<LocalTensor> mine;
   for (const Param& p : params) {
-    bool here =
-        p.layer >= 0 ? p.layer / per_stage == pp : (p.first_stage ? pp == 0 : pp == L.pp - 1);
-    if (!here) continue;
+    if (!here(p)) continue;
     LocalTensor lt = TpLocal(p.key, DType::kBF16, p, tp, L.tp);
     lt.data = kFakeData;
     out.push_back(lt);
   }
   for (const char* state : {"fp32_param", "exp_avg", "exp_avg_sq"}) {
     for (const Param& p : params) {
-      bool here =
-          p.layer >= 0 ? p.layer / per_stage == pp : (p.first_stage ? pp == 0 : pp == L.pp - 1);
-      if (!here) continue;
+      if (!here(p)) continue;
       LocalTensor lt =
           TpLocal(std::string("optimizer.state.") + state + "." + p.key, DType::kF32, p, tp, L.tp);
       if (L.dist_opt) {
+        const bool expert = p.expert >= 0;
         const int64_t n = Box::Whole(lt.shape).num_elements();
-        std::vector<int64_t> sizes = ChunkSizes(n, L.dp);
+        std::vector<int64_t> sizes = ChunkSizes(n, expert ? edps : L.dp);
+        const int me = expert ? edp : dp;
         int64_t begin = 0;
-        for (int i = 0; i < dp; ++i) begin += sizes[i];
-        lt = Check(FlatShard(lt, FlatRange{begin, begin + sizes[dp]}, kFakeData), "FlatShard");
+        for (int i = 0; i < me; ++i) begin += sizes[i];
+        lt = Check(FlatShard(lt, FlatRange{begin, begin + sizes[me]}, kFakeData), "FlatShard");
       } else {
         lt.data = kFakeData;
       }
@@ -206,7 +228,7 @@ int IntFlag(int argc, char** argv, int& i) {
 
 int main(int argc, char** argv) {
   Model m;
-  Layout save, load{4, 4, 256, true};
+  Layout save, load{4, 4, 256, 1, true};
   bool run_global = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -234,6 +256,12 @@ int main(int argc, char** argv) {
       m.heads = IntFlag(argc, argv, i);
     else if (a == "--kv-heads")
       m.kv_heads = IntFlag(argc, argv, i);
+    else if (a == "--experts")
+      m.experts = IntFlag(argc, argv, i);
+    else if (a == "--ep")
+      save.ep = IntFlag(argc, argv, i);
+    else if (a == "--load-ep")
+      load.ep = IntFlag(argc, argv, i);
     else if (a == "--global")
       run_global = true;
     else if (a == "--no-dist-opt")
@@ -242,6 +270,10 @@ int main(int argc, char** argv) {
       Die("unknown flag " + a);
   }
   if (m.layers % save.pp || m.layers % load.pp) Die("layers must divide by both PP sizes");
+  if (save.dp % save.ep || load.dp % load.ep || (m.experts > 0 && m.experts % save.ep) ||
+      (m.experts > 0 && m.experts % load.ep)) {
+    Die("EP must divide DP and the number of experts");
+  }
   const std::vector<Param> params = Params(m);
   const int world = save.world();
   std::printf(
@@ -249,6 +281,9 @@ int main(int argc, char** argv) {
       "%zu parameters + Adam state\n",
       m.layers, static_cast<long>(m.hidden), static_cast<long>(m.ffn), static_cast<long>(2 * m.ffn),
       static_cast<long>(m.qkv_rows()), static_cast<long>(m.vocab), params.size());
+  if (m.experts > 0) {
+    std::printf("MoE: %d experts a layer, EP=%d (save) / %d (load)\n", m.experts, save.ep, load.ep);
+  }
   std::printf("save layout: TP=%d x PP=%d x DP=%d = %d ranks%s\n", save.tp, save.pp, save.dp, world,
               save.dist_opt ? ", distributed optimizer (flat shards over DP)" : "");
 
