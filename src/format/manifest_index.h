@@ -32,7 +32,7 @@ inline constexpr uint32_t kIndexVersion = 3;
 inline constexpr char kShardsFile[] = "data/manifest.shards";
 // Shards are cut at record boundaries once they reach this many bytes; a
 // record larger than it gets a shard of its own.
-inline constexpr uint64_t kDefaultShardBytes = uint64_t{256} << 10;
+inline constexpr uint64_t kDefaultShardBytes = uint64_t{64} << 10;
 
 struct ShardRef {
   uint64_t nbytes = 0;    // its size
