@@ -3,8 +3,9 @@
 ``TrainState.load`` runs in two phases, so that a load that cannot fit
 changes nothing:
 
-1. Structure. Every rank reads the manifest (which keys are stored) and the
-   small values that say how the job was built (parameter groups, scheduler
+1. Structure. Rank 0 reads which keys are stored (and which ranks' RNG) and
+   broadcasts them (``read_stored``: one metadata read, not one per rank), and
+   every rank loads the small values that say how the job was built (parameter groups, scheduler
    and scaler state, tied parameters), and checks them against its objects;
    the ranks then agree (an all-gather of each rank's error, if any), so a
    failure on one rank fails every rank, before any tensor is read.
@@ -18,6 +19,7 @@ removed again when the load fails.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable, Iterable
 
 from shardpoint import _shardpoint as _C
@@ -53,6 +55,33 @@ def drop_state(sd: dict, prefixes: Iterable[str], drop: Callable[[set[str]], boo
         state = node["state"]
         for fqn in [f for f, e in state.items() if drop(state_keys(prefix, f, e))]:
             del state[fqn]
+
+
+def read_stored(path: str, comm: Comm,
+                storage_options: dict | None = None) -> tuple[set[str], set[tuple[int, ...]]]:
+    """The keys checkpoint ``path`` stores and the indices of its saved ``rng``
+    values (collective): rank 0 reads them and broadcasts them, or its error, which
+    every rank then raises (the same class and message)."""
+    from shardpoint._read import metadata
+    payload, error = b"", None
+    if comm.rank() == 0:
+        try:
+            md = metadata(path, storage_options=storage_options)
+            stored = sorted(set(md.tensors) | {o.key for o in md.objects})
+            rng = [list(o.index) for o in md.objects if o.key == "rng"]
+            payload = b"K" + json.dumps([stored, rng]).encode()
+        except Exception as e:  # noqa: BLE001 - every rank raises it after the broadcast
+            error = e
+            name = type(e).__name__ if isinstance(e, _C.Error) else "InternalError"
+            payload = b"E" + json.dumps([name, str(e)]).encode()
+    payload = comm.broadcast(payload, 0)
+    if error is not None:
+        raise error
+    if payload[:1] == b"E":
+        name, message = json.loads(payload[1:])
+        raise getattr(_C, name, _C.Error)(message)
+    stored, rng = json.loads(payload[1:])
+    return set(stored), {tuple(i) for i in rng}
 
 
 def read_structure(sd: dict, path: str, comm: Comm, opt_prefixes: list[str],

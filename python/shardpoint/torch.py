@@ -557,15 +557,14 @@ class TrainState:
             from shardpoint._torch_mapped import load_mapped
             return load_mapped(self, path, mapping, **kwargs)
         from shardpoint import _torch_load as tl
-        from shardpoint._read import metadata
-        md = metadata(path, storage_options=kwargs.get("storage_options"))
-        stored = set(md.tensors) | {o.key for o in md.objects}
+        stored, saved_rng = tl.read_stored(  # read once, broadcast
+            str(path), self.comm, kwargs.get("storage_options"))
         allow = _allowed(kwargs)
         opts = _named(self.optimizers, "optim")
         before = [has_state(o) for _, o in opts]
         try:
             sd = self.state_dict(allow_dry_step=True, init_state=True)
-            restore_rng = self._rng_to_restore(sd, md, path)
+            restore_rng = self._rng_to_restore(sd, saved_rng, path)
             tl.drop_state(sd, [p for p, _ in opts], lambda keys: not keys & stored)
             plan = self._checked(sd, path, stored, allow, kwargs)
             result = _load(sd, path, self.comm, **kwargs)
@@ -629,10 +628,9 @@ class TrainState:
         tl.agree(self.comm, error)
         return plan
 
-    def _rng_to_restore(self, sd: dict, md: Any, path: Any) -> bool:
+    def _rng_to_restore(self, sd: dict, saved: set[tuple[int, ...]], path: Any) -> bool:
         if not self.rng:
             return False
-        saved = {o.index for o in md.objects if o.key == "rng"}
         if (self.comm.rank(),) in saved:
             return True
         import warnings

@@ -438,6 +438,37 @@ def test_rng_under_another_world_size(ckpt, monkeypatch):
     assert msg.startswith("rank 2: checkpoint") and "holds the RNG of 2 ranks, none for this" in msg
 
 
+def test_load_reads_the_manifest_once_for_all_ranks(ckpt, monkeypatch):
+    """TrainState.load learns the stored keys from rank 0 (one metadata read, then a
+    broadcast), not from a read of the manifest on every rank; rank 0's error (no
+    checkpoint) is every rank's, of the same class."""
+    import shardpoint._read as rd
+    reads = []
+    real = rd.metadata
+    monkeypatch.setattr(rd, "metadata", lambda path: reads.append(path) or real(path))
+
+    def save(r, comm):
+        model, opt, _ = make()
+        spt.TrainState(model, opt, rng=False, comm=comm).save(ckpt)
+
+    def load(r, comm, path):
+        model, opt, _ = make()
+        spt.TrainState(model, opt, rng=False, comm=comm).load(path)
+
+    run_ranks(3, save)
+    run_ranks(3, lambda r, c: load(r, c, ckpt))
+    assert len(reads) == 1
+    errors = []
+
+    def missing(r, comm):
+        try:
+            load(r, comm, ckpt + "-none")
+        except sp.NotFoundError as e:
+            errors.append(str(e))
+    run_ranks(3, missing)
+    assert len(errors) == 3 and len(set(errors)) == 1 and "no checkpoint at" in errors[0]
+
+
 def _gqa_local(q, k, v, groups, tp_rank, tp):
     """Megatron's interleaved local QKV: per local group its query heads, then k, then v."""
     hpg = q.shape[0] // k.shape[0]  # query rows per key row (heads per group)

@@ -3,7 +3,9 @@
 // A checkpoint exists if and only if `<dir>/manifest` exists. A save:
 //   1. writes every data file `<w>/data/<rank>.safetensors` and fsyncs it
 //      (w = dir, or dir.partial when overwriting), then fsyncs `<w>/data`;
-//   2. writes the manifest to `<w>/manifest.tmp`, fsyncs it;
+//   2. writes the manifest to `<w>/manifest.tmp`, fsyncs it (a large one,
+//      format v3: its shards go to `<w>/data/manifest.shards` in step 1 and
+//      the manifest is their index; docs/format.md section 3.2);
 //   3. renames it to `<w>/manifest` and fsyncs `<w>` and its parent (the
 //      commit point; the parent makes a new `dir` itself durable);
 //   4. when overwriting: swaps `dir` and `dir.partial` in one atomic
@@ -41,17 +43,21 @@
 #include <string>
 #include <vector>
 
+#include "src/checkpoint/manifest_io.h"
+#include "src/io/path.h"
 #include "src/io/staged_output.h"
+#include "src/source/manifest_read.h"
+#include "src/source/remove_checkpoint.h"
 
-using shardpoint::internal_format::DecodeManifest;
-using shardpoint::internal_format::EncodeManifest;
 using shardpoint::internal_format::kDataDir;
 using shardpoint::internal_format::kManifestName;
 using shardpoint::internal_format::Manifest;
+using shardpoint::internal_io::JoinPath;
 using shardpoint::internal_io::ParentDir;
-using shardpoint::internal_io::RecoverSwap;
 using shardpoint::internal_io::StripSlashes;
 using shardpoint::internal_io::SwapIntoPlace;
+using shardpoint::internal_source::RecoverCheckpointSwap;
+using shardpoint::internal_source::RemoveCheckpoint;
 
 namespace shardpoint::internal_checkpoint {
 namespace {
@@ -94,20 +100,6 @@ Status ClearLeftover(Storage* storage, const std::string& dir, const std::string
 
 }  // namespace
 
-std::string JoinPath(const std::string& dir, const std::string& name) {
-  if (dir.empty()) return name;
-  return dir.back() == '/' ? dir + name : dir + "/" + name;
-}
-
-Result<bool> RecoverCheckpointSwap(Storage* storage, const std::string& dir) {
-  return RecoverSwap(
-      storage, dir,
-      [storage](const std::string& partial) {
-        return storage->Exists(JoinPath(partial, kManifestName));
-      },
-      [storage](const std::string& old) { return RemoveCheckpoint(storage, old); });
-}
-
 Result<std::string> PrepareDirectory(Storage* storage, const std::string& dir, bool overwrite) {
   SP_RETURN_IF_ERROR(RecoverCheckpointSwap(storage, dir).status());
   SP_RETURN_IF_ERROR(storage->CreateDirs(dir));
@@ -140,10 +132,12 @@ Result<std::string> PrepareDirectory(Storage* storage, const std::string& dir, b
 Status CommitCheckpoint(Storage* storage, const std::string& dir, const std::string& w,
                         const Manifest& manifest, std::string* previous) {
   previous->clear();
+  // A large manifest: its shards go into data/ with the data (format v3).
+  SP_ASSIGN_OR_RETURN(std::string top, WriteManifestShards(storage, w, manifest));
   SP_RETURN_IF_ERROR(storage->SyncDir(JoinPath(w, kDataDir)));
-  // Steps 2 and 3 (on an object store, the one conditional PUT).
-  SP_RETURN_IF_ERROR(
-      storage->CommitFile(JoinPath(w, kManifestName), EncodeManifest(manifest), true));
+  // Steps 2 and 3 (on an object store, the one conditional PUT): the
+  // manifest, or the index of the shards, is the commit point.
+  SP_RETURN_IF_ERROR(storage->CommitFile(JoinPath(w, kManifestName), top, true));
   if (w == dir) return storage->SyncDir(ParentDir(dir));
   // The previous checkpoint ends under the .partial name (exchanged) or .old.
   return SwapIntoPlace(storage, dir, w, previous);
@@ -157,33 +151,6 @@ Status RemoveFailedSave(Storage* storage, const std::string& dir, const std::str
   Status tmp = storage->RemoveFile(JoinPath(w, "manifest.tmp"));
   if (first.ok() && tmp.code() != StatusCode::kNotFound) first = tmp;
   return first;  // `dir` itself stays: it may have existed before
-}
-
-Status RemoveCheckpoint(Storage* storage, const std::string& dir) {
-  const std::string manifest = JoinPath(dir, kManifestName);
-  SP_ASSIGN_OR_RETURN(bool exists, storage->Exists(manifest));
-  if (exists) {
-    SP_RETURN_IF_ERROR(storage->RemoveFile(manifest));
-    SP_RETURN_IF_ERROR(storage->SyncDir(dir));
-  }
-  return storage->RemoveAll(dir);
-}
-
-Result<std::string> ReadManifestBytes(Storage* storage, const std::string& dir) {
-  const std::string path = JoinPath(dir, kManifestName);
-  SP_ASSIGN_OR_RETURN(bool exists, storage->Exists(path));
-  if (!exists) {
-    SP_ASSIGN_OR_RETURN(bool recovered, RecoverCheckpointSwap(storage, dir));
-    if (recovered) return storage->ReadFileToString(path);
-    return NotFoundError("no checkpoint at '" + dir + "': '" + path +
-                         "' does not exist (a save that did not commit leaves no manifest)");
-  }
-  return storage->ReadFileToString(path);
-}
-
-Result<Manifest> ReadManifest(Storage* storage, const std::string& dir) {
-  SP_ASSIGN_OR_RETURN(std::string bytes, ReadManifestBytes(storage, dir));
-  return DecodeManifest(bytes, JoinPath(dir, kManifestName));
 }
 
 }  // namespace shardpoint::internal_checkpoint

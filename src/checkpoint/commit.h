@@ -1,4 +1,6 @@
-// Preparing a checkpoint directory and committing it atomically.
+// Preparing a checkpoint directory and committing it atomically. Reading a
+// manifest (and recovering an interrupted swap) is src/source/manifest_read.h;
+// removing a checkpoint, src/source/remove_checkpoint.h.
 #pragma once
 
 #include <string>
@@ -7,8 +9,6 @@
 #include "src/format/manifest.h"
 
 namespace shardpoint::internal_checkpoint {
-
-std::string JoinPath(const std::string& dir, const std::string& name);
 
 // Rank 0, before any data is written. Returns the directory the ranks write
 // into: `dir` itself, or "<dir>.partial" when overwriting an existing
@@ -30,12 +30,6 @@ Result<std::string> PrepareDirectory(Storage* storage, const std::string& dir, b
 Status CommitCheckpoint(Storage* storage, const std::string& dir, const std::string& write_dir,
                         const internal_format::Manifest& manifest, std::string* previous);
 
-// Removes checkpoint directory `dir` so that no crash at any point leaves it
-// looking complete without its data: removes `dir`/manifest, fsyncs `dir`,
-// then removes the rest (whose order a filesystem chooses: ext4 lists in hash
-// order, which may put data/ first). OK if `dir` does not exist.
-Status RemoveCheckpoint(Storage* storage, const std::string& dir);
-
 // Rank 0, after the agreed failure of a save into `dir` that wrote into `w`
 // (PrepareDirectory's result): removes its data files and manifest.tmp, and
 // `w` itself when it is the `.partial` of an overwrite. Does
@@ -43,18 +37,5 @@ Status RemoveCheckpoint(Storage* storage, const std::string& dir);
 // complete checkpoint). Best effort: returns the first error, having tried
 // everything.
 Status RemoveFailedSave(Storage* storage, const std::string& dir, const std::string& w);
-
-// Completes an overwrite of checkpoint `dir` that a crash interrupted
-// between the two renames of the fallback (no `dir`; `dir.old` and a
-// `dir.partial` holding a manifest): `dir.partial` becomes `dir`, `dir.old`
-// is removed. Returns whether it did. PrepareDirectory and ReadManifest call
-// it, so the next save or load finds exactly one committed checkpoint.
-Result<bool> RecoverCheckpointSwap(Storage* storage, const std::string& dir);
-
-// The bytes of `dir`/manifest (after RecoverCheckpointSwap). NotFound if
-// there is none.
-Result<std::string> ReadManifestBytes(Storage* storage, const std::string& dir);
-// Reads and decodes `dir`/manifest. NotFound if there is none.
-Result<internal_format::Manifest> ReadManifest(Storage* storage, const std::string& dir);
 
 }  // namespace shardpoint::internal_checkpoint

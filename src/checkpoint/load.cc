@@ -6,6 +6,8 @@
 //      no checksums, so none are verified) and broadcasts its bytes or its
 //      error; all decode them (src/checkpoint/open_source.h);
 //                                                             (broadcast)
+//      a sharded manifest (format v3): rank 0 broadcasts the index and
+//      each rank gets the shards of its keys (src/checkpoint/manifest_fetch.h);
 //   2. that index is the Source of the load pipeline (load_source.h):
 //      requests, unexpected keys, plan, reads and objects; a decoding error
 //      goes into its first all-gather.
@@ -14,6 +16,7 @@
 #include "shardpoint/checkpoint.h"
 #include "src/base/guard.h"
 #include "src/checkpoint/load_source.h"
+#include "src/checkpoint/manifest_fetch.h"
 #include "src/checkpoint/open_source.h"
 #include "src/comm/agreed.h"
 
@@ -37,8 +40,17 @@ Result<LoadResult> LoadCollective(State& state, const std::string& dir, Comm& co
   }
   SP_RETURN_IF_ERROR(internal_comm::BroadcastAgreed(comm, s, &bytes, 0));
   const bool dcp = !bytes.empty() && bytes[0] == 'D';
-  Result<internal_source::Source> src = internal_base::Guarded(
-      "load: decoding the manifest", [&] { return internal_checkpoint::DecodeSource(bytes, dir); });
+  // A sharded manifest (format v3): each rank gets only its keys' shards,
+  // each read once (manifest_fetch.h).
+  internal_checkpoint::FetchStats fetched;
+  Status collective;
+  Result<internal_source::Source> src =
+      internal_checkpoint::IsShardedIndex(bytes)
+          ? internal_checkpoint::FetchShardedSource(bytes, dir, state, options.cooperative, comm,
+                                                    storage, &fetched, &collective)
+          : internal_base::Guarded("load: decoding the manifest",
+                                   [&] { return internal_checkpoint::DecodeSource(bytes, dir); });
+  SP_RETURN_IF_ERROR(collective);
   bytes.clear();
 
   // 2. The pipeline (a rank that failed to decode passes its error into the

@@ -9,7 +9,7 @@
 // A crash before 2 leaves the previous `latest` (and maybe latest.tmp, which
 // the next update overwrites); after 2 the new one. Either way `latest`
 // names a complete checkpoint. Retention runs after 3 and removes each
-// checkpoint manifest first (internal_checkpoint::RemoveCheckpoint), so a crash inside
+// checkpoint manifest first (internal_source::RemoveCheckpoint), so a crash inside
 // it only leaves extra directories behind, none of them with a manifest and
 // without its data.
 #include "shardpoint/manager.h"
@@ -18,13 +18,15 @@
 #include <cstdio>
 
 #include "src/base/guard.h"
-#include "src/checkpoint/commit.h"
+#include "src/format/manifest.h"
+#include "src/io/path.h"
 #include "src/io/resources.h"
+#include "src/source/remove_checkpoint.h"
 
 namespace shardpoint {
 namespace {
 
-using internal_checkpoint::JoinPath;
+using internal_io::JoinPath;
 
 constexpr char kTracker[] = "latest";
 constexpr char kLockName[] = ".lock";
@@ -180,7 +182,7 @@ Status CheckpointManager::ApplyRetention(int64_t iteration) {
   const size_t keep = static_cast<size_t>(options_.keep_last);
   for (size_t i = 0; i + keep < complete.size(); ++i) {
     if (complete[i] == iteration) continue;
-    SP_RETURN_IF_ERROR(internal_checkpoint::RemoveCheckpoint(storage_, PathFor(complete[i])));
+    SP_RETURN_IF_ERROR(internal_source::RemoveCheckpoint(storage_, PathFor(complete[i])));
   }
   SP_ASSIGN_OR_RETURN(std::vector<std::string> names, storage_->ListDir(root_));
   for (const std::string& name : names) {

@@ -2,10 +2,14 @@
 
 #include <utility>
 
-#include "src/checkpoint/commit.h"
 #include "src/dcp/dcp_dir.h"
 #include "src/format/manifest.h"
+#include "src/io/path.h"
+#include "src/source/manifest_read.h"
 
+using shardpoint::internal_io::JoinPath;
+using shardpoint::internal_source::ReadManifest;
+using shardpoint::internal_source::ReadManifestFile;
 using shardpoint::internal_source::Source;
 
 namespace shardpoint::internal_checkpoint {
@@ -15,7 +19,8 @@ Result<std::string> ReadSourceBytes(Storage* storage, const std::string& dir, Ch
     SP_ASSIGN_OR_RETURN(internal_dcp::DcpIndex idx, internal_dcp::ReadDcpIndex(storage, dir));
     return "D" + internal_dcp::EncodeDcpIndex(idx.m, idx.views);
   }
-  SP_ASSIGN_OR_RETURN(std::string bytes, ReadManifestBytes(storage, dir));
+  // A v3 index as is: the load fetches each rank's shards (manifest_fetch.h).
+  SP_ASSIGN_OR_RETURN(std::string bytes, ReadManifestFile(storage, dir));
   return "S" + bytes;
 }
 

@@ -17,8 +17,9 @@ namespace shardpoint::internal_checkpoint {
 
 // The index of `dir`, whose kind is `kind`, as bytes one process reads and
 // broadcasts: 'D' + the index built from a PyTorch DCP directory, else 'S' +
-// the manifest's bytes (ReadManifestBytes: a swap a crash interrupted is
-// completed; no manifest is NotFound naming it).
+// the bytes of the manifest file (ReadManifestFile: a swap a crash
+// interrupted is completed; no manifest is NotFound naming it), which for
+// format v3 is the index (src/checkpoint/manifest_fetch.h reads the shards).
 Result<std::string> ReadSourceBytes(Storage* storage, const std::string& dir, CheckpointKind kind);
 Result<std::string> ReadSourceBytes(Storage* storage, const std::string& dir);
 

@@ -6,11 +6,11 @@
 #include <mutex>
 #include <sstream>
 
-#include "src/checkpoint/commit.h"
 #include "src/format/checksum.h"
 #include "src/geometry/convert.h"
 #include "src/geometry/view_range.h"
 #include "src/io/aligned_buffer.h"
+#include "src/io/path.h"
 #include "src/plan/read_tasks.h"
 
 using shardpoint::internal_format::Checksum64;
@@ -23,6 +23,7 @@ using shardpoint::internal_geometry::ConvertElements;
 using shardpoint::internal_geometry::ScatterFlatRange;
 using shardpoint::internal_io::AlignedBuffer;
 using shardpoint::internal_io::kDirectIoAlignment;
+using shardpoint::internal_io::JoinPath;
 using shardpoint::internal_io::ParallelFor;
 using shardpoint::internal_plan::BuildReadTasks;
 using shardpoint::internal_plan::ChunkReads;

@@ -34,9 +34,11 @@
 #include "src/checkpoint/replica_check.h"
 #include "src/checkpoint/writer.h"
 #include "src/comm/agreed.h"
+#include "src/io/path.h"
 #include "src/io/resources.h"
 #include "src/plan/dist_plan.h"
 #include "src/plan/save_plan.h"
+#include "src/source/remove_checkpoint.h"
 
 using shardpoint::internal_base::ByteReader;
 using shardpoint::internal_base::ByteWriter;
@@ -46,12 +48,10 @@ using shardpoint::internal_checkpoint::CompareReplicas;
 using shardpoint::internal_checkpoint::DecodeChecksums;
 using shardpoint::internal_checkpoint::EncodeChecksums;
 using shardpoint::internal_checkpoint::GlobalPlan;
-using shardpoint::internal_checkpoint::JoinPath;
 using shardpoint::internal_checkpoint::PlannedSave;
 using shardpoint::internal_checkpoint::PlanSaveCollective;
 using shardpoint::internal_checkpoint::PlanTraffic;
 using shardpoint::internal_checkpoint::PrepareDirectory;
-using shardpoint::internal_checkpoint::RemoveCheckpoint;
 using shardpoint::internal_checkpoint::RemoveFailedSave;
 using shardpoint::internal_checkpoint::ReplicaChecksums;
 using shardpoint::internal_checkpoint::WriteDataFile;
@@ -67,6 +67,7 @@ using shardpoint::internal_format::TensorRecord;
 using shardpoint::internal_geometry::ContiguousView;
 using shardpoint::internal_geometry::View;
 using shardpoint::internal_io::CallResources;
+using shardpoint::internal_io::JoinPath;
 using shardpoint::internal_plan::BuildRegions;
 using shardpoint::internal_plan::Contribution;
 using shardpoint::internal_plan::LocalPlan;
@@ -75,6 +76,7 @@ using shardpoint::internal_plan::RankFile;
 using shardpoint::internal_plan::Region;
 using shardpoint::internal_plan::SavePlan;
 using shardpoint::internal_plan::WriteItem;
+using shardpoint::internal_source::RemoveCheckpoint;
 
 namespace shardpoint {
 namespace internal_checkpoint {

@@ -3,14 +3,15 @@
 #include <map>
 #include <mutex>
 
-#include "src/checkpoint/commit.h"
 #include "src/checkpoint/data_header.h"
 #include "src/checkpoint/reader.h"
 #include "src/format/safetensors.h"
+#include "src/io/path.h"
 #include "src/io/resources.h"
 #include "src/io/thread_pool.h"
 #include "src/plan/save_plan.h"
 #include "src/plan/tiling.h"
+#include "src/source/manifest_read.h"
 
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::DecodeSafetensorsHeader;
@@ -21,10 +22,12 @@ using shardpoint::internal_format::SafetensorsEntry;
 using shardpoint::internal_format::SafetensorsHeader;
 using shardpoint::internal_format::TensorRecord;
 using shardpoint::internal_io::CallResources;
+using shardpoint::internal_io::JoinPath;
 using shardpoint::internal_io::ParallelFor;
 using shardpoint::internal_plan::CheckTiling;
 using shardpoint::internal_plan::ChunkEntryName;
 using shardpoint::internal_plan::ObjectEntryName;
+using shardpoint::internal_source::ReadManifest;
 
 namespace shardpoint::internal_checkpoint {
 namespace {

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <memory>
 
-#include "src/checkpoint/commit.h"
 #include "src/dcp/dcp_dir.h"
 #include "src/dcp/zip.h"
+#include "src/io/path.h"
 #include "src/plan/tiling.h"
 
 using shardpoint::internal_dcp::Crc32;
@@ -16,6 +16,7 @@ using shardpoint::internal_dcp::ReadDcpIndex;
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_io::JoinPath;
 using shardpoint::internal_plan::CheckTiling;
 
 namespace shardpoint::internal_checkpoint {

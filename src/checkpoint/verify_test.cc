@@ -9,7 +9,7 @@
 #include <random>
 
 #include "shardpoint/checkpoint.h"
-#include "src/checkpoint/commit.h"
+#include "src/source/manifest_read.h"
 
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::EncodeManifest;
@@ -19,6 +19,7 @@ using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::ManifestToJson;
 using shardpoint::internal_format::ObjectRecord;
 using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_source::ReadManifest;
 
 namespace shardpoint::internal_checkpoint {
 namespace {

@@ -11,7 +11,6 @@
 
 #include "shardpoint/checkpoint_kind.h"
 #include "shardpoint/hf.h"
-#include "src/checkpoint/commit.h"
 #include "src/checkpoint/reader.h"
 #include "src/convert/stream.h"
 #include "src/dcp/byte_item_writer.h"
@@ -20,10 +19,10 @@
 #include "src/dcp/tensor_item_writer.h"
 #include "src/format/checksum.h"
 #include "src/hf/source.h"
+#include "src/io/path.h"
 #include "src/io/staged_output.h"
 
 using shardpoint::internal_checkpoint::DataFiles;
-using shardpoint::internal_checkpoint::JoinPath;
 using shardpoint::internal_convert::IsFloatDType;
 using shardpoint::internal_convert::OutTensor;
 using shardpoint::internal_convert::RunConversion;
@@ -44,6 +43,7 @@ using shardpoint::internal_format::TensorRecord;
 using shardpoint::internal_hf::MappedSource;
 using shardpoint::internal_hf::OpenSource;
 using shardpoint::internal_io::CallResources;
+using shardpoint::internal_io::JoinPath;
 using shardpoint::internal_io::StagedOutput;
 
 namespace shardpoint {

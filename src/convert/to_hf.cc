@@ -3,13 +3,12 @@
 #include <nlohmann/json.hpp>
 
 #include "shardpoint/hf.h"
-#include "src/checkpoint/commit.h"
 #include "src/convert/stream.h"
 #include "src/hf/hf_files.h"
 #include "src/hf/source.h"
+#include "src/io/path.h"
 #include "src/io/staged_output.h"
 
-using shardpoint::internal_checkpoint::JoinPath;
 using shardpoint::internal_convert::IsFloatDType;
 using shardpoint::internal_convert::OutPiece;
 using shardpoint::internal_convert::OutTensor;
@@ -33,6 +32,7 @@ using shardpoint::internal_hf::PlanHfModel;
 using shardpoint::internal_hf::ResolveVars;
 using shardpoint::internal_hf::Vars;
 using shardpoint::internal_io::CallResources;
+using shardpoint::internal_io::JoinPath;
 using shardpoint::internal_io::StagedOutput;
 
 namespace shardpoint {

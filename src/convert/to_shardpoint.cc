@@ -10,11 +10,11 @@
 #include "src/convert/stream.h"
 #include "src/format/safetensors.h"
 #include "src/hf/source.h"
+#include "src/io/path.h"
 #include "src/io/staged_output.h"
 #include "src/plan/save_plan.h"
 
 using shardpoint::internal_checkpoint::CommitCheckpoint;
-using shardpoint::internal_checkpoint::JoinPath;
 using shardpoint::internal_convert::IsFloatDType;
 using shardpoint::internal_convert::OutTensor;
 using shardpoint::internal_convert::RunConversion;
@@ -31,6 +31,7 @@ using shardpoint::internal_format::TensorRecord;
 using shardpoint::internal_hf::MappedSource;
 using shardpoint::internal_hf::OpenSource;
 using shardpoint::internal_io::CallResources;
+using shardpoint::internal_io::JoinPath;
 using shardpoint::internal_io::StagedOutput;
 using shardpoint::internal_plan::ChunkEntryName;
 

@@ -5,16 +5,16 @@
 #include <set>
 
 #include "src/base/bytes.h"
-#include "src/checkpoint/commit.h"
 #include "src/format/safetensors.h"
+#include "src/io/path.h"
 
 using shardpoint::internal_base::ByteReader;
 using shardpoint::internal_base::ByteWriter;
-using shardpoint::internal_checkpoint::JoinPath;
 using shardpoint::internal_format::DecodeSafetensorsHeader;
 using shardpoint::internal_format::DecodeSafetensorsHeaderLength;
 using shardpoint::internal_format::SafetensorsEntry;
 using shardpoint::internal_format::SafetensorsHeader;
+using shardpoint::internal_io::JoinPath;
 
 namespace shardpoint::internal_hf {
 namespace {

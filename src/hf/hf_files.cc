@@ -4,11 +4,10 @@
 #include <nlohmann/json.hpp>
 
 #include "shardpoint/hf_write.h"
-#include "src/checkpoint/commit.h"
 #include "src/hf/hf_dir.h"
+#include "src/io/path.h"
 #include "src/io/resources.h"
 
-using shardpoint::internal_checkpoint::JoinPath;
 using shardpoint::internal_format::AssignSafetensorsOffsets;
 using shardpoint::internal_format::EncodeSafetensorsHeader;
 using shardpoint::internal_format::SafetensorsEntry;
@@ -20,6 +19,7 @@ using shardpoint::internal_hf::kHfSingleName;
 using shardpoint::internal_hf::NaturalLess;
 using shardpoint::internal_hf::PlanHfModel;
 using shardpoint::internal_io::CallResources;
+using shardpoint::internal_io::JoinPath;
 
 namespace shardpoint::internal_hf {
 

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "src/checkpoint/commit.h"
 #include "src/format/manifest.h"
+#include "src/io/path.h"
 #include "src/local/replica_map.h"
 
-using shardpoint::internal_checkpoint::JoinPath;
+using shardpoint::internal_io::JoinPath;
 
 namespace shardpoint::internal_local {
 

@@ -30,10 +30,10 @@
 #include "shardpoint/local_tier.h"
 #include "src/base/bytes.h"
 #include "src/base/guard.h"
-#include "src/checkpoint/commit.h"
 #include "src/checkpoint/load_source.h"
 #include "src/comm/agreed.h"
 #include "src/format/checksum.h"
+#include "src/io/path.h"
 #include "src/local/inventory.h"
 #include "src/local/node_storage.h"
 #include "src/local/overlay.h"
@@ -41,17 +41,17 @@
 #include "src/local/topology.h"
 #include "src/local/units.h"
 #include "src/plan/load_plan.h"
+#include "src/source/manifest_read.h"
 
 using shardpoint::internal_base::ByteReader;
 using shardpoint::internal_base::ByteWriter;
 using shardpoint::internal_base::Guarded;
-using shardpoint::internal_checkpoint::JoinPath;
-using shardpoint::internal_checkpoint::ReadManifestBytes;
 using shardpoint::internal_format::Checksum64;
 using shardpoint::internal_format::DecodeManifest;
 using shardpoint::internal_format::kManifestName;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::ObjectRecord;
+using shardpoint::internal_io::JoinPath;
 using shardpoint::internal_local::AssignServers;
 using shardpoint::internal_local::CommittedIterations;
 using shardpoint::internal_local::CopyState;
@@ -72,6 +72,7 @@ using shardpoint::internal_local::Unit;
 using shardpoint::internal_local::UnitName;
 using shardpoint::internal_local::UnitsOf;
 using shardpoint::internal_local::UnitTable;
+using shardpoint::internal_source::ReadManifestBytes;
 
 namespace shardpoint {
 namespace {

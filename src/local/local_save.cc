@@ -18,24 +18,26 @@
 
 #include "shardpoint/local_tier.h"
 #include "src/base/guard.h"
-#include "src/checkpoint/commit.h"
+#include "src/format/manifest.h"
+#include "src/io/path.h"
 #include "src/io/resources.h"
 #include "src/local/inventory.h"
 #include "src/local/node_storage.h"
 #include "src/local/replica_map.h"
 #include "src/local/replicate.h"
 #include "src/local/topology.h"
+#include "src/source/remove_checkpoint.h"
 
 using shardpoint::internal_base::Guarded;
-using shardpoint::internal_checkpoint::JoinPath;
-using shardpoint::internal_checkpoint::RemoveCheckpoint;
 using shardpoint::internal_format::kDataDir;
+using shardpoint::internal_io::JoinPath;
 using shardpoint::internal_local::GatherTopology;
 using shardpoint::internal_local::IterDir;
 using shardpoint::internal_local::kReplicaMapName;
 using shardpoint::internal_local::Replicate;
 using shardpoint::internal_local::RootedStorage;
 using shardpoint::internal_local::Topology;
+using shardpoint::internal_source::RemoveCheckpoint;
 
 namespace shardpoint {
 namespace {

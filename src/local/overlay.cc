@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "src/checkpoint/commit.h"
+#include "src/io/path.h"
 
 namespace shardpoint::internal_local {
 namespace {
@@ -62,7 +62,7 @@ class OverlayFile : public ReadableFile {
 
 Result<std::unique_ptr<ReadableFile>> OverlayStorage::NewReadableFile(const std::string& path) {
   for (size_t f = 0; f < files_->names.size(); ++f) {
-    if (internal_checkpoint::JoinPath(files_->dir, files_->names[f]) != path) continue;
+    if (internal_io::JoinPath(files_->dir, files_->names[f]) != path) continue;
     std::unique_ptr<ReadableFile> base;
     if (files_->held[f]) {
       SP_ASSIGN_OR_RETURN(base, StorageWrapper::NewReadableFile(path));

@@ -6,19 +6,20 @@
 #include <memory>
 
 #include "src/base/guard.h"
-#include "src/checkpoint/commit.h"
 #include "src/comm/agreed.h"
 #include "src/format/checksum.h"
+#include "src/io/path.h"
 #include "src/local/replica_map.h"
 #include "src/local/units.h"
+#include "src/source/manifest_read.h"
 
 using shardpoint::internal_base::Guarded;
-using shardpoint::internal_checkpoint::JoinPath;
-using shardpoint::internal_checkpoint::ReadManifestBytes;
 using shardpoint::internal_format::Checksum64;
 using shardpoint::internal_format::DecodeManifest;
 using shardpoint::internal_format::kManifestName;
 using shardpoint::internal_format::Manifest;
+using shardpoint::internal_io::JoinPath;
+using shardpoint::internal_source::ReadManifestBytes;
 
 namespace shardpoint::internal_local {
 namespace {

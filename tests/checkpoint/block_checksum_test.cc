@@ -20,9 +20,9 @@
 
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/verify.h"
-#include "src/checkpoint/commit.h"
 #include "src/checkpoint/verify.h"
 #include "src/format/manifest.h"
+#include "src/source/manifest_read.h"
 #include "tests/testing/ranks.h"
 
 namespace shardpoint {
@@ -321,7 +321,7 @@ class BlockChecksumTest : public ::testing::Test {
     std::vector<TestRank> src(2);
     for (int r = 0; r < 2; ++r) Build(&src[r], 0, r, 2, true);
     ASSERT_TRUE(SaveRanks(StatesOf(src), dir_).ok());
-    Result<Manifest> m = internal_checkpoint::ReadManifest(DefaultStorage(), dir_);
+    Result<Manifest> m = internal_source::ReadManifest(DefaultStorage(), dir_);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     manifest_ = std::move(*m);
   }
@@ -377,7 +377,7 @@ class BlockChecksumTest : public ::testing::Test {
     ASSERT_TRUE(DefaultStorage()
                     ->WriteStringToFile(dir_ + "/manifest", internal_format::EncodeManifest(m))
                     .ok());
-    Result<Manifest> back = internal_checkpoint::ReadManifest(DefaultStorage(), dir_);
+    Result<Manifest> back = internal_source::ReadManifest(DefaultStorage(), dir_);
     ASSERT_TRUE(back.ok()) << back.status().ToString();
     ASSERT_EQ(back->version, 1u);
     manifest_ = std::move(*back);

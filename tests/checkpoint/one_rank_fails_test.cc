@@ -16,6 +16,7 @@
 #include "src/checkpoint/commit.h"
 #include "src/io/fault_storage.h"
 #include "src/io/mem_storage.h"
+#include "src/source/manifest_read.h"
 #include "tests/testing/throwing_storage.h"
 
 namespace shardpoint {
@@ -218,7 +219,7 @@ TEST_F(OneRankFailsTest, CooperativeLoadWhereOneRankCannotRead) {
 // A manifest whose object claims 2^38 bytes: the one rank that requests the
 // object must not try to allocate them, and every rank gets its error.
 TEST_F(OneRankFailsTest, LoadOfAnObjectLargerThanItsFile) {
-  Result<internal_format::Manifest> m = internal_checkpoint::ReadManifest(mem_.get(), "/ck");
+  Result<internal_format::Manifest> m = internal_source::ReadManifest(mem_.get(), "/ck");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   ASSERT_EQ(m->objects.size(), 1u);
   m->objects[0].nbytes = uint64_t{1} << 38;

@@ -23,14 +23,14 @@
 
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/manager.h"
-#include "src/checkpoint/commit.h"
 #include "src/checkpoint/verify.h"
 #include "src/io/mem_storage.h"
+#include "src/io/path.h"
 
 namespace shardpoint {
 namespace {
 
-using internal_checkpoint::JoinPath;
+using internal_io::JoinPath;
 
 // One rank holding "w" [4, 4] F32, every element `value`.
 struct Filled {

@@ -16,8 +16,8 @@
 
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/manager.h"
-#include "src/checkpoint/commit.h"
 #include "src/checkpoint/verify.h"
+#include "src/source/manifest_read.h"
 
 namespace shardpoint {
 namespace {
@@ -91,7 +91,7 @@ TEST_F(SpecialFilesTest, FifoAsManifestFailsVerifyInspectAndLoad) {
       "verify");
   ExpectInChild(
       [&] {  // what `shardpoint inspect` reads
-        return IsNotRegular(internal_checkpoint::ReadManifest(DefaultStorage(), dir_).status(),
+        return IsNotRegular(internal_source::ReadManifest(DefaultStorage(), dir_).status(),
                             manifest, "a FIFO");
       },
       "inspect");

@@ -16,8 +16,8 @@
 #include <string>
 #include <thread>
 
-#include "src/checkpoint/commit.h"
 #include "src/local/units.h"
+#include "src/source/manifest_read.h"
 #include "tests/testing/transformer.h"
 
 namespace shardpoint {
@@ -115,7 +115,7 @@ class LocalTierTest : public ::testing::Test {
   // Bytes of every verification unit of data file `name` of the persistent
   // checkpoint of `it`.
   uint64_t FileUnitBytes(int64_t it, const std::string& name) {
-    auto m = internal_checkpoint::ReadManifest(DefaultStorage(), Persistent(it));
+    auto m = internal_source::ReadManifest(DefaultStorage(), Persistent(it));
     EXPECT_TRUE(m.ok());
     const internal_local::UnitTable ut = internal_local::UnitsOf(*m);
     uint64_t n = 0;
@@ -144,7 +144,7 @@ void FlipByte(const std::string& path, uint64_t offset) {
 
 // The offset of the first chunk of data file `name` (a byte a load needs).
 uint64_t FirstChunkOffset(const std::string& dir, const std::string& name) {
-  auto m = internal_checkpoint::ReadManifest(DefaultStorage(), dir);
+  auto m = internal_source::ReadManifest(DefaultStorage(), dir);
   EXPECT_TRUE(m.ok());
   const internal_local::UnitTable ut = internal_local::UnitsOf(*m);
   for (const internal_local::Unit& u : ut.units) {
@@ -210,7 +210,7 @@ TEST_F(LocalTierTest, CorruptedReplicaOfALostNodeFallsBackToPersistentForThatBlo
   const std::string dir = NodeRoot(2) + "/iter_0000005";
   const uint64_t at = FirstChunkOffset(dir, "data/2.safetensors");
   FlipByte(dir + "/data/2.safetensors", at + 5);
-  auto m = internal_checkpoint::ReadManifest(DefaultStorage(), Persistent(5));
+  auto m = internal_source::ReadManifest(DefaultStorage(), Persistent(5));
   ASSERT_TRUE(m.ok());
   uint64_t unit = 0;
   for (const internal_local::Unit& u : internal_local::UnitsOf(*m).units) {

@@ -1,0 +1,178 @@
+#include "src/checkpoint/manifest_fetch.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "src/base/bytes.h"
+#include "src/base/guard.h"
+#include "src/checkpoint/open_source.h"
+#include "src/format/manifest_index.h"
+#include "src/io/path.h"
+#include "src/source/manifest_shards.h"
+
+using shardpoint::internal_base::ByteReader;
+using shardpoint::internal_base::ByteWriter;
+using shardpoint::internal_format::DecodeIndex;
+using shardpoint::internal_format::EncodedVersion;
+using shardpoint::internal_format::kIndexVersion;
+using shardpoint::internal_format::kManifestName;
+using shardpoint::internal_format::ManifestIndex;
+using shardpoint::internal_format::MergeShards;
+using shardpoint::internal_format::ShardsForKeys;
+using shardpoint::internal_io::JoinPath;
+using shardpoint::internal_source::ReadShards;
+
+namespace shardpoint::internal_checkpoint {
+namespace {
+
+// The shards holding the keys `state` requests.
+std::vector<uint32_t> Needed(const ManifestIndex& index, const State& state) {
+  std::vector<std::string> tensors, objects;
+  for (const LocalTensor& lt : state.tensors) {
+    for (const Segment& seg : lt.segments) tensors.push_back(seg.key);
+  }
+  for (const Object& o : state.objects) objects.push_back(o.key);
+  std::sort(tensors.begin(), tensors.end());
+  tensors.erase(std::unique(tensors.begin(), tensors.end()), tensors.end());
+  return ShardsForKeys(index, tensors, objects);
+}
+
+// Step 3 at a reader: `asks[r]` the shards rank r asked of it. Each reply is
+// u8 status code, Str message, then (u32 shard, Str bytes) per shard asked.
+std::vector<std::string> Serve(Storage* storage, const std::string& dir, const ManifestIndex* index,
+                               const std::vector<std::vector<uint32_t>>& asks, FetchStats* stats) {
+  std::vector<uint32_t> all;
+  for (const auto& a : asks) all.insert(all.end(), a.begin(), a.end());
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  Result<std::vector<std::pair<uint32_t, std::string>>> read =
+      index == nullptr ? Result<std::vector<std::pair<uint32_t, std::string>>>(
+                             InternalError("no index to serve shards from"))
+                       : internal_base::Guarded("load: reading manifest shards", [&] {
+                           return ReadShards(storage, dir, *index, all);
+                         });
+  std::map<uint32_t, const std::string*> bytes;
+  if (read.ok()) {
+    for (const auto& [s, b] : *read) bytes[s] = &b;
+    stats->shards_read += all.size();
+    for (size_t i = 0; i < all.size(); ++i) {
+      stats->storage_reads += (i == 0 || all[i] != all[i - 1] + 1) ? 1 : 0;
+    }
+  }
+  std::vector<std::string> out(asks.size());
+  for (size_t r = 0; r < asks.size(); ++r) {
+    ByteWriter w;
+    w.U8(static_cast<uint8_t>(read.status().code()));
+    w.Str(read.status().message());
+    if (read.ok()) {
+      for (uint32_t s : asks[r]) {
+        w.U32(s);
+        w.Str(*bytes[s]);
+      }
+    }
+    out[r] = std::move(w.str());
+  }
+  return out;
+}
+
+// Step 4's input: the shards in the replies, or the first error in them.
+Result<std::vector<std::pair<uint32_t, std::string>>> Unpack(const std::vector<std::string>& recv) {
+  std::vector<std::pair<uint32_t, std::string>> have;
+  for (size_t r = 0; r < recv.size(); ++r) {
+    if (recv[r].empty()) continue;
+    ByteReader in(recv[r], "manifest shards from rank " + std::to_string(r));
+    uint8_t code;
+    std::string message;
+    SP_RETURN_IF_ERROR(in.U8(&code));
+    SP_RETURN_IF_ERROR(in.Str(&message));
+    if (code != 0) return Status(static_cast<StatusCode>(code), message);
+    while (!in.done()) {
+      uint32_t s;
+      std::string b;
+      SP_RETURN_IF_ERROR(in.U32(&s));
+      SP_RETURN_IF_ERROR(in.Str(&b));
+      have.emplace_back(s, std::move(b));
+    }
+  }
+  return have;
+}
+
+thread_local FetchStats last_stats;
+
+}  // namespace
+
+FetchStats LastFetchStats() { return last_stats; }
+
+bool IsShardedIndex(std::string_view source_bytes) {
+  return !source_bytes.empty() && source_bytes[0] == 'S' &&
+         EncodedVersion(source_bytes.substr(1)) == kIndexVersion;
+}
+
+Result<internal_source::Source> FetchShardedSource(std::string_view source_bytes,
+                                                   const std::string& dir, const State& state,
+                                                   bool every_ranks_keys, Comm& comm,
+                                                   Storage* storage, FetchStats* stats,
+                                                   Status* collective) {
+  const int n = comm.size();
+  // 1. Every rank decodes the same bytes (so all succeed or all fail alike).
+  Result<ManifestIndex> index = internal_base::Guarded("load: decoding the manifest index", [&] {
+    return DecodeIndex(source_bytes.substr(1), JoinPath(dir, kManifestName));
+  });
+  std::vector<uint32_t> need;
+  if (index.ok()) need = Needed(*index, state);
+  if (every_ranks_keys && n > 1) {
+    // A cooperative load checks and assigns every rank's pieces on every
+    // rank: each needs the records of the keys any rank requests.
+    std::string mine(reinterpret_cast<const char*>(need.data()), need.size() * 4);
+    std::vector<std::string> all;
+    *collective = comm.AllGather(mine, &all);
+    if (!collective->ok()) return *collective;
+    need.clear();
+    for (const std::string& a : all) {
+      for (size_t i = 0; i + 4 <= a.size(); i += 4) {
+        uint32_t s;
+        std::memcpy(&s, a.data() + i, 4);
+        need.push_back(s);
+      }
+    }
+    std::sort(need.begin(), need.end());
+    need.erase(std::unique(need.begin(), need.end()), need.end());
+  }
+  // 2. Ask each shard's reader.
+  std::vector<ByteWriter> ask(n);
+  for (uint32_t s : need) ask[s % n].U32(s);
+  std::vector<std::string> send(n), recv;
+  for (int r = 0; r < n; ++r) send[r] = std::move(ask[r].str());
+  *collective = comm.AllToAll(send, &recv);
+  if (!collective->ok()) return *collective;
+  // 3. Serve what was asked of this rank.
+  std::vector<std::vector<uint32_t>> asks(n);
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i + 4 <= recv[r].size(); i += 4) {
+      uint32_t s;
+      std::memcpy(&s, recv[r].data() + i, 4);
+      if (index.ok() && s < index->shards.size()) asks[r].push_back(s);
+    }
+  }
+  bool asked = false;
+  for (const auto& a : asks) asked = asked || !a.empty();
+  send = asked ? Serve(storage, dir, index.ok() ? &*index : nullptr, asks, stats)
+               : std::vector<std::string>(n);
+  *collective = comm.AllToAll(send, &recv);
+  if (!collective->ok()) return *collective;
+  // 4. Decode this rank's shards.
+  SP_RETURN_IF_ERROR(index.status());
+  SP_ASSIGN_OR_RETURN(auto have, Unpack(recv));
+  stats->shards_received += have.size();
+  for (const auto& h : have) stats->bytes_received += h.second.size();
+  last_stats = *stats;
+  internal_source::Source src = EmptySource(dir, false);
+  SP_ASSIGN_OR_RETURN(src.index, internal_base::Guarded("load: decoding manifest shards", [&] {
+                        return MergeShards(*index, have, dir);
+                      }));
+  return src;
+}
+
+}  // namespace shardpoint::internal_checkpoint

@@ -1,0 +1,54 @@
+// Fetching the part of a sharded (format v3) manifest that each rank needs,
+// reading each shard from storage once for all ranks.
+//
+// Collective, after the index has been broadcast (rank 0 read it):
+//   1. every rank decodes the index and finds the shards holding the keys
+//      of its State (ShardsForKeys);
+//   2. all-to-all: each rank asks shard s of its reader, rank s mod N;
+//   3. each reader reads the shards someone asked for, each once (one open
+//      of data/manifest.shards, one read per run of adjacent shards), and
+//      all-to-all sends each rank the shards it asked for (or the error);
+//   4. each rank checks and decodes only its shards (MergeShards).
+// So the storage sees 1 + (distinct shards the job needs) metadata reads,
+// whatever the rank count, and a rank receives and decodes about its keys'
+// records. A failure on a rank (a bad index, a shard that fails its checksum)
+// is that rank's status; the load agrees on it in its first all-gather.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "shardpoint/comm.h"
+#include "shardpoint/state.h"
+#include "shardpoint/storage.h"
+#include "src/source/source.h"
+
+namespace shardpoint::internal_checkpoint {
+
+struct FetchStats {
+  uint64_t shards_received = 0;  // shards this rank decoded
+  uint64_t bytes_received = 0;   // their bytes
+  uint64_t shards_read = 0;      // shards this rank read from storage for anyone
+  uint64_t storage_reads = 0;    // read requests it made for them
+};
+
+// Whether broadcast source bytes ('S' + the manifest file) hold a v3 index.
+bool IsShardedIndex(std::string_view source_bytes);
+
+// Collective (every rank, the same `source_bytes`). The Source of `dir` with
+// the records of the keys `state` requests (others keep their skeleton); with
+// `every_ranks_keys` (a cooperative load, which checks and assigns every
+// rank's pieces on every rank), of the keys any rank requests.
+// Returns a rank's own failure; a collective failure is the Comm's error.
+Result<internal_source::Source> FetchShardedSource(std::string_view source_bytes,
+                                                   const std::string& dir, const State& state,
+                                                   bool every_ranks_keys, Comm& comm,
+                                                   Storage* storage, FetchStats* stats,
+                                                   Status* collective);
+
+// The FetchStats of the last FetchShardedSource on this thread (a rank is a
+// thread under a ThreadComm; tests and the bench read it).
+FetchStats LastFetchStats();
+
+}  // namespace shardpoint::internal_checkpoint

@@ -1,0 +1,30 @@
+// Writing the manifest in either form: one v2 manifest, or (format v3,
+// docs/format.md section 3.2) an index in `manifest` and its shards back to
+// back in `data/manifest.shards` (src/source/manifest_shards.h reads them).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "shardpoint/storage.h"
+#include "src/format/manifest_index.h"
+
+namespace shardpoint::internal_checkpoint {
+
+// A save writes v3 when the v2 encoding would exceed `threshold` bytes, cut
+// into shards of about `shard_bytes`; else one v2 manifest (one read).
+struct ManifestSharding {
+  uint64_t threshold = uint64_t{1} << 20;
+  uint64_t shard_bytes = internal_format::kDefaultShardBytes;
+};
+ManifestSharding GetManifestSharding();
+// Process-wide (tests and the bench set it; saves read it at commit).
+void SetManifestSharding(const ManifestSharding& s);
+
+// Rank 0 at commit, before `w`/data is synced: writes `w`/data/manifest.shards
+// (durable) when the manifest is sharded. Returns the bytes of `manifest`:
+// the index, or the v2 manifest.
+Result<std::string> WriteManifestShards(Storage* storage, const std::string& w,
+                                        const internal_format::Manifest& m);
+
+}  // namespace shardpoint::internal_checkpoint

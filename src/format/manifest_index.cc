@@ -1,0 +1,362 @@
+// Format v3: the index and the manifest shards (docs/format.md section 3.2).
+#include "src/format/manifest_index.h"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <tuple>
+#include <unordered_map>
+
+#include "src/base/bytes.h"
+#include "src/base/checked.h"
+#include "src/base/hex.h"
+#include "src/format/checksum.h"
+
+using shardpoint::internal_base::ByteReader;
+using shardpoint::internal_base::ByteWriter;
+using shardpoint::internal_base::CheckedMul;
+using shardpoint::internal_base::Hex16;
+using shardpoint::internal_base::kMaxRank;
+
+namespace shardpoint::internal_format {
+namespace {
+
+constexpr char kMagic[8] = {'S', 'H', 'R', 'D', 'P', 'N', 'T', '\0'};
+// magic, version, flags, block size, 3 counts, has_common, 2 lengths, checksum.
+constexpr size_t kMinIndex = 8 + 4 + 4 + 8 + 8 + 8 + 8 + 1 + 8 + 8 + 8;
+constexpr size_t kMinShard = 16;
+constexpr size_t kMinTensor = 4 + 1 + 1 + 4 + 8;
+constexpr size_t kMinObject = 4 + 1 + 1 + 4;
+
+uint64_t TensorBytes(const TensorRecord& t) {
+  uint64_t n = 14 + t.key.size() + 8 * t.shape.size();
+  for (const ChunkRecord& c : t.chunks) n += 44 + 16 * t.shape.size() + 8 * c.block_sums.size();
+  return n;
+}
+uint64_t ObjectBytes(const ObjectRecord& o) {
+  return 42 + o.key.size() + 8 * (o.index.size() + o.grid.size());
+}
+
+// Numbers files by first use: `global` maps a name to its number in `files`.
+class FileNumbering {
+ public:
+  uint32_t Add(const std::string& name) {
+    auto [it, added] = number_.emplace(name, static_cast<uint32_t>(files_.size()));
+    if (added) files_.push_back(name);
+    return it->second;
+  }
+  std::vector<std::string>& files() { return files_; }
+
+ private:
+  std::unordered_map<std::string, uint32_t> number_;
+  std::vector<std::string> files_;
+};
+
+// One shard being built: its records with files renumbered locally.
+struct ShardBuilder {
+  Manifest m;
+  FileNumbering files;
+  uint64_t bytes = 0;
+};
+
+}  // namespace
+
+uint32_t EncodedVersion(std::string_view bytes) {
+  if (bytes.size() < 12 || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return 0;
+  uint32_t v;
+  std::memcpy(&v, bytes.data() + 8, 4);
+  return v;
+}
+
+std::string ShardName(const ManifestIndex& index, uint32_t s, const std::string& dir) {
+  std::string name = (dir.empty() ? "" : dir + "/") + kShardsFile + " shard " + std::to_string(s);
+  if (s >= index.shards.size()) return name;
+  const ShardRef& r = index.shards[s];
+  return name + " (bytes [" + std::to_string(r.offset) + ", " +
+         std::to_string(r.offset + r.nbytes) + "))";
+}
+
+Manifest CanonicalFileOrder(const Manifest& m) {
+  Manifest out = m;
+  FileNumbering n;
+  for (TensorRecord& t : out.tensors) {
+    for (ChunkRecord& c : t.chunks) c.file = n.Add(m.files[c.file]);
+  }
+  for (ObjectRecord& o : out.objects) o.file = n.Add(m.files[o.file]);
+  out.files = std::move(n.files());
+  return out;
+}
+
+SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes) {
+  SplitResult out;
+  ManifestIndex& idx = out.index;
+  idx.block_size = m.block_size;
+  idx.has_common = m.has_common;
+  idx.common = m.common;
+  idx.metadata_json = m.metadata_json;
+  std::vector<ShardBuilder> shards;
+  // Starts a new shard when the current one is full (or `fresh`).
+  auto current = [&](bool fresh) -> ShardBuilder& {
+    if (shards.empty() || fresh || shards.back().bytes >= shard_bytes) {
+      shards.emplace_back();
+      shards.back().m.block_size = m.block_size;
+    }
+    return shards.back();
+  };
+  for (const TensorRecord& t : m.tensors) {
+    ShardBuilder& b = current(false);
+    TensorRecord r = t;
+    for (ChunkRecord& c : r.chunks) c.file = b.files.Add(m.files[c.file]);
+    b.bytes += TensorBytes(t);
+    idx.tensors.push_back(
+        {t.key, t.dtype, t.shape, static_cast<uint32_t>(shards.size() - 1), t.chunks.size()});
+    b.m.tensors.push_back(std::move(r));
+  }
+  bool first_object = true;
+  for (const ObjectRecord& o : m.objects) {
+    ShardBuilder& b = current(first_object && !shards.empty() && !shards.back().m.tensors.empty());
+    first_object = false;
+    ObjectRecord r = o;
+    r.file = b.files.Add(m.files[o.file]);
+    b.bytes += ObjectBytes(o);
+    idx.objects.push_back({o.key, o.index, o.grid, static_cast<uint32_t>(shards.size() - 1)});
+    b.m.objects.push_back(std::move(r));
+  }
+  for (ShardBuilder& b : shards) {
+    b.m.files = std::move(b.files.files());
+    std::string bytes = EncodeManifest(b.m);
+    const uint64_t at =
+        idx.shards.empty() ? 0 : idx.shards.back().offset + idx.shards.back().nbytes;
+    idx.shards.push_back({bytes.size(), Checksum64(bytes.data(), bytes.size()), at});
+    out.shards.push_back(std::move(bytes));
+  }
+  return out;
+}
+
+std::string EncodeIndex(const ManifestIndex& index) {
+  ByteWriter w;
+  w.Raw(kMagic, sizeof(kMagic));
+  w.U32(kIndexVersion);
+  w.U32(0);
+  w.U64(index.block_size);
+  w.U64(index.shards.size());
+  for (const ShardRef& s : index.shards) {
+    w.U64(s.nbytes);
+    w.U64(s.checksum);
+  }
+  w.U64(index.tensors.size());
+  for (const TensorEntry& t : index.tensors) {
+    w.Str(t.key);
+    w.U8(static_cast<uint8_t>(t.dtype));
+    w.U8(static_cast<uint8_t>(t.shape.size()));
+    w.Dims(t.shape);
+    w.U32(t.shard);
+    w.U64(t.num_chunks);
+  }
+  w.U64(index.objects.size());
+  for (const ObjectEntry& o : index.objects) {
+    w.Str(o.key);
+    w.U8(static_cast<uint8_t>(o.index.size()));
+    w.Dims(o.index);
+    w.U8(static_cast<uint8_t>(o.grid.size()));
+    w.Dims(o.grid);
+    w.U32(o.shard);
+  }
+  w.U8(index.has_common ? 1 : 0);
+  w.Blob(index.has_common ? std::string_view(index.common) : std::string_view());
+  w.Blob(index.metadata_json);
+  w.U64(Checksum64(w.str().data(), w.str().size()));
+  return std::move(w.str());
+}
+
+namespace {
+
+class IndexDecoder {
+ public:
+  IndexDecoder(std::string_view body, const std::string& name)
+      : r_(body, "manifest index '" + name + "'"), name_(name) {}
+
+  Status Error(const std::string& msg) const {
+    return DataLossError("manifest index '" + name_ + "': " + msg);
+  }
+  Status Truncated(const std::string& what) const {
+    return Error("truncated or corrupt at byte " + std::to_string(r_.pos()) + " reading " + what);
+  }
+  Status Count(size_t min_size, const std::string& what, uint64_t* n) {
+    const size_t at = r_.pos();
+    if (!r_.Int(n).ok()) return Truncated(what + " count");
+    if (*n > r_.left() / min_size) {
+      return Error(what + " count " + std::to_string(*n) + " at byte " + std::to_string(at) +
+                   " does not fit the remaining " + std::to_string(r_.left()) + " bytes");
+    }
+    return OkStatus();
+  }
+  Status Dims(const std::string& what, Shape* dims) {
+    uint8_t rank;
+    if (!r_.Int(&rank).ok()) return Truncated(what + " rank");
+    if (rank > kMaxRank) return Error(what + " has rank " + std::to_string(rank) + " > 32");
+    if (!r_.Dims(rank, dims).ok()) return Truncated(what);
+    return OkStatus();
+  }
+  Status Shard(const std::string& what, uint32_t* s) {
+    if (!r_.Int(s).ok()) return Truncated(what + " shard");
+    if (*s >= num_shards_) {
+      return Error(what + " is in shard " + std::to_string(*s) + " but there are " +
+                   std::to_string(num_shards_) + " shards");
+    }
+    return OkStatus();
+  }
+
+  Status Run(ManifestIndex* idx);
+
+ private:
+  Status Tensor(TensorEntry* t);
+  Status Object(ObjectEntry* o);
+
+  ByteReader r_;
+  const std::string& name_;
+  uint64_t num_shards_ = 0;
+};
+
+Status IndexDecoder::Tensor(TensorEntry* t) {
+  if (!r_.Str(&t->key).ok()) return Truncated("a tensor key");
+  const std::string what = "tensor '" + t->key + "'";
+  uint8_t dtype;
+  if (!r_.Int(&dtype).ok()) return Truncated(what + " dtype");
+  if (!IsValidDType(dtype)) return Error(what + " has invalid dtype " + std::to_string(dtype));
+  t->dtype = static_cast<DType>(dtype);
+  SP_RETURN_IF_ERROR(Dims(what + " shape", &t->shape));
+  Result<int64_t> numel = CheckedNumElements(t->shape);
+  if (!numel.ok() || !CheckedMul<uint64_t>(*numel, DTypeSize(t->dtype))) {
+    return Error(what + " has invalid shape " + ShapeToString(t->shape) +
+                 " (negative or overflowing)");
+  }
+  SP_RETURN_IF_ERROR(Shard(what, &t->shard));
+  if (!r_.Int(&t->num_chunks).ok()) return Truncated(what + " chunk count");
+  return OkStatus();
+}
+
+Status IndexDecoder::Object(ObjectEntry* o) {
+  if (!r_.Str(&o->key).ok()) return Truncated("an object key");
+  const std::string what = "object '" + o->key + "'";
+  SP_RETURN_IF_ERROR(Dims(what + " index", &o->index));
+  SP_RETURN_IF_ERROR(Dims(what + " grid", &o->grid));
+  SP_RETURN_IF_ERROR(Shard(what, &o->shard));
+  const std::string where = what + " index " + ShapeToString(o->index);
+  if (o->index.size() != o->grid.size()) {
+    return Error(where + " has a different rank from its grid " + ShapeToString(o->grid));
+  }
+  for (size_t d = 0; d < o->index.size(); ++d) {
+    if (o->index[d] < 0 || o->index[d] >= o->grid[d]) {
+      return Error(where + " lies outside its grid " + ShapeToString(o->grid));
+    }
+  }
+  return OkStatus();
+}
+
+Status IndexDecoder::Run(ManifestIndex* idx) {
+  uint64_t magic;
+  uint32_t version, flags;
+  if (!r_.Int(&magic).ok() || !r_.Int(&version).ok() || !r_.Int(&flags).ok() ||
+      !r_.Int(&idx->block_size).ok()) {
+    return Truncated("the preamble");
+  }
+  if (flags != 0) return Error("unsupported flags 0x" + Hex16(flags));
+  const uint64_t b = idx->block_size;
+  if (b < 4096 || (b & (b - 1)) != 0) {
+    return Error("block size " + std::to_string(b) + " is not a power of two >= 4096");
+  }
+  SP_RETURN_IF_ERROR(Count(kMinShard, "shard", &num_shards_));
+  if (num_shards_ > UINT32_MAX) return Error("too many shards");
+  idx->shards.resize(num_shards_);
+  uint64_t at = 0;
+  for (ShardRef& s : idx->shards) {
+    if (!r_.Int(&s.nbytes).ok() || !r_.Int(&s.checksum).ok()) return Truncated("a shard");
+    s.offset = at;
+    std::optional<uint64_t> next = internal_base::CheckedAdd(at, s.nbytes);
+    if (!next) return Error("shard sizes overflow");
+    at = *next;
+  }
+  uint64_t n;
+  SP_RETURN_IF_ERROR(Count(kMinTensor, "tensor", &n));
+  idx->tensors.resize(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    SP_RETURN_IF_ERROR(Tensor(&idx->tensors[i]));
+    if (i > 0 && !(idx->tensors[i - 1].key < idx->tensors[i].key)) {
+      return Error("tensor '" + idx->tensors[i].key + "' is not after '" + idx->tensors[i - 1].key +
+                   "' (keys must be sorted and unique)");
+    }
+  }
+  SP_RETURN_IF_ERROR(Count(kMinObject, "object", &n));
+  idx->objects.resize(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const ObjectEntry& o = idx->objects[i];
+    SP_RETURN_IF_ERROR(Object(&idx->objects[i]));
+    if (i > 0 && !(std::tie(idx->objects[i - 1].key, idx->objects[i - 1].index) <
+                   std::tie(o.key, o.index))) {
+      return Error("object '" + o.key + "' index " + ShapeToString(o.index) +
+                   " is not after the previous object (sorted by (key, index), unique)");
+    }
+  }
+  uint8_t has_common;
+  if (!r_.Int(&has_common).ok() || !r_.Blob(&idx->common).ok()) {
+    return Truncated("the common blob");
+  }
+  if (has_common > 1 || (!has_common && !idx->common.empty())) {
+    return Error("invalid common blob flag " + std::to_string(has_common));
+  }
+  idx->has_common = has_common == 1;
+  if (!r_.Blob(&idx->metadata_json).ok()) return Truncated("the metadata");
+  if (r_.left() != 0) {
+    return Error(std::to_string(r_.left()) + " unexpected bytes at byte " +
+                 std::to_string(r_.pos()) + " before the checksum");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<ManifestIndex> DecodeIndex(std::string_view bytes, const std::string& name) {
+  const std::string prefix = "manifest index '" + name + "': ";
+  if (bytes.size() < kMinIndex) {
+    return DataLossError(prefix + "truncated: " + std::to_string(bytes.size()) +
+                         " bytes, an index has at least " + std::to_string(kMinIndex));
+  }
+  if (EncodedVersion(bytes) != kIndexVersion) {
+    return DataLossError(prefix + "not a version " + std::to_string(kIndexVersion) + " index");
+  }
+  const size_t body = bytes.size() - 8;
+  uint64_t stored;
+  std::memcpy(&stored, bytes.data() + body, 8);
+  const uint64_t computed = Checksum64(bytes.data(), body);
+  if (stored != computed) {
+    return DataLossError(prefix + "checksum mismatch over bytes [0, " + std::to_string(body) +
+                         "): stored " + Hex16(stored) + ", computed " + Hex16(computed));
+  }
+  ManifestIndex idx;
+  SP_RETURN_IF_ERROR(IndexDecoder(bytes.substr(0, body), name).Run(&idx));
+  return idx;
+}
+
+std::vector<uint32_t> ShardsForKeys(const ManifestIndex& index,
+                                    const std::vector<std::string>& tensor_keys,
+                                    const std::vector<std::string>& object_keys) {
+  std::vector<uint32_t> out;
+  for (const std::string& k : tensor_keys) {
+    auto it =
+        std::lower_bound(index.tensors.begin(), index.tensors.end(), k,
+                         [](const TensorEntry& t, const std::string& key) { return t.key < key; });
+    if (it != index.tensors.end() && it->key == k) out.push_back(it->shard);
+  }
+  for (const std::string& k : object_keys) {
+    auto it =
+        std::lower_bound(index.objects.begin(), index.objects.end(), k,
+                         [](const ObjectEntry& o, const std::string& key) { return o.key < key; });
+    for (; it != index.objects.end() && it->key == k; ++it) out.push_back(it->shard);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+}  // namespace shardpoint::internal_format

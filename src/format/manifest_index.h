@@ -1,0 +1,107 @@
+// The manifest of format v3: a small index (the file `manifest`, the commit
+// point) and manifest shards (back to back in `data/manifest.shards`), so
+// that a loading rank reads and decodes only the records of the keys it
+// needs (docs/format.md section 3.2).
+//
+// The index holds every tensor's and object's skeleton (key, dtype, shape or
+// index and grid) with the shard that holds its full record, each shard's
+// size and checksum, the common blob and the user metadata. A shard is an
+// ordinary v2 manifest (same encoding, DecodeManifest validates it) holding
+// the full records of its keys and only the files they name, with no common
+// blob and no metadata.
+//
+// SplitManifest and MergeShards are inverses up to the order of the file
+// list: MergeShards numbers files by first use (shard order, tensors before
+// objects), and SplitManifest's CanonicalFileOrder gives that order, so
+// MergeShards(SplitManifest(m)) == CanonicalFileOrder(m) (files no record
+// names are dropped).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "src/format/manifest.h"
+
+namespace shardpoint::internal_format {
+
+inline constexpr uint32_t kIndexVersion = 3;
+// In data/, so that everything that clears a failed save's data clears it
+// too; written and made durable with the data files, before the index.
+inline constexpr char kShardsFile[] = "data/manifest.shards";
+// Shards are cut at record boundaries once they reach this many bytes; a
+// record larger than it gets a shard of its own.
+inline constexpr uint64_t kDefaultShardBytes = uint64_t{64} << 10;
+
+struct ShardRef {
+  uint64_t nbytes = 0;    // its size
+  uint64_t checksum = 0;  // Checksum64 of its bytes
+  uint64_t offset = 0;    // in kShardsFile: the sum of the sizes before it (not encoded)
+};
+
+struct TensorEntry {
+  std::string key;
+  DType dtype = DType::kF32;
+  Shape shape;
+  uint32_t shard = 0;
+  uint64_t num_chunks = 0;
+};
+
+struct ObjectEntry {
+  std::string key;
+  Shape index;
+  Shape grid;
+  uint32_t shard = 0;
+};
+
+struct ManifestIndex {
+  uint64_t block_size = kDefaultBlockSize;
+  std::vector<ShardRef> shards;
+  std::vector<TensorEntry> tensors;  // sorted by key, unique
+  std::vector<ObjectEntry> objects;  // sorted by (key, index), unique
+  bool has_common = false;
+  std::string common;
+  std::string metadata_json;
+};
+
+// The version field of encoded manifest or index bytes (0 if too short).
+uint32_t EncodedVersion(std::string_view bytes);
+
+// "<dir>/data/manifest.shards shard <s> (bytes [a, b))": errors name a shard so.
+std::string ShardName(const ManifestIndex& index, uint32_t s, const std::string& dir);
+
+// `m` with its files numbered by first use (see above).
+Manifest CanonicalFileOrder(const Manifest& m);
+
+struct SplitResult {
+  ManifestIndex index;
+  std::vector<std::string> shards;  // encoded; kShardsFile is their concatenation
+};
+// Cuts `m` (a v2 manifest: block checksums) into shards of about
+// `shard_bytes` each, tensors and objects in key order.
+SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes = kDefaultShardBytes);
+
+std::string EncodeIndex(const ManifestIndex& index);
+// Validates as DecodeManifest does (counts bounded before use, sorted
+// unique keys, shard numbers in range); DataLoss naming `name`.
+Result<ManifestIndex> DecodeIndex(std::string_view bytes, const std::string& name);
+
+// The shards that hold the records of `tensor_keys` and `object_keys`
+// (sorted, unique). Keys the index does not hold are skipped.
+std::vector<uint32_t> ShardsForKeys(const ManifestIndex& index,
+                                    const std::vector<std::string>& tensor_keys,
+                                    const std::vector<std::string>& object_keys);
+
+// A manifest from the index and the bytes of some of its shards (`have`:
+// shard number -> bytes; the others are not read). Checks each shard's size
+// and checksum against the index and that it holds exactly the records the
+// index assigns to it. The result's version is 3 (EncodeManifest writes it
+// as a version 2 manifest). Tensors and objects of shards not given keep their
+// skeleton (no chunks; object location 0), so every rank sees the same
+// tensor and object numbering. `dir` names the files in errors.
+Result<Manifest> MergeShards(const ManifestIndex& index,
+                             const std::vector<std::pair<uint32_t, std::string>>& have,
+                             const std::string& dir);
+
+}  // namespace shardpoint::internal_format

@@ -1,0 +1,131 @@
+// MergeShards: a manifest from a v3 index and some of its shards
+// (src/format/manifest_index.h).
+#include <unordered_map>
+#include <utility>
+
+#include "src/base/hex.h"
+#include "src/format/checksum.h"
+#include "src/format/manifest_index.h"
+
+using shardpoint::internal_base::Hex16;
+
+namespace shardpoint::internal_format {
+namespace {
+
+// A decoded shard and how far its records have been taken.
+struct OpenShard {
+  Manifest m;
+  std::string name;
+  size_t next_tensor = 0;
+  size_t next_object = 0;
+  std::vector<uint32_t> global_file;  // shard file number -> merged file number
+};
+
+Result<OpenShard> OpenOne(const ManifestIndex& index, uint32_t s, std::string_view bytes,
+                          const std::string& dir) {
+  OpenShard out;
+  out.name = ShardName(index, s, dir);
+  if (s >= index.shards.size()) {
+    return DataLossError("manifest shard '" + out.name + "': the index has " +
+                         std::to_string(index.shards.size()) + " shards");
+  }
+  const ShardRef& ref = index.shards[s];
+  if (bytes.size() != ref.nbytes) {
+    return DataLossError("manifest shard '" + out.name + "': " + std::to_string(bytes.size()) +
+                         " bytes but the index says " + std::to_string(ref.nbytes));
+  }
+  const uint64_t sum = Checksum64(bytes.data(), bytes.size());
+  if (sum != ref.checksum) {
+    return DataLossError("manifest shard '" + out.name + "': checksum mismatch over bytes [0, " +
+                         std::to_string(bytes.size()) + "): the index says " + Hex16(ref.checksum) +
+                         ", computed " + Hex16(sum));
+  }
+  SP_ASSIGN_OR_RETURN(out.m, DecodeManifest(bytes, out.name));
+  if (out.m.version != 2 || out.m.block_size != index.block_size || out.m.has_common ||
+      !out.m.metadata_json.empty()) {
+    return DataLossError("manifest shard '" + out.name +
+                         "': not a shard of this index (version, block size, common blob or "
+                         "metadata differ)");
+  }
+  return out;
+}
+
+Status Mismatch(const OpenShard& sh, const std::string& what) {
+  return DataLossError("manifest shard '" + sh.name + "': " + what);
+}
+
+}  // namespace
+
+Result<Manifest> MergeShards(const ManifestIndex& index,
+                             const std::vector<std::pair<uint32_t, std::string>>& have,
+                             const std::string& dir) {
+  std::unordered_map<uint32_t, OpenShard> open;
+  for (const auto& [s, bytes] : have) {
+    SP_ASSIGN_OR_RETURN(OpenShard sh, OpenOne(index, s, bytes, dir));
+    open.insert_or_assign(s, std::move(sh));
+  }
+  Manifest m;
+  m.version = kIndexVersion;  // what was read; it encodes as version 2
+  m.block_size = index.block_size;
+  m.has_common = index.has_common;
+  m.common = index.common;
+  m.metadata_json = index.metadata_json;
+  std::unordered_map<std::string, uint32_t> numbers;
+  auto file = [&](OpenShard& sh, uint32_t f) {
+    if (sh.global_file.empty()) sh.global_file.assign(sh.m.files.size(), UINT32_MAX);
+    uint32_t& g = sh.global_file[f];
+    if (g == UINT32_MAX) {
+      auto [it, added] = numbers.emplace(sh.m.files[f], static_cast<uint32_t>(m.files.size()));
+      if (added) m.files.push_back(sh.m.files[f]);
+      g = it->second;
+    }
+    return g;
+  };
+  m.tensors.resize(index.tensors.size());
+  for (size_t i = 0; i < index.tensors.size(); ++i) {
+    const TensorEntry& e = index.tensors[i];
+    TensorRecord& t = m.tensors[i];
+    auto it = open.find(e.shard);
+    if (it == open.end()) {
+      t.key = e.key, t.dtype = e.dtype, t.shape = e.shape;
+      continue;
+    }
+    OpenShard& sh = it->second;
+    if (sh.next_tensor >= sh.m.tensors.size() || sh.m.tensors[sh.next_tensor].key != e.key) {
+      return Mismatch(sh, "does not hold tensor '" + e.key + "' where the index puts it");
+    }
+    t = std::move(sh.m.tensors[sh.next_tensor++]);
+    if (t.dtype != e.dtype || t.shape != e.shape || t.chunks.size() != e.num_chunks) {
+      return Mismatch(
+          sh, "tensor '" + e.key + "' differs from the index (dtype, shape or " + "chunk count)");
+    }
+    for (ChunkRecord& c : t.chunks) c.file = file(sh, c.file);
+  }
+  m.objects.resize(index.objects.size());
+  for (size_t i = 0; i < index.objects.size(); ++i) {
+    const ObjectEntry& e = index.objects[i];
+    ObjectRecord& o = m.objects[i];
+    auto it = open.find(e.shard);
+    if (it == open.end()) {
+      o.key = e.key, o.index = e.index, o.grid = e.grid;
+      continue;
+    }
+    OpenShard& sh = it->second;
+    if (sh.next_object >= sh.m.objects.size() || sh.m.objects[sh.next_object].key != e.key ||
+        sh.m.objects[sh.next_object].index != e.index ||
+        sh.m.objects[sh.next_object].grid != e.grid) {
+      return Mismatch(sh, "does not hold object '" + e.key + "' index " + ShapeToString(e.index) +
+                              " where the index puts it");
+    }
+    o = std::move(sh.m.objects[sh.next_object++]);
+    o.file = file(sh, o.file);
+  }
+  for (const auto& [s, sh] : open) {
+    if (sh.next_tensor != sh.m.tensors.size() || sh.next_object != sh.m.objects.size()) {
+      return Mismatch(sh, "holds records the index does not put in it");
+    }
+  }
+  return m;
+}
+
+}  // namespace shardpoint::internal_format

@@ -1,0 +1,49 @@
+#include "src/source/manifest_read.h"
+
+#include <string>
+#include <utility>
+
+#include "src/io/path.h"
+#include "src/io/staged_output.h"
+#include "src/source/manifest_shards.h"
+#include "src/source/remove_checkpoint.h"
+
+using shardpoint::internal_format::kManifestName;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_io::JoinPath;
+using shardpoint::internal_io::RecoverSwap;
+
+namespace shardpoint::internal_source {
+
+Result<bool> RecoverCheckpointSwap(Storage* storage, const std::string& dir) {
+  return RecoverSwap(
+      storage, dir,
+      [storage](const std::string& partial) {
+        return storage->Exists(JoinPath(partial, kManifestName));
+      },
+      [storage](const std::string& old) { return RemoveCheckpoint(storage, old); });
+}
+
+Result<std::string> ReadManifestFile(Storage* storage, const std::string& dir) {
+  const std::string path = JoinPath(dir, kManifestName);
+  SP_ASSIGN_OR_RETURN(bool exists, storage->Exists(path));
+  if (!exists) {
+    SP_ASSIGN_OR_RETURN(bool recovered, RecoverCheckpointSwap(storage, dir));
+    if (recovered) return storage->ReadFileToString(path);
+    return NotFoundError("no checkpoint at '" + dir + "': '" + path +
+                         "' does not exist (a save that did not commit leaves no manifest)");
+  }
+  return storage->ReadFileToString(path);
+}
+
+Result<std::string> ReadManifestBytes(Storage* storage, const std::string& dir) {
+  SP_ASSIGN_OR_RETURN(std::string top, ReadManifestFile(storage, dir));
+  return WholeManifestBytes(storage, dir, std::move(top));
+}
+
+Result<Manifest> ReadManifest(Storage* storage, const std::string& dir) {
+  SP_ASSIGN_OR_RETURN(std::string top, ReadManifestFile(storage, dir));
+  return WholeManifest(storage, dir, top);
+}
+
+}  // namespace shardpoint::internal_source

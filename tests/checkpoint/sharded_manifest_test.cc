@@ -1,0 +1,218 @@
+// Format v3 end to end on the real filesystem: a save writes an index and
+// manifest shards; a load under any rank count reads the index once and each
+// shard it needs at most once (metadata reads counted by a storage wrapper),
+// and loads bit for bit; a bad shard fails every rank naming it.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "shardpoint/checkpoint.h"
+#include "shardpoint/verify.h"
+#include "src/checkpoint/manifest_fetch.h"
+#include "src/checkpoint/manifest_io.h"
+#include "src/format/manifest_index.h"
+#include "src/source/manifest_read.h"
+#include "tests/testing/reference.h"
+#include "tests/testing/transformer.h"
+
+namespace shardpoint {
+namespace {
+
+using internal_checkpoint::ManifestSharding;
+using testing::ParallelConfig;
+
+// Counts the reads of the manifest and of the manifest shards.
+class MetadataCounter : public StorageWrapper {
+ public:
+  using StorageWrapper::StorageWrapper;
+  std::atomic<int> manifest_reads{0}, shard_reads{0};
+
+  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, StorageWrapper::NewReadableFile(path));
+    std::atomic<int>* count = path.ends_with("/manifest")               ? &manifest_reads
+                              : path.ends_with("/data/manifest.shards") ? &shard_reads
+                                                                        : nullptr;
+    return std::unique_ptr<ReadableFile>(new Counting(std::move(f), count));
+  }
+
+ private:
+  class Counting : public ReadableFileWrapper {
+   public:
+    Counting(std::unique_ptr<ReadableFile> f, std::atomic<int>* count)
+        : ReadableFileWrapper(std::move(f)), count_(count) {}
+    Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
+      if (count_ != nullptr) ++*count_;
+      return ReadableFileWrapper::ReadAt(offset, n, dst);
+    }
+
+   private:
+    std::atomic<int>* count_;
+  };
+};
+
+Status First(const std::vector<Status>& all) {
+  for (const Status& s : all) {
+    if (!s.ok()) return s;
+  }
+  return OkStatus();
+}
+
+class ShardedManifestTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/shardpoint_sharded_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    dir_ = root_ + "/ckpt";
+    internal_checkpoint::SetManifestSharding(ManifestSharding{0, 4096});
+  }
+  void TearDown() override {
+    internal_checkpoint::SetManifestSharding(ManifestSharding{});
+    ASSERT_TRUE(DefaultStorage()->RemoveAll(root_).ok());
+  }
+  // Saves the reference model under `p` into `dir`.
+  void SaveModel(const ParallelConfig& p, const std::string& dir) {
+    std::vector<testing::RankState> src(p.world());
+    for (int r = 0; r < p.world(); ++r) {
+      auto rs = testing::BuildRankState(model_, p, r);
+      ASSERT_TRUE(rs.ok()) << rs.status().ToString();
+      src[r] = std::move(*rs);
+      ASSERT_TRUE(testing::FillFromReference(ref_, src[r].state.tensors).ok());
+    }
+    ASSERT_TRUE(First(RunThreadRanks(p.world(), [&](Comm& comm) {
+                  return Save(src[comm.rank()].state, dir, comm).status();
+                })).ok());
+  }
+  // Loads under `p` through `storage`; every rank's status.
+  std::vector<Status> LoadModel(const ParallelConfig& p, Storage* storage, bool check = true,
+                                bool cooperative = true) {
+    std::vector<testing::RankState> dst(p.world());
+    for (int r = 0; r < p.world(); ++r) {
+      auto rs = testing::BuildRankState(model_, p, r);
+      EXPECT_TRUE(rs.ok());
+      dst[r] = std::move(*rs);
+      dst[r].state.objects.clear();
+    }
+    LoadOptions o;
+    o.storage = storage;
+    o.allow_unexpected_keys = true;
+    o.cooperative = cooperative;
+    received_.assign(p.world(), 0);
+    std::vector<Status> out = RunThreadRanks(p.world(), [&](Comm& comm) {
+      Status s = Load(dst[comm.rank()].state, dir_, comm, o).status();
+      received_[comm.rank()] = internal_checkpoint::LastFetchStats().bytes_received;
+      return s;
+    });
+    for (int r = 0; check && First(out).ok() && r < p.world(); ++r) {
+      Status c = testing::CheckAgainstReference(ref_, dst[r].state.tensors);
+      EXPECT_TRUE(c.ok()) << "rank " << r << ": " << c.ToString();
+    }
+    return out;
+  }
+  internal_format::ManifestIndex Index() {
+    Result<std::string> top = DefaultStorage()->ReadFileToString(dir_ + "/manifest");
+    EXPECT_TRUE(top.ok());
+    Result<internal_format::ManifestIndex> idx = internal_format::DecodeIndex(*top, "manifest");
+    EXPECT_TRUE(idx.ok()) << idx.status().ToString();
+    return idx.ok() ? *idx : internal_format::ManifestIndex{};
+  }
+
+  testing::ModelConfig model_{4, 64, 256, 1000};
+  testing::RefModel ref_ = testing::MakeReference(model_, 41);
+  std::string root_, dir_;
+  std::vector<uint64_t> received_;  // manifest shard bytes each rank got
+};
+
+TEST_F(ShardedManifestTest, LoadsBitForBitReadingTheIndexOnceAndEachShardAtMostOnce) {
+  SaveModel(ParallelConfig{2, 2, 2, true}, dir_);
+  const internal_format::ManifestIndex index = Index();
+  ASSERT_GT(index.shards.size(), 8u);  // a v3 index with many shards
+  for (const ParallelConfig& p : {ParallelConfig{1, 1, 1, false}, ParallelConfig{1, 2, 2, true},
+                                  ParallelConfig{2, 2, 4, true}}) {
+    MetadataCounter counter(DefaultStorage());
+    Status s = First(LoadModel(p, &counter));
+    ASSERT_TRUE(s.ok()) << p.ToString() << ": " << s.ToString();
+    // The manifest file is read by rank 0 only (one ReadAt for the whole file).
+    EXPECT_EQ(counter.manifest_reads.load(), 1) << p.ToString();
+    // Each shard is read at most once, by one reader, whatever the rank count.
+    EXPECT_GE(counter.shard_reads.load(), 1) << p.ToString();
+    EXPECT_LE(counter.shard_reads.load(), static_cast<int>(index.shards.size())) << p.ToString();
+  }
+}
+
+TEST_F(ShardedManifestTest, ARankGetsOnlyTheShardsOfItsKeys) {
+  // One record a shard: a rank's keys are not contiguous in key order
+  // (optimizer state keys interleave the stages), so only small shards
+  // separate them at this model's size.
+  internal_checkpoint::SetManifestSharding(ManifestSharding{0, 1});
+  SaveModel(ParallelConfig{2, 2, 2, true}, dir_);
+  const internal_format::ManifestIndex index = Index();
+  uint64_t total = 0;
+  for (const auto& s : index.shards) total += s.nbytes;
+  // Not cooperative: a pipeline stage holds half the layers, so each rank
+  // gets about half the records (plus the shared embeddings' shards).
+  MetadataCounter counter(DefaultStorage());
+  Status s = First(LoadModel(ParallelConfig{1, 2, 2, true}, &counter, true, false));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  for (size_t r = 0; r < received_.size(); ++r) {
+    EXPECT_GT(received_[r], 0u) << "rank " << r;
+    EXPECT_LT(received_[r], total * 3 / 4) << "rank " << r << " of " << total;
+  }
+  EXPECT_EQ(counter.manifest_reads.load(), 1);
+  EXPECT_LE(counter.shard_reads.load(), static_cast<int>(index.shards.size()));
+}
+
+TEST_F(ShardedManifestTest, VerifyAndDescribeSeeTheWholeManifest) {
+  SaveModel(ParallelConfig{2, 2, 2, true}, dir_);
+  ASSERT_GT(Index().shards.size(), 8u);
+  // The same save with one v2 manifest: the whole of the v3 one equals it.
+  internal_checkpoint::SetManifestSharding(ManifestSharding{});
+  SaveModel(ParallelConfig{2, 2, 2, true}, root_ + "/v2");
+  Result<std::string> v2 = DefaultStorage()->ReadFileToString(root_ + "/v2/manifest");
+  ASSERT_TRUE(v2.ok());
+  ASSERT_EQ(internal_format::EncodedVersion(*v2), 2u);
+  Result<internal_format::Manifest> whole = internal_source::ReadManifest(DefaultStorage(), dir_);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  Result<internal_format::Manifest> old = internal_format::DecodeManifest(*v2, "v2");
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(internal_format::EncodeManifest(*whole),
+            internal_format::EncodeManifest(internal_format::CanonicalFileOrder(*old)));
+  Result<CheckpointDescription> d = DescribeCheckpoint(dir_);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->tensors.size(), old->tensors.size());
+  EXPECT_EQ(d->format_version, 3u);
+  Result<VerifyReport> report = VerifyCheckpoint(dir_);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->ok());
+}
+
+TEST_F(ShardedManifestTest, ACorruptShardFailsEveryRankNamingIt) {
+  SaveModel(ParallelConfig{2, 1, 2, true}, dir_);
+  const internal_format::ManifestIndex index = Index();
+  ASSERT_GT(index.shards.size(), 2u);
+  {
+    std::fstream f(dir_ + "/data/manifest.shards", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(index.shards[0].nbytes / 2));
+    f.put('\x7f');
+  }
+  std::vector<Status> all = LoadModel(ParallelConfig{2, 1, 2, true}, DefaultStorage(), false);
+  for (const Status& s : all) {
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+    EXPECT_NE(
+        s.message().find("manifest shard '" + dir_ + "/data/manifest.shards shard 0 (bytes [0, " +
+                         std::to_string(index.shards[0].nbytes) + "))': checksum mismatch"),
+        std::string::npos)
+        << s.ToString();
+  }
+  // verify reads the whole manifest: the same error.
+  Result<VerifyReport> report = VerifyCheckpoint(dir_);
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.status().message().find("shard 0 (bytes [0, "), std::string::npos)
+      << report.status().ToString();
+}
+
+}  // namespace
+}  // namespace shardpoint

@@ -1,0 +1,126 @@
+// A sharded manifest (format v3) under mpirun: saved by every process, loaded
+// back bit for bit (cooperative and not) with each shard read at most once in
+// the whole job (reads counted per process and summed), and a corrupt shard
+// fails every process with the same DataLoss naming it.
+// Run: mpirun --allow-run-as-root --oversubscribe -np 3 build-test/sharded_manifest_check
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+
+#include "shardpoint/checkpoint.h"
+#include "src/checkpoint/manifest_io.h"
+#include "src/format/manifest_index.h"
+#include "tests/mpi/mpi_test_main.h"
+#include "tests/testing/reference.h"
+#include "tests/testing/transformer.h"
+
+namespace shardpoint {
+namespace {
+
+// Counts the reads of data/manifest.shards.
+class ShardReads : public StorageWrapper {
+ public:
+  using StorageWrapper::StorageWrapper;
+  std::atomic<int> reads{0};
+  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, StorageWrapper::NewReadableFile(path));
+    if (!path.ends_with("/data/manifest.shards")) return f;
+    return std::unique_ptr<ReadableFile>(new Counting(std::move(f), &reads));
+  }
+
+ private:
+  class Counting : public ReadableFileWrapper {
+   public:
+    Counting(std::unique_ptr<ReadableFile> f, std::atomic<int>* n)
+        : ReadableFileWrapper(std::move(f)), n_(n) {}
+    Status ReadAt(uint64_t offset, size_t len, void* dst) const override {
+      ++*n_;
+      return ReadableFileWrapper::ReadAt(offset, len, dst);
+    }
+
+   private:
+    std::atomic<int>* n_;
+  };
+};
+
+std::string SharedTempDir(Comm& comm) {
+  std::string dir;
+  if (comm.rank() == 0) {
+    char tmpl[] = "/tmp/shardpoint_mpi_sharded_XXXXXX";
+    dir = mkdtemp(tmpl) ? tmpl : "";
+  }
+  EXPECT_TRUE(comm.Broadcast(&dir, 0).ok());
+  return dir;
+}
+
+TEST(ShardedManifest, LoadsBackAndReadsEachShardOnceInTheJob) {
+  auto world = MakeMpiComm(MPI_COMM_WORLD);
+  ASSERT_NE(world, nullptr);
+  const int n = world->size(), rank = world->rank();
+  const std::string root = SharedTempDir(*world);
+  ASSERT_FALSE(root.empty());
+  internal_checkpoint::SetManifestSharding({0, 2048});
+  const testing::ModelConfig model{2, 64, 256, 1000};
+  const testing::RefModel ref = testing::MakeReference(model, 7);
+  const testing::ParallelConfig p{1, 1, n, true};
+  auto src = testing::BuildRankState(model, p, rank);
+  ASSERT_TRUE(src.ok());
+  ASSERT_TRUE(testing::FillFromReference(ref, src->state.tensors).ok());
+  const std::string dir = root + "/ckpt";
+  ASSERT_TRUE(Save(src->state, dir, *world).ok());
+  Result<std::string> top = DefaultStorage()->ReadFileToString(dir + "/manifest");
+  ASSERT_TRUE(top.ok());
+  Result<internal_format::ManifestIndex> index = internal_format::DecodeIndex(*top, "manifest");
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  ASSERT_GT(index->shards.size(), 2u);
+
+  for (bool cooperative : {false, true}) {
+    auto dst = testing::BuildRankState(model, p, rank);
+    ASSERT_TRUE(dst.ok());
+    ShardReads counter(DefaultStorage());
+    LoadOptions o;
+    o.storage = &counter;
+    o.cooperative = cooperative;
+    Status s = Load(dst->state, dir, *world, o).status();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    Status c = testing::CheckAgainstReference(ref, dst->state.tensors);
+    EXPECT_TRUE(c.ok()) << c.ToString();
+    std::vector<std::string> all;
+    ASSERT_TRUE(world->AllGather(std::to_string(counter.reads.load()), &all).ok());
+    int total = 0;
+    for (const std::string& x : all) total += std::stoi(x);
+    EXPECT_GE(total, 1);
+    EXPECT_LE(total, static_cast<int>(index->shards.size())) << "cooperative " << cooperative;
+  }
+
+  // A corrupt shard: every process fails with the same DataLoss naming it.
+  ASSERT_TRUE(world->Barrier().ok());
+  if (rank == 0) {
+    std::fstream f(dir + "/data/manifest.shards", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(index->shards[0].nbytes / 2));
+    f.put('\x55');
+  }
+  ASSERT_TRUE(world->Barrier().ok());
+  auto dst = testing::BuildRankState(model, p, rank);
+  ASSERT_TRUE(dst.ok());
+  Status s = Load(dst->state, dir, *world).status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_NE(s.message().find("data/manifest.shards shard 0 (bytes [0, "), std::string::npos)
+      << s.ToString();
+  std::vector<std::string> messages;
+  ASSERT_TRUE(world->AllGather(s.message(), &messages).ok());
+  for (const std::string& m : messages) EXPECT_EQ(m, messages[0]);
+  internal_checkpoint::SetManifestSharding({});
+  ASSERT_TRUE(world->Barrier().ok());
+  if (rank == 0) {
+    EXPECT_TRUE(DefaultStorage()->RemoveAll(root).ok());
+  }
+}
+
+}  // namespace
+}  // namespace shardpoint
+
+int main(int argc, char** argv) {
+  return shardpoint::testing::RunMpiTests(argc, argv, "sharded_manifest_check");
+}
