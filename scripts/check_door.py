@@ -98,10 +98,10 @@ def check_cpp(rel, text):
             re.search(r"\b" + re.escape(v) + r"\b", st) for v in named)
         if has_name and CPP_PRESENCE.search(st):
             errors.append(f"{rel}:{line}: tests for a checkpoint file outside src/source/ "
-                          f"(use the door: DetectCheckpointKind, HasManifest): {st.strip()[:120]}")
+                          f"(use the door: DetectCheckpointKind, HasManifest): {' '.join(st.split())[:120]}")
         elif CPP_COMPARE.search(st):
             errors.append(f"{rel}:{line}: compares a name with a checkpoint file outside "
-                          f"src/source/: {st.strip()[:120]}")
+                          f"src/source/: {' '.join(st.split())[:120]}")
         if CPP_NAME.search(st):
             m = CPP_ASSIGN.search(st)
             if m:
