@@ -13,10 +13,10 @@
 #include <string>
 #include <string_view>
 
-#include "src/hf/hf_dir.h"
+#include "src/source/hf_dir.h"
 
-using shardpoint::internal_hf::DecodeHfHeaders;
-using shardpoint::internal_hf::HfDirIndex;
+using shardpoint::internal_source::DecodeHfHeaders;
+using shardpoint::internal_source::HfDirIndex;
 
 namespace {
 

@@ -19,8 +19,8 @@
 
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/hf.h"
-#include "src/hf/hf_dir.h"
 #include "src/plan/save_plan.h"
+#include "src/source/hf_dir.h"
 
 namespace sp = shardpoint;
 namespace fs = std::filesystem;
@@ -98,7 +98,8 @@ void HfModel(const fs::path& out, const fs::path& tmp) {
   o.max_shard_size = 64;  // several files and an index
   o.config_json = config;
   Check(sp::WriteHfModel(dir.string(), t, o));
-  sp::Result<std::string> blob = sp::internal_hf::ReadHfHeaders(sp::DefaultStorage(), dir.string());
+  sp::Result<std::string> blob =
+      sp::internal_source::ReadHfHeaders(sp::DefaultStorage(), dir.string());
   Check(blob.status());
   Put(out / "hf_headers", "blob", "\x01" + *blob);  // odd first byte: the whole blob
   Put(out / "hf_headers", "index", "\x00" + Slurp(dir / sp::internal_hf::kHfIndexName));

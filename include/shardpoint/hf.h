@@ -26,6 +26,7 @@
 
 #include "shardpoint/diff.h"
 #include "shardpoint/hf_export.h"
+#include "shardpoint/hf_keys.h"
 #include "shardpoint/hf_load.h"
 #include "shardpoint/hf_mapping.h"
 #include "shardpoint/hf_write.h"

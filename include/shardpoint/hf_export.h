@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "shardpoint/checkpoint_kind.h"
 #include "shardpoint/dtype.h"
 #include "shardpoint/hf_mapping.h"
 #include "shardpoint/resources.h"
@@ -48,6 +49,9 @@ struct ExportHfOptions : Resources {
   bool overwrite = false;
 };
 struct ExportHfStats {
+  // What the source directory was, as the door decided when it opened it
+  // (DetectCheckpointKind, once).
+  CheckpointKind source_kind = CheckpointKind::kNone;
   int files = 0;
   int64_t tensors = 0;
   uint64_t bytes = 0;
@@ -67,6 +71,14 @@ Result<ExportHfStats> ExportHf(const std::string& ckpt_dir, const std::string& o
 Result<ExportHfStats> ConvertHfToShardpoint(const std::string& hf_dir, const std::string& ckpt_dir,
                                             const HfMapping& mapping,
                                             const ExportHfOptions& options = {});
+
+// Converts `src_dir` by what it is, decided once when it is opened: a
+// shardpoint checkpoint to an HF model at `dst` (as ExportHf), an HF model or
+// a PyTorch DCP directory (Megatron torch_dist included) to a shardpoint
+// checkpoint (as ConvertHfToShardpoint). stats.source_kind says which (the
+// CLI's `convert`).
+Result<ExportHfStats> Convert(const std::string& src_dir, const std::string& dst,
+                              const HfMapping& mapping, const ExportHfOptions& options = {});
 
 // Offline any checkpoint (shardpoint, HF model, PyTorch DCP) -> a PyTorch
 // DCP directory (`.metadata` + `__<n>_0.distcp`, FileSystemWriter's layout),

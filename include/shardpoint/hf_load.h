@@ -4,7 +4,8 @@
 // tensor held by a contiguous byte range of an HF file, so a sharded load
 // reads only the bytes of its own shards, through the same load pipeline as
 // Load (docs/architecture.md). DescribeHf says what a model provides, HfShard
-// cuts a rank's shard of it, LoadFromHf (collective) fills every rank's state.
+// (hf_keys.h) cuts a rank's shard of it, LoadFromHf (collective) fills every
+// rank's state.
 #pragma once
 
 #include <cstdint>
@@ -14,23 +15,13 @@
 
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/comm.h"
+#include "shardpoint/hf_keys.h"
 #include "shardpoint/hf_mapping.h"
 #include "shardpoint/state.h"
 #include "shardpoint/status.h"
 #include "shardpoint/storage.h"
-#include "shardpoint/tensor.h"
 
 namespace shardpoint {
-
-// What an HF model provides, in shardpoint keys.
-struct HfKeyInfo {
-  std::string key;
-  DType dtype = DType::kF32;
-  Shape shape;
-  std::string split;              // the rule's hint ("replicated" if unmatched)
-  int64_t heads = 0, groups = 0;  // gqa rules
-  std::vector<std::string> hf;    // the HF tensors it is made of
-};
 
 // Resources (resources.h): storage (the rest is not used).
 struct HfOptions : Resources {
@@ -39,18 +30,6 @@ struct HfOptions : Resources {
 };
 Result<std::vector<HfKeyInfo>> DescribeHf(const std::string& hf_dir, const HfMapping& mapping,
                                           const HfOptions& options = {});
-
-// Tensor, expert parallel coordinates for HfShard.
-struct HfParallel {
-  int tp_rank = 0, tp_size = 1;
-  int ep_rank = 0, ep_size = 1;
-};
-// The Megatron-style local tensor of `info` at `data` following its hint:
-// column/vocab/gqa = ColumnParallel, row = RowParallel, replicated =
-// WholeTensor, swiglu = SwiGluFc1 over one [2F, ...] key, experts_swiglu =
-// FusedGateUpExperts, experts_row / experts_column = StackedExperts split on
-// the expert's dim 1 / 0. `dtype` is the local dtype.
-Result<LocalTensor> HfShard(const HfKeyInfo& info, DType dtype, void* data, const HfParallel& p);
 
 // Load's options with the defaults of an HF load: every rank reads only the
 // bytes of its own boxes (cooperative off, no gap bridging). HF files carry

@@ -267,7 +267,7 @@ class StorageReader(_D.StorageReader):  # type: ignore[misc, name-defined]
 
     def read_metadata(self) -> Any:
         path = self._where()
-        if os.path.exists(os.path.join(path, ".metadata")):  # a plain DCP directory
+        if _C.checkpoint_kind(path) == "pytorch_dcp":  # a plain DCP directory
             self._objects = "dcp"
             return _D.FileSystemReader(path).read_metadata()
         md = _sp_metadata(path)

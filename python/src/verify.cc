@@ -57,6 +57,13 @@ void RegisterVerify(py::module_& m) {
         return Unwrap(DescribeCheckpoint(dir, o));
       },
       py::arg("dir"), py::arg("storage") = std::nullopt, py::call_guard<py::gil_scoped_release>());
+  // What a directory holds, decided by the door (shardpoint/checkpoint_kind.h).
+  m.def(
+      "checkpoint_kind",
+      [](const std::string& dir) {
+        return std::string(CheckpointKindName(Unwrap(DetectCheckpointKind(dir))));
+      },
+      py::arg("dir"), py::call_guard<py::gil_scoped_release>());
 
   py::enum_<VerifyFault::Kind>(m, "VerifyFaultKind")
       .value("TILING", VerifyFault::Kind::kTiling)

@@ -56,6 +56,7 @@ using shardpoint::internal_io::JoinPath;
 using shardpoint::internal_io::ParentDir;
 using shardpoint::internal_io::StripSlashes;
 using shardpoint::internal_io::SwapIntoPlace;
+using shardpoint::internal_source::HasManifest;
 using shardpoint::internal_source::RecoverCheckpointSwap;
 using shardpoint::internal_source::RemoveCheckpoint;
 
@@ -103,7 +104,7 @@ Status ClearLeftover(Storage* storage, const std::string& dir, const std::string
 Result<std::string> PrepareDirectory(Storage* storage, const std::string& dir, bool overwrite) {
   SP_RETURN_IF_ERROR(RecoverCheckpointSwap(storage, dir).status());
   SP_RETURN_IF_ERROR(storage->CreateDirs(dir));
-  SP_ASSIGN_OR_RETURN(bool exists, storage->Exists(JoinPath(dir, kManifestName)));
+  SP_ASSIGN_OR_RETURN(bool exists, HasManifest(storage, dir));
   if (exists && !overwrite) {
     return FailedPreconditionError("a checkpoint already exists at '" + dir +
                                    "' (it has a manifest); save elsewhere or pass overwrite");
@@ -144,7 +145,7 @@ Status CommitCheckpoint(Storage* storage, const std::string& dir, const std::str
 }
 
 Status RemoveFailedSave(Storage* storage, const std::string& dir, const std::string& w) {
-  SP_ASSIGN_OR_RETURN(bool committed, storage->Exists(JoinPath(w, kManifestName)));
+  SP_ASSIGN_OR_RETURN(bool committed, HasManifest(storage, w));
   if (committed) return OkStatus();
   if (w != dir) return storage->RemoveAll(w);
   Status first = storage->RemoveAll(JoinPath(w, kDataDir));

@@ -4,7 +4,7 @@
 //   1. rank 0 decides what `dir` is and reads its index (the manifest, or
 //      for a PyTorch DCP directory the index src/dcp/ builds: its chunks carry
 //      no checksums, so none are verified) and broadcasts its bytes or its
-//      error; all decode them (src/checkpoint/open_source.h);
+//      error; all decode them (src/source/open_source.h);
 //                                                             (broadcast)
 //      a sharded manifest (format v3): rank 0 broadcasts the index and
 //      each rank gets the shards of its keys (src/checkpoint/manifest_fetch.h);
@@ -17,8 +17,8 @@
 #include "src/base/guard.h"
 #include "src/checkpoint/load_source.h"
 #include "src/checkpoint/manifest_fetch.h"
-#include "src/checkpoint/open_source.h"
 #include "src/comm/agreed.h"
+#include "src/source/open_source.h"
 
 namespace shardpoint {
 namespace {
@@ -33,7 +33,7 @@ Result<LoadResult> LoadCollective(State& state, const std::string& dir, Comm& co
   Status s;
   if (comm.rank() == 0) {
     Result<std::string> read = internal_base::Guarded("load: reading the manifest", [&] {
-      return internal_checkpoint::ReadSourceBytes(storage, dir);
+      return internal_source::ReadSourceBytes(storage, dir);
     });
     s = read.status();
     if (read.ok()) bytes = std::move(*read);
@@ -49,13 +49,13 @@ Result<LoadResult> LoadCollective(State& state, const std::string& dir, Comm& co
           ? internal_checkpoint::FetchShardedSource(bytes, dir, state, options.cooperative, comm,
                                                     storage, &fetched, &collective)
           : internal_base::Guarded("load: decoding the manifest",
-                                   [&] { return internal_checkpoint::DecodeSource(bytes, dir); });
+                                   [&] { return internal_source::DecodeSource(bytes, dir); });
   SP_RETURN_IF_ERROR(collective);
   bytes.clear();
 
   // 2. The pipeline (a rank that failed to decode passes its error into the
   // pipeline's first all-gather, which every rank then returns).
-  const internal_source::Source none = internal_checkpoint::EmptySource(dir, dcp);
+  const internal_source::Source none = internal_source::EmptySource(dir, dcp);
   SP_ASSIGN_OR_RETURN(LoadResult result,
                       internal_checkpoint::LoadFromSource(
                           state, src.status(), src.ok() ? *src : none, comm, options, res, "load"));

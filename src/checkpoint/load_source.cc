@@ -241,9 +241,9 @@ Result<LoadResult> LoadFromSource(State& state, const Status& index_status, cons
   read_options.prefetch_bytes = options.prefetch_bytes;
   read_options.read_gap_bytes = options.read_gap_bytes;
   // Strided view files: a bridged gap would be elements scattered over the
-  // storage, widening the span the view reads (src/source/strided_file.h).
+  // storage, widening the span the view reads (src/dcp/strided_file.h).
   std::vector<bool> views(m.files.size(), false);
-  for (const internal_source::StridedView& v : src.views) {
+  for (const internal_dcp::StridedView& v : src.views) {
     if (v.file < views.size()) views[v.file] = true;
   }
   if (!src.views.empty()) read_options.unbridged_files = &views;

@@ -18,9 +18,9 @@
 #include <cstdio>
 
 #include "src/base/guard.h"
-#include "src/format/manifest.h"
 #include "src/io/path.h"
 #include "src/io/resources.h"
+#include "src/source/manifest_read.h"
 #include "src/source/remove_checkpoint.h"
 
 namespace shardpoint {
@@ -119,8 +119,8 @@ Result<std::vector<int64_t>> CheckpointManager::CompleteIterations() const {
   for (const std::string& name : names) {
     std::optional<int64_t> it = ParseIteration(name);
     if (!it) continue;
-    SP_ASSIGN_OR_RETURN(bool complete, storage_->Exists(JoinPath(JoinPath(root_, name),
-                                                                 internal_format::kManifestName)));
+    SP_ASSIGN_OR_RETURN(bool complete,
+                        internal_source::HasManifest(storage_, JoinPath(root_, name)));
     if (complete) out.push_back(*it);
   }
   std::sort(out.begin(), out.end());

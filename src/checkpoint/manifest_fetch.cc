@@ -7,10 +7,10 @@
 
 #include "src/base/bytes.h"
 #include "src/base/guard.h"
-#include "src/checkpoint/open_source.h"
 #include "src/format/manifest_index.h"
 #include "src/io/path.h"
 #include "src/source/manifest_shards.h"
+#include "src/source/open_source.h"
 
 using shardpoint::internal_base::ByteReader;
 using shardpoint::internal_base::ByteWriter;
@@ -168,7 +168,7 @@ Result<internal_source::Source> FetchShardedSource(std::string_view source_bytes
   stats->shards_received += have.size();
   for (const auto& h : have) stats->bytes_received += h.second.size();
   last_stats = *stats;
-  internal_source::Source src = EmptySource(dir, false);
+  internal_source::Source src = internal_source::EmptySource(dir, false);
   SP_ASSIGN_OR_RETURN(src.index, internal_base::Guarded("load: decoding manifest shards", [&] {
                         return MergeShards(*index, have, dir);
                       }));

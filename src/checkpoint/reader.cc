@@ -22,8 +22,8 @@ using shardpoint::internal_format::VerifyBlock;
 using shardpoint::internal_geometry::ConvertElements;
 using shardpoint::internal_geometry::ScatterFlatRange;
 using shardpoint::internal_io::AlignedBuffer;
-using shardpoint::internal_io::kDirectIoAlignment;
 using shardpoint::internal_io::JoinPath;
+using shardpoint::internal_io::kDirectIoAlignment;
 using shardpoint::internal_io::ParallelFor;
 using shardpoint::internal_plan::BuildReadTasks;
 using shardpoint::internal_plan::ChunkReads;
@@ -42,7 +42,7 @@ struct DataFiles::Impl {
   Storage* storage;
   std::string dir;
   const Manifest* m;
-  const std::vector<internal_source::StridedView>* views;
+  const std::vector<internal_dcp::StridedView>* views;
   bool direct;
   std::mutex mu;
   std::vector<std::unique_ptr<ReadableFile>> open;
@@ -53,11 +53,11 @@ struct DataFiles::Impl {
     if (open[file]) return open[file].get();
     const std::string path = JoinPath(dir, m->files[file]);
     if (views) {
-      for (const internal_source::StridedView& v : *views) {
+      for (const internal_dcp::StridedView& v : *views) {
         if (v.file != file) continue;
         if (v.base == file) return InternalError("a strided view of itself");
         SP_ASSIGN_OR_RETURN(const ReadableFile* base, Open(v.base));
-        open[file] = internal_source::OpenStridedView(v, base, path);
+        open[file] = internal_dcp::OpenStridedView(v, base, path);
         return open[file].get();
       }
     }
@@ -71,7 +71,7 @@ struct DataFiles::Impl {
 };
 
 DataFiles::DataFiles(Storage* storage, std::string dir, const Manifest* m,
-                     const std::vector<internal_source::StridedView>* views, bool direct)
+                     const std::vector<internal_dcp::StridedView>* views, bool direct)
     : impl_(new Impl{storage, std::move(dir), m, views, direct, {}, {}}) {
   impl_->open.resize(m->files.size());
 }

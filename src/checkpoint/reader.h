@@ -16,21 +16,21 @@
 #include <vector>
 
 #include "shardpoint/storage.h"
+#include "src/dcp/strided_file.h"
 #include "src/format/manifest.h"
 #include "src/io/thread_pool.h"
 #include "src/plan/load_plan.h"
-#include "src/source/strided_file.h"
 
 namespace shardpoint::internal_checkpoint {
 
 // The data files of a checkpoint, opened on first use. Thread-safe. A file
 // that one of `views` describes is opened as that strided view of its base
-// file (src/source/strided_file.h). `direct`: files are opened with
+// file (src/dcp/strided_file.h). `direct`: files are opened with
 // Storage::NewDirectReadableFile (O_DIRECT where the filesystem allows it).
 class DataFiles {
  public:
   DataFiles(Storage* storage, std::string dir, const internal_format::Manifest* m,
-            const std::vector<internal_source::StridedView>* views = nullptr, bool direct = false);
+            const std::vector<internal_dcp::StridedView>* views = nullptr, bool direct = false);
   ~DataFiles();
   Result<const ReadableFile*> Get(uint32_t file);
 
@@ -55,7 +55,7 @@ struct ReadOptions {
   double max_gap_fraction = 0.05;
   // Files (by index, may be null) whose gaps are never bridged: strided view
   // files, where the bytes between two runs are elements from anywhere in
-  // the storage (src/source/strided_file.h).
+  // the storage (src/dcp/strided_file.h).
   const std::vector<bool>* unbridged_files = nullptr;
 };
 

@@ -38,6 +38,7 @@
 #include "src/io/resources.h"
 #include "src/plan/dist_plan.h"
 #include "src/plan/save_plan.h"
+#include "src/source/manifest_read.h"
 #include "src/source/remove_checkpoint.h"
 
 using shardpoint::internal_base::ByteReader;
@@ -61,7 +62,6 @@ using shardpoint::internal_comm::GatherAgreed;
 using shardpoint::internal_format::CheckMetadataJson;
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::kDefaultBlockSize;
-using shardpoint::internal_format::kManifestName;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::TensorRecord;
 using shardpoint::internal_geometry::ContiguousView;
@@ -76,6 +76,7 @@ using shardpoint::internal_plan::RankFile;
 using shardpoint::internal_plan::Region;
 using shardpoint::internal_plan::SavePlan;
 using shardpoint::internal_plan::WriteItem;
+using shardpoint::internal_source::HasManifest;
 using shardpoint::internal_source::RemoveCheckpoint;
 
 namespace shardpoint {
@@ -323,7 +324,7 @@ std::string RemovePrevious(Storage* storage, const std::string& previous, const 
                            [&] { return RemoveCheckpoint(storage, previous); });
   if (removed.ok()) return "";
   // Its manifest goes first; say whether that much happened.
-  Result<bool> manifest = storage->Exists(JoinPath(previous, kManifestName));
+  Result<bool> manifest = HasManifest(storage, previous);
   const bool gone = manifest.ok() && !*manifest;
   return "removing the previous checkpoint, moved to '" + previous + "'" +
          (gone ? " (no manifest: not a checkpoint)" : "") + ", failed; the next overwrite of '" +

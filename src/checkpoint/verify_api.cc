@@ -6,11 +6,11 @@
 
 #include "shardpoint/checkpoint_kind.h"
 #include "shardpoint/verify.h"
-#include "src/checkpoint/open_source.h"
 #include "src/checkpoint/verify.h"
 #include "src/checkpoint/verify_dcp.h"
 #include "src/format/manifest.h"
 #include "src/io/resources.h"
+#include "src/source/open_source.h"
 
 namespace shardpoint {
 namespace {
@@ -52,7 +52,7 @@ Result<CheckpointDescription> DescribeCheckpoint(const std::string& dir,
   Storage* storage = internal_io::CallResources(options).storage();
   // A PyTorch DCP directory (docs/dcp.md) is described from its index.
   SP_ASSIGN_OR_RETURN(internal_source::Source src,
-                      internal_checkpoint::OpenCheckpointSource(storage, dir));
+                      internal_source::OpenCheckpointSource(storage, dir));
   CheckpointDescription d = Describe(src.index);
   d.kind = src.checkpoint_kind;
   return d;

@@ -12,9 +12,11 @@
 
 namespace shardpoint::internal_checkpoint {
 
-// Faults go in the report (an index that cannot be built is one fault);
-// errors only for I/O on `.metadata` itself. `options` as VerifyCheckpoint
-// (threads are not used: entries are read one after another).
+// `dir` is opened through the door (src/source/open_source.h) as a PyTorch
+// DCP directory: the caller has decided its kind. Faults go in the report (an
+// index that cannot be built, `.metadata` missing or unreadable included, is
+// one fault). `options` as VerifyCheckpoint (threads are not used: entries
+// are read one after another).
 Result<VerifyReport> VerifyDcp(Storage* storage, const std::string& dir,
                                const VerifyOptions& options = {});
 

@@ -7,18 +7,18 @@
 #include "shardpoint/hf.h"
 #include "src/convert/read_box.h"
 #include "src/geometry/convert.h"
-#include "src/hf/source.h"
 #include "src/io/resources.h"
 #include "src/io/thread_pool.h"
+#include "src/source/mapped_source.h"
 
 using shardpoint::internal_checkpoint::DataFiles;
 using shardpoint::internal_convert::ReadBoxRange;
 using shardpoint::internal_format::TensorRecord;
 using shardpoint::internal_geometry::ConvertElements;
-using shardpoint::internal_hf::MappedSource;
-using shardpoint::internal_hf::OpenSource;
 using shardpoint::internal_io::CallResources;
 using shardpoint::internal_io::ParallelFor;
+using shardpoint::internal_source::MappedSource;
+using shardpoint::internal_source::OpenSource;
 
 namespace shardpoint {
 

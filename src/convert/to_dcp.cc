@@ -18,9 +18,9 @@
 #include "src/dcp/metadata_writer.h"
 #include "src/dcp/tensor_item_writer.h"
 #include "src/format/checksum.h"
-#include "src/hf/source.h"
 #include "src/io/path.h"
 #include "src/io/staged_output.h"
+#include "src/source/mapped_source.h"
 
 using shardpoint::internal_checkpoint::DataFiles;
 using shardpoint::internal_convert::IsFloatDType;
@@ -40,11 +40,11 @@ using shardpoint::internal_format::Checksum64;
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::ObjectRecord;
 using shardpoint::internal_format::TensorRecord;
-using shardpoint::internal_hf::MappedSource;
-using shardpoint::internal_hf::OpenSource;
 using shardpoint::internal_io::CallResources;
 using shardpoint::internal_io::JoinPath;
 using shardpoint::internal_io::StagedOutput;
+using shardpoint::internal_source::MappedSource;
+using shardpoint::internal_source::OpenSource;
 
 namespace shardpoint {
 
@@ -227,6 +227,7 @@ Result<ExportHfStats> ConvertToDcpImpl(const std::string& src_dir, const std::st
   SP_RETURN_IF_ERROR(out.Commit());
 
   ExportHfStats stats;
+  stats.source_kind = src.checkpoint_kind;
   stats.files = static_cast<int>(plan.files.size());
   stats.tensors = static_cast<int64_t>(plan.md.tensors.size());
   for (const auto& [n, f] : plan.files) stats.bytes += f.size;

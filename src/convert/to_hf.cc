@@ -3,11 +3,12 @@
 #include <nlohmann/json.hpp>
 
 #include "shardpoint/hf.h"
+#include "src/convert/convert_source.h"
 #include "src/convert/stream.h"
 #include "src/hf/hf_files.h"
-#include "src/hf/source.h"
 #include "src/io/path.h"
 #include "src/io/staged_output.h"
+#include "src/source/mapped_source.h"
 
 using shardpoint::internal_convert::IsFloatDType;
 using shardpoint::internal_convert::OutPiece;
@@ -25,52 +26,62 @@ using shardpoint::internal_hf::HfPiece;
 using shardpoint::internal_hf::kHfIndexName;
 using shardpoint::internal_hf::MapKeysToHf;
 using shardpoint::internal_hf::MappedKey;
-using shardpoint::internal_hf::MappedSource;
 using shardpoint::internal_hf::NaturalLess;
-using shardpoint::internal_hf::OpenSource;
 using shardpoint::internal_hf::PlanHfModel;
 using shardpoint::internal_hf::ResolveVars;
 using shardpoint::internal_hf::Vars;
 using shardpoint::internal_io::CallResources;
 using shardpoint::internal_io::JoinPath;
 using shardpoint::internal_io::StagedOutput;
+using shardpoint::internal_source::MappedSource;
+using shardpoint::internal_source::OpenSource;
 
 namespace shardpoint {
 
+namespace internal_convert {
 namespace {
 
-Result<ExportHfStats> ExportHfImpl(const std::string& ckpt_dir, const std::string& out_dir,
-                                   const HfMapping& mapping, const ExportHfOptions& options,
-                                   CallResources& res) {
-  const auto start = std::chrono::steady_clock::now();
-  Storage* storage = res.storage();
-  SP_ASSIGN_OR_RETURN(MappedSource src, OpenSource(storage, ckpt_dir, mapping, options.variables));
-  SP_ASSIGN_OR_RETURN(Vars vars,
-                      ResolveVars(mapping, src.config_json, options.variables, src.source_vars));
+// An HF tensor of the output and the pieces of source keys it is made of.
+struct HfOut {
+  HfMeta meta;
+  std::vector<OutPiece> pieces;
+};
 
-  // Keys -> HF tensors and their pieces.
+// Keys -> HF tensors and their pieces, in the natural order of their names.
+Result<std::vector<HfOut>> MapToHfTensors(const MappedSource& src, const HfMapping& mapping,
+                                          const ExportHfOptions& options, const Vars& vars) {
   std::vector<HfMeta> keys;
   for (const TensorRecord& t : src.index.tensors) {
     DType d = options.dtype && IsFloatDType(t.dtype) ? *options.dtype : t.dtype;
     keys.push_back({t.key, d, t.shape});
   }
   SP_ASSIGN_OR_RETURN(std::vector<MappedKey> mapped, MapKeysToHf(mapping, keys, vars));
-  struct Out {
-    HfMeta meta;
-    std::vector<OutPiece> pieces;
-  };
-  std::map<std::string, Out> outs;
+  std::map<std::string, HfOut> outs;
   for (const MappedKey& mk : mapped) {
     for (const HfMeta& h : mk.hf_tensors) outs[h.name].meta = h;
     for (const HfPiece& p : mk.pieces)
       outs[p.hf].pieces.push_back({mk.info.key, p.box, p.hf_offset});
   }
-  std::vector<Out*> order;
-  for (auto& [name, o] : outs) order.push_back(&o);
+  std::vector<HfOut> order;
+  for (auto& [name, o] : outs) order.push_back(std::move(o));
   std::sort(order.begin(), order.end(),
-            [](const Out* a, const Out* b) { return NaturalLess(a->meta.name, b->meta.name); });
+            [](const HfOut& a, const HfOut& b) { return NaturalLess(a.meta.name, b.meta.name); });
+  return order;
+}
+
+}  // namespace
+
+Result<ExportHfStats> ExportSourceToHf(const MappedSource& src, const std::string& out_dir,
+                                       const HfMapping& mapping, const ExportHfOptions& options,
+                                       CallResources& res,
+                                       std::chrono::steady_clock::time_point start) {
+  Storage* storage = res.storage();
+  SP_ASSIGN_OR_RETURN(Vars vars,
+                      ResolveVars(mapping, src.config_json, options.variables, src.source_vars));
+
+  SP_ASSIGN_OR_RETURN(std::vector<HfOut> order, MapToHfTensors(src, mapping, options, vars));
   std::vector<HfMeta> metas;
-  for (const Out* o : order) metas.push_back(o->meta);
+  for (const HfOut& o : order) metas.push_back(o.meta);
   HfModelPlan plan = PlanHfModel(metas, options.max_shard_size, {{"format", "pt"}});
 
   // Files, headers, then the data, all in "<out>.partial", renamed to
@@ -94,12 +105,12 @@ Result<ExportHfStats> ExportHfImpl(const std::string& ckpt_dir, const std::strin
     const auto [file, entry] = plan.where[i];
     const SafetensorsEntry& e = plan.files[file].entries[entry];
     OutTensor t;
-    t.name = order[i]->meta.name;
+    t.name = order[i].meta.name;
     t.dtype = e.dtype;
     t.numel = static_cast<int64_t>((e.end - e.begin) / DTypeSize(e.dtype));
     t.file = file;
     t.offset = plan.files[file].header.size() + e.begin;
-    t.pieces = std::move(order[i]->pieces);
+    t.pieces = std::move(order[i].pieces);
     stats.bytes += e.end - e.begin;
     tensors.push_back(std::move(t));
   }
@@ -119,19 +130,24 @@ Result<ExportHfStats> ExportHfImpl(const std::string& ckpt_dir, const std::strin
         storage->WriteStringToFile(JoinPath(out.dir(), "config.json"), src.config_json));
   }
   SP_RETURN_IF_ERROR(out.Commit());
+  stats.source_kind = src.checkpoint_kind;
   stats.files = static_cast<int>(plan.files.size());
   stats.tensors = static_cast<int64_t>(tensors.size());
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }
 
-}  // namespace
+}  // namespace internal_convert
 
 Result<ExportHfStats> ExportHf(const std::string& ckpt_dir, const std::string& out_dir,
                                const HfMapping& mapping, const ExportHfOptions& options) {
-  return RunConversion("export-hf", ckpt_dir, out_dir, options, [&](CallResources& res) {
-    return ExportHfImpl(ckpt_dir, out_dir, mapping, options, res);
-  });
+  return RunConversion(
+      "export-hf", ckpt_dir, out_dir, options, [&](CallResources& res) -> Result<ExportHfStats> {
+        const auto start = std::chrono::steady_clock::now();
+        SP_ASSIGN_OR_RETURN(MappedSource src,
+                            OpenSource(res.storage(), ckpt_dir, mapping, options.variables));
+        return internal_convert::ExportSourceToHf(src, out_dir, mapping, options, res, start);
+      });
 }
 
 }  // namespace shardpoint

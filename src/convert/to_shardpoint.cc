@@ -7,12 +7,13 @@
 
 #include "shardpoint/hf.h"
 #include "src/checkpoint/commit.h"
+#include "src/convert/convert_source.h"
 #include "src/convert/stream.h"
 #include "src/format/safetensors.h"
-#include "src/hf/source.h"
 #include "src/io/path.h"
 #include "src/io/staged_output.h"
 #include "src/plan/save_plan.h"
+#include "src/source/mapped_source.h"
 
 using shardpoint::internal_checkpoint::CommitCheckpoint;
 using shardpoint::internal_convert::IsFloatDType;
@@ -28,12 +29,12 @@ using shardpoint::internal_format::kDataDir;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::SafetensorsEntry;
 using shardpoint::internal_format::TensorRecord;
-using shardpoint::internal_hf::MappedSource;
-using shardpoint::internal_hf::OpenSource;
 using shardpoint::internal_io::CallResources;
 using shardpoint::internal_io::JoinPath;
 using shardpoint::internal_io::StagedOutput;
 using shardpoint::internal_plan::ChunkEntryName;
+using shardpoint::internal_source::MappedSource;
+using shardpoint::internal_source::OpenSource;
 
 namespace shardpoint {
 
@@ -55,25 +56,32 @@ std::vector<Box> RowBlocks(const Shape& shape, DType dtype, size_t block_bytes) 
   return out;
 }
 
-Result<ExportHfStats> ConvertHfToShardpointImpl(const std::string& hf_dir,
-                                                const std::string& ckpt_dir,
-                                                const HfMapping& mapping,
-                                                const ExportHfOptions& options,
-                                                CallResources& res) {
-  const auto start = std::chrono::steady_clock::now();
-  Storage* storage = res.storage();
-  // A PyTorch DCP directory converts as is (its keys are kept; byte items
-  // are not copied).
-  SP_ASSIGN_OR_RETURN(MappedSource src, OpenSource(storage, hf_dir, mapping, options.variables));
-  Manifest m;
-  m.files = {std::string(kDataDir) + "/0.safetensors"};
+// The checkpoint's metadata: the mapping's name and the HF config, if any.
+std::string HfMetadataJson(const HfMapping& mapping, const std::string& config_json) {
   nlohmann::json md;
   md["hf"]["mapping"] = mapping.name;
-  if (!src.config_json.empty()) {
-    nlohmann::json c = nlohmann::json::parse(src.config_json, nullptr, false);
+  if (!config_json.empty()) {
+    nlohmann::json c = nlohmann::json::parse(config_json, nullptr, false);
     if (!c.is_discarded()) md["hf"]["config"] = c;
   }
-  m.metadata_json = md.dump();
+  return md.dump();
+}
+
+}  // namespace
+
+namespace internal_convert {
+
+// A PyTorch DCP directory converts as is (its keys are kept; byte items are
+// not copied).
+Result<ExportHfStats> ConvertSourceToShardpoint(const MappedSource& src,
+                                                const std::string& ckpt_dir,
+                                                const HfMapping& mapping,
+                                                const ExportHfOptions& options, CallResources& res,
+                                                std::chrono::steady_clock::time_point start) {
+  Storage* storage = res.storage();
+  Manifest m;
+  m.files = {std::string(kDataDir) + "/0.safetensors"};
+  m.metadata_json = HfMetadataJson(mapping, src.config_json);
 
   // Chunks, ordered in the file by element size (largest first), then key.
   struct Ref {
@@ -134,6 +142,7 @@ Result<ExportHfStats> ConvertHfToShardpointImpl(const std::string& hf_dir,
   SP_RETURN_IF_ERROR(CommitCheckpoint(storage, w, w, m, &previous));
   SP_RETURN_IF_ERROR(out.Commit());
   ExportHfStats stats;
+  stats.source_kind = src.checkpoint_kind;
   stats.files = 1;
   stats.tensors = static_cast<int64_t>(m.tensors.size());
   stats.bytes = data_bytes;
@@ -141,14 +150,19 @@ Result<ExportHfStats> ConvertHfToShardpointImpl(const std::string& hf_dir,
   return stats;
 }
 
-}  // namespace
+}  // namespace internal_convert
 
 Result<ExportHfStats> ConvertHfToShardpoint(const std::string& hf_dir, const std::string& ckpt_dir,
                                             const HfMapping& mapping,
                                             const ExportHfOptions& options) {
-  return RunConversion("convert", hf_dir, ckpt_dir, options, [&](CallResources& res) {
-    return ConvertHfToShardpointImpl(hf_dir, ckpt_dir, mapping, options, res);
-  });
+  return RunConversion(
+      "convert", hf_dir, ckpt_dir, options, [&](CallResources& res) -> Result<ExportHfStats> {
+        const auto start = std::chrono::steady_clock::now();
+        SP_ASSIGN_OR_RETURN(MappedSource src,
+                            OpenSource(res.storage(), hf_dir, mapping, options.variables));
+        return internal_convert::ConvertSourceToShardpoint(src, ckpt_dir, mapping, options, res,
+                                                           start);
+      });
 }
 
 }  // namespace shardpoint

@@ -17,7 +17,6 @@ using shardpoint::internal_format::EncodeManifest;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::ObjectRecord;
 using shardpoint::internal_format::TensorRecord;
-using shardpoint::internal_source::StridedView;
 
 namespace shardpoint::internal_dcp {
 namespace {
@@ -41,7 +40,7 @@ Status CheckFileName(const std::string& name, const std::string& what) {
   return OkStatus();
 }
 
-// A view file (src/source/strided_file.h) of the strided tensor item `tb` at
+// A view file (src/dcp/strided_file.h) of the strided tensor item `tb` at
 // byte `item` of file `f`: its name is the file's, a backslash (which no DCP
 // file name holds) and the item's offset.
 uint32_t AddView(const TensorItemBytes& tb, uint32_t f, uint64_t item, const std::string& file,
@@ -272,7 +271,7 @@ std::string EncodeDcpIndex(const Manifest& m, const std::vector<StridedView>& vi
   for (std::string& f : t.files) f = std::string(kTransitPrefix) + f;
   internal_base::ByteWriter w;
   w.Blob(EncodeManifest(t));
-  internal_source::EncodeStridedViews(views, &w);
+  EncodeStridedViews(views, &w);
   return std::move(w.str());
 }
 
@@ -284,7 +283,7 @@ Result<DcpTransitIndex> DecodeDcpIndex(std::string_view bytes, const std::string
   DcpTransitIndex out;
   SP_ASSIGN_OR_RETURN(out.m, DecodeManifest(manifest, Join(dir, kDcpMetadataName)));
   for (std::string& f : out.m.files) f = f.substr(kTransitPrefix.size());
-  SP_ASSIGN_OR_RETURN(out.views, internal_source::DecodeStridedViews(&r, out.m.files.size(), what));
+  SP_ASSIGN_OR_RETURN(out.views, DecodeStridedViews(&r, out.m.files.size(), what));
   SP_RETURN_IF_ERROR(r.ExpectEnd());
   return out;
 }

@@ -15,8 +15,8 @@
 
 #include "shardpoint/storage.h"
 #include "src/dcp/metadata.h"
+#include "src/dcp/strided_file.h"
 #include "src/format/manifest.h"
-#include "src/source/strided_file.h"
 
 namespace shardpoint::internal_dcp {
 
@@ -37,8 +37,8 @@ struct DcpIndex {
   std::vector<DcpCheckedEntry> entries;  // the storage entry of every tensor chunk
   // Tensor items stored with strides (a transposed or permuted tensor, a
   // strided view): their chunks are row-major bytes of a view file, listed
-  // in m.files after the .distcp files (src/source/strided_file.h).
-  std::vector<internal_source::StridedView> views;
+  // in m.files after the .distcp files (src/dcp/strided_file.h).
+  std::vector<StridedView> views;
 };
 
 // Reads `.metadata` and the zip directory and data.pkl of every tensor item.
@@ -48,10 +48,10 @@ Result<DcpIndex> ReadDcpIndex(Storage* storage, const std::string& dir);
 // back.
 struct DcpTransitIndex {
   internal_format::Manifest m;
-  std::vector<internal_source::StridedView> views;
+  std::vector<StridedView> views;
 };
 std::string EncodeDcpIndex(const internal_format::Manifest& m,
-                           const std::vector<internal_source::StridedView>& views);
+                           const std::vector<StridedView>& views);
 Result<DcpTransitIndex> DecodeDcpIndex(std::string_view bytes, const std::string& dir);
 
 }  // namespace shardpoint::internal_dcp

@@ -5,7 +5,7 @@
 #include "src/base/limits.h"
 #include "src/dcp/metadata.h"
 #include "src/dcp/pickle.h"
-#include "src/source/strided_file.h"
+#include "src/dcp/strided_file.h"
 
 using shardpoint::internal_base::kMaxRank;
 
@@ -141,7 +141,7 @@ Result<TorchSavedTensor> DecodeTensorPickle(std::string_view data_pkl, const std
   Result<int64_t> n = CheckedNumElements(out.size);
   if (!n.ok()) return Bad(what, "size " + ShapeToString(out.size) + " overflows");
   if (*n > 0) {
-    out.row_major = internal_source::IsRowMajor(out.size, out.stride);
+    out.row_major = internal_dcp::IsRowMajor(out.size, out.stride);
     if (out.row_major) {
       const uint64_t end = out.storage_offset + static_cast<uint64_t>(*n);
       if (end < out.storage_offset || end > out.storage_numel) {
@@ -150,14 +150,14 @@ Result<TorchSavedTensor> DecodeTensorPickle(std::string_view data_pkl, const std
                              std::to_string(out.storage_numel));
       }
     } else {
-      // Read as a strided view (src/source/strided_file.h).
-      internal_source::StridedView v;
+      // Read as a strided view (src/dcp/strided_file.h).
+      StridedView v;
       v.storage_elements = out.storage_numel;
       v.element_size = static_cast<uint32_t>(DTypeSize(out.dtype));
       v.first = out.storage_offset;
       v.size = out.size;
       v.stride = out.stride;
-      SP_RETURN_IF_ERROR(internal_source::CheckStridedView(v, "'" + what + "': torch.save tensor"));
+      SP_RETURN_IF_ERROR(CheckStridedView(v, "'" + what + "': torch.save tensor"));
     }
   }
   return out;

@@ -8,7 +8,7 @@
 // ...), or one `_rebuild_tensor_v3` of a `torch.storage.UntypedStorage` and a dtype
 // (how torch 2.x saves float8 and uint16/32/64), little-endian, any
 // non-negative strides (a transposed or permuted tensor, a strided view: not
-// row_major, read as a strided view of the storage, src/source/strided_file.h).
+// row_major, read as a strided view of the storage, src/dcp/strided_file.h).
 // Refused (FailedPrecondition): other rebuild functions (sparse, quantized,
 // nested, parameters with hooks), big-endian storages. Malformed input
 // (negative strides, elements outside the storage): DataLoss.

@@ -4,7 +4,6 @@
 #include <nlohmann/json.hpp>
 
 #include "shardpoint/hf_write.h"
-#include "src/hf/hf_dir.h"
 #include "src/io/path.h"
 #include "src/io/resources.h"
 

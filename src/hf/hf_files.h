@@ -13,6 +13,10 @@
 
 namespace shardpoint::internal_hf {
 
+// The index of a sharded model, and the one file of an unsharded one.
+inline constexpr char kHfIndexName[] = "model.safetensors.index.json";
+inline constexpr char kHfSingleName[] = "model.safetensors";
+
 struct HfFilePlan {
   std::string name;                                        // "model-00001-of-00003.safetensors"
   std::vector<internal_format::SafetensorsEntry> entries;  // offsets relative to the data region

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "shardpoint/hf_load.h"
+#include "shardpoint/hf_keys.h"
 #include "shardpoint/hf_mapping.h"
 #include "src/hf/pattern.h"
 

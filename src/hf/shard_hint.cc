@@ -1,5 +1,5 @@
 // HfShard: Megatron-style local tensors from a mapping rule's split hint.
-#include "shardpoint/hf_load.h"
+#include "shardpoint/hf_keys.h"
 #include "shardpoint/layout.h"
 #include "shardpoint/layout_fused.h"
 #include "shardpoint/layout_megatron.h"

@@ -7,10 +7,11 @@
 
 #include "src/checkpoint/commit.h"
 #include "src/format/checksum.h"
+#include "src/io/path.h"
 #include "src/local/units.h"
 
-using shardpoint::internal_checkpoint::JoinPath;
 using shardpoint::internal_format::Checksum64;
+using shardpoint::internal_io::JoinPath;
 
 namespace shardpoint::internal_local {
 namespace {

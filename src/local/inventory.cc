@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "src/format/manifest.h"
 #include "src/io/path.h"
 #include "src/local/replica_map.h"
+#include "src/source/manifest_read.h"
 
 using shardpoint::internal_io::JoinPath;
 
@@ -22,7 +22,7 @@ Result<NodeCopy> ReadNodeCopy(Storage* node, const std::string& dir) {
   const std::string path = JoinPath(dir, kReplicaMapName);
   SP_ASSIGN_OR_RETURN(bool exists, node->Exists(path));
   if (!exists) return copy;
-  SP_ASSIGN_OR_RETURN(bool manifest, node->Exists(JoinPath(dir, internal_format::kManifestName)));
+  SP_ASSIGN_OR_RETURN(bool manifest, internal_source::HasManifest(node, dir));
   if (!manifest) return copy;
   SP_ASSIGN_OR_RETURN(std::string text, node->ReadFileToString(path));
   SP_ASSIGN_OR_RETURN(ReplicaMap map, DecodeReplicaMap(text, path));

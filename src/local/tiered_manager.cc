@@ -7,17 +7,20 @@
 #include "src/base/guard.h"
 #include "src/checkpoint/commit.h"
 #include "src/comm/agreed.h"
+#include "src/io/path.h"
 #include "src/io/resources.h"
 #include "src/local/drain.h"
 #include "src/local/inventory.h"
 #include "src/local/node_storage.h"
 #include "src/local/replica_map.h"
 #include "src/local/topology.h"
+#include "src/source/manifest_read.h"
+#include "src/source/remove_checkpoint.h"
 
 namespace shardpoint {
 
 using internal_base::Guarded;
-using internal_checkpoint::JoinPath;
+using internal_io::JoinPath;
 using internal_local::Drain;
 using internal_local::IterDir;
 using internal_local::RootedStorage;
@@ -44,7 +47,7 @@ RootedStorage NodeStorage(const LocalTierOptions& o) {
 Status RemoveLocal(Storage* node, const std::string& dir) {
   Status s = node->RemoveFile(JoinPath(dir, internal_local::kReplicaMapName));
   if (!s.ok() && s.code() != StatusCode::kNotFound) return s;
-  return internal_checkpoint::RemoveCheckpoint(node, dir);
+  return internal_source::RemoveCheckpoint(node, dir);
 }
 
 // Local retention on a node's first rank.
@@ -141,7 +144,7 @@ Status TieredManager::StartDrain(int64_t iteration, Comm& comm) {
   const std::string local_dir = IterDir(iteration);
   std::vector<uint32_t> files;
   Status s = Guarded("draining '" + node.Map(local_dir) + "'", [&]() -> Status {
-    SP_ASSIGN_OR_RETURN(d->manifest, internal_checkpoint::ReadManifest(&node, local_dir));
+    SP_ASSIGN_OR_RETURN(d->manifest, internal_source::ReadManifest(&node, local_dir));
     SP_ASSIGN_OR_RETURN(auto map_nodes, MapNodes(&node, local_dir, d->manifest));
     const int me = comm.rank();
     const auto& t = *topology_;
@@ -151,8 +154,7 @@ Status TieredManager::StartDrain(int64_t iteration, Comm& comm) {
   });
   if (comm.rank() == 0 && s.ok()) {
     s = Guarded("preparing '" + d->dir + "'", [&]() -> Status {
-      SP_ASSIGN_OR_RETURN(bool complete,
-                          storage->Exists(JoinPath(d->dir, internal_format::kManifestName)));
+      SP_ASSIGN_OR_RETURN(bool complete, internal_source::HasManifest(storage, d->dir));
       if (complete) return OkStatus();  // kept: write_dir stays empty, no drain
       SP_ASSIGN_OR_RETURN(d->write_dir,
                           internal_checkpoint::PrepareDirectory(storage, d->dir, false));

@@ -1,17 +1,14 @@
+// DetectCheckpointKind: the one place that decides what a directory holds
+// (the door, src/source/open_source.h and mapped_source.h, opens it as that).
 #include <string>
 #include <vector>
 
 #include "shardpoint/checkpoint_kind.h"
-#include "src/format/manifest.h"
+#include "src/dcp/metadata.h"
+#include "src/io/path.h"
+#include "src/source/manifest_read.h"
 
 namespace shardpoint {
-namespace {
-
-std::string Join(const std::string& dir, const char* name) {
-  return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
-}
-
-}  // namespace
 
 const char* CheckpointKindName(CheckpointKind kind) {
   switch (kind) {
@@ -29,9 +26,10 @@ const char* CheckpointKindName(CheckpointKind kind) {
 
 Result<CheckpointKind> DetectCheckpointKind(const std::string& dir, Storage* storage) {
   if (storage == nullptr) storage = DefaultStorage();
-  SP_ASSIGN_OR_RETURN(bool manifest, storage->Exists(Join(dir, internal_format::kManifestName)));
+  SP_ASSIGN_OR_RETURN(bool manifest, internal_source::HasManifest(storage, dir));
   if (manifest) return CheckpointKind::kShardpoint;
-  SP_ASSIGN_OR_RETURN(bool dcp, storage->Exists(Join(dir, ".metadata")));
+  SP_ASSIGN_OR_RETURN(bool dcp,
+                      storage->Exists(internal_io::JoinPath(dir, internal_dcp::kDcpMetadataName)));
   if (dcp) return CheckpointKind::kPyTorchDcp;
   SP_ASSIGN_OR_RETURN(bool is_dir, storage->IsDirectory(dir));
   if (!is_dir) return CheckpointKind::kNone;

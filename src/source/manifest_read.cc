@@ -15,12 +15,13 @@ using shardpoint::internal_io::RecoverSwap;
 
 namespace shardpoint::internal_source {
 
+Result<bool> HasManifest(Storage* storage, const std::string& dir) {
+  return storage->Exists(JoinPath(dir, kManifestName));
+}
+
 Result<bool> RecoverCheckpointSwap(Storage* storage, const std::string& dir) {
   return RecoverSwap(
-      storage, dir,
-      [storage](const std::string& partial) {
-        return storage->Exists(JoinPath(partial, kManifestName));
-      },
+      storage, dir, [storage](const std::string& partial) { return HasManifest(storage, partial); },
       [storage](const std::string& old) { return RemoveCheckpoint(storage, old); });
 }
 

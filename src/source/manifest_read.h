@@ -12,6 +12,12 @@
 
 namespace shardpoint::internal_source {
 
+// Whether `dir` holds a committed checkpoint: its manifest, as is (no swap
+// recovery). The one test for a manifest outside kind detection: a save's
+// directory, a failed save's leftovers, the manager's complete iterations,
+// a local-tier copy.
+Result<bool> HasManifest(Storage* storage, const std::string& dir);
+
 // Completes an overwrite of checkpoint `dir` that a crash interrupted
 // between the two renames of the fallback (no `dir`; `dir.old` and a
 // `dir.partial` holding a manifest): `dir.partial` becomes `dir`, `dir.old`

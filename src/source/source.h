@@ -6,11 +6,13 @@
 //   * a PyTorch DCP directory: the index src/dcp/ builds from `.metadata`,
 //     chunks pointing at raw tensor bytes inside the .distcp files, no
 //     checksums (src/dcp/dcp_dir.h);
-//     both opened by src/checkpoint/open_source.h, which Load, describe and
-//     the converters' OpenSource use;
+//     both opened by src/source/open_source.h, which Load, describe, verify
+//     and OpenSource use;
 //   * an HF model directory under a mapping: one chunk per piece of an HF
 //     tensor, pointing at its byte range in a .safetensors file, no checksums
-//     (src/hf/source.cc).
+//     (src/source/mapped_source.h, which LoadFromHf, DescribeHf and the
+//     converters use).
+// Those headers are the door: no other module decides what a directory is.
 // The producer validates what it read (bounds, overflow, names) before it
 // builds the index; the pipeline then treats every source alike: request
 // checks, unexpected keys, plan, reads (alone or cooperative), zero fill,
@@ -24,7 +26,7 @@
 //   files     names relative to `dir`, opened through the load's Storage
 //   objects, common, metadata_json   shardpoint checkpoints (DCP: byte items)
 //   views     files of the index that are strided views of another file
-//             (src/source/strided_file.h: DCP tensor items stored with
+//             (src/dcp/strided_file.h: DCP tensor items stored with
 //             strides); their chunks are row-major like every other chunk
 // A Source is a plain value: built once per rank (from bytes every rank
 // agreed on), then only read, from any number of threads.
@@ -34,8 +36,9 @@
 #include <vector>
 
 #include "shardpoint/checkpoint_kind.h"
+#include "src/dcp/dcp_dir.h"
+#include "src/dcp/strided_file.h"
 #include "src/format/manifest.h"
-#include "src/source/strided_file.h"
 
 namespace shardpoint::internal_source {
 
@@ -49,7 +52,7 @@ enum class ChunkEncoding {
 struct Source {
   std::string dir;  // the files are relative to it
   // What the directory is, decided once when it was opened
-  // (DetectCheckpointKind; src/checkpoint/open_source.h, src/hf/source.h).
+  // (DetectCheckpointKind; src/source/open_source.h, mapped_source.h).
   CheckpointKind checkpoint_kind = CheckpointKind::kShardpoint;
   std::string kind;  // "checkpoint", "HF model": "requested dtype X but the <kind> holds Y"
   std::string name;  // errors name the source so: "checkpoint 'x'", "HF model 'x' (mapping 'm')"
@@ -63,7 +66,11 @@ struct Source {
   bool has_objects = true;
   ChunkEncoding encoding = ChunkEncoding::kRawLittleEndian;
   // Files of `index` read as strided views of another of its files (DCP).
-  std::vector<StridedView> views;
+  std::vector<internal_dcp::StridedView> views;
+  // PyTorch DCP opened in one process (OpenCheckpointSource): the zip entry
+  // of every tensor chunk, with the CRC-32 torch.save recorded, for verify.
+  // Not part of the broadcast bytes (Load does not need them).
+  std::vector<internal_dcp::DcpCheckedEntry> dcp_entries;
 };
 
 }  // namespace shardpoint::internal_source

@@ -10,17 +10,17 @@
 #include "shardpoint/checkpoint_kind.h"
 #include "shardpoint/comm.h"
 #include "shardpoint/verify.h"
-#include "src/checkpoint/open_source.h"
 #include "src/dcp/dcp_dir.h"
+#include "src/source/open_source.h"
 #include "tests/testing/ranks.h"
 #include "tests/testing/torch_newer_dtypes.h"
 
-using shardpoint::internal_checkpoint::DecodeSource;
-using shardpoint::internal_checkpoint::OpenCheckpointSource;
-using shardpoint::internal_checkpoint::ReadSourceBytes;
 using shardpoint::internal_dcp::DcpIndex;
 using shardpoint::internal_dcp::ReadDcpIndex;
 using shardpoint::internal_format::Manifest;
+using shardpoint::internal_source::DecodeSource;
+using shardpoint::internal_source::OpenCheckpointSource;
+using shardpoint::internal_source::ReadSourceBytes;
 using shardpoint::internal_source::Source;
 
 namespace shardpoint {

@@ -11,10 +11,13 @@
 
 namespace shardpoint::hftest {
 
+#ifdef SP_SOURCE_DIR
+// <repo>/<rel>, from any working directory: the build defines SP_SOURCE_DIR
+// for the files that use this (CMakeLists.txt), not for every test object.
 inline std::string RepoPath(const std::string& rel) {
-  std::string f = __FILE__;  // <repo>/tests/hf/hf_model.h
-  return f.substr(0, f.rfind("/tests/hf/")) + "/" + rel;
+  return std::string(SP_SOURCE_DIR) + "/" + rel;
 }
+#endif
 
 inline std::string TempDir(const std::string& name) {
   std::string d = ::testing::TempDir() + "sp_hf_" + name + "_" +

@@ -5,7 +5,7 @@
 #include <random>
 
 #include "src/format/safetensors.h"
-#include "src/hf/hf_dir.h"
+#include "src/source/hf_dir.h"
 #include "tests/hf/hf_model.h"
 
 using shardpoint::internal_format::AssignSafetensorsOffsets;
@@ -14,8 +14,8 @@ using shardpoint::internal_format::DecodeSafetensorsHeaderLength;
 using shardpoint::internal_format::EncodeSafetensorsHeader;
 using shardpoint::internal_format::SafetensorsEntry;
 using shardpoint::internal_format::SafetensorsHeader;
-using shardpoint::internal_hf::HfDirIndex;
-using shardpoint::internal_hf::ScanHfDir;
+using shardpoint::internal_source::HfDirIndex;
+using shardpoint::internal_source::ScanHfDir;
 
 namespace shardpoint {
 namespace {

@@ -25,6 +25,7 @@
 #include "shardpoint/mpi_comm.h"
 #include "src/checkpoint/commit.h"
 #include "src/local/units.h"
+#include "src/source/manifest_read.h"
 #include "tests/testing/transformer.h"
 
 namespace shardpoint {
@@ -111,7 +112,7 @@ int RunLoad(Comm& world, const std::string& persistent, int64_t it, const Parall
 Result<std::vector<internal_local::Unit>> UnitsOfFile(const std::string& dir,
                                                       const std::string& name) {
   SP_ASSIGN_OR_RETURN(internal_format::Manifest m,
-                      internal_checkpoint::ReadManifest(DefaultStorage(), dir));
+                      internal_source::ReadManifest(DefaultStorage(), dir));
   std::vector<internal_local::Unit> out;
   for (const internal_local::Unit& u : internal_local::UnitsOf(m).units) {
     if (m.files[u.file] == name) out.push_back(u);

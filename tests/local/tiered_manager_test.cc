@@ -16,6 +16,7 @@
 
 #include "src/checkpoint/commit.h"
 #include "src/local/units.h"
+#include "src/source/manifest_read.h"
 #include "tests/testing/transformer.h"
 
 namespace shardpoint {
@@ -246,7 +247,7 @@ TEST_F(TieredManagerTest, DrainBandwidthIsBounded) {
        })) {
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
-  auto m = internal_checkpoint::ReadManifest(DefaultStorage(), Persistent() + "/iter_0000001");
+  auto m = internal_source::ReadManifest(DefaultStorage(), Persistent() + "/iter_0000001");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   // The largest file takes at least its size / rate; the drain began at
   // most the rest of Save (local retention) before Flush.
@@ -272,7 +273,7 @@ TEST_F(TieredManagerTest, ACorruptedLocalCopyIsNeverDrainedIntoACommittedCheckpo
          SP_RETURN_IF_ERROR(comm.Barrier());
          if (comm.rank() == 0) {  // a flipped bit in node 0's own copy of data/0
            const std::string dir = NodeRoot(0) + "/iter_0000002";
-           auto man = internal_checkpoint::ReadManifest(DefaultStorage(), dir);
+           auto man = internal_source::ReadManifest(DefaultStorage(), dir);
            SP_RETURN_IF_ERROR(man.status());
            const internal_local::UnitTable ut = internal_local::UnitsOf(*man);
            FILE* f = std::fopen((dir + "/data/0.safetensors").c_str(), "r+b");

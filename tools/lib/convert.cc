@@ -61,20 +61,19 @@ std::function<int()> AddConvert(CLI::App& app) {
     Result<std::unique_ptr<Storage>> storage = a->storage.Make();
     if (!storage.ok()) return fail(storage.status());
     o.storage = storage->get();
-    Result<CheckpointKind> kind = DetectCheckpointKind(a->src, o.storage);
-    if (!kind.ok()) return fail(kind.status());
-    const bool shardpoint = *kind == CheckpointKind::kShardpoint;
+    // The library opens SRC once and says what it was (source_kind): a
+    // shardpoint checkpoint converts to HF, anything else to shardpoint.
     const bool to_dcp = a->to == "dcp";
-    const bool to_hf = shardpoint && !to_dcp;
-    Result<ExportHfStats> st = to_dcp  ? ConvertToDcp(a->src, a->dst, *mapping, o)
-                               : to_hf ? ExportHf(a->src, a->dst, *mapping, o)
-                                       : ConvertHfToShardpoint(a->src, a->dst, *mapping, o);
+    Result<ExportHfStats> st =
+        to_dcp ? ConvertToDcp(a->src, a->dst, *mapping, o) : Convert(a->src, a->dst, *mapping, o);
     if (!st.ok()) return fail(st.status());
     if (a->quiet) return 0;
+    const bool shardpoint = st->source_kind == CheckpointKind::kShardpoint;
+    const bool to_hf = shardpoint && !to_dcp;
     // A PyTorch DCP directory converts like an HF model (docs/dcp.md).
-    const char* from = shardpoint                             ? "shardpoint"
-                       : *kind == CheckpointKind::kPyTorchDcp ? "PyTorch DCP"
-                                                              : "HF";
+    const char* from = shardpoint                                       ? "shardpoint"
+                       : st->source_kind == CheckpointKind::kPyTorchDcp ? "PyTorch DCP"
+                                                                        : "HF";
     const char* to = to_dcp ? "PyTorch DCP" : to_hf ? "HF" : "shardpoint";
     std::printf("converted %s (%s) -> %s (%s): %lld tensors, %s, %.2f s, peak RSS %s\n",
                 a->src.c_str(), from, a->dst.c_str(), to, static_cast<long long>(st->tensors),

@@ -1,4 +1,4 @@
-#include "src/checkpoint/open_source.h"
+#include "src/source/open_source.h"
 
 #include <utility>
 
@@ -8,11 +8,8 @@
 #include "src/source/manifest_read.h"
 
 using shardpoint::internal_io::JoinPath;
-using shardpoint::internal_source::ReadManifest;
-using shardpoint::internal_source::ReadManifestFile;
-using shardpoint::internal_source::Source;
 
-namespace shardpoint::internal_checkpoint {
+namespace shardpoint::internal_source {
 
 Result<std::string> ReadSourceBytes(Storage* storage, const std::string& dir, CheckpointKind kind) {
   if (kind == CheckpointKind::kPyTorchDcp) {
@@ -64,6 +61,7 @@ Result<Source> OpenCheckpointSource(Storage* storage, const std::string& dir, Ch
   SP_ASSIGN_OR_RETURN(internal_dcp::DcpIndex idx, internal_dcp::ReadDcpIndex(storage, dir));
   src.index = std::move(idx.m);
   src.views = std::move(idx.views);
+  src.dcp_entries = std::move(idx.entries);
   return src;
 }
 
@@ -72,4 +70,4 @@ Result<Source> OpenCheckpointSource(Storage* storage, const std::string& dir) {
   return OpenCheckpointSource(storage, dir, kind);
 }
 
-}  // namespace shardpoint::internal_checkpoint
+}  // namespace shardpoint::internal_source

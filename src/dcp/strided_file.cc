@@ -1,4 +1,4 @@
-#include "src/source/strided_file.h"
+#include "src/dcp/strided_file.h"
 
 #include <algorithm>
 #include <cstring>
@@ -12,7 +12,7 @@ using shardpoint::internal_base::ByteWriter;
 using shardpoint::internal_geometry::FlatRangeToBoxes;
 using shardpoint::internal_geometry::RowMajorStrides;
 
-namespace shardpoint::internal_source {
+namespace shardpoint::internal_dcp {
 namespace {
 
 int64_t NumElements(const Shape& size) {
@@ -260,4 +260,4 @@ Result<std::vector<StridedView>> DecodeStridedViews(ByteReader* r, uint64_t num_
   return views;
 }
 
-}  // namespace shardpoint::internal_source
+}  // namespace shardpoint::internal_dcp

@@ -1,9 +1,10 @@
 // LoadFromHf: a sharded load whose source is an HF model.
 //
-//   1. rank 0 reads the safetensors headers, config.json and the index and
-//      broadcasts them, or its error (one collective); every rank decodes and
-//      maps them to a Source whose chunks point into the HF files (no
-//      checksums, no objects);
+//   1. rank 0 reads the safetensors headers, config.json and the index
+//      through the door (src/source/mapped_source.h) and broadcasts them, or
+//      its error (one collective); every rank decodes and maps them there to
+//      a Source whose chunks point into the HF files (no checksums, no
+//      objects);
 //   2. the load pipeline (src/checkpoint/load_source.h) does the rest, as
 //      for Load: requests, unexpected keys, plan, reads; a decoding or
 //      mapping error goes into its first all-gather.
@@ -13,20 +14,18 @@
 #include "src/base/guard.h"
 #include "src/checkpoint/load_source.h"
 #include "src/comm/agreed.h"
-#include "src/hf/source.h"
+#include "src/source/mapped_source.h"
 
 using shardpoint::internal_base::Guarded;
 using shardpoint::internal_checkpoint::LoadFromSource;
 using shardpoint::internal_checkpoint::LogLoadOutcome;
 using shardpoint::internal_comm::BroadcastAgreed;
-using shardpoint::internal_hf::DecodeHfHeaders;
-using shardpoint::internal_hf::HfDirIndex;
 using shardpoint::internal_hf::MappedKey;
-using shardpoint::internal_hf::MappedSource;
-using shardpoint::internal_hf::ReadHfHeaders;
-using shardpoint::internal_hf::ScanHfDir;
-using shardpoint::internal_hf::SourceFromHfIndex;
 using shardpoint::internal_io::CallResources;
+using shardpoint::internal_source::DecodeHfSource;
+using shardpoint::internal_source::MappedSource;
+using shardpoint::internal_source::OpenSource;
+using shardpoint::internal_source::ReadHfSourceBytes;
 
 namespace shardpoint {
 
@@ -43,15 +42,13 @@ Result<LoadResult> LoadFromHfCollective(State& state, const std::string& hf_dir,
   Status s;
   if (comm.rank() == 0) {
     Result<std::string> r =
-        Guarded("HF load: reading headers", [&] { return ReadHfHeaders(storage, hf_dir); });
+        Guarded("HF load: reading headers", [&] { return ReadHfSourceBytes(storage, hf_dir); });
     s = r.status();
     if (r.ok()) blob = std::move(*r);
   }
   SP_RETURN_IF_ERROR(BroadcastAgreed(comm, s, &blob, 0));
-  Result<MappedSource> src = Guarded("HF load: mapping", [&]() -> Result<MappedSource> {
-    SP_ASSIGN_OR_RETURN(HfDirIndex idx, DecodeHfHeaders(blob, hf_dir));
-    return SourceFromHfIndex(std::move(idx), hf_dir, mapping, options.variables);
-  });
+  Result<MappedSource> src = Guarded(
+      "HF load: mapping", [&] { return DecodeHfSource(blob, hf_dir, mapping, options.variables); });
   blob.clear();
 
   // 2. The load pipeline, as Load's (a mapping error goes into its first
@@ -78,9 +75,8 @@ Result<LoadResult> LoadFromHf(State& state, const std::string& hf_dir, const HfM
 Result<std::vector<HfKeyInfo>> DescribeHf(const std::string& hf_dir, const HfMapping& mapping,
                                           const HfOptions& options) {
   CallResources res(options);
-  SP_ASSIGN_OR_RETURN(HfDirIndex idx, ScanHfDir(res.storage(), hf_dir));
-  SP_ASSIGN_OR_RETURN(MappedSource src,
-                      SourceFromHfIndex(std::move(idx), hf_dir, mapping, options.variables));
+  SP_ASSIGN_OR_RETURN(MappedSource src, OpenSource(res.storage(), hf_dir, CheckpointKind::kHfModel,
+                                                   mapping, options.variables));
   std::vector<HfKeyInfo> out;
   for (MappedKey& mk : src.mapped) out.push_back(std::move(mk.info));
   return out;

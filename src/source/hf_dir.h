@@ -1,4 +1,5 @@
-// An HF model directory: its safetensors files, their headers, config.json.
+// An HF model directory: its safetensors files, their headers, config.json
+// (the door opens an HF model through it: src/source/mapped_source.h).
 //
 // Files come from model.safetensors.index.json when present (its weight_map
 // must agree with the headers), else every *.safetensors in the directory,
@@ -14,16 +15,14 @@
 #include <vector>
 
 #include "shardpoint/storage.h"
+#include "src/hf/hf_files.h"
 #include "src/hf/mapping.h"
 
-namespace shardpoint::internal_hf {
-
-inline constexpr char kHfIndexName[] = "model.safetensors.index.json";
-inline constexpr char kHfSingleName[] = "model.safetensors";
+namespace shardpoint::internal_source {
 
 struct HfDirIndex {
   struct Tensor {
-    HfMeta meta;
+    internal_hf::HfMeta meta;
     uint32_t file = 0;
     uint64_t offset = 0;  // absolute, in the file
     uint64_t nbytes = 0;
@@ -38,4 +37,4 @@ Result<std::string> ReadHfHeaders(Storage* storage, const std::string& dir);
 Result<HfDirIndex> DecodeHfHeaders(std::string_view blob, const std::string& dir);
 Result<HfDirIndex> ScanHfDir(Storage* storage, const std::string& dir);
 
-}  // namespace shardpoint::internal_hf
+}  // namespace shardpoint::internal_source

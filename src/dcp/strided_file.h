@@ -27,7 +27,7 @@
 #include "shardpoint/storage.h"
 #include "src/base/bytes.h"
 
-namespace shardpoint::internal_source {
+namespace shardpoint::internal_dcp {
 
 struct StridedView {
   uint32_t file = 0;              // the index file that is this view
@@ -62,4 +62,4 @@ void EncodeStridedViews(const std::vector<StridedView>& views, internal_base::By
 Result<std::vector<StridedView>> DecodeStridedViews(internal_base::ByteReader* r,
                                                     uint64_t num_files, const std::string& what);
 
-}  // namespace shardpoint::internal_source
+}  // namespace shardpoint::internal_dcp

@@ -1,4 +1,4 @@
-#include "src/hf/hf_dir.h"
+#include "src/source/hf_dir.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -14,9 +14,10 @@ using shardpoint::internal_format::DecodeSafetensorsHeader;
 using shardpoint::internal_format::DecodeSafetensorsHeaderLength;
 using shardpoint::internal_format::SafetensorsEntry;
 using shardpoint::internal_format::SafetensorsHeader;
+using shardpoint::internal_hf::kHfIndexName;
 using shardpoint::internal_io::JoinPath;
 
-namespace shardpoint::internal_hf {
+namespace shardpoint::internal_source {
 namespace {
 
 using Json = nlohmann::json;
@@ -178,4 +179,4 @@ Result<HfDirIndex> ScanHfDir(Storage* storage, const std::string& dir) {
   return DecodeHfHeaders(blob, dir);
 }
 
-}  // namespace shardpoint::internal_hf
+}  // namespace shardpoint::internal_source

@@ -5,8 +5,8 @@
 #include "shardpoint/hf_placement.h"
 #include "src/base/guard.h"
 #include "src/format/manifest.h"
-#include "src/hf/source.h"
 #include "src/io/resources.h"
+#include "src/source/mapped_source.h"
 
 using shardpoint::internal_base::Guarded;
 using shardpoint::internal_format::TensorRecord;
@@ -14,11 +14,11 @@ using shardpoint::internal_hf::HfMeta;
 using shardpoint::internal_hf::HfPiece;
 using shardpoint::internal_hf::MapKeysToHf;
 using shardpoint::internal_hf::MappedKey;
-using shardpoint::internal_hf::MappedSource;
-using shardpoint::internal_hf::OpenSource;
 using shardpoint::internal_hf::ResolveVars;
 using shardpoint::internal_hf::Vars;
 using shardpoint::internal_io::CallResources;
+using shardpoint::internal_source::MappedSource;
+using shardpoint::internal_source::OpenSource;
 
 namespace shardpoint {
 

@@ -1,19 +1,24 @@
-#include "src/hf/source.h"
+#include "src/source/mapped_source.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "shardpoint/checkpoint_kind.h"
-#include "src/checkpoint/open_source.h"
 #include "src/hf/megatron_vars.h"
+#include "src/source/open_source.h"
 
-using shardpoint::internal_checkpoint::OpenCheckpointSource;
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::TensorRecord;
-using shardpoint::internal_source::Source;
+using shardpoint::internal_hf::HfMeta;
+using shardpoint::internal_hf::HfPiece;
+using shardpoint::internal_hf::MapHfToKeys;
+using shardpoint::internal_hf::MappedKey;
+using shardpoint::internal_hf::MegatronArgsVars;
+using shardpoint::internal_hf::ResolveVars;
+using shardpoint::internal_hf::Vars;
 
-namespace shardpoint::internal_hf {
+namespace shardpoint::internal_source {
 
 Manifest BuildHfManifest(const HfDirIndex& idx, const std::vector<MappedKey>& mapped) {
   Manifest m;
@@ -42,6 +47,8 @@ Manifest BuildHfManifest(const HfDirIndex& idx, const std::vector<MappedKey>& ma
   return m;
 }
 
+namespace {
+
 Result<MappedSource> SourceFromHfIndex(HfDirIndex idx, const std::string& dir,
                                        const HfMapping& mapping, const Vars& explicit_vars) {
   MappedSource s;
@@ -64,6 +71,8 @@ Result<MappedSource> SourceFromHfIndex(HfDirIndex idx, const std::string& dir,
   return s;
 }
 
+}  // namespace
+
 std::string ConfigFromMetadata(const std::string& metadata_json) {
   if (metadata_json.empty()) return "";
   nlohmann::json j = nlohmann::json::parse(metadata_json, nullptr, /*allow_exceptions=*/false);
@@ -77,6 +86,11 @@ std::string ConfigFromMetadata(const std::string& metadata_json) {
 Result<MappedSource> OpenSource(Storage* storage, const std::string& dir, const HfMapping& mapping,
                                 const Vars& explicit_vars) {
   SP_ASSIGN_OR_RETURN(CheckpointKind kind, DetectCheckpointKind(dir, storage));
+  return OpenSource(storage, dir, kind, mapping, explicit_vars);
+}
+
+Result<MappedSource> OpenSource(Storage* storage, const std::string& dir, CheckpointKind kind,
+                                const HfMapping& mapping, const Vars& explicit_vars) {
   if (kind == CheckpointKind::kHfModel) {
     SP_ASSIGN_OR_RETURN(HfDirIndex idx, ScanHfDir(storage, dir));
     return SourceFromHfIndex(std::move(idx), dir, mapping, explicit_vars);
@@ -91,4 +105,14 @@ Result<MappedSource> OpenSource(Storage* storage, const std::string& dir, const 
   return s;
 }
 
-}  // namespace shardpoint::internal_hf
+Result<std::string> ReadHfSourceBytes(Storage* storage, const std::string& dir) {
+  return ReadHfHeaders(storage, dir);
+}
+
+Result<MappedSource> DecodeHfSource(std::string_view bytes, const std::string& dir,
+                                    const HfMapping& mapping, const Vars& explicit_vars) {
+  SP_ASSIGN_OR_RETURN(HfDirIndex idx, DecodeHfHeaders(bytes, dir));
+  return SourceFromHfIndex(std::move(idx), dir, mapping, explicit_vars);
+}
+
+}  // namespace shardpoint::internal_source

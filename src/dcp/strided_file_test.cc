@@ -1,4 +1,4 @@
-#include "src/source/strided_file.h"
+#include "src/dcp/strided_file.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <cstring>
 #include <random>
 
-namespace shardpoint::internal_source {
+namespace shardpoint::internal_dcp {
 namespace {
 
 // An in-memory file that counts what is read from it.
@@ -191,4 +191,4 @@ TEST(StridedFileTest, EncodesAndDecodesViews) {
 }
 
 }  // namespace
-}  // namespace shardpoint::internal_source
+}  // namespace shardpoint::internal_dcp
