@@ -445,7 +445,7 @@ def test_load_reads_the_manifest_once_for_all_ranks(ckpt, monkeypatch):
     import shardpoint._read as rd
     reads = []
     real = rd.metadata
-    monkeypatch.setattr(rd, "metadata", lambda path: reads.append(path) or real(path))
+    monkeypatch.setattr(rd, "metadata", lambda path, **kw: reads.append(path) or real(path, **kw))
 
     def save(r, comm):
         model, opt, _ = make()

@@ -15,7 +15,7 @@ namespace {
 std::string Fixture() {
   std::string f = __FILE__;
   std::string dir =
-      f.substr(0, f.rfind("/src/hf/")) + "/tests/dcp/fixtures/megatron_dpr_torch_dist";
+      f.substr(0, f.rfind("/src/convert/")) + "/tests/dcp/fixtures/megatron_dpr_torch_dist";
   Result<bool> here = DefaultStorage()->Exists(dir + "/.metadata");
   if (!here.ok() || !*here) dir = "tests/dcp/fixtures/megatron_dpr_torch_dist";
   return std::filesystem::absolute(dir).string();
