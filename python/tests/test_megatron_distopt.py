@@ -85,30 +85,34 @@ def test_buckets_whose_parameters_do_not_tile_are_data_loss_naming_the_bucket(tm
 # TrainState.load(mapping="megatron_llama"): the fixtures' weights and Adam
 # state into a Llama-named torch model + torch.optim.Adam, TP=1 and TP=2.
 
-HF = {  # HF name -> (PARAMS key, layer or None, rows of the stored layer)
-    "model.embed_tokens.weight": ("embedding.word_embeddings.weight", None, None),
-    "model.norm.weight": ("decoder.final_layernorm.weight", None, None),
-    "lm_head.weight": ("output_layer.weight", None, None),
-}
-for _i in range(2):
-    _l = f"model.layers.{_i}."
-    HF.update({
-        _l + "input_layernorm.weight":
-            ("decoder.layers.self_attention.linear_qkv.layer_norm_weight", _i, None),
-        _l + "self_attn.q_proj.weight": ("decoder.layers.self_attention.linear_qkv.weight", _i,
-                                         (0, 4)),
-        _l + "self_attn.k_proj.weight": ("decoder.layers.self_attention.linear_qkv.weight", _i,
-                                         (4, 6)),
-        _l + "self_attn.v_proj.weight": ("decoder.layers.self_attention.linear_qkv.weight", _i,
-                                         (6, 8)),
-        _l + "self_attn.o_proj.weight": ("decoder.layers.self_attention.linear_proj.weight", _i,
-                                         None),
-        _l + "post_attention_layernorm.weight":
-            ("decoder.layers.mlp.linear_fc1.layer_norm_weight", _i, None),
-        _l + "mlp.gate_proj.weight": ("decoder.layers.mlp.linear_fc1.weight", _i, (0, 18)),
-        _l + "mlp.up_proj.weight": ("decoder.layers.mlp.linear_fc1.weight", _i, (18, 36)),
-        _l + "mlp.down_proj.weight": ("decoder.layers.mlp.linear_fc2.weight", _i, None),
-    })
+def hf_table(layers):
+    """HF name -> (PARAMS key, layer or None, rows of the stored layer)."""
+    hf = {
+        "model.embed_tokens.weight": ("embedding.word_embeddings.weight", None, None),
+        "model.norm.weight": ("decoder.final_layernorm.weight", None, None),
+        "lm_head.weight": ("output_layer.weight", None, None),
+    }
+    for i in range(layers):
+        pre, qkv = f"model.layers.{i}.", "decoder.layers.self_attention.linear_qkv.weight"
+        fc1 = "decoder.layers.mlp.linear_fc1.weight"
+        hf.update({
+            pre + "input_layernorm.weight":
+                ("decoder.layers.self_attention.linear_qkv.layer_norm_weight", i, None),
+            pre + "self_attn.q_proj.weight": (qkv, i, (0, 4)),
+            pre + "self_attn.k_proj.weight": (qkv, i, (4, 6)),
+            pre + "self_attn.v_proj.weight": (qkv, i, (6, 8)),
+            pre + "self_attn.o_proj.weight":
+                ("decoder.layers.self_attention.linear_proj.weight", i, None),
+            pre + "post_attention_layernorm.weight":
+                ("decoder.layers.mlp.linear_fc1.layer_norm_weight", i, None),
+            pre + "mlp.gate_proj.weight": (fc1, i, (0, 18)),
+            pre + "mlp.up_proj.weight": (fc1, i, (18, 36)),
+            pre + "mlp.down_proj.weight": ("decoder.layers.mlp.linear_fc2.weight", i, None),
+        })
+    return hf
+
+
+HF = hf_table(2)
 # The fixture's linear_qkv [2, 8, 4] is (heads + 2 groups) * head_dim = (2 + 2) * 2 rows.
 GQA = {"num_attention_heads": 2, "num_key_value_heads": 1}
 TP_RULES = [(r"(q|k|v|gate|up)_proj", "column"), (r"(o|down)_proj", "row"),
@@ -126,8 +130,16 @@ for _i in range(2):
     FSMS_HF.update({_l + "gate_proj.weight": ("decoder.layers.mlp.linear_fc1.weight", _i, (0, 4)),
                     _l + "up_proj.weight": ("decoder.layers.mlp.linear_fc1.weight", _i, (4, 8)),
                     _l + "down_proj.weight": ("decoder.layers.mlp.linear_fc2.weight", _i, None)})
+# megatron_dpr_pp2_torch_dist (make_megatron_distopt_fixture.py's VARIANTS): 3 layers
+# over PP=2 (1 on the first stage), the norms' weights bfloat16 (a second gradient
+# buffer per stage); the same keys and value formula.
+PP2 = "megatron_dpr_pp2_torch_dist"
+PP2_PARAMS = {k: (3,) + s[1:] if k.startswith("decoder.layers.") else s
+              for k, s in PARAMS.items()}
+PP2_BF16 = {"decoder.layers.self_attention.linear_qkv.layer_norm_weight",
+            "decoder.layers.mlp.linear_fc1.layer_norm_weight", "decoder.final_layernorm.weight"}
 TABLES = {"megatron_dpr_torch_dist": (PARAMS, HF), "megatron_fr_torch_dist": (PARAMS, HF),
-          "megatron_fsms_torch_dist": (FSMS_PARAMS, FSMS_HF)}
+          "megatron_fsms_torch_dist": (FSMS_PARAMS, FSMS_HF), PP2: (PP2_PARAMS, hf_table(3))}
 
 
 def expected(hf, state, fixture="megatron_dpr_torch_dist"):
@@ -138,6 +150,8 @@ def expected(hf, state, fixture="megatron_dpr_torch_dist"):
     p = list(params).index(key)
     full = torch.arange(math.prod(params[key]), dtype=torch.float32).reshape(params[key])
     full += 1000 * p + (10000 * (state + 1) if state >= 0 else 0)
+    if fixture == PP2 and state < 0 and key in PP2_BF16:
+        full = full.bfloat16().float()  # stored bfloat16
     t = full if layer is None else full[layer]
     return t if rows is None else t[rows[0]:rows[1]]
 
@@ -175,7 +189,8 @@ def test_train_state_loads_megatron_weights_and_adam_state(fixture, tp):
     """Every element of every weight, exp_avg and exp_avg_sq, TP=1 and each rank of
     TP=2 (column, row and vocab parallel), equals the generator's value; the step
     is common.pt's; the fp32 master params with master_params=True. Layouts:
-    dp_reshardable (buckets), fully_reshardable, fully_sharded_model_space."""
+    dp_reshardable (buckets; PP=1, and PP=2 with two buffers per stage),
+    fully_reshardable, fully_sharded_model_space."""
     for r in range(tp):
         for master in (False, True):
             model, plan = llama(r, tp, fixture)
@@ -184,7 +199,8 @@ def test_train_state_loads_megatron_weights_and_adam_state(fixture, tp):
             # fsms's common.pt has no args: its vocabulary size is given
             variables = {"vocab_size": 8} if fixture == "megatron_fsms_torch_dist" else GQA
             res = ts.load(os.path.join(FIXTURES, fixture), mapping="megatron_llama",
-                          variables=variables, master_params=master)
+                          variables=variables, master_params=master,
+                          allow_dtype_conversion=fixture == PP2)  # its bf16 norms: fp32 here
             assert res.missing_keys == []
             for name, prm in model.named_parameters():
                 kind = plan.kind(name)
@@ -216,9 +232,10 @@ def test_train_state_mapped_load_names_what_the_checkpoint_lacks():
 
 
 def test_train_state_mapped_load_of_buckets_not_rebuilt_says_why(tmp_path):
-    """The dp_reshardable fixture with common.pt's args saying PP = 2: its buckets
-    are not rebuilt, and the mapped load's NotFoundError names the optimizer
-    state it lacks and why the buckets were read as stored."""
+    """The dp_reshardable fixture with common.pt's args saying PP = 2 with virtual
+    pipeline stages: its buckets are not rebuilt, and the mapped load's
+    NotFoundError names the optimizer state it lacks and why the buckets were
+    read as stored."""
     import argparse
     import shutil
     path = str(tmp_path / "pp2")
@@ -226,6 +243,7 @@ def test_train_state_mapped_load_of_buckets_not_rebuilt_says_why(tmp_path):
     common = torch.load(os.path.join(path, "common.pt"))
     assert isinstance(common["args"], argparse.Namespace)
     common["args"].pipeline_model_parallel_size = 2
+    common["args"].virtual_pipeline_model_parallel_size = 2
     torch.save(common, os.path.join(path, "common.pt"))
     model, _ = llama()
     ts = TrainState(model, torch.optim.Adam(model.parameters()), comm=sp.single(), rng=False)
@@ -233,8 +251,9 @@ def test_train_state_mapped_load_of_buckets_not_rebuilt_says_why(tmp_path):
         ts.load(path, mapping="megatron_llama", variables=GQA)
     msg = str(e.value)
     assert "state 'exp_avg'" in msg or "state 'param'" in msg, msg
-    assert "buckets are read as stored" in msg and "pipeline_model_parallel_size 2" in msg, msg
-    assert "which layers each stage's buffer holds" in msg, msg
+    assert "buckets are read as stored" in msg, msg
+    assert "args.virtual_pipeline_model_parallel_size is set" in msg, msg
+    assert "its stages' layers are not derived" in msg, msg
 
 
 def test_train_state_mapped_load_is_collective_over_tp_ranks():
@@ -255,3 +274,63 @@ def test_train_state_mapped_load_is_collective_over_tp_ranks():
         return True
 
     assert run_ranks(2, rank) == [True, True]
+
+
+# ---------------------------------------------------------------------------
+# dp_reshardable over PP=2 with two gradient buffers per stage (fp32 weights,
+# bfloat16 norms): rebuilt per parameter on every read path.
+
+def pp2_value(key, state):
+    """The generator's value of PP2 key ``key`` (state -1: the stored weight)."""
+    p = list(PP2_PARAMS).index(key)
+    full = torch.arange(math.prod(PP2_PARAMS[key]), dtype=torch.float32).reshape(PP2_PARAMS[key])
+    full += 1000 * p + (10000 * (state + 1) if state >= 0 else 0)
+    return full.bfloat16() if state < 0 and key in PP2_BF16 else full
+
+
+def pp2_template():
+    sd = {f"optimizer.state.{s}.{k}": torch.full(shape, -1.0)
+          for k, shape in PP2_PARAMS.items() for s in STATES}
+    sd.update({k: torch.full(shape, -1.0, dtype=torch.bfloat16 if k in PP2_BF16 else
+                             torch.float32) for k, shape in PP2_PARAMS.items()})
+    return sd
+
+
+def check_pp2(sd):
+    for k, t in sd.items():
+        key = k.split(".", 3)[3] if k.startswith("optimizer.state.") else k
+        state = STATES.index(k.split(".")[2]) if key != k else -1
+        assert torch.equal(t, pp2_value(key, state)), k
+
+
+def test_dp_reshardable_pp2_several_buffers_rebuilt_bit_for_bit():
+    """The PP=2 fixture (groups 0-1 stage 0 with layer 0 and the embedding, groups
+    2-3 stage 1 with layers 1-2, the final norm and the output layer; each stage
+    an fp32 and a bf16 buffer): inspect says rebuilt; every element of every
+    weight and state equals the generator's value; a band across both the stage
+    boundary (layers 0:2) and the TP split (columns 10:30) reads right."""
+    from shardpoint._read import metadata
+    path = os.path.join(FIXTURES, PP2)
+    md = metadata(path).metadata["megatron_torch_dist"]
+    assert md["dp_reshardable"] == {"rebuilt_tensors": 27}, md["dp_reshardable"]
+    sd = pp2_template()
+    sp.load(sd, path, sp.single(), allow_unexpected_keys=True, common=False)
+    check_pp2(sd)
+    key = "optimizer.state.exp_avg.decoder.layers.self_attention.linear_proj.weight"
+    band = torch.zeros(2, 4, 20)
+    sp.load({key: sp.ShardedTensor(key, band, [3, 4, 40], [0, 0, 10])}, path, sp.single(),
+            allow_unexpected_keys=True, common=False, cooperative=False)
+    assert torch.equal(band, pp2_value(key.split(".", 3)[3], 1)[0:2, :, 10:30])
+
+
+def test_dp_reshardable_pp2_exports_and_converts_per_parameter(tmp_path):
+    """export-hf of the PP=2 fixture (identity mapping) writes every rebuilt state
+    and weight; convert of that HF model back into a shardpoint checkpoint loads
+    them all bit for bit."""
+    from shardpoint import hf as sphf
+    hf_dir, ck = tmp_path / "hf", tmp_path / "ck"
+    sphf.export(os.path.join(FIXTURES, PP2), hf_dir)
+    sphf.convert(hf_dir, ck)
+    sd = pp2_template()
+    sp.load(sd, str(ck), sp.single(), allow_unexpected_keys=True)
+    check_pp2(sd)

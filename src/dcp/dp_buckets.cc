@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <functional>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
 
+#include "src/dcp/metadata.h"
 #include "src/geometry/flat_range.h"
 
 using shardpoint::internal_format::ChunkRecord;
@@ -56,7 +56,9 @@ constexpr const char* kAfter[] = {"decoder.final_layernorm.weight", "decoder.fin
                                   "output_layer.weight"};
 
 struct BucketKey {
+  int chain = -1;  // a ChainedOptimizer's "chained_<i>." prefix (-1: none)
   int group = 0, buffer = 0, bucket = 0;
+  std::string dtype;  // "(torch.bfloat16, torch.float32)" or "torch.float32"
   std::string state;
 };
 
@@ -76,11 +78,15 @@ bool Expect(std::string_view s, size_t* pos, std::string_view lit) {
   return true;
 }
 
-// "<prefix><g>.gbuf_idx_<b>.dtype_<dt>.bucket_idx_<k>.<state>"; <dt> holds
-// dots ("(torch.bfloat16, torch.float32)", or "torch.float32" before 0.15).
+// "[chained_<i>.]<prefix><g>.gbuf_idx_<b>.dtype_<dt>.bucket_idx_<k>.<state>";
+// <dt> holds dots ("(torch.bfloat16, torch.float32)", or "torch.float32"
+// before 0.15).
 std::optional<BucketKey> ParseBucketKey(std::string_view key) {
   BucketKey b;
   size_t pos = 0;
+  if (Expect(key, &pos, "chained_") && !(ReadInt(key, &pos, &b.chain) && Expect(key, &pos, "."))) {
+    return std::nullopt;
+  }
   if (!Expect(key, &pos, kBucketPrefix) || !ReadInt(key, &pos, &b.group) ||
       !Expect(key, &pos, ".gbuf_idx_") || !ReadInt(key, &pos, &b.buffer) ||
       !Expect(key, &pos, ".dtype_")) {
@@ -88,6 +94,7 @@ std::optional<BucketKey> ParseBucketKey(std::string_view key) {
   }
   const size_t k = key.rfind(".bucket_idx_");
   if (k == std::string_view::npos || k < pos) return std::nullopt;
+  b.dtype = std::string(key.substr(pos, k - pos));
   pos = k;
   if (!Expect(key, &pos, ".bucket_idx_") || !ReadInt(key, &pos, &b.bucket) ||
       !Expect(key, &pos, ".") || pos == key.size()) {
@@ -97,12 +104,21 @@ std::optional<BucketKey> ParseBucketKey(std::string_view key) {
   return b;
 }
 
-// group -> bucket -> state -> index in m.tensors
-using Buckets = std::map<int, std::map<int, std::map<std::string, size_t>>>;
+// One gradient buffer of a data-parallel group: its parameters' dtype and
+// its buckets (bucket -> state -> index in m.tensors).
+struct Buffer {
+  std::string dtype;
+  std::map<int, std::map<std::string, size_t>> buckets;
+};
+using Groups = std::map<int, std::map<int, Buffer>>;  // group -> gbuf_idx -> buffer
+
+constexpr int64_t kFirstStage = -1, kLastStage = -2;  // ParamRef::at of non-layer parameters
 
 struct ParamRef {
-  size_t tensor = 0;   // the model key's index in m.tensors
-  int64_t layer = -1;  // a layer of a stacked key; -1: the whole key
+  size_t tensor = 0;         // the model key's index in m.tensors
+  int64_t layer = -1;        // a layer of a stacked key; -1: the whole key
+  int64_t at = kFirstStage;  // its decoder layer, or kFirstStage / kLastStage
+  bool shadow = false;       // the last stage's copy of a tied embedding: placed, not emitted
 };
 
 // One TP rank's local tensor of a parameter: global boxes in its flat order.
@@ -114,14 +130,15 @@ struct Local {
 
 std::string Describe(const Manifest& m, const ParamRef& p) {
   const std::string& k = m.tensors[p.tensor].key;
-  return p.layer < 0 ? "'" + k + "'" : "'" + k + "' layer " + std::to_string(p.layer);
+  return (p.shadow ? "the last stage's copy of " : "") +
+         (p.layer < 0 ? "'" + k + "'" : "'" + k + "' layer " + std::to_string(p.layer));
 }
 
-// The bucket tensors of `m`. Sets *why when they are not of the one layout
-// derived here (PP = 1, one buffer, groups 0..TP-1).
-Result<Buckets> CollectBuckets(const DpBucketArgs& args, const Manifest& m, int* count,
-                               std::string* why) {
-  Buckets b;
+// The bucket tensors of `m`. Sets *why when they are not of the layout
+// derived here (no chained optimizers, groups 0..TP*PP-1).
+Result<Groups> CollectBuckets(const DpBucketArgs& args, const Manifest& m, int* count,
+                              std::string* why) {
+  Groups b;
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     std::optional<BucketKey> k = ParseBucketKey(m.tensors[i].key);
     if (!k) continue;
@@ -130,35 +147,41 @@ Result<Buckets> CollectBuckets(const DpBucketArgs& args, const Manifest& m, int*
       return DataLossError("bucket '" + m.tensors[i].key + "' is not 1-D (" +
                            ShapeToString(m.tensors[i].shape) + ")");
     }
-    if (k->buffer != 0 && why->empty()) {
-      *why = "several gradient buffers ('" + m.tensors[i].key +
-             "': MoE expert parameters and parameters of another dtype have buffers of their "
-             "own, whose parameter order is not derived)";
+    if (k->chain >= 0 && why->empty()) {
+      *why = "a chained optimizer's buckets ('" + m.tensors[i].key +
+             "': an MoE model keeps its expert parameters in an optimizer of their own, whose "
+             "buffers' parameter order and expert-parallel groups are not derived)";
     }
-    b[k->group][k->bucket][k->state] = i;
+    Buffer& buf = b[k->group][k->buffer];
+    if (!buf.dtype.empty() && buf.dtype != k->dtype) {
+      return DataLossError("bucket '" + m.tensors[i].key + "': buffer " +
+                           std::to_string(k->buffer) + " has buckets of dtype " + buf.dtype +
+                           " too");
+    }
+    buf.dtype = k->dtype;
+    buf.buckets[k->bucket][k->state] = i;
   }
   if (b.empty() || !why->empty()) return b;
+  const int groups = args.tp_size * args.pp_size;
   if (args.tp_size <= 0) {
     *why = "common.pt's args give no tensor_model_parallel_size";
-  } else if (args.pp_size != 1) {
-    *why = "pipeline_model_parallel_size " + std::to_string(args.pp_size) +
-           " (which layers each stage's buffer holds, and which data-parallel group is which "
-           "stage, is not derived)";
-  } else if (static_cast<int>(b.size()) != args.tp_size || b.begin()->first != 0 ||
-             b.rbegin()->first != args.tp_size - 1) {
+  } else if (!args.not_derived.empty()) {
+    *why = args.not_derived;
+  } else if (static_cast<int>(b.size()) != groups || b.begin()->first != 0 ||
+             b.rbegin()->first != groups - 1) {
     *why = std::to_string(b.size()) + " data-parallel groups for tensor_model_parallel_size " +
-           std::to_string(args.tp_size);
+           std::to_string(args.tp_size) + " x pipeline_model_parallel_size " +
+           std::to_string(args.pp_size);
   }
   return b;
 }
 
-// Each group's buckets 0..K-1 all hold the same states, each state of a
+// Each buffer's buckets 0..K-1 all hold the same states, each state of a
 // bucket the same size. Returns the sizes.
-Result<std::vector<int64_t>> BucketSizes(const Manifest& m, int group,
-                                         const std::map<int, std::map<std::string, size_t>>& g) {
+Result<std::vector<int64_t>> BucketSizes(const Manifest& m, int group, const Buffer& buf) {
   std::vector<int64_t> sizes;
-  const std::map<std::string, size_t>& first = g.begin()->second;
-  for (const auto& [k, states] : g) {
+  const std::map<std::string, size_t>& first = buf.buckets.begin()->second;
+  for (const auto& [k, states] : buf.buckets) {
     const std::string& key = m.tensors[states.begin()->second].key;
     if (k != static_cast<int>(sizes.size())) {
       return DataLossError("bucket '" + key + "': data-parallel group " + std::to_string(group) +
@@ -178,39 +201,43 @@ Result<std::vector<int64_t>> BucketSizes(const Manifest& m, int group,
   return sizes;
 }
 
+struct Order {
+  std::vector<ParamRef> params;
+  int64_t layers = 0;  // decoder layers the checkpoint holds
+};
+
 // The model's parameters in `model.parameters()` order, from the model
 // tensors (every tensor not under "optimizer."). Sets *why if one is not in
 // the order known here.
-std::vector<ParamRef> ParamOrder(const Manifest& m, std::string* why) {
-  std::vector<ParamRef> out;
+Order ParamOrder(const Manifest& m, std::string* why) {
+  Order out;
   std::vector<bool> used(m.tensors.size(), false);
-  auto add = [&](const std::string& key, int64_t layer) {
+  auto add = [&](const std::string& key, int64_t layer, int64_t at) {
     const int64_t t = m.FindTensor(key);
     if (t < 0) return;
-    out.push_back({static_cast<size_t>(t), layer});
+    out.params.push_back({static_cast<size_t>(t), layer, at});
     used[t] = true;
   };
-  for (const char* k : kBefore) add(k, -1);
-  int64_t layers = 0;
+  for (const char* k : kBefore) add(k, -1, kFirstStage);
   for (const TensorRecord& t : m.tensors) {
     if (t.key.rfind(kLayers, 0) != 0 || t.shape.empty()) continue;
     size_t pos = kLayers.size();
     int l = 0;
     if (ReadInt(t.key, &pos, &l) && Expect(t.key, &pos, ".")) {
-      layers = std::max<int64_t>(layers, l + 1);  // a per-layer key
+      out.layers = std::max<int64_t>(out.layers, l + 1);  // a per-layer key
     } else {
-      layers = std::max(layers, t.shape[0]);  // a stacked key
+      out.layers = std::max(out.layers, t.shape[0]);  // a stacked key
     }
   }
-  for (int64_t l = 0; l < layers; ++l) {
+  for (int64_t l = 0; l < out.layers; ++l) {
     for (const char* p : kLayerParams) {
       const std::string stacked = std::string(kLayers) + p;
       const int64_t t = m.FindTensor(stacked);
-      if (t >= 0 && l < m.tensors[t].shape[0]) add(stacked, l);
-      if (t < 0) add(std::string(kLayers) + std::to_string(l) + "." + p, -1);
+      if (t >= 0 && l < m.tensors[t].shape[0]) add(stacked, l, l);
+      if (t < 0) add(std::string(kLayers) + std::to_string(l) + "." + p, -1, l);
     }
   }
-  for (const char* k : kAfter) add(k, -1);
+  for (const char* k : kAfter) add(k, -1, kLastStage);
   for (size_t i = 0; i < m.tensors.size() && why->empty(); ++i) {
     if (!used[i] && m.tensors[i].key.rfind("optimizer.", 0) != 0) {
       *why = "model tensor '" + m.tensors[i].key +
@@ -253,6 +280,28 @@ Local LocalOf(const Manifest& m, const ParamRef& p, int tp, int tp_size, std::st
            " chunks (not 1, one per TP rank, or a SwiGLU weight's 2 per TP rank)";
   }
   for (const Box& b : out.pieces) out.numel += b.num_elements();
+  return out;
+}
+
+// Pipeline stage `pp`'s parameters in model order: the embedding on the
+// first stage; layers [bounds[pp], bounds[pp + 1]); the final norm and the
+// output layer on the last, where a tied embedding (no output_layer.weight
+// stored) is a copy of the embedding's, in its buffer but not stored.
+std::vector<ParamRef> StageParams(const Manifest& m, const Order& order, const DpBucketArgs& args,
+                                  const std::vector<int64_t>& bounds, int pp) {
+  std::vector<ParamRef> out;
+  for (const ParamRef& p : order.params) {
+    if (p.at == kFirstStage  ? pp == 0
+        : p.at == kLastStage ? pp == args.pp_size - 1
+                             : bounds[pp] <= p.at && p.at < bounds[pp + 1]) {
+      out.push_back(p);
+    }
+  }
+  const int64_t emb = m.FindTensor(kBefore[0]);
+  if (args.tied && args.pp_size > 1 && pp == args.pp_size - 1 && emb >= 0 &&
+      m.FindTensor(kAfter[2]) < 0) {
+    out.push_back({static_cast<size_t>(emb), -1, kLastStage, true});
+  }
   return out;
 }
 
@@ -336,20 +385,21 @@ Status EmitChunks(const TensorRecord& b, const Local& local, int64_t start, cons
   return OkStatus();
 }
 
-// One group's parameters placed in its buckets, each state emitted into
+// One buffer's parameters placed in its buckets, each state emitted into
 // `out` (keyed by the new tensor's key). Replicated parameters are taken
-// from group 0 only (every group holds them alike).
-Status RebuildGroup(const Manifest& m, const std::vector<ParamRef>& order, int group,
-                    const std::map<int, std::map<std::string, size_t>>& buckets,
-                    const std::vector<Local>& locals, std::map<std::string, TensorRecord>* out) {
-  SP_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, BucketSizes(m, group, buckets));
-  auto name = [&](int k) { return m.tensors[buckets.at(k).begin()->second].key; };
+// from TP rank 0 only (every TP rank's buffer holds them alike), a tied
+// embedding's last-stage copy from the first stage.
+Status RebuildBuffer(const Manifest& m, const std::vector<ParamRef>& order, int group, int tp,
+                     const Buffer& buf, const std::vector<Local>& locals,
+                     std::map<std::string, TensorRecord>* out) {
+  SP_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, BucketSizes(m, group, buf));
+  auto name = [&](int k) { return m.tensors[buf.buckets.at(k).begin()->second].key; };
   SP_ASSIGN_OR_RETURN(std::vector<Placed> placed, Place(m, order, locals, sizes, name));
   for (const Placed& p : placed) {
     const Local& local = locals[p.param];
-    if (local.replicated && group != 0) continue;
+    if ((local.replicated && tp != 0) || order[p.param].shadow) continue;
     const TensorRecord& param = m.tensors[order[p.param].tensor];
-    for (const auto& [state, i] : buckets.at(p.bucket)) {
+    for (const auto& [state, i] : buf.buckets.at(p.bucket)) {
       const TensorRecord& b = m.tensors[i];
       TensorRecord& t = (*out)["optimizer.state." + state + "." + param.key];
       if (t.key.empty()) {
@@ -367,39 +417,80 @@ Status RebuildGroup(const Manifest& m, const std::vector<ParamRef>& order, int g
   return OkStatus();
 }
 
-}  // namespace
-
-DpBucketArgs DpBucketArgsFromCommon(const std::string& common_json) {
-  DpBucketArgs a;
-  nlohmann::json c = nlohmann::json::parse(common_json, nullptr, false);
-  if (c.is_discarded() || !c.is_object()) return a;
-  auto args = c.find("args");
-  if (args == c.end() || !args->is_object() || !args->contains("state")) return a;
-  const nlohmann::json& st = (*args)["state"];
-  if (!st.is_object()) return a;
-  auto get = [&](const char* k, int dflt) {
-    auto it = st.find(k);
-    return it != st.end() && it->is_number_integer() ? it->get<int>() : dflt;
-  };
-  a.tp_size = get("tensor_model_parallel_size", 0);
-  a.pp_size = get("pipeline_model_parallel_size", 1);
-  return a;
+// The parameter dtype of a buffer's key part: "(torch.bfloat16,
+// torch.float32)" (param, grad) or, before Megatron-Core 0.15, "torch.float32".
+std::optional<DType> BufferParamDType(const std::string& dt) {
+  std::string_view n = dt;
+  if (n.starts_with("("))
+    n = n.substr(1, n.find(',') == std::string_view::npos ? 0 : n.find(',') - 1);
+  Result<DType> d = DTypeFromTorchName(n);
+  return d.ok() ? std::optional<DType>(*d) : std::nullopt;
 }
+
+// Data-parallel group g's buffers, each with its stage's parameters of the
+// buffer's dtype (in model order) and their TP-local tensors; sets *why
+// where a parameter is in no buffer, or a buffer's dtype is not known.
+std::vector<std::pair<std::vector<ParamRef>, std::vector<Local>>> GroupBuffers(
+    const Manifest& m, const std::vector<ParamRef>& stage, int g, const std::map<int, Buffer>& bufs,
+    const DpBucketArgs& args, std::string* why) {
+  std::vector<std::pair<std::vector<ParamRef>, std::vector<Local>>> out;
+  std::vector<bool> placed(stage.size(), false);
+  for (const auto& [b, buf] : bufs) {
+    std::optional<DType> dt = BufferParamDType(buf.dtype);
+    if (!dt) {
+      *why = "gradient buffer " + std::to_string(b) + " of data-parallel group " +
+             std::to_string(g) + " holds parameters of dtype '" + buf.dtype +
+             "', which no model tensor is stored as";
+      return {};
+    }
+    auto& [params, locals] = out.emplace_back();
+    for (size_t i = 0; i < stage.size(); ++i) {
+      if (m.tensors[stage[i].tensor].dtype != *dt) continue;
+      placed[i] = true;
+      params.push_back(stage[i]);
+      locals.push_back(LocalOf(m, stage[i], g % args.tp_size, args.tp_size, why));
+    }
+  }
+  for (size_t i = 0; i < stage.size() && why->empty(); ++i) {
+    if (!placed[i]) {
+      *why = Describe(m, stage[i]) + " (" +
+             std::string(DTypeName(m.tensors[stage[i].tensor].dtype)) +
+             ") is in no gradient buffer of data-parallel group " + std::to_string(g);
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 Result<DpBucketRebuild> RebuildDpBuckets(const DpBucketArgs& args, Manifest* m) {
   DpBucketRebuild r;
-  SP_ASSIGN_OR_RETURN(Buckets buckets, CollectBuckets(args, *m, &r.buckets, &r.not_rebuilt));
-  if (buckets.empty() || !r.not_rebuilt.empty()) return r;
-  std::vector<ParamRef> order = ParamOrder(*m, &r.not_rebuilt);
-  std::vector<std::vector<Local>> locals(args.tp_size);
-  for (int g = 0; g < args.tp_size && r.not_rebuilt.empty(); ++g) {
-    for (const ParamRef& p : order)
-      locals[g].push_back(LocalOf(*m, p, g, args.tp_size, &r.not_rebuilt));
+  SP_ASSIGN_OR_RETURN(Groups groups, CollectBuckets(args, *m, &r.buckets, &r.not_rebuilt));
+  if (groups.empty() || !r.not_rebuilt.empty()) return r;
+  const Order order = ParamOrder(*m, &r.not_rebuilt);
+  if (args.num_layers >= 0 && args.num_layers != order.layers && r.not_rebuilt.empty()) {
+    r.not_rebuilt = "args.num_layers " + std::to_string(args.num_layers) + ", but the checkpoint " +
+                    "holds " + std::to_string(order.layers) + " layers";
+  }
+  const std::vector<int64_t> bounds = r.not_rebuilt.empty()
+                                          ? StageBounds(args, order.layers, &r.not_rebuilt)
+                                          : std::vector<int64_t>{};
+  std::vector<std::vector<std::pair<std::vector<ParamRef>, std::vector<Local>>>> per_group;
+  for (const auto& [g, bufs] : groups) {
+    if (!r.not_rebuilt.empty()) return r;
+    const std::vector<ParamRef> stage = StageParams(*m, order, args, bounds, g / args.tp_size);
+    per_group.push_back(GroupBuffers(*m, stage, g, bufs, args, &r.not_rebuilt));
   }
   if (!r.not_rebuilt.empty()) return r;
   std::map<std::string, TensorRecord> out;
-  for (const auto& [g, b] : buckets) {
-    SP_RETURN_IF_ERROR(RebuildGroup(*m, order, g, b, locals[g], &out));
+  size_t gi = 0;
+  for (const auto& [g, bufs] : groups) {
+    size_t bi = 0;
+    for (const auto& [b, buf] : bufs) {
+      const auto& [params, locals] = per_group[gi][bi++];
+      SP_RETURN_IF_ERROR(RebuildBuffer(*m, params, g, g % args.tp_size, buf, locals, &out));
+    }
+    ++gi;
   }
   for (const auto& [key, t] : out) {
     if (m->FindTensor(key) >= 0) {

@@ -28,7 +28,9 @@
 // the same TP layout under another DP size, as Megatron itself does).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "shardpoint/status.h"
 #include "src/format/manifest.h"
@@ -36,13 +38,26 @@
 namespace shardpoint::internal_dcp {
 
 struct DpBucketArgs {
-  int tp_size = 0;  // common.pt args.tensor_model_parallel_size (0: absent)
-  int pp_size = 1;  // args.pipeline_model_parallel_size
+  int tp_size = 0;              // common.pt args.tensor_model_parallel_size (0: absent)
+  int pp_size = 1;              // args.pipeline_model_parallel_size
+  int num_layers = -1;          // args.num_layers (-1: absent; the checkpoint's count)
+  int first_stage_layers = -1;  // args.decoder_first_pipeline_num_layers (-1: none)
+  int last_stage_layers = -1;   // args.decoder_last_pipeline_num_layers (-1: none)
+  bool tied = false;            // args.untie_embeddings_and_output_weights is false
+  std::string not_derived;      // a pipeline setting whose split is not derived ("": none)
 };
 
 // From common.pt rendered as JSON (CommonPtToJson): args.state's
-// tensor_model_parallel_size and pipeline_model_parallel_size.
+// tensor_model_parallel_size, pipeline_model_parallel_size and the pipeline
+// split (num_layers, decoder_first/last_pipeline_num_layers; virtual
+// pipeline stages, a pipeline_model_parallel_layout and
+// account_for_embedding/loss_in_pipeline_split set `not_derived`).
 DpBucketArgs DpBucketArgsFromCommon(const std::string& common_json);
+
+// The first layer of each pipeline stage and, last, `layers`: Megatron-Core's
+// get_num_layers_to_build (an even split, or the first / last stage's own
+// count and the rest even). Sets *why where the split is not one of those.
+std::vector<int64_t> StageBounds(const DpBucketArgs& args, int64_t layers, std::string* why);
 
 struct DpBucketRebuild {
   int buckets = 0;          // bucket tensors found (all states)

@@ -17,10 +17,17 @@ using internal_format::Manifest;
 using internal_format::TensorRecord;
 using ::testing::HasSubstr;
 
-std::string BucketKey(int k, const std::string& state) {
-  return "optimizer.distributed.dp_group_idx_0.gbuf_idx_0.dtype_(torch.float32, "
-         "torch.float32).bucket_idx_" +
-         std::to_string(k) + "." + state;
+std::string BucketKey(int k, const std::string& state, int group = 0) {
+  return "optimizer.distributed.dp_group_idx_" + std::to_string(group) +
+         ".gbuf_idx_0.dtype_(torch.float32, torch.float32).bucket_idx_" + std::to_string(k) + "." +
+         state;
+}
+
+DpBucketArgs Args(int tp, int pp) {
+  DpBucketArgs a;
+  a.tp_size = tp;
+  a.pp_size = pp;
+  return a;
 }
 
 // A model tensor stored as one chunk per layer (stacked) or one chunk.
@@ -37,8 +44,9 @@ TensorRecord Model(const std::string& key, Shape shape, bool stacked) {
 
 // Bucket k of `size` elements in file k, element i at byte 4 i, stored in
 // chunks cut at `cuts`.
-TensorRecord Bucket(int k, const std::string& state, int64_t size, std::vector<int64_t> cuts) {
-  TensorRecord t{BucketKey(k, state), DType::kF32, {size}, {}};
+TensorRecord Bucket(int k, const std::string& state, int64_t size, std::vector<int64_t> cuts,
+                    int group = 0) {
+  TensorRecord t{BucketKey(k, state, group), DType::kF32, {size}, {}};
   cuts.insert(cuts.begin(), 0);
   cuts.push_back(size);
   for (size_t i = 0; i + 1 < cuts.size(); ++i) {
@@ -81,7 +89,7 @@ std::pair<int, int64_t> Expected(const std::string& key, int64_t flat) {
 
 TEST(DpBucketsTest, EveryElementPointsAtItsBucketPosition) {
   Manifest m = TwoBuckets();
-  Result<DpBucketRebuild> r = RebuildDpBuckets({1, 1}, &m);
+  Result<DpBucketRebuild> r = RebuildDpBuckets(Args(1, 1), &m);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->not_rebuilt, "");
   EXPECT_EQ(r->buckets, 4);
@@ -111,9 +119,50 @@ TEST(DpBucketsTest, EveryElementPointsAtItsBucketPosition) {
   }
 }
 
+// PP=2, TP=1, tied embeddings (no output_layer.weight stored): stage 0
+// (group 0) holds the embedding [3, 2] and fc2 layer 0 [2, 3]; stage 1
+// (group 1) holds fc2 layer 1 and, last in model order, the output layer's
+// copy of the embedding, placed (at 0) but not stored. Both buffers:
+// [0, 6) and [64, 70).
+TEST(DpBucketsTest, PipelineStagesAreGroupsTpPlusTpTimesPpWithTheTiedCopyPlaced) {
+  Manifest m;
+  m.tensors = {Model("embedding.word_embeddings.weight", {3, 2}, false),
+               Model("decoder.layers.mlp.linear_fc2.weight", {2, 2, 3}, true)};
+  for (int g = 0; g < 2; ++g) m.tensors.push_back(Bucket(0, "exp_avg", 70, {}, g));
+  m.tensors[2].chunks[0].file = 0;
+  m.tensors[3].chunks[0].file = 1;
+  std::sort(m.tensors.begin(), m.tensors.end(),
+            [](const TensorRecord& a, const TensorRecord& b) { return a.key < b.key; });
+  DpBucketArgs a = Args(1, 2);
+  a.tied = true;
+  Result<DpBucketRebuild> r = RebuildDpBuckets(a, &m);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->not_rebuilt, "");
+  EXPECT_EQ(r->params, 2);  // the copy is not a state of its own
+  const TensorRecord& emb =
+      m.tensors[m.FindTensor("optimizer.state.exp_avg.embedding.word_embeddings.weight")];
+  ASSERT_EQ(emb.chunks.size(), 1u);
+  EXPECT_EQ(emb.chunks[0].file, 0u);
+  EXPECT_EQ(emb.chunks[0].offset, 64u * 4);
+  const TensorRecord& fc2 =
+      m.tensors[m.FindTensor("optimizer.state.exp_avg.decoder.layers.mlp.linear_fc2.weight")];
+  ASSERT_EQ(fc2.chunks.size(), 2u);
+  EXPECT_EQ(fc2.chunks[0].box, (Box{{0, 0, 0}, {1, 2, 3}}));
+  EXPECT_EQ(fc2.chunks[0].file, 0u);  // layer 0: stage 0, at 0
+  EXPECT_EQ(fc2.chunks[0].offset, 0u);
+  EXPECT_EQ(fc2.chunks[1].file, 1u);  // layer 1: stage 1, after the copy
+  EXPECT_EQ(fc2.chunks[1].offset, 64u * 4);
+
+  a.tied = false;  // untied, the copy is not there: stage 1's buffer does not tile
+  r = RebuildDpBuckets(a, &m);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(r.status().message(), HasSubstr("dp_group_idx_1."));
+}
+
 TEST(DpBucketsTest, AParameterPastABucketEndIsDataLossNamingTheBucket) {
   Manifest m = TwoBuckets(68);  // fc2 layer 1 needs [64, 70)
-  Result<DpBucketRebuild> r = RebuildDpBuckets({1, 1}, &m);
+  Result<DpBucketRebuild> r = RebuildDpBuckets(Args(1, 1), &m);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
   EXPECT_THAT(r.status().message(), HasSubstr("bucket_idx_0."));
@@ -126,7 +175,7 @@ TEST(DpBucketsTest, ParametersLeftOverOrBucketsLeftOverAreDataLoss) {
   std::erase_if(m.tensors, [](const TensorRecord& t) {
     return t.key.find("bucket_idx_1") != std::string::npos;
   });
-  Result<DpBucketRebuild> r = RebuildDpBuckets({1, 1}, &m);
+  Result<DpBucketRebuild> r = RebuildDpBuckets(Args(1, 1), &m);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
   EXPECT_THAT(r.status().message(), HasSubstr("bucket_idx_0."));
@@ -137,7 +186,7 @@ TEST(DpBucketsTest, ParametersLeftOverOrBucketsLeftOverAreDataLoss) {
   m.tensors.push_back(Bucket(2, "exp_avg", 8, {}));
   std::sort(m.tensors.begin(), m.tensors.end(),
             [](const TensorRecord& a, const TensorRecord& b) { return a.key < b.key; });
-  r = RebuildDpBuckets({1, 1}, &m);
+  r = RebuildDpBuckets(Args(1, 1), &m);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
   EXPECT_THAT(r.status().message(), HasSubstr("and buckets follow"));
@@ -145,7 +194,7 @@ TEST(DpBucketsTest, ParametersLeftOverOrBucketsLeftOverAreDataLoss) {
 
 TEST(DpBucketsTest, ARangeTheBucketsChunksDoNotCoverIsDataLoss) {
   Manifest m = TwoBuckets(70, /*cover=*/false);  // bucket 0 stores [0, 66) only
-  Result<DpBucketRebuild> r = RebuildDpBuckets({1, 1}, &m);
+  Result<DpBucketRebuild> r = RebuildDpBuckets(Args(1, 1), &m);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
   EXPECT_THAT(r.status().message(), HasSubstr("bucket_idx_0."));
@@ -156,20 +205,20 @@ TEST(DpBucketsTest, LayoutsNotDerivedAreLeftAsStoredWithTheReason) {
   const Manifest before = TwoBuckets();
   Manifest m = before;
   m.tensors.insert(m.tensors.begin(), Model("a.custom.weight", {4}, false));
-  Result<DpBucketRebuild> r = RebuildDpBuckets({1, 1}, &m);
+  Result<DpBucketRebuild> r = RebuildDpBuckets(Args(1, 1), &m);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_THAT(r->not_rebuilt, HasSubstr("'a.custom.weight' is not a parameter"));
   EXPECT_EQ(r->params, 0);
   EXPECT_EQ(m.tensors.size(), before.tensors.size() + 1);
 
   m = before;
-  r = RebuildDpBuckets({1, 2}, &m);
+  r = RebuildDpBuckets(Args(1, 2), &m);
   ASSERT_TRUE(r.ok());
   EXPECT_THAT(r->not_rebuilt, HasSubstr("pipeline_model_parallel_size 2"));
-  r = RebuildDpBuckets({2, 1}, &m);
+  r = RebuildDpBuckets(Args(2, 1), &m);
   ASSERT_TRUE(r.ok());
   EXPECT_THAT(r->not_rebuilt, HasSubstr("1 data-parallel groups for tensor_model_parallel_size 2"));
-  r = RebuildDpBuckets({0, 1}, &m);
+  r = RebuildDpBuckets(Args(0, 1), &m);
   ASSERT_TRUE(r.ok());
   EXPECT_THAT(r->not_rebuilt, HasSubstr("no tensor_model_parallel_size"));
   EXPECT_EQ(m.tensors.size(), before.tensors.size());
@@ -181,9 +230,43 @@ TEST(DpBucketsTest, ArgsComeFromCommonPtsNamespace) {
           {"tensor_model_parallel_size": 4, "pipeline_model_parallel_size": 2}}})");
   EXPECT_EQ(a.tp_size, 4);
   EXPECT_EQ(a.pp_size, 2);
+  EXPECT_EQ(a.not_derived, "");
+  EXPECT_FALSE(a.tied);  // untie_embeddings_and_output_weights absent
   a = DpBucketArgsFromCommon("");
   EXPECT_EQ(a.tp_size, 0);
   EXPECT_EQ(a.pp_size, 1);
+  a = DpBucketArgsFromCommon(
+      R"({"args": {"state": {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 4,
+          "num_layers": 10, "decoder_first_pipeline_num_layers": 1,
+          "decoder_last_pipeline_num_layers": null, "untie_embeddings_and_output_weights": false,
+          "virtual_pipeline_model_parallel_size": null, "pipeline_model_parallel_layout": null,
+          "account_for_embedding_in_pipeline_split": false}}})");
+  EXPECT_EQ(a.num_layers, 10);
+  EXPECT_EQ(a.first_stage_layers, 1);
+  EXPECT_EQ(a.last_stage_layers, -1);
+  EXPECT_TRUE(a.tied);
+  EXPECT_EQ(a.not_derived, "");
+  a = DpBucketArgsFromCommon(
+      R"({"args": {"state": {"pipeline_model_parallel_size": 2,
+          "virtual_pipeline_model_parallel_size": 2}}})");
+  EXPECT_THAT(a.not_derived, HasSubstr("virtual_pipeline_model_parallel_size is set"));
+}
+
+// Megatron-Core's get_num_layers_to_build: even, or the first / last
+// stage's own count and the rest even.
+TEST(DpBucketsTest, StageBoundsSplitTheLayersAsMegatronDoes) {
+  std::string why;
+  DpBucketArgs a = Args(1, 4);
+  EXPECT_EQ(StageBounds(a, 8, &why), (std::vector<int64_t>{0, 2, 4, 6, 8}));
+  a.first_stage_layers = 1;
+  a.last_stage_layers = 3;
+  EXPECT_EQ(StageBounds(a, 8, &why), (std::vector<int64_t>{0, 1, 3, 5, 8}));
+  a.last_stage_layers = -1;
+  EXPECT_EQ(StageBounds(a, 10, &why), (std::vector<int64_t>{0, 1, 4, 7, 10}));
+  EXPECT_EQ(why, "");
+  EXPECT_TRUE(StageBounds(a, 9, &why).empty());
+  EXPECT_THAT(why, HasSubstr("9 layers do not split over pipeline_model_parallel_size 4"));
+  EXPECT_EQ(StageBounds(Args(2, 1), 3, &why), (std::vector<int64_t>{0, 3}));
 }
 
 }  // namespace
