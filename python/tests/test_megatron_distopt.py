@@ -34,19 +34,25 @@ PARAMS = {
 STATES = ["param", "exp_avg", "exp_avg_sq"]
 
 
-def template():
+def template(params=None):
     return {f"optimizer.state.{s}.{k}": torch.full(shape, -1.0)
-            for k, shape in PARAMS.items() for s in STATES}
+            for k, shape in (params or PARAMS).items() for s in STATES}
 
 
-def test_dp_reshardable_rebuilt_equals_torch_loading_fully_reshardable():
+@pytest.mark.parametrize("moe", [False, True])
+def test_dp_reshardable_rebuilt_equals_torch_loading_fully_reshardable(moe):
+    """Dense (one optimizer) and MoE (chained_0 dense + chained_1 experts, EP=2,
+    TEGroupedMLP order) buckets, rebuilt, equal torch's DCP load of the same
+    state saved fully_reshardable."""
     dcp = import_dcp()
-    ref = template()
-    dcp.load_state_dict(ref, dcp.FileSystemReader(os.path.join(FIXTURES, "megatron_fr_torch_dist")),
-                        no_dist=True)
+    params = MOE_PARAMS if moe else PARAMS
+    ref = template(params)
+    fr, dpr = ("megatron_moe_fr_torch_dist", "megatron_moe_dpr_torch_dist") if moe else (
+        "megatron_fr_torch_dist", "megatron_dpr_torch_dist")
+    dcp.load_state_dict(ref, dcp.FileSystemReader(os.path.join(FIXTURES, fr)), no_dist=True)
     assert all((v != -1).all() for v in ref.values())
-    got = template()
-    dpr = os.path.join(FIXTURES, "megatron_dpr_torch_dist")
+    got = template(params)
+    dpr = os.path.join(FIXTURES, dpr)
     sp.load(got, dpr, sp.single(), allow_unexpected_keys=True, common=False)
     for k in ref:
         assert torch.equal(got[k], ref[k]), k
@@ -56,6 +62,12 @@ def test_dp_reshardable_rebuilt_equals_torch_loading_fully_reshardable():
     sp.load({key: sp.ShardedTensor(key, band, [2, 4, 40], [0, 0, 10])}, dpr, sp.single(),
             allow_unexpected_keys=True, common=False, cooperative=False)
     assert torch.equal(band, ref[key][:, :, 10:30])
+    if moe:  # experts 1:3 of layer 1: across the EP split at 2
+        key = "optimizer.state.exp_avg.decoder.layers.mlp.experts.linear_fc1.weight"
+        band = torch.zeros(1, 2, 4, 4)
+        sp.load({key: sp.ShardedTensor(key, band, [2, 4, 4, 4], [1, 1, 0, 0])}, dpr,
+                sp.single(), allow_unexpected_keys=True, common=False, cooperative=False)
+        assert torch.equal(band, ref[key][1:2, 1:3])
 
 
 def test_buckets_whose_parameters_do_not_tile_are_data_loss_naming_the_bucket(tmp_path):
@@ -138,8 +150,45 @@ PP2_PARAMS = {k: (3,) + s[1:] if k.startswith("decoder.layers.") else s
               for k, s in PARAMS.items()}
 PP2_BF16 = {"decoder.layers.self_attention.linear_qkv.layer_norm_weight",
             "decoder.layers.mlp.linear_fc1.layer_norm_weight", "decoder.final_layernorm.weight"}
+
+# megatron_moe_{fr,dpr}_torch_dist: an MoE model (VARIANTS' MOE), 4 experts stacked
+# under 2 layers, EP=2, TEGroupedMLP; the experts in an optimizer of their own.
+MOE_PARAMS = {
+    "embedding.word_embeddings.weight": (40, 4),
+    "decoder.layers.self_attention.linear_proj.weight": (2, 4, 40),
+    "decoder.layers.self_attention.linear_qkv.layer_norm_weight": (2, 4),
+    "decoder.layers.self_attention.linear_qkv.weight": (2, 8, 4),
+    "decoder.layers.pre_mlp_layernorm.weight": (2, 4),
+    "decoder.layers.mlp.router.weight": (2, 4, 4),
+    "decoder.layers.mlp.experts.linear_fc1.weight": (2, 4, 4, 4),
+    "decoder.layers.mlp.experts.linear_fc2.weight": (2, 4, 4, 2),
+    "decoder.final_layernorm.weight": (4,),
+    "output_layer.weight": (40, 4),
+}
+
+
+def moe_hf_table(layers, experts):
+    hf = {k: v for k, v in hf_table(layers).items() if ".mlp." not in k and
+          "post_attention" not in k}
+    for i in range(layers):
+        pre, ex = f"model.layers.{i}.", "decoder.layers.mlp.experts."
+        hf[pre + "post_attention_layernorm.weight"] = ("decoder.layers.pre_mlp_layernorm.weight",
+                                                       i, None)
+        hf[pre + "mlp.gate.weight"] = ("decoder.layers.mlp.router.weight", i, None)
+        for e in range(experts):
+            hf[pre + f"mlp.experts.{e}.gate_proj.weight"] = (ex + "linear_fc1.weight", (i, e),
+                                                             (0, 2))
+            hf[pre + f"mlp.experts.{e}.up_proj.weight"] = (ex + "linear_fc1.weight", (i, e), (2, 4))
+            hf[pre + f"mlp.experts.{e}.down_proj.weight"] = (ex + "linear_fc2.weight", (i, e),
+                                                             None)
+    return hf
+
+
+MOE_FR, MOE_DPR = "megatron_moe_fr_torch_dist", "megatron_moe_dpr_torch_dist"
 TABLES = {"megatron_dpr_torch_dist": (PARAMS, HF), "megatron_fr_torch_dist": (PARAMS, HF),
-          "megatron_fsms_torch_dist": (FSMS_PARAMS, FSMS_HF), PP2: (PP2_PARAMS, hf_table(3))}
+          "megatron_fsms_torch_dist": (FSMS_PARAMS, FSMS_HF), PP2: (PP2_PARAMS, hf_table(3)),
+          MOE_FR: (MOE_PARAMS, moe_hf_table(2, 4)), MOE_DPR: (MOE_PARAMS, moe_hf_table(2, 4))}
+MAPPING = {MOE_FR: "megatron_moe", MOE_DPR: "megatron_moe"}
 
 
 def expected(hf, state, fixture="megatron_dpr_torch_dist"):
@@ -190,7 +239,9 @@ def test_train_state_loads_megatron_weights_and_adam_state(fixture, tp):
     TP=2 (column, row and vocab parallel), equals the generator's value; the step
     is common.pt's; the fp32 master params with master_params=True. Layouts:
     dp_reshardable (buckets; PP=1, and PP=2 with two buffers per stage),
-    fully_reshardable, fully_sharded_model_space."""
+    fully_reshardable, fully_sharded_model_space; an MoE model's experts (each
+    expert's gate / up / down and the router) under megatron_moe, fully_reshardable
+    and dp_reshardable (the expert optimizer's own buffers)."""
     for r in range(tp):
         for master in (False, True):
             model, plan = llama(r, tp, fixture)
@@ -198,7 +249,8 @@ def test_train_state_loads_megatron_weights_and_adam_state(fixture, tp):
             ts = TrainState(model, opt, layouts=plan, comm=sp.single(), rng=False)
             # fsms's common.pt has no args: its vocabulary size is given
             variables = {"vocab_size": 8} if fixture == "megatron_fsms_torch_dist" else GQA
-            res = ts.load(os.path.join(FIXTURES, fixture), mapping="megatron_llama",
+            res = ts.load(os.path.join(FIXTURES, fixture),
+                          mapping=MAPPING.get(fixture, "megatron_llama"),
                           variables=variables, master_params=master,
                           allow_dtype_conversion=fixture == PP2)  # its bf16 norms: fp32 here
             assert res.missing_keys == []
@@ -280,27 +332,29 @@ def test_train_state_mapped_load_is_collective_over_tp_ranks():
 # dp_reshardable over PP=2 with two gradient buffers per stage (fp32 weights,
 # bfloat16 norms): rebuilt per parameter on every read path.
 
-def pp2_value(key, state):
-    """The generator's value of PP2 key ``key`` (state -1: the stored weight)."""
-    p = list(PP2_PARAMS).index(key)
-    full = torch.arange(math.prod(PP2_PARAMS[key]), dtype=torch.float32).reshape(PP2_PARAMS[key])
+def gen_value(fixture, key, state):
+    """The generator's value of ``key`` (state -1: the stored weight) in ``fixture``."""
+    params = TABLES[fixture][0]
+    p = list(params).index(key)
+    full = torch.arange(math.prod(params[key]), dtype=torch.float32).reshape(params[key])
     full += 1000 * p + (10000 * (state + 1) if state >= 0 else 0)
-    return full.bfloat16() if state < 0 and key in PP2_BF16 else full
+    return full.bfloat16() if fixture == PP2 and state < 0 and key in PP2_BF16 else full
 
 
-def pp2_template():
+def gen_template(fixture):
+    params = TABLES[fixture][0]
     sd = {f"optimizer.state.{s}.{k}": torch.full(shape, -1.0)
-          for k, shape in PP2_PARAMS.items() for s in STATES}
-    sd.update({k: torch.full(shape, -1.0, dtype=torch.bfloat16 if k in PP2_BF16 else
-                             torch.float32) for k, shape in PP2_PARAMS.items()})
+          for k, shape in params.items() for s in STATES}
+    sd.update({k: torch.full(shape, -1.0, dtype=torch.bfloat16 if fixture == PP2 and
+                             k in PP2_BF16 else torch.float32) for k, shape in params.items()})
     return sd
 
 
-def check_pp2(sd):
+def check_gen(fixture, sd):
     for k, t in sd.items():
         key = k.split(".", 3)[3] if k.startswith("optimizer.state.") else k
         state = STATES.index(k.split(".")[2]) if key != k else -1
-        assert torch.equal(t, pp2_value(key, state)), k
+        assert torch.equal(t, gen_value(fixture, key, state)), k
 
 
 def test_dp_reshardable_pp2_several_buffers_rebuilt_bit_for_bit():
@@ -313,24 +367,26 @@ def test_dp_reshardable_pp2_several_buffers_rebuilt_bit_for_bit():
     path = os.path.join(FIXTURES, PP2)
     md = metadata(path).metadata["megatron_torch_dist"]
     assert md["dp_reshardable"] == {"rebuilt_tensors": 27}, md["dp_reshardable"]
-    sd = pp2_template()
+    sd = gen_template(PP2)
     sp.load(sd, path, sp.single(), allow_unexpected_keys=True, common=False)
-    check_pp2(sd)
+    check_gen(PP2, sd)
     key = "optimizer.state.exp_avg.decoder.layers.self_attention.linear_proj.weight"
     band = torch.zeros(2, 4, 20)
     sp.load({key: sp.ShardedTensor(key, band, [3, 4, 40], [0, 0, 10])}, path, sp.single(),
             allow_unexpected_keys=True, common=False, cooperative=False)
-    assert torch.equal(band, pp2_value(key.split(".", 3)[3], 1)[0:2, :, 10:30])
+    assert torch.equal(band, gen_value(PP2, key.split(".", 3)[3], 1)[0:2, :, 10:30])
 
 
-def test_dp_reshardable_pp2_exports_and_converts_per_parameter(tmp_path):
-    """export-hf of the PP=2 fixture (identity mapping) writes every rebuilt state
-    and weight; convert of that HF model back into a shardpoint checkpoint loads
-    them all bit for bit."""
+@pytest.mark.parametrize("fixture", [PP2, MOE_DPR])
+def test_dp_reshardable_pp2_and_moe_export_and_convert_per_parameter(fixture, tmp_path):
+    """export-hf of the PP=2 and of the MoE dp_reshardable fixture (identity
+    mapping) writes every rebuilt state and weight; convert of that HF model back
+    into a shardpoint checkpoint loads them all bit for bit (the generator's
+    values)."""
     from shardpoint import hf as sphf
     hf_dir, ck = tmp_path / "hf", tmp_path / "ck"
-    sphf.export(os.path.join(FIXTURES, PP2), hf_dir)
+    sphf.export(os.path.join(FIXTURES, fixture), hf_dir)
     sphf.convert(hf_dir, ck)
-    sd = pp2_template()
+    sd = gen_template(fixture)
     sp.load(sd, str(ck), sp.single(), allow_unexpected_keys=True)
-    check_pp2(sd)
+    check_gen(fixture, sd)

@@ -29,6 +29,10 @@ DpBucketArgs DpBucketArgsFromCommon(const std::string& common_json) {
   a.num_layers = get("num_layers", -1);
   a.first_stage_layers = get("decoder_first_pipeline_num_layers", -1);
   a.last_stage_layers = get("decoder_last_pipeline_num_layers", -1);
+  a.ep_size = get("expert_model_parallel_size", 1);
+  a.etp_size = get("expert_tensor_parallel_size", -1);
+  auto gemm = st.find("moe_grouped_gemm");
+  a.grouped_gemm = gemm != st.end() && gemm->is_boolean() && gemm->get<bool>();
   auto untie = st.find("untie_embeddings_and_output_weights");
   a.tied = untie != st.end() && untie->is_boolean() && !untie->get<bool>();
   for (const char* k :

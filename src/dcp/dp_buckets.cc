@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string_view>
 
 #include "src/dcp/metadata.h"
@@ -45,6 +46,7 @@ constexpr const char* kLayerParams[] = {
     "self_attention.k_layernorm.bias",
     "pre_mlp_layernorm.weight",
     "pre_mlp_layernorm.bias",
+    "mlp.router.weight",
     "mlp.linear_fc1.layer_norm_weight",
     "mlp.linear_fc1.layer_norm_bias",
     "mlp.linear_fc1.weight",
@@ -52,6 +54,10 @@ constexpr const char* kLayerParams[] = {
     "mlp.linear_fc2.weight",
     "mlp.linear_fc2.bias",
 };
+// An MoE layer's experts (TEGroupedMLP's / SequentialMLP's), stacked
+// [layers, experts, ...]: the expert optimizer's parameters.
+constexpr const char* kExperts[] = {"mlp.experts.linear_fc1.weight",
+                                    "mlp.experts.linear_fc2.weight"};
 constexpr const char* kAfter[] = {"decoder.final_layernorm.weight", "decoder.final_layernorm.bias",
                                   "output_layer.weight"};
 
@@ -110,16 +116,21 @@ struct Buffer {
   std::string dtype;
   std::map<int, std::map<std::string, size_t>> buckets;
 };
-using Groups = std::map<int, std::map<int, Buffer>>;  // group -> gbuf_idx -> buffer
+// (optimizer, group) -> gbuf_idx -> buffer; the optimizer is kDense without
+// a chained_ prefix.
+using Groups = std::map<std::pair<int, int>, std::map<int, Buffer>>;
 
 constexpr int64_t kFirstStage = -1, kLastStage = -2;  // ParamRef::at of non-layer parameters
 
 struct ParamRef {
   size_t tensor = 0;         // the model key's index in m.tensors
   int64_t layer = -1;        // a layer of a stacked key; -1: the whole key
+  int64_t expert = -1;       // an expert of a stacked experts key (its dim 1)
   int64_t at = kFirstStage;  // its decoder layer, or kFirstStage / kLastStage
   bool shadow = false;       // the last stage's copy of a tied embedding: placed, not emitted
 };
+
+constexpr int kDense = 0, kExpert = 1;  // the optimizers: chained_0, chained_1
 
 // One TP rank's local tensor of a parameter: global boxes in its flat order.
 struct Local {
@@ -131,14 +142,30 @@ struct Local {
 std::string Describe(const Manifest& m, const ParamRef& p) {
   const std::string& k = m.tensors[p.tensor].key;
   return (p.shadow ? "the last stage's copy of " : "") +
-         (p.layer < 0 ? "'" + k + "'" : "'" + k + "' layer " + std::to_string(p.layer));
+         (p.layer < 0 ? "'" + k + "'" : "'" + k + "' layer " + std::to_string(p.layer)) +
+         (p.expert < 0 ? "" : " expert " + std::to_string(p.expert));
+}
+
+// Sets *why unless `groups` (of one optimizer) are 0..n-1.
+void CheckGroups(const Groups& b, int opt, int n, const std::string& what, std::string* why) {
+  std::vector<int> got;
+  for (const auto& [key, bufs] : b) {
+    if (key.first == opt) got.push_back(key.second);
+  }
+  if (why->empty() &&
+      (static_cast<int>(got.size()) != n || got.front() != 0 || got.back() != n - 1)) {
+    *why = std::to_string(got.size()) + (opt == kExpert ? " expert" : "") +
+           " data-parallel groups for " + what;
+  }
 }
 
 // The bucket tensors of `m`. Sets *why when they are not of the layout
-// derived here (no chained optimizers, groups 0..TP*PP-1).
+// derived here: one optimizer (groups 0..TP*PP-1), or chained_0 (dense) and
+// chained_1 (an MoE model's experts: groups 0..EP*PP-1, expert TP 1).
 Result<Groups> CollectBuckets(const DpBucketArgs& args, const Manifest& m, int* count,
                               std::string* why) {
   Groups b;
+  std::set<int> chains;
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     std::optional<BucketKey> k = ParseBucketKey(m.tensors[i].key);
     if (!k) continue;
@@ -147,12 +174,8 @@ Result<Groups> CollectBuckets(const DpBucketArgs& args, const Manifest& m, int* 
       return DataLossError("bucket '" + m.tensors[i].key + "' is not 1-D (" +
                            ShapeToString(m.tensors[i].shape) + ")");
     }
-    if (k->chain >= 0 && why->empty()) {
-      *why = "a chained optimizer's buckets ('" + m.tensors[i].key +
-             "': an MoE model keeps its expert parameters in an optimizer of their own, whose "
-             "buffers' parameter order and expert-parallel groups are not derived)";
-    }
-    Buffer& buf = b[k->group][k->buffer];
+    chains.insert(k->chain);
+    Buffer& buf = b[std::make_pair(std::max(k->chain, kDense), k->group)][k->buffer];
     if (!buf.dtype.empty() && buf.dtype != k->dtype) {
       return DataLossError("bucket '" + m.tensors[i].key + "': buffer " +
                            std::to_string(k->buffer) + " has buckets of dtype " + buf.dtype +
@@ -161,17 +184,26 @@ Result<Groups> CollectBuckets(const DpBucketArgs& args, const Manifest& m, int* 
     buf.dtype = k->dtype;
     buf.buckets[k->bucket][k->state] = i;
   }
-  if (b.empty() || !why->empty()) return b;
-  const int groups = args.tp_size * args.pp_size;
-  if (args.tp_size <= 0) {
+  if (b.empty()) return b;
+  const int etp = args.etp_size < 0 ? args.tp_size : args.etp_size;
+  const std::string pp = " x pipeline_model_parallel_size " + std::to_string(args.pp_size);
+  if (chains != std::set<int>{-1} && chains != std::set<int>{0, 1}) {
+    *why =
+        "chained optimizers' buckets (prefixes chained_0. and chained_1., a dense and an MoE "
+        "model's expert optimizer, are derived; not these, or keys with and without one)";
+  } else if (args.tp_size <= 0) {
     *why = "common.pt's args give no tensor_model_parallel_size";
   } else if (!args.not_derived.empty()) {
     *why = args.not_derived;
-  } else if (static_cast<int>(b.size()) != groups || b.begin()->first != 0 ||
-             b.rbegin()->first != groups - 1) {
-    *why = std::to_string(b.size()) + " data-parallel groups for tensor_model_parallel_size " +
-           std::to_string(args.tp_size) + " x pipeline_model_parallel_size " +
-           std::to_string(args.pp_size);
+  } else if (chains.count(1) && etp != 1) {
+    *why = "expert_tensor_parallel_size " + std::to_string(etp) +
+           " (experts split over tensor parallelism are not derived)";
+  }
+  CheckGroups(b, kDense, args.tp_size * args.pp_size,
+              "tensor_model_parallel_size " + std::to_string(args.tp_size) + pp, why);
+  if (chains.count(1)) {
+    CheckGroups(b, kExpert, args.ep_size * args.pp_size,
+                "expert_model_parallel_size " + std::to_string(args.ep_size) + pp, why);
   }
   return b;
 }
@@ -202,20 +234,47 @@ Result<std::vector<int64_t>> BucketSizes(const Manifest& m, int group, const Buf
 }
 
 struct Order {
-  std::vector<ParamRef> params;
-  int64_t layers = 0;  // decoder layers the checkpoint holds
+  std::vector<ParamRef> params;   // the dense optimizer's
+  std::vector<ParamRef> experts;  // the expert optimizer's
+  int64_t layers = 0;             // decoder layers the checkpoint holds
 };
+
+bool IsOptimizerKey(const std::string& key) {
+  return key.rfind("optimizer.", 0) == 0 ||
+         (key.rfind("chained_", 0) == 0 && key.find(".optimizer.") != std::string::npos);
+}
+
+// Layer l's experts in model.parameters() order: TEGroupedMLP (grouped
+// GEMM) registers linear_fc1's weight0..weightN-1, then linear_fc2's;
+// SequentialMLP local expert 0's linear_fc1, linear_fc2, then expert 1's.
+// All E experts here; each EP rank's buffer holds its own.
+void AddExperts(const Manifest& m, int64_t l, bool grouped, std::vector<bool>* used,
+                std::vector<ParamRef>* out) {
+  int64_t t[2], experts = -1;
+  for (int i = 0; i < 2; ++i) {
+    t[i] = m.FindTensor(std::string(kLayers) + kExperts[i]);
+    if (t[i] < 0 || m.tensors[t[i]].shape.size() < 2 || l >= m.tensors[t[i]].shape[0]) return;
+    experts = m.tensors[t[i]].shape[1];
+  }
+  for (int64_t a = 0; a < (grouped ? 2 : experts); ++a) {
+    for (int64_t b = 0; b < (grouped ? experts : 2); ++b) {
+      const int64_t fc = grouped ? a : b, e = grouped ? b : a;
+      out->push_back({static_cast<size_t>(t[fc]), l, e, l});
+      (*used)[t[fc]] = true;
+    }
+  }
+}
 
 // The model's parameters in `model.parameters()` order, from the model
 // tensors (every tensor not under "optimizer."). Sets *why if one is not in
 // the order known here.
-Order ParamOrder(const Manifest& m, std::string* why) {
+Order ParamOrder(const Manifest& m, bool grouped, std::string* why) {
   Order out;
   std::vector<bool> used(m.tensors.size(), false);
   auto add = [&](const std::string& key, int64_t layer, int64_t at) {
     const int64_t t = m.FindTensor(key);
     if (t < 0) return;
-    out.params.push_back({static_cast<size_t>(t), layer, at});
+    out.params.push_back({static_cast<size_t>(t), layer, -1, at});
     used[t] = true;
   };
   for (const char* k : kBefore) add(k, -1, kFirstStage);
@@ -236,10 +295,11 @@ Order ParamOrder(const Manifest& m, std::string* why) {
       if (t >= 0 && l < m.tensors[t].shape[0]) add(stacked, l, l);
       if (t < 0) add(std::string(kLayers) + std::to_string(l) + "." + p, -1, l);
     }
+    AddExperts(m, l, grouped, &used, &out.experts);
   }
   for (const char* k : kAfter) add(k, -1, kLastStage);
   for (size_t i = 0; i < m.tensors.size() && why->empty(); ++i) {
-    if (!used[i] && m.tensors[i].key.rfind("optimizer.", 0) != 0) {
+    if (!used[i] && !IsOptimizerKey(m.tensors[i].key)) {
       *why = "model tensor '" + m.tensors[i].key +
              "' is not a parameter of Megatron-Core's GPT model in the order shardpoint knows";
     }
@@ -251,6 +311,12 @@ Order ParamOrder(const Manifest& m, std::string* why) {
 // chunks are not one TP shard per rank.
 Local LocalOf(const Manifest& m, const ParamRef& p, int tp, int tp_size, std::string* why) {
   const TensorRecord& t = m.tensors[p.tensor];
+  if (p.expert >= 0) {  // expert TP 1: the whole expert of the layer
+    Box b = Box::Whole(t.shape);
+    b.offset[0] = p.layer, b.offset[1] = p.expert;
+    b.shape[0] = b.shape[1] = 1;
+    return {{b}, b.num_elements(), false};
+  }
   std::vector<Box> c;  // the chunks' parts in the layer (each chunk whole if no layer)
   int64_t covered = 0;
   for (const ChunkRecord& r : t.chunks) {
@@ -300,7 +366,26 @@ std::vector<ParamRef> StageParams(const Manifest& m, const Order& order, const D
   const int64_t emb = m.FindTensor(kBefore[0]);
   if (args.tied && args.pp_size > 1 && pp == args.pp_size - 1 && emb >= 0 &&
       m.FindTensor(kAfter[2]) < 0) {
-    out.push_back({static_cast<size_t>(emb), -1, kLastStage, true});
+    out.push_back({static_cast<size_t>(emb), -1, -1, kLastStage, true});
+  }
+  return out;
+}
+
+// Expert data-parallel group g's parameters: EP rank g % EP's experts of
+// the layers of pipeline stage g / EP (expert TP 1).
+std::vector<ParamRef> ExpertParams(const Manifest& m, const Order& order, const DpBucketArgs& args,
+                                   const std::vector<int64_t>& bounds, int g, std::string* why) {
+  std::vector<ParamRef> out;
+  const int64_t ep = g % args.ep_size, pp = g / args.ep_size;
+  for (const ParamRef& p : order.experts) {
+    const int64_t experts = m.tensors[p.tensor].shape[1], n = experts / args.ep_size;
+    if (experts % args.ep_size != 0 && why->empty()) {
+      *why = "'" + m.tensors[p.tensor].key + "': " + std::to_string(experts) +
+             " experts over expert_model_parallel_size " + std::to_string(args.ep_size);
+    }
+    if (bounds[pp] <= p.at && p.at < bounds[pp + 1] && p.expert / std::max<int64_t>(n, 1) == ep) {
+      out.push_back(p);
+    }
   }
   return out;
 }
@@ -431,8 +516,8 @@ std::optional<DType> BufferParamDType(const std::string& dt) {
 // buffer's dtype (in model order) and their TP-local tensors; sets *why
 // where a parameter is in no buffer, or a buffer's dtype is not known.
 std::vector<std::pair<std::vector<ParamRef>, std::vector<Local>>> GroupBuffers(
-    const Manifest& m, const std::vector<ParamRef>& stage, int g, const std::map<int, Buffer>& bufs,
-    const DpBucketArgs& args, std::string* why) {
+    const Manifest& m, const std::vector<ParamRef>& stage, int g, int tp,
+    const std::map<int, Buffer>& bufs, const DpBucketArgs& args, std::string* why) {
   std::vector<std::pair<std::vector<ParamRef>, std::vector<Local>>> out;
   std::vector<bool> placed(stage.size(), false);
   for (const auto& [b, buf] : bufs) {
@@ -448,7 +533,7 @@ std::vector<std::pair<std::vector<ParamRef>, std::vector<Local>>> GroupBuffers(
       if (m.tensors[stage[i].tensor].dtype != *dt) continue;
       placed[i] = true;
       params.push_back(stage[i]);
-      locals.push_back(LocalOf(m, stage[i], g % args.tp_size, args.tp_size, why));
+      locals.push_back(LocalOf(m, stage[i], tp, args.tp_size, why));
     }
   }
   for (size_t i = 0; i < stage.size() && why->empty(); ++i) {
@@ -461,34 +546,55 @@ std::vector<std::pair<std::vector<ParamRef>, std::vector<Local>>> GroupBuffers(
   return out;
 }
 
+// Each group's buffers with their parameters (per_group, in `groups`'
+// order), or the reason they are not derived.
+std::string PlanGroups(
+    const Manifest& m, const DpBucketArgs& args, const Groups& groups,
+    std::vector<std::vector<std::pair<std::vector<ParamRef>, std::vector<Local>>>>* per_group) {
+  std::string why;
+  const Order order = ParamOrder(m, args.grouped_gemm, &why);
+  if (args.num_layers >= 0 && args.num_layers != order.layers && why.empty()) {
+    why = "args.num_layers " + std::to_string(args.num_layers) + ", but the checkpoint holds " +
+          std::to_string(order.layers) + " layers";
+  }
+  if (why.empty() && !order.experts.empty() && groups.rbegin()->first.first != kExpert) {
+    why = "expert parameters, but no chained_1. buckets (the expert optimizer's)";
+  } else if (why.empty() && order.experts.empty() && groups.rbegin()->first.first == kExpert) {
+    why =
+        "chained_1. buckets but no expert parameters (a dense model's optimizer split in two, "
+        "as overlap_param_gather_with_optimizer_step does, is not derived)";
+  }
+  const std::vector<int64_t> bounds =
+      why.empty() ? StageBounds(args, order.layers, &why) : std::vector<int64_t>{};
+  for (const auto& [key, bufs] : groups) {
+    if (!why.empty()) break;
+    const auto [opt, g] = key;
+    const std::vector<ParamRef> params = opt == kDense
+                                             ? StageParams(m, order, args, bounds, g / args.tp_size)
+                                             : ExpertParams(m, order, args, bounds, g, &why);
+    per_group->push_back(
+        GroupBuffers(m, params, g, opt == kDense ? g % args.tp_size : 0, bufs, args, &why));
+  }
+  return why;
+}
+
 }  // namespace
 
 Result<DpBucketRebuild> RebuildDpBuckets(const DpBucketArgs& args, Manifest* m) {
   DpBucketRebuild r;
   SP_ASSIGN_OR_RETURN(Groups groups, CollectBuckets(args, *m, &r.buckets, &r.not_rebuilt));
   if (groups.empty() || !r.not_rebuilt.empty()) return r;
-  const Order order = ParamOrder(*m, &r.not_rebuilt);
-  if (args.num_layers >= 0 && args.num_layers != order.layers && r.not_rebuilt.empty()) {
-    r.not_rebuilt = "args.num_layers " + std::to_string(args.num_layers) + ", but the checkpoint " +
-                    "holds " + std::to_string(order.layers) + " layers";
-  }
-  const std::vector<int64_t> bounds = r.not_rebuilt.empty()
-                                          ? StageBounds(args, order.layers, &r.not_rebuilt)
-                                          : std::vector<int64_t>{};
   std::vector<std::vector<std::pair<std::vector<ParamRef>, std::vector<Local>>>> per_group;
-  for (const auto& [g, bufs] : groups) {
-    if (!r.not_rebuilt.empty()) return r;
-    const std::vector<ParamRef> stage = StageParams(*m, order, args, bounds, g / args.tp_size);
-    per_group.push_back(GroupBuffers(*m, stage, g, bufs, args, &r.not_rebuilt));
-  }
+  r.not_rebuilt = PlanGroups(*m, args, groups, &per_group);
   if (!r.not_rebuilt.empty()) return r;
   std::map<std::string, TensorRecord> out;
   size_t gi = 0;
-  for (const auto& [g, bufs] : groups) {
+  for (const auto& [key, bufs] : groups) {
     size_t bi = 0;
+    const int tp = key.first == kDense ? key.second % args.tp_size : 0;
     for (const auto& [b, buf] : bufs) {
       const auto& [params, locals] = per_group[gi][bi++];
-      SP_RETURN_IF_ERROR(RebuildBuffer(*m, params, g, g % args.tp_size, buf, locals, &out));
+      SP_RETURN_IF_ERROR(RebuildBuffer(*m, params, key.second, tp, buf, locals, &out));
     }
     ++gi;
   }

@@ -44,6 +44,9 @@ struct DpBucketArgs {
   int first_stage_layers = -1;  // args.decoder_first_pipeline_num_layers (-1: none)
   int last_stage_layers = -1;   // args.decoder_last_pipeline_num_layers (-1: none)
   bool tied = false;            // args.untie_embeddings_and_output_weights is false
+  int ep_size = 1;              // args.expert_model_parallel_size
+  int etp_size = -1;            // args.expert_tensor_parallel_size (-1: absent, = tp_size)
+  bool grouped_gemm = false;    // args.moe_grouped_gemm (TEGroupedMLP, else SequentialMLP)
   std::string not_derived;      // a pipeline setting whose split is not derived ("": none)
 };
 

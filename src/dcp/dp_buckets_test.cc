@@ -160,6 +160,71 @@ TEST(DpBucketsTest, PipelineStagesAreGroupsTpPlusTpTimesPpWithTheTiedCopyPlaced)
   EXPECT_THAT(r.status().message(), HasSubstr("dp_group_idx_1."));
 }
 
+// An MoE model: chained_0 (dense: the embedding [3, 2] at 0) and chained_1
+// (experts: 1 layer, 2 experts, fc1 [1, 2, 2, 1], fc2 [1, 2, 1, 1]). Reverse
+// model order, 64-aligned: TEGroupedMLP (fc1 w0 w1, fc2 w0 w1) puts fc2 e1 at
+// 0, fc2 e0 at 64, fc1 e1 at 128, fc1 e0 at 192; SequentialMLP (e0 fc1 fc2,
+// e1 fc1 fc2) fc2 e1 at 0, fc1 e1 at 64, fc2 e0 at 128, fc1 e0 at 192.
+Manifest Moe() {
+  Manifest m;
+  m.tensors = {Model("embedding.word_embeddings.weight", {3, 2}, false),
+               Model("decoder.layers.mlp.experts.linear_fc1.weight", {1, 2, 2, 1}, true),
+               Model("decoder.layers.mlp.experts.linear_fc2.weight", {1, 2, 1, 1}, true)};
+  for (int opt = 0; opt < 2; ++opt) {
+    TensorRecord b = Bucket(0, "exp_avg", opt == 0 ? 6 : 194, {});
+    b.key = "chained_" + std::to_string(opt) + "." + b.key;
+    b.chunks[0].file = static_cast<uint32_t>(opt);
+    m.tensors.push_back(b);
+  }
+  std::sort(m.tensors.begin(), m.tensors.end(),
+            [](const TensorRecord& a, const TensorRecord& b) { return a.key < b.key; });
+  return m;
+}
+
+// The file offset (element) of expert `e`'s state of `key` after a rebuild.
+int64_t ExpertAt(const Manifest& m, const std::string& key, int64_t e) {
+  const TensorRecord& t = m.tensors[m.FindTensor("optimizer.state.exp_avg." + key)];
+  for (const ChunkRecord& c : t.chunks) {
+    if (c.box.offset[1] == e && c.box.shape[1] == 1) return static_cast<int64_t>(c.offset / 4);
+  }
+  return -1;
+}
+
+TEST(DpBucketsTest, AnMoeModelsExpertOptimizerIsRebuiltInItsMlpsOrder) {
+  const std::string fc1 = "decoder.layers.mlp.experts.linear_fc1.weight";
+  const std::string fc2 = "decoder.layers.mlp.experts.linear_fc2.weight";
+  for (bool grouped : {true, false}) {
+    Manifest m = Moe();
+    DpBucketArgs a = Args(1, 1);
+    a.grouped_gemm = grouped;
+    Result<DpBucketRebuild> r = RebuildDpBuckets(a, &m);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->not_rebuilt, "");
+    EXPECT_EQ(r->params, 3);
+    EXPECT_EQ(ExpertAt(m, fc2, 1), 0);
+    EXPECT_EQ(ExpertAt(m, fc2, 0), grouped ? 64 : 128);
+    EXPECT_EQ(ExpertAt(m, fc1, 1), grouped ? 128 : 64);
+    EXPECT_EQ(ExpertAt(m, fc1, 0), 192);
+  }
+  Manifest m = Moe();
+  DpBucketArgs a = Args(2, 1);  // TP 2, expert TP as TP (absent)
+  Result<DpBucketRebuild> r = RebuildDpBuckets(a, &m);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->not_rebuilt, HasSubstr("expert_tensor_parallel_size 2 (experts split"));
+  a = Args(1, 1);
+  a.ep_size = 2;  // 2 expert groups wanted, 1 stored
+  r = RebuildDpBuckets(a, &m);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->not_rebuilt, HasSubstr("1 expert data-parallel groups for "
+                                        "expert_model_parallel_size 2"));
+  std::erase_if(m.tensors, [](const TensorRecord& t) {
+    return t.key.find("experts") != t.key.npos && t.key[0] == 'd';
+  });
+  r = RebuildDpBuckets(Args(1, 1), &m);  // chained_1 without experts
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->not_rebuilt, HasSubstr("chained_1. buckets but no expert parameters"));
+}
+
 TEST(DpBucketsTest, AParameterPastABucketEndIsDataLossNamingTheBucket) {
   Manifest m = TwoBuckets(68);  // fc2 layer 1 needs [64, 70)
   Result<DpBucketRebuild> r = RebuildDpBuckets(Args(1, 1), &m);
@@ -240,7 +305,11 @@ TEST(DpBucketsTest, ArgsComeFromCommonPtsNamespace) {
           "num_layers": 10, "decoder_first_pipeline_num_layers": 1,
           "decoder_last_pipeline_num_layers": null, "untie_embeddings_and_output_weights": false,
           "virtual_pipeline_model_parallel_size": null, "pipeline_model_parallel_layout": null,
-          "account_for_embedding_in_pipeline_split": false}}})");
+          "account_for_embedding_in_pipeline_split": false, "expert_model_parallel_size": 2,
+          "expert_tensor_parallel_size": 1, "moe_grouped_gemm": true}}})");
+  EXPECT_EQ(a.ep_size, 2);
+  EXPECT_EQ(a.etp_size, 1);
+  EXPECT_TRUE(a.grouped_gemm);
   EXPECT_EQ(a.num_layers, 10);
   EXPECT_EQ(a.first_stage_layers, 1);
   EXPECT_EQ(a.last_stage_layers, -1);
