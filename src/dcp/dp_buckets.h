@@ -8,8 +8,17 @@
 // distrib_optimizer.py), and so does this file, from the model tensors the
 // same checkpoint holds:
 //
-// * group g is the model-parallel rank, here its TP rank (PP = 1);
-// * the buffer holds the group's parameters in reverse `model.parameters()`
+// * group g is the rank in the model-parallel group: TP rank + TP * PP rank;
+//   stage s holds the embedding (first), its layers (StageBounds) and the
+//   final norm and output layer (last; with tied embeddings the last stage
+//   also holds a copy of the embedding, placed but not read);
+// * a group has a buffer per parameter dtype (gbuf_idx b, "dtype_(param,
+//   grad)"), each holding the stage's parameters whose model tensor has it;
+// * an MoE model's keys are "chained_0." (dense) and "chained_1." (the expert
+//   optimizer: group = EP rank + EP * PP rank, expert TP 1, the EP rank's
+//   experts of a stacked [L, E, ...] key in TEGroupedMLP or SequentialMLP
+//   order, args.moe_grouped_gemm);
+// * the buffer holds its parameters in reverse `model.parameters()`
 //   order (kGptParamOrder: Megatron-Core's GPT model, per layer in module
 //   registration order), each one TP rank's local tensor flattened; a stacked
 //   key `decoder.layers.<m>` [L, ...] is L parameters, layer 0 first;
@@ -70,7 +79,8 @@ struct DpBucketRebuild {
 
 // Adds the per-parameter tensors to `m` (keeping its tensors sorted by key).
 // Leaves `m` unchanged, with the reason, where the layout is not one this file
-// derives (PP > 1, several buffers, a model tensor kGptParamOrder lacks, a
+// derives (virtual pipeline stages, expert TP > 1, other chained optimizers,
+// a model tensor the known order lacks, a buffer dtype no parameter has, a
 // chunking that is not one TP shard per rank). DataLoss naming the bucket key
 // when the parameters do not tile the buckets (a parameter past a bucket's
 // end, parameters left over or missing, buckets of one group whose states

@@ -181,13 +181,50 @@ Manifest Moe() {
   return m;
 }
 
-// The file offset (element) of expert `e`'s state of `key` after a rebuild.
-int64_t ExpertAt(const Manifest& m, const std::string& key, int64_t e) {
+// The file offset (element) of expert `e`'s state of `key` after a rebuild
+// (layer `l`), and the file (bucket) it is in.
+int64_t ExpertAt(const Manifest& m, const std::string& key, int64_t e, int64_t l = 0,
+                 uint32_t* file = nullptr) {
   const TensorRecord& t = m.tensors[m.FindTensor("optimizer.state.exp_avg." + key)];
   for (const ChunkRecord& c : t.chunks) {
-    if (c.box.offset[1] == e && c.box.shape[1] == 1) return static_cast<int64_t>(c.offset / 4);
+    if (c.box.offset[1] == e && c.box.shape[1] == 1 && c.box.offset[0] == l) {
+      if (file) *file = c.file;
+      return static_cast<int64_t>(c.offset / 4);
+    }
   }
   return -1;
+}
+
+// PP=2, EP=1: 2 MoE layers, one per stage; dense chained_0 groups 0 (the
+// embedding) and 1 (output_layer [2, 5]); expert chained_1 groups 0 and 1
+// (= EP rank + EP x PP rank), each its stage's layer's experts.
+TEST(DpBucketsTest, AnMoeModelsExpertGroupsFollowThePipelineStages) {
+  Manifest m;
+  m.tensors = {Model("embedding.word_embeddings.weight", {3, 2}, false),
+               Model("output_layer.weight", {2, 5}, false),
+               Model("decoder.layers.mlp.experts.linear_fc1.weight", {2, 2, 2, 1}, true),
+               Model("decoder.layers.mlp.experts.linear_fc2.weight", {2, 2, 1, 1}, true)};
+  for (int opt = 0; opt < 2; ++opt) {
+    for (int g = 0; g < 2; ++g) {
+      TensorRecord b = Bucket(0, "exp_avg", opt == 1 ? 194 : g == 0 ? 6 : 10, {}, g);
+      b.key = "chained_" + std::to_string(opt) + "." + b.key;
+      b.chunks[0].file = static_cast<uint32_t>(2 * opt + g);
+      m.tensors.push_back(b);
+    }
+  }
+  std::sort(m.tensors.begin(), m.tensors.end(),
+            [](const TensorRecord& a, const TensorRecord& b) { return a.key < b.key; });
+  DpBucketArgs a = Args(1, 2);
+  a.grouped_gemm = true;
+  Result<DpBucketRebuild> r = RebuildDpBuckets(a, &m);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->not_rebuilt, "");
+  const std::string fc2 = "decoder.layers.mlp.experts.linear_fc2.weight";
+  for (int64_t l = 0; l < 2; ++l) {
+    uint32_t file = 99;
+    EXPECT_EQ(ExpertAt(m, fc2, 0, l, &file), 64);
+    EXPECT_EQ(file, 2u + static_cast<uint32_t>(l)) << l;  // chained_1 group l
+  }
 }
 
 TEST(DpBucketsTest, AnMoeModelsExpertOptimizerIsRebuiltInItsMlpsOrder) {
