@@ -558,7 +558,9 @@ std::string PlanGroups(
           std::to_string(order.layers) + " layers";
   }
   if (why.empty() && !order.experts.empty() && groups.rbegin()->first.first != kExpert) {
-    why = "expert parameters, but no chained_1. buckets (the expert optimizer's)";
+    why =
+        "expert parameters, but no chained_1. buckets (the expert optimizer's): experts in "
+        "the dense buffers (expert_model_parallel_size 1 and expert TP = TP) are not derived";
   } else if (why.empty() && order.experts.empty() && groups.rbegin()->first.first == kExpert) {
     why =
         "chained_1. buckets but no expert parameters (a dense model's optimizer split in two, "

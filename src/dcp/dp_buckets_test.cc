@@ -254,6 +254,17 @@ TEST(DpBucketsTest, AnMoeModelsExpertOptimizerIsRebuiltInItsMlpsOrder) {
   ASSERT_TRUE(r.ok());
   EXPECT_THAT(r->not_rebuilt, HasSubstr("1 expert data-parallel groups for "
                                         "expert_model_parallel_size 2"));
+  Manifest one = Moe();  // one optimizer (no prefix) holding the experts: EP 1, expert TP = TP
+  std::erase_if(one.tensors,
+                [](const TensorRecord& t) { return t.key.rfind("chained_1.", 0) == 0; });
+  for (TensorRecord& t : one.tensors) {
+    if (t.key.rfind("chained_0.", 0) == 0) t.key = t.key.substr(10);
+  }
+  std::sort(one.tensors.begin(), one.tensors.end(),
+            [](const TensorRecord& a, const TensorRecord& b) { return a.key < b.key; });
+  r = RebuildDpBuckets(Args(1, 1), &one);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->not_rebuilt, HasSubstr("experts in the dense buffers"));
   std::erase_if(m.tensors, [](const TensorRecord& t) {
     return t.key.find("experts") != t.key.npos && t.key[0] == 'd';
   });
