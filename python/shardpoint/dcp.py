@@ -220,9 +220,9 @@ class StorageReader(_D.StorageReader):  # type: ignore[misc, name-defined]
     ``checkpoint_id`` torch 2.x passes) for DCP's load.
 
     ``verify_checksums`` (default True), ``io_threads``, ``read_gap_bytes``,
-    ``storage_options`` (an ``s3://`` path): as ``sp.load``. Values a shardpoint checkpoint stores as JSON are handed to DCP as
-    ``torch.save`` archives of the value; ``allow_pickle`` unpickles pickled ones
-    (trusted checkpoints only)."""
+    ``storage_options`` (an ``s3://`` path): as ``sp.load``. Values a shardpoint
+    checkpoint stores as JSON are handed to DCP as ``torch.save`` archives of the
+    value; ``allow_pickle`` unpickles pickled ones (trusted checkpoints only)."""
 
     def __init__(self, path: str | os.PathLike | None = None, *, verify_checksums: bool = True,
                  io_threads: int | None = None, read_gap_bytes: int | None = None,
