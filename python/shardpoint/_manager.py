@@ -58,9 +58,8 @@ class CheckpointManager:
     ``lock=False`` skips the lock file (when the scheduler guarantees one writer).
 
     ``storage_options`` (as ``save``'s, for an ``s3://`` root) apply to the
-    manager and to every save, save_async and resume through it (without a
-    local tier; with one, the persistent tier takes its settings from the
-    ``AWS_*`` environment and profiles).
+    manager and to every save, save_async and resume through it; with a local
+    tier, to the persistent tier (its drains, saves, commits and resume).
 
     Two tiers: ``local_root`` (e.g. ``"/dev/shm/myjob"``, the same path on every
     node) turns on the local tier; ``node_id`` (default the hostname) groups
@@ -88,10 +87,6 @@ class CheckpointManager:
         _wait_until_comm_idle(self._comm)
         self._storage_options = storage_options
         self._t: Any = None
-        if local_root is not None and storage_options is not None:
-            raise _C.InvalidArgumentError(
-                "storage_options with local_root: the tiered manager takes its object-store "
-                "settings from the AWS_* environment and profiles")
         if local_root is None:
             self._m: Any = _C.CheckpointManager.open(os.fspath(root), self._comm,
                                                       int(keep_last), bool(lock),
@@ -100,7 +95,8 @@ class CheckpointManager:
             self._t = _C.TieredManager.open(
                 str(root), self._comm, os.fspath(local_root), node_id or "", int(replicas),
                 int(local_every), int(persistent_every), bool(drain),
-                int(drain_bytes_per_second), int(keep_local), int(keep_last), bool(lock))
+                int(drain_bytes_per_second), int(keep_local), int(keep_last), bool(lock),
+                storage_for(storage_options))
             self._m = self._t.persistent
         self._last: SaveHandle | None = None
 
@@ -229,7 +225,8 @@ class CheckpointManager:
             return r
 
         try:
-            result = load(state_dict, self.root, self._comm, _native=native, **kwargs)
+            result = load(state_dict, self.root, self._comm, _native=native,
+                          **self._with(kwargs))
         except _C.NotFoundError as e:
             if str(e).startswith(_NO_CHECKPOINT):
                 return None, None

@@ -45,6 +45,7 @@ from shardpoint import _shardpoint as _C
 from shardpoint import _torch_dcp
 from shardpoint._read import metadata as _sp_metadata
 from shardpoint._read import torch_dtypes
+from shardpoint._storage import storage_for
 from shardpoint._tensors import describe as _describe
 from shardpoint.comm import Comm, default_comm, single
 from shardpoint.sharded import ShardedTensor
@@ -80,12 +81,13 @@ class StorageWriter(_D.StorageWriter):  # type: ignore[misc, name-defined]
     ``async_save`` later talks on it from its thread safely). ``overwrite``:
     replace a checkpoint at ``path`` (DCP's FileSystemWriter overwrites files
     in place; shardpoint refuses unless asked). ``io_threads``,
-    ``staging_bytes``, ``direct_io``: as ``sp.save``. The save plan is cached
-    between saves of the same structure."""
+    ``staging_bytes``, ``direct_io``, ``storage_options`` (an ``s3://`` path): as
+    ``sp.save``. The save plan is cached between saves of the same structure."""
 
     def __init__(self, path: str | os.PathLike | None = None, comm: Comm | None = None, *,
                  overwrite: bool = False, io_threads: int | None = None,
-                 staging_bytes: int | None = None, direct_io: bool | None = None) -> None:
+                 staging_bytes: int | None = None, direct_io: bool | None = None,
+                 storage_options: dict | None = None) -> None:
         super().__init__()
         self.path = os.fspath(path) if path is not None else None
         self.comm = comm if comm is not None else default_comm()
@@ -100,6 +102,9 @@ class StorageWriter(_D.StorageWriter):  # type: ignore[misc, name-defined]
         if direct_io is not None:
             self._options.direct_io = bool(direct_io)
         self._options.plan_cache = _C.SavePlanCache()
+        storage = storage_for(storage_options)
+        if storage is not None:
+            self._options.set_storage(storage)
 
     # -- torch 2.x ------------------------------------------------------------
     def reset(self, checkpoint_id: Any = None) -> None:
@@ -214,14 +219,14 @@ class StorageReader(_D.StorageReader):  # type: ignore[misc, name-defined]
     """Reads a shardpoint checkpoint or a plain DCP directory at ``path`` (or the
     ``checkpoint_id`` torch 2.x passes) for DCP's load.
 
-    ``verify_checksums`` (default True), ``io_threads``, ``read_gap_bytes``: as
-    ``sp.load``. Values a shardpoint checkpoint stores as JSON are handed to DCP as
-    ``torch.save`` archives of the value; ``allow_pickle`` unpickles pickled ones
-    (trusted checkpoints only)."""
+    ``verify_checksums`` (default True), ``io_threads``, ``read_gap_bytes``,
+    ``storage_options`` (an ``s3://`` path): as ``sp.load``. Values a shardpoint
+    checkpoint stores as JSON are handed to DCP as ``torch.save`` archives of the
+    value; ``allow_pickle`` unpickles pickled ones (trusted checkpoints only)."""
 
     def __init__(self, path: str | os.PathLike | None = None, *, verify_checksums: bool = True,
                  io_threads: int | None = None, read_gap_bytes: int | None = None,
-                 allow_pickle: bool = False) -> None:
+                 allow_pickle: bool = False, storage_options: dict | None = None) -> None:
         super().__init__()
         self.path = os.fspath(path) if path is not None else None
         self.allow_pickle = bool(allow_pickle)
@@ -235,6 +240,10 @@ class StorageReader(_D.StorageReader):  # type: ignore[misc, name-defined]
             self._options.io_threads = int(io_threads)
         if read_gap_bytes is not None:
             self._options.read_gap_bytes = int(read_gap_bytes)
+        self._storage_options = storage_options
+        storage = storage_for(storage_options)
+        if storage is not None:
+            self._options.set_storage(storage)
         self.metadata: Any = None
         self._objects = "dcp"  # "dcp": torch.save bytes; "written": same, tagged; "values"
 
@@ -267,10 +276,11 @@ class StorageReader(_D.StorageReader):  # type: ignore[misc, name-defined]
 
     def read_metadata(self) -> Any:
         path = self._where()
-        if _C.checkpoint_kind(path) == "pytorch_dcp":  # a plain DCP directory
+        # a plain DCP directory (local: torch's FileSystemReader reads it)
+        if _C.checkpoint_kind(path, storage_for(self._storage_options)) == "pytorch_dcp":
             self._objects = "dcp"
             return _D.FileSystemReader(path).read_metadata()
-        md = _sp_metadata(path)
+        md = _sp_metadata(path, storage_options=self._storage_options)
         written = isinstance(md.metadata, dict) and isinstance(md.metadata.get("dcp"), dict) \
             and md.metadata["dcp"].get("writer") == WRITER_TAG
         self._objects = "written" if written else "values"

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from shardpoint import _shardpoint as _C
 from shardpoint import sharded as _sh
+from shardpoint._storage import storage_for
 from shardpoint._tensors import describe as _describe_tensor
 from shardpoint._tensors import is_tensor, to_dtype
 from shardpoint.comm import Comm, default_comm
@@ -87,23 +88,25 @@ def _variables(variables: Mapping[str, int] | None) -> dict[str, int]:
     return {str(k): int(v) for k, v in (variables or {}).items()}
 
 
-def _describe(hf_dir: str | os.PathLike, mp: _C.HfMapping, variables: Any) -> dict[str, Any]:
-    return {i.key: i for i in _C.describe_hf(os.fspath(hf_dir), mp, _variables(variables))}
+def _describe(hf_dir: str | os.PathLike, mp: _C.HfMapping, variables: Any,
+              storage_options: dict | None = None) -> dict[str, Any]:
+    return {i.key: i for i in _C.describe_hf(os.fspath(hf_dir), mp, _variables(variables),
+                                             storage_for(storage_options))}
 
 
 _INFO_FIELDS = ("key", "split", "heads", "groups", "hf")
 
 
 def _describe_on_rank0(hf_dir: str | os.PathLike, mp: _C.HfMapping, variables: Any,
-                       comm: Comm) -> dict[str, Any]:
+                       comm: Comm, storage_options: dict | None = None) -> dict[str, Any]:
     """``_describe`` on rank 0 alone, broadcast to the others (one collective): N
     ranks do not read every header N times. Rank 0's error is raised on every rank."""
     if comm.size() == 1:
-        return _describe(hf_dir, mp, variables)
+        return _describe(hf_dir, mp, variables, storage_options)
     payload = b""
     if comm.rank() == 0:
         try:
-            infos = _describe(hf_dir, mp, variables)
+            infos = _describe(hf_dir, mp, variables, storage_options)
             payload = b"K" + json.dumps([
                 dict({f: getattr(i, f) for f in _INFO_FIELDS}, dtype=_C.dtype_name(i.dtype),
                      shape=list(i.shape)) for i in infos.values()]).encode()
@@ -126,11 +129,13 @@ def _describe_on_rank0(hf_dir: str | os.PathLike, mp: _C.HfMapping, variables: A
 
 
 def describe(hf_dir: str | os.PathLike, mapping_spec: MappingLike = None, *,
-             variables: Mapping[str, int] | None = None) -> dict[str, KeyInfo]:
+             variables: Mapping[str, int] | None = None,
+             storage_options: dict | None = None) -> dict[str, KeyInfo]:
     """What the HF model at ``hf_dir`` provides in shardpoint keys under the mapping,
     in the model's order. ``variables`` add to or override ``config.json`` (as the
-    CLI's ``--set``). Reads the headers only; one process."""
-    infos = _describe(hf_dir, mapping(mapping_spec), variables)
+    CLI's ``--set``). Reads the headers only; one process. ``storage_options``: as
+    ``sp.save``'s, for an ``s3://`` ``hf_dir`` (every function here takes it)."""
+    infos = _describe(hf_dir, mapping(mapping_spec), variables, storage_options)
     return {k: KeyInfo(k, _C.dtype_name(i.dtype), tuple(i.shape), i.split, int(i.heads),
                        int(i.groups), tuple(i.hf)) for k, i in infos.items()}
 
@@ -221,7 +226,8 @@ def _key_of(prefix: str, keys: Callable[[str], str | None] | None) -> Callable[[
 def state_dict(model: Any, hf_dir: str | os.PathLike, mapping_spec: MappingLike = None, *,
                plan: Any = None, ep: tuple[int, int] = (0, 1), prefix: str = "",
                keys: Callable[[str], str | None] | None = None,
-               variables: Mapping[str, int] | None = None) -> dict[str, _sh.ShardedTensor]:
+               variables: Mapping[str, int] | None = None,
+               storage_options: dict | None = None) -> dict[str, _sh.ShardedTensor]:
     """The tensors of ``model`` (a torch module or a dict of tensors) as ShardedTensors
     in the mapping's keys: what ``load`` fills, and what ``sp.save`` stores so that
     ``export`` writes the HF model back. One process (reads the HF headers).
@@ -235,8 +241,8 @@ def state_dict(model: Any, hf_dir: str | os.PathLike, mapping_spec: MappingLike 
     (the TPPlan's meaning), except keys with an ``experts_*`` hint, which take
     Megatron's expert-parallel layout at ``ep=(ep_rank, ep_size)``; without a plan
     every key the HF model provides takes its hint's layout at TP 1."""
-    return _layouts(model, _describe(hf_dir, mapping(mapping_spec), variables), plan, ep,
-                    prefix, keys)
+    return _layouts(model, _describe(hf_dir, mapping(mapping_spec), variables, storage_options),
+                    plan, ep, prefix, keys)
 
 
 def _layouts(model: Any, infos: dict[str, Any], plan: Any, ep: tuple[int, int], prefix: str,
@@ -315,7 +321,7 @@ def load(model: Any, hf_dir: str | os.PathLike, mapping_spec: MappingLike = None
          allow_missing_keys: bool | None = None, allow_unexpected_keys: bool | None = None,
          allow_dtype_conversion: bool = False, allow_shape_mismatch: bool = False,
          cooperative: bool = False, io_threads: int | None = None,
-         read_gap_bytes: int | None = None) -> Any:
+         read_gap_bytes: int | None = None, storage_options: dict | None = None) -> Any:
     """Fills ``model``'s tensors in place from the HF model at ``hf_dir``. Collective.
 
     Layouts as ``state_dict`` says (``plan``, ``ep``, ``prefix``, ``keys``).
@@ -333,7 +339,7 @@ def load(model: Any, hf_dir: str | os.PathLike, mapping_spec: MappingLike = None
     from shardpoint._checkpoint import LoadResult
     comm = comm if comm is not None else default_comm()
     mp = mapping(mapping_spec)
-    infos = _describe_on_rank0(hf_dir, mp, variables, comm)
+    infos = _describe_on_rank0(hf_dir, mp, variables, comm, storage_options)
     try:
         st, owners, device = _bind(_layouts(model, infos, plan, ep, prefix, keys))
         failure: BaseException | None = None
@@ -343,6 +349,9 @@ def load(model: Any, hf_dir: str | os.PathLike, mapping_spec: MappingLike = None
     opts = _load_options(strict, allow_missing_keys, allow_unexpected_keys,
                          allow_dtype_conversion, allow_shape_mismatch, cooperative, io_threads,
                          read_gap_bytes)
+    storage = storage_for(storage_options)
+    if storage is not None:
+        opts.set_storage(storage)
     r = _C.load_from_hf(st, os.fspath(hf_dir), mp, comm, opts, _variables(variables))
     for target, host in device:
         target.copy_(host)
@@ -376,7 +385,8 @@ def _dtype_option(dtype: Any) -> Any:
 def export(checkpoint: str | os.PathLike, out_dir: str | os.PathLike,
            mapping_spec: MappingLike = None, *, max_shard_size: int = 5_000_000_000,
            dtype: Any = None, io_threads: int = 4, block_bytes: int = 64 << 20,
-           variables: Mapping[str, int] | None = None, overwrite: bool = False) -> ExportStats:
+           variables: Mapping[str, int] | None = None, overwrite: bool = False,
+           storage_options: dict | None = None) -> ExportStats:
     """Writes the checkpoint at ``checkpoint`` (shardpoint, DCP or an HF model) as an
     HF model at ``out_dir``, as ``shardpoint export-hf`` does: streaming in blocks of
     ``block_bytes`` with ``io_threads`` in flight, files of at most
@@ -390,19 +400,22 @@ def export(checkpoint: str | os.PathLike, out_dir: str | os.PathLike,
     ``overwrite=True``, which replaces it whole, atomically."""
     return _stats(_C.export_hf(os.fspath(checkpoint), os.fspath(out_dir), mapping(mapping_spec),
                                int(max_shard_size), _dtype_option(dtype), int(io_threads),
-                               int(block_bytes), _variables(variables), bool(overwrite)))
+                               int(block_bytes), _variables(variables), bool(overwrite),
+                               storage_for(storage_options)))
 
 
 def convert(hf_dir: str | os.PathLike, checkpoint: str | os.PathLike,
             mapping_spec: MappingLike = None, *, dtype: Any = None, io_threads: int = 4,
             block_bytes: int = 64 << 20,
-            variables: Mapping[str, int] | None = None, overwrite: bool = False) -> ExportStats:
+            variables: Mapping[str, int] | None = None, overwrite: bool = False,
+            storage_options: dict | None = None) -> ExportStats:
     """Writes the HF model at ``hf_dir`` as a shardpoint checkpoint at ``checkpoint``
     (``shardpoint convert``): mapped keys, checksums, ``config.json`` kept in its
     metadata. One process. Committed as ``export`` is; ``overwrite`` as there."""
     return _stats(_C.convert_hf_to_shardpoint(
         os.fspath(hf_dir), os.fspath(checkpoint), mapping(mapping_spec), _dtype_option(dtype),
-        int(io_threads), int(block_bytes), _variables(variables), bool(overwrite)))
+        int(io_threads), int(block_bytes), _variables(variables), bool(overwrite),
+        storage_for(storage_options)))
 
 
 def _tensor_bytes(name: str, t: Any) -> tuple[str, Any, list[int], bytes]:
@@ -419,7 +432,8 @@ def _tensor_bytes(name: str, t: Any) -> tuple[str, Any, list[int], bytes]:
 def write_model(out_dir: str | os.PathLike, tensors: Mapping[str, Any] | Iterable[tuple[str, Any]],
                 *, config: Mapping[str, Any] | None = None,
                 max_shard_size: int = 5_000_000_000,
-                metadata: Mapping[str, str] | None = None) -> None:
+                metadata: Mapping[str, str] | None = None,
+                storage_options: dict | None = None) -> None:
     """Writes ``tensors`` (name -> torch CPU tensor or numpy array) as an HF
     safetensors model at ``out_dir``: ``model.safetensors``, or shards of at most
     ``max_shard_size`` bytes with ``model.safetensors.index.json``, plus
@@ -428,4 +442,5 @@ def write_model(out_dir: str | os.PathLike, tensors: Mapping[str, Any] | Iterabl
     items = tensors.items() if isinstance(tensors, Mapping) else tensors
     meta = {"format": "pt"} if metadata is None else {str(k): str(v) for k, v in metadata.items()}
     _C.write_hf_model(os.fspath(out_dir), [_tensor_bytes(str(n), t) for n, t in items],
-                      int(max_shard_size), meta, json.dumps(dict(config)) if config else "")
+                      int(max_shard_size), meta, json.dumps(dict(config)) if config else "",
+                      storage_for(storage_options))

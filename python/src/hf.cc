@@ -21,10 +21,15 @@ namespace shardpoint::python {
 namespace {
 
 using Variables = std::map<std::string, int64_t>;
+// storage_options' Storage (python/shardpoint/_storage.py); None: DefaultStorage().
+using OptStorage = std::optional<std::shared_ptr<Storage>>;
+Storage* Get(const OptStorage& s) { return s ? s->get() : nullptr; }
 
 ExportHfOptions ExportOptions(uint64_t max_shard_size, std::optional<DType> dtype, int io_threads,
-                              size_t block_bytes, Variables variables, bool overwrite) {
+                              size_t block_bytes, Variables variables, bool overwrite,
+                              const OptStorage& storage) {
   ExportHfOptions o;
+  o.storage = Get(storage);
   o.overwrite = overwrite;
   o.max_shard_size = max_shard_size;
   o.dtype = dtype;
@@ -69,13 +74,15 @@ void RegisterDescribe(py::module_& m) {
       .def_readwrite("hf", &HfKeyInfo::hf);
   m.def(
       "describe_hf",
-      [](const std::string& dir, const HfMapping& mapping, Variables variables) {
+      [](const std::string& dir, const HfMapping& mapping, Variables variables,
+         const OptStorage& storage) {
         HfOptions o;
         o.variables = std::move(variables);
+        o.storage = Get(storage);
         return Unwrap(DescribeHf(dir, mapping, o));
       },
       py::arg("dir"), py::arg("mapping"), py::arg("variables") = Variables{},
-      py::call_guard<py::gil_scoped_release>());
+      py::arg("storage") = std::nullopt, py::call_guard<py::gil_scoped_release>());
   m.def(
       "hf_shard",
       [](const HfKeyInfo& info, DType dtype, uintptr_t data, int tp_rank, int tp_size, int ep_rank,
@@ -126,26 +133,28 @@ void RegisterTransfer(py::module_& m) {
       "export_hf",
       [](const std::string& src, const std::string& out, const HfMapping& mapping,
          uint64_t max_shard_size, std::optional<DType> dtype, int io_threads, size_t block_bytes,
-         Variables variables, bool overwrite) {
+         Variables variables, bool overwrite, const OptStorage& storage) {
         return Unwrap(ExportHf(src, out, mapping,
                                ExportOptions(max_shard_size, dtype, io_threads, block_bytes,
-                                             std::move(variables), overwrite)));
+                                             std::move(variables), overwrite, storage)));
       },
       py::arg("src"), py::arg("out"), py::arg("mapping"), py::arg("max_shard_size"),
       py::arg("dtype"), py::arg("io_threads"), py::arg("block_bytes"), py::arg("variables"),
-      py::arg("overwrite") = false, py::call_guard<py::gil_scoped_release>());
+      py::arg("overwrite") = false, py::arg("storage") = std::nullopt,
+      py::call_guard<py::gil_scoped_release>());
   m.def(
       "convert_hf_to_shardpoint",
       [](const std::string& src, const std::string& out, const HfMapping& mapping,
          std::optional<DType> dtype, int io_threads, size_t block_bytes, Variables variables,
-         bool overwrite) {
-        return Unwrap(ConvertHfToShardpoint(
-            src, out, mapping,
-            ExportOptions(0, dtype, io_threads, block_bytes, std::move(variables), overwrite)));
+         bool overwrite, const OptStorage& storage) {
+        return Unwrap(
+            ConvertHfToShardpoint(src, out, mapping,
+                                  ExportOptions(0, dtype, io_threads, block_bytes,
+                                                std::move(variables), overwrite, storage)));
       },
       py::arg("src"), py::arg("out"), py::arg("mapping"), py::arg("dtype"), py::arg("io_threads"),
       py::arg("block_bytes"), py::arg("variables"), py::arg("overwrite") = false,
-      py::call_guard<py::gil_scoped_release>());
+      py::arg("storage") = std::nullopt, py::call_guard<py::gil_scoped_release>());
 }
 
 void RegisterWrite(py::module_& m) {
@@ -154,7 +163,8 @@ void RegisterWrite(py::module_& m) {
   m.def(
       "write_hf_model",
       [](const std::string& dir, const std::vector<Item>& items, uint64_t max_shard_size,
-         std::map<std::string, std::string> metadata, std::string config_json) {
+         std::map<std::string, std::string> metadata, std::string config_json,
+         const OptStorage& storage) {
         std::vector<HfTensor> tensors;
         tensors.reserve(items.size());
         for (const auto& [name, dtype, shape, bytes] : items) {
@@ -164,11 +174,12 @@ void RegisterWrite(py::module_& m) {
         o.max_shard_size = max_shard_size;
         o.metadata = std::move(metadata);
         o.config_json = std::move(config_json);
+        o.storage = Get(storage);
         py::gil_scoped_release release;
         ThrowIfError(WriteHfModel(dir, tensors, o));
       },
       py::arg("dir"), py::arg("tensors"), py::arg("max_shard_size"), py::arg("metadata"),
-      py::arg("config_json"));
+      py::arg("config_json"), py::arg("storage") = std::nullopt);
 }
 
 }  // namespace

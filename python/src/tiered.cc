@@ -20,8 +20,11 @@ void RegisterTiered(py::module_& m) {
           [](const std::string& root, Comm& comm, const std::string& local_root,
              const std::string& node_id, int replicas, int64_t local_every,
              int64_t persistent_every, bool drain, uint64_t drain_bytes_per_second, int keep_local,
-             int keep_last, bool lock) {
+             int keep_last, bool lock, const std::optional<std::shared_ptr<Storage>>& storage) {
             TieredOptions o;
+            // The persistent tier's storage (storage_options; it must outlive
+            // the manager: python/shardpoint/_storage.py keeps it).
+            o.persistent.storage = storage ? storage->get() : nullptr;
             o.persistent.keep_last = keep_last;
             o.persistent.lock = lock;
             o.local.local_root = local_root;
@@ -37,7 +40,7 @@ void RegisterTiered(py::module_& m) {
           py::arg("root"), py::arg("comm"), py::arg("local_root"), py::arg("node_id") = "",
           py::arg("replicas") = 1, py::arg("local_every") = 1, py::arg("persistent_every") = 0,
           py::arg("drain") = true, py::arg("drain_bytes_per_second") = 0, py::arg("keep_local") = 2,
-          py::arg("keep_last") = 0, py::arg("lock") = true,
+          py::arg("keep_last") = 0, py::arg("lock") = true, py::arg("storage") = std::nullopt,
           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly(
           "persistent", [](TieredManager& t) -> CheckpointManager& { return t.persistent(); },

@@ -60,10 +60,11 @@ void RegisterVerify(py::module_& m) {
   // What a directory holds, decided by the door (shardpoint/checkpoint_kind.h).
   m.def(
       "checkpoint_kind",
-      [](const std::string& dir) {
-        return std::string(CheckpointKindName(Unwrap(DetectCheckpointKind(dir))));
+      [](const std::string& dir, const std::optional<std::shared_ptr<Storage>>& storage) {
+        return std::string(CheckpointKindName(
+            Unwrap(DetectCheckpointKind(dir, storage ? storage->get() : nullptr))));
       },
-      py::arg("dir"), py::call_guard<py::gil_scoped_release>());
+      py::arg("dir"), py::arg("storage") = std::nullopt, py::call_guard<py::gil_scoped_release>());
 
   py::enum_<VerifyFault::Kind>(m, "VerifyFaultKind")
       .value("TILING", VerifyFault::Kind::kTiling)

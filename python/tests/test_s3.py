@@ -204,3 +204,110 @@ def test_dcp_reader_accepts_an_s3_checkpoint_id():
     spdcp = pytest.importorskip("shardpoint.dcp")
     assert spdcp.StorageReader.validate_checkpoint_id("s3://bucket/run/iter_1")
     assert not spdcp.StorageReader.validate_checkpoint_id("/nonexistent/dir")
+
+
+@needs_server
+def test_hf_functions_take_storage_options(opts, url):
+    # shardpoint.hf on s3:// with storage_options alone (no AWS environment):
+    # write an HF model, describe and load it, convert it to a checkpoint and
+    # export that back, all on the object store, bit for bit.
+    import torch
+
+    import shardpoint.hf as sphf
+    torch.manual_seed(11)
+    tensors = {"a.weight": torch.randn(48, 40), "b.bias": torch.randn(40)}
+    sphf.write_model(f"{url}/hf", tensors, config={"hidden_size": 40}, storage_options=opts)
+    info = sphf.describe(f"{url}/hf", storage_options=opts)
+    assert {k: v.shape for k, v in info.items()} == {"a.weight": (48, 40), "b.bias": (40,)}
+    model = {k: torch.zeros_like(v) for k, v in tensors.items()}
+    sphf.load(model, f"{url}/hf", comm=sp.single(), storage_options=opts)
+    assert all(torch.equal(model[k], tensors[k]) for k in tensors)
+    assert sphf.convert(f"{url}/hf", f"{url}/ck", storage_options=opts).tensors == 2
+    back = sp.read(f"{url}/ck", storage_options=opts)
+    assert np.array_equal(back["a.weight"], tensors["a.weight"].numpy())
+    sphf.export(f"{url}/ck", f"{url}/hf2", storage_options=opts)
+    again = {k: torch.zeros_like(v) for k, v in tensors.items()}
+    sphf.load(again, f"{url}/hf2", comm=sp.single(), storage_options=opts)
+    assert all(torch.equal(again[k], tensors[k]) for k in tensors)
+
+
+@needs_server
+def test_dcp_writer_and_reader_take_storage_options(opts, url):
+    # torch 1.13's DCP through shardpoint.dcp onto s3://, options per call.
+    import sys
+
+    import torch
+    spdcp = pytest.importorskip("shardpoint.dcp")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from dcp_compat import import_dcp
+    dcp = import_dcp()
+    torch.manual_seed(12)
+    sd = {"w": torch.randn(64, 33), "b": torch.randn(7)}
+    dcp.save_state_dict(sd, spdcp.StorageWriter(f"{url}/dcp", sp.single(), storage_options=opts),
+                        no_dist=True)
+    back = {k: torch.zeros_like(v) for k, v in sd.items()}
+    dcp.load_state_dict(back, spdcp.StorageReader(f"{url}/dcp", storage_options=opts),
+                        no_dist=True)
+    assert all(torch.equal(back[k], sd[k]) for k in sd)
+
+
+@needs_server
+def test_tiered_manager_drains_a_local_checkpoint_to_s3(opts, url, tmp_path):
+    # A manager with a local tier and an s3:// persistent root, set up by
+    # storage_options: iteration 2's local checkpoint drains to the store.
+    w = _g(64, 1024, 4)
+    root = f"{url}/tiered"
+    with sp.CheckpointManager(root, sp.single(), local_root=str(tmp_path / "local"),
+                              persistent_every=2, storage_options=opts) as m:
+        assert m.tiered
+        assert not m.save({"w": w}, 1).persistent
+        assert m.save({"w": w * 2}, 2).persistent
+        assert m.flush() == 2
+        assert m.iterations() == [2]
+        path = m.path_for(2)
+    assert path.startswith("s3://")
+    out = np.zeros_like(w)
+    sp.load({"w": out}, path, storage_options=opts)
+    np.testing.assert_array_equal(out, w * 2)
+    assert sp.verify(path, storage_options=opts).ok
+
+
+_HOLD_LEASE = """
+import os, signal, sys
+import numpy as np
+import shardpoint as sp
+m = sp.CheckpointManager(sys.argv[1], sp.single())
+m.save({"w": np.arange(1000, dtype=np.float32)}, 5)
+print("saved", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@needs_server
+def test_killed_jobs_lease_refuses_then_expires_and_is_taken_over(opts, url):
+    # A job holding the manager's lease (6 s: SHARDPOINT_S3_LEASE_SECONDS) is
+    # SIGKILLed after a save. The next job is refused with a typed error while
+    # the lease lasts, then takes it over and resumes the saved iteration.
+    import time
+    root = f"{url}/lease"
+    env = subprocess_env()
+    env.update(SERVER)
+    env["SHARDPOINT_S3_LEASE_SECONDS"] = "6"
+    p = subprocess.run([PYTHON, "-c", _HOLD_LEASE, root], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == -9 and "saved" in p.stdout, p.stdout + p.stderr
+    with pytest.raises(sp.FailedPreconditionError, match=r"is held \(pid .* ms left"):
+        sp.CheckpointManager(root, sp.single(), storage_options=opts)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            m = sp.CheckpointManager(root, sp.single(), storage_options=opts)
+            break
+        except sp.FailedPreconditionError:
+            assert time.monotonic() < deadline, "the expired lease was never taken over"
+            time.sleep(0.5)
+    with m:
+        out = np.zeros(1000, dtype=np.float32)
+        it, _ = m.resume({"w": out})
+    assert it == 5
+    np.testing.assert_array_equal(out, np.arange(1000, dtype=np.float32))

@@ -9,6 +9,7 @@
 #include "src/checkpoint/reader.h"
 #include "src/checkpoint/requests.h"
 #include "src/geometry/view.h"
+#include "src/io/read_size.h"
 #include "src/plan/load_plan.h"
 
 using shardpoint::internal_base::Guarded;
@@ -236,8 +237,17 @@ Result<LoadResult> LoadFromSource(State& state, const Status& index_status, cons
   DataFiles files(storage, src.dir, &m, &src.views, options.direct_io);
   ReadOptions read_options;
   read_options.verify_checksums = options.verify_checksums && src.has_checksums;
-  read_options.read_slice_bytes =
-      static_cast<size_t>(std::max<uint64_t>(1, options.read_slice_bytes));
+  // An object store's GET costs a round trip: it raises the slice toward its
+  // preferred request size, keeping every I/O thread busy with this rank's
+  // bytes (src/io/read_size.h; the same on every rank of a cooperative load
+  // that needs the same bytes, and where they differ each reads alone).
+  uint64_t to_read = 0;
+  if (plan.ok()) {
+    for (const internal_plan::ReadPiece& p : plan->pieces) to_read += p.nbytes;
+  }
+  read_options.read_slice_bytes = static_cast<size_t>(
+      internal_io::ReadSliceFor(storage, src.dir, std::max<uint64_t>(1, options.read_slice_bytes),
+                                to_read, pool != nullptr ? pool->num_threads() : 1));
   read_options.prefetch_bytes = options.prefetch_bytes;
   read_options.read_gap_bytes = options.read_gap_bytes;
   // Strided view files: a bridged gap would be elements scattered over the

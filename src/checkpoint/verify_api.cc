@@ -9,6 +9,7 @@
 #include "src/checkpoint/verify.h"
 #include "src/checkpoint/verify_dcp.h"
 #include "src/format/manifest.h"
+#include "src/io/read_size.h"
 #include "src/io/resources.h"
 #include "src/source/open_source.h"
 
@@ -68,6 +69,7 @@ Result<VerifyReport> Verify(const std::string& dir, const VerifyOptions& options
   o.prefetch_bytes = options.prefetch_bytes;
   o.progress = options.progress;
   Storage* storage = res.storage();
+  o.read_slice_bytes = internal_io::ReadSliceFor(storage, dir, o.read_slice_bytes);
   SP_ASSIGN_OR_RETURN(CheckpointKind kind, DetectCheckpointKind(dir, storage));
   const bool dcp = kind == CheckpointKind::kPyTorchDcp;
   if (!dcp) o.pool = res.pool();  // the DCP check reads sequentially

@@ -22,7 +22,7 @@ using internal_objstore::S3Storage;
 
 bool IsS3(const std::string& path) { return path.starts_with("s3://"); }
 
-class DispatchStorage : public Storage {
+class DispatchStorage : public Storage, public internal_io::PreferredReadSize {
  public:
   DispatchStorage() = default;
   // With the object store given: no lazy set-up from the environment.
@@ -96,6 +96,11 @@ class DispatchStorage : public Storage {
     return s->CommitFile(path, data, exclusive);
   }
   bool SupportsRename(const std::string& path) const override { return !IsS3(path); }
+  uint64_t PreferredReadBytes(const std::string& path) override {
+    if (!IsS3(path)) return 0;
+    Result<Storage*> s = For(path);
+    return s.ok() ? internal_io::PreferredReadBytes(*s, path) : 0;
+  }
 
  private:
   Result<Storage*> For(const std::string& path) {

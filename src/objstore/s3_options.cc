@@ -60,6 +60,20 @@ void FillIfEmpty(std::string* field, const std::string& value) {
   if (field->empty()) *field = value;
 }
 
+// A positive integer from environment variable `name`, if set.
+Status PositiveFromEnv(const char* name, const char* unit, uint64_t* out) {
+  const std::string v = Env(name);
+  if (v.empty()) return OkStatus();
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+  if (*end != '\0' || n == 0 || v[0] == '-' || v[0] == '+' || v[0] == ' ') {
+    return InvalidArgumentError(std::string(name) + "='" + v + "': expected a positive number of " +
+                                unit);
+  }
+  *out = n;
+  return OkStatus();
+}
+
 }  // namespace
 
 Result<S3Options> ResolveS3Options(S3Options o) {
@@ -109,6 +123,14 @@ Result<S3Options> ResolveS3Options(S3Options o) {
         "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or profile '" +
         o.profile + "' in " + credentials_file + " or " + config_file);
   }
+  SP_RETURN_IF_ERROR(PositiveFromEnv("SHARDPOINT_S3_READ_BYTES", "bytes", &o.read_request_bytes));
+  uint64_t lease_s = 0;
+  SP_RETURN_IF_ERROR(PositiveFromEnv("SHARDPOINT_S3_LEASE_SECONDS", "seconds", &lease_s));
+  if (lease_s > 86400) {
+    return InvalidArgumentError("SHARDPOINT_S3_LEASE_SECONDS=" + std::to_string(lease_s) +
+                                ": at most 86400 (a day)");
+  }
+  if (lease_s > 0) o.lease_ms = static_cast<int>(lease_s * 1000);
   if (o.part_size < (uint64_t{5} << 20) || o.part_size > (uint64_t{5} << 30)) {
     return InvalidArgumentError("S3 part size " + std::to_string(o.part_size) +
                                 " is outside [5 MiB, 5 GiB]");

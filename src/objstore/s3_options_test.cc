@@ -22,6 +22,8 @@ constexpr const char* kVars[] = {"AWS_ACCESS_KEY_ID",
                                  "AWS_PROFILE",
                                  "AWS_CONFIG_FILE",
                                  "AWS_SHARED_CREDENTIALS_FILE",
+                                 "SHARDPOINT_S3_READ_BYTES",
+                                 "SHARDPOINT_S3_LEASE_SECONDS",
                                  "HOME"};
 
 // Clears the AWS variables and points HOME at a fresh directory; restores
@@ -121,6 +123,37 @@ TEST_F(S3OptionsTest, ErrorsNameTheProblemNotTheSecret) {
   o.access_key_id = "AK";
   o.secret_access_key = "TOPSECRET";
   EXPECT_EQ(DescribeS3Options(o).find("TOPSECRET"), std::string::npos);
+}
+
+// shardpoint's own knobs: the read request size of loads and the lease.
+TEST_F(S3OptionsTest, ReadBytesAndLeaseFromTheEnvironment) {
+  ::setenv("AWS_ACCESS_KEY_ID", "AK", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "SK", 1);
+  Result<S3Options> d = ResolveS3Options({});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->read_request_bytes, uint64_t{16} << 20);
+  EXPECT_EQ(d->lease_ms, 60000);
+  ::setenv("SHARDPOINT_S3_READ_BYTES", "1048576", 1);
+  ::setenv("SHARDPOINT_S3_LEASE_SECONDS", "3", 1);
+  Result<S3Options> o = ResolveS3Options({});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->read_request_bytes, uint64_t{1} << 20);
+  EXPECT_EQ(o->lease_ms, 3000);
+  for (const char* bad : {"0", "-5", "12k", "x"}) {
+    ::setenv("SHARDPOINT_S3_LEASE_SECONDS", bad, 1);
+    Result<S3Options> r = ResolveS3Options({});
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find("SHARDPOINT_S3_LEASE_SECONDS"), std::string::npos)
+        << r.status().ToString();
+  }
+  ::setenv("SHARDPOINT_S3_LEASE_SECONDS", "86401", 1);
+  EXPECT_EQ(ResolveS3Options({}).status().code(), StatusCode::kInvalidArgument);
+  ::unsetenv("SHARDPOINT_S3_LEASE_SECONDS");
+  ::setenv("SHARDPOINT_S3_READ_BYTES", "1.5", 1);
+  Result<S3Options> r = ResolveS3Options({});
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("SHARDPOINT_S3_READ_BYTES='1.5'"), std::string::npos)
+      << r.status().ToString();
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "src/objstore/s3_storage.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -37,7 +38,14 @@ class S3WritableFile : public WritableFile {
                                   std::to_string(upload_.size()) + " was already sent");
     }
     if (offset > upload_.size()) {
-      pending_[offset].assign(static_cast<const char*>(data), n);
+      Pending& held = pending_[offset];
+      held.n = n;
+      if (n <= upload_.part_size()) {  // in a recycled part buffer: no fresh pages
+        held.pooled = upload_.TakeBuffer();
+        std::memcpy(held.pooled.get(), data, n);
+      } else {
+        held.big.assign(static_cast<const char*>(data), n);
+      }
       return OkStatus();
     }
     SP_RETURN_IF_ERROR(upload_.Append(data, n));
@@ -51,8 +59,7 @@ class S3WritableFile : public WritableFile {
     SP_RETURN_IF_ERROR(CheckOpen("truncate"));
     uint64_t written = upload_.size();
     if (!pending_.empty()) {
-      written =
-          std::max<uint64_t>(written, pending_.rbegin()->first + pending_.rbegin()->second.size());
+      written = std::max<uint64_t>(written, pending_.rbegin()->first + pending_.rbegin()->second.n);
     }
     if (size < written) {
       return InvalidArgumentError("truncate " + path_ + " to " + std::to_string(size) +
@@ -118,12 +125,13 @@ class S3WritableFile : public WritableFile {
   Status Drain() {
     while (!pending_.empty() && pending_.begin()->first <= upload_.size()) {
       auto it = pending_.begin();
+      Pending& held = it->second;
       if (it->first < upload_.size()) {
-        return InvalidArgumentError("write " + path_ + " at bytes " +
-                                    Range(it->first, it->second.size()) +
+        return InvalidArgumentError("write " + path_ + " at bytes " + Range(it->first, held.n) +
                                     " overlaps an earlier one");
       }
-      SP_RETURN_IF_ERROR(upload_.Append(it->second.data(), it->second.size()));
+      SP_RETURN_IF_ERROR(upload_.Append(held.pooled ? held.pooled.get() : held.big.data(), held.n));
+      upload_.GiveBuffer(std::move(held.pooled));
       pending_.erase(it);
     }
     return OkStatus();
@@ -132,7 +140,13 @@ class S3WritableFile : public WritableFile {
   std::mutex mu_;
   const std::string path_;
   S3Upload upload_;
-  std::map<uint64_t, std::string> pending_;
+  // A write that came early, held until the bytes before it are sent.
+  struct Pending {
+    std::unique_ptr<char[]> pooled;  // one of the upload's part buffers
+    std::string big;                 // longer than a part
+    size_t n = 0;
+  };
+  std::map<uint64_t, Pending> pending_;
   uint64_t size_ = 0;  // set by Truncate: the object's size at least
   bool finished_ = false;
   bool closed_ = false;
@@ -179,7 +193,8 @@ Status ParseS3Path(const std::string& path, std::string* bucket, std::string* ke
   return OkStatus();
 }
 
-S3Storage::S3Storage(std::unique_ptr<S3Client> client) : client_(std::move(client)) {}
+S3Storage::S3Storage(std::unique_ptr<S3Client> client)
+    : client_(std::move(client)), lease_ms_(client_->options().lease_ms) {}
 S3Storage::~S3Storage() = default;
 
 Result<std::unique_ptr<WritableFile>> S3Storage::NewWritableFile(const std::string& path,

@@ -10,7 +10,8 @@
 //     fills), and are sent as a multipart upload (S3Upload: parts in
 //     parallel, bounded memory). Sync completes the upload: only then does
 //     the object exist, whole. Truncate may only extend (zeros).
-//   * a ReadableFile is a HEAD (its size) and ranged GETs.
+//   * a ReadableFile is a HEAD (its size) and ranged GETs; loads read in
+//     requests of at least S3Options::read_request_bytes (PreferredReadSize).
 //   * CommitFile is one PUT, conditional (If-None-Match: *) when exclusive:
 //     the commit point of a save.
 //   * Rename and Exchange do not exist (SupportsRename() is false).
@@ -25,6 +26,7 @@
 #include <string>
 
 #include "shardpoint/storage.h"
+#include "src/io/read_size.h"
 #include "src/objstore/s3_client.h"
 
 namespace shardpoint::internal_objstore {
@@ -33,13 +35,13 @@ namespace shardpoint::internal_objstore {
 // InvalidArgument naming the path if it is not one.
 Status ParseS3Path(const std::string& path, std::string* bucket, std::string* key);
 
-class S3Storage : public Storage {
+class S3Storage : public Storage, public internal_io::PreferredReadSize {
  public:
   explicit S3Storage(std::unique_ptr<S3Client> client);
   ~S3Storage() override;
   S3Client* client() const { return client_.get(); }
-  // How long a lock lease lasts without renewal (default 60 s): the time a
-  // crashed job's lock blocks the next one.
+  // How long a lock lease lasts without renewal (S3Options::lease_ms, default
+  // 60 s): the time a crashed job's lock blocks the next one. Tests shorten it.
   void set_lease_ms(int ms) { lease_ms_ = ms; }
 
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
@@ -57,10 +59,14 @@ class S3Storage : public Storage {
   Status UnlockFile(std::unique_ptr<FileLock> lock) override;
   Status CommitFile(const std::string& path, const std::string& data, bool exclusive) override;
   bool SupportsRename(const std::string&) const override { return false; }
+  // S3Options::read_request_bytes: a GET is a round trip.
+  uint64_t PreferredReadBytes(const std::string&) override {
+    return client_->options().read_request_bytes;
+  }
 
  private:
   const std::unique_ptr<S3Client> client_;
-  int lease_ms_ = 60000;
+  int lease_ms_;
 };
 
 }  // namespace shardpoint::internal_objstore

@@ -5,6 +5,7 @@
 // tracker and retention; and s3:// paths through DefaultStorage.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -26,9 +27,11 @@ using testing::ParallelConfig;
 
 constexpr char kBucket[] = "checkpoint-check";
 
-std::unique_ptr<S3Storage> NewStorage(uint64_t part_size = uint64_t{5} << 20) {
+std::unique_ptr<S3Storage> NewStorage(uint64_t part_size = uint64_t{5} << 20,
+                                      uint64_t read_bytes = uint64_t{16} << 20) {
   S3Options o;
   o.part_size = part_size;
+  o.read_request_bytes = read_bytes;
   Result<S3Options> r = internal_objstore::ResolveS3Options(o);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   Result<std::unique_ptr<S3Client>> c = S3Client::Make(*r);
@@ -73,26 +76,38 @@ TEST_F(S3CheckpointCheck, SaveFourRanksLoadThreeReshardedBitForBit) {
   ASSERT_TRUE(files.ok()) << files.status().ToString();
   EXPECT_EQ(files->size(), 4u);
 
-  std::vector<testing::RankState> dst(to.world());
-  for (int r = 0; r < to.world(); ++r) {
-    auto rs = testing::BuildRankState(model, to, r);
-    ASSERT_TRUE(rs.ok());
-    dst[r] = std::move(*rs);
-    dst[r].state.objects.clear();
-    dst[r].state.common = "";
+  // Loaded twice: with GETs of 1 MiB (read_slice_bytes, the old way) and of
+  // the storage's read size (16 MiB): bit for bit both times, fewer GETs.
+  uint64_t requests[2] = {0, 0};
+  for (int big = 0; big < 2; ++big) {
+    std::vector<testing::RankState> dst(to.world());
+    for (int r = 0; r < to.world(); ++r) {
+      auto rs = testing::BuildRankState(model, to, r);
+      ASSERT_TRUE(rs.ok());
+      dst[r] = std::move(*rs);
+      dst[r].state.objects.clear();
+      dst[r].state.common = "";
+    }
+    auto reader = NewStorage(uint64_t{5} << 20, big ? uint64_t{16} << 20 : uint64_t{1} << 20);
+    LoadOptions lo;
+    lo.storage = reader.get();
+    lo.allow_unexpected_keys = true;
+    lo.io_threads = 1;  // a GET up to this rank's whole share (src/io/read_size.h)
+    std::atomic<uint64_t> gets{0};
+    Status loaded = testing::FirstError(RunThreadRanks(to.world(), [&](Comm& comm) {
+      Result<LoadResult> r = Load(dst[comm.rank()].state, dir, comm, lo);
+      if (r.ok()) gets += r->requests;
+      return r.status();
+    }));
+    ASSERT_TRUE(loaded.ok()) << loaded.ToString();
+    requests[big] = gets.load();
+    for (int r = 0; r < to.world(); ++r) {
+      Status c = testing::CheckAgainstReference(ref, dst[r].state.tensors);
+      EXPECT_TRUE(c.ok()) << "rank " << r << ": " << c.ToString();
+      EXPECT_EQ(*dst[r].state.common, "{\"iteration\": 1000}");
+    }
   }
-  LoadOptions lo;
-  lo.storage = storage.get();
-  lo.allow_unexpected_keys = true;
-  Status loaded = testing::FirstError(RunThreadRanks(to.world(), [&](Comm& comm) {
-    return Load(dst[comm.rank()].state, dir, comm, lo).status();
-  }));
-  ASSERT_TRUE(loaded.ok()) << loaded.ToString();
-  for (int r = 0; r < to.world(); ++r) {
-    Status c = testing::CheckAgainstReference(ref, dst[r].state.tensors);
-    EXPECT_TRUE(c.ok()) << "rank " << r << ": " << c.ToString();
-    EXPECT_EQ(*dst[r].state.common, "{\"iteration\": 1000}");
-  }
+  EXPECT_LT(requests[1] * 4, requests[0] * 3) << requests[0] << " -> " << requests[1] << " GETs";
   // The CLI takes the s3:// path as it is (its DefaultStorage dispatches).
   testing::CommandResult verify =
       testing::RunCommand(std::string(SP_CLI_PATH) + " verify " + dir + " 2>&1");

@@ -125,6 +125,23 @@ TEST_F(S3ClientCheck, MultipartAroundThePartBoundary) {
   }
 }
 
+// Six parts with two in flight: the part buffers are recycled (at most
+// parts_in_flight + 1 allocated), not one fresh buffer per part; bit for bit.
+TEST_F(S3ClientCheck, PartBuffersAreRecycled) {
+  auto c = Client();
+  const std::string data = Bytes(5 * kPart + 1, 6);
+  S3Upload up(c.get(), kBucket, "mp/recycled");
+  for (size_t off = 0; off < data.size();) {
+    const size_t n = std::min<size_t>(data.size() - off, 3 << 20);
+    ASSERT_TRUE(up.Append(data.data() + off, n).ok());
+    off += n;
+  }
+  ASSERT_TRUE(up.Finish().ok());
+  EXPECT_EQ(up.parts(), 6);
+  EXPECT_LE(up.buffers_allocated(), c->options().parts_in_flight + 1);
+  EXPECT_TRUE(*c->GetObject(kBucket, "mp/recycled") == data);
+}
+
 TEST_F(S3ClientCheck, UnfinishedUploadLeavesNothing) {
   auto c = Client();
   {
