@@ -304,6 +304,66 @@ TEST_F(LocalTierTest, ACorruptedReplicaIsRefusedOnArrivalAndTheSaveFails) {
   }
 }
 
+// Writes to one path fail after its first slice: the job dying in the
+// middle of a replica's transfer (nothing of the save runs after the
+// failure, as after a SIGKILL there).
+class DyingWriteStorage : public StorageWrapper {
+ public:
+  DyingWriteStorage(Storage* base, std::string path) : StorageWrapper(base), path_(path) {}
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                        const WriteFileOptions& o) override {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, base()->NewWritableFile(path, o));
+    if (path != path_) return f;
+    return std::unique_ptr<WritableFile>(new Dying(std::move(f)));
+  }
+
+ private:
+  struct Dying : WritableFileWrapper {
+    using WritableFileWrapper::WritableFileWrapper;
+    Status WriteAt(uint64_t offset, const void* data, size_t n) override {
+      if (offset > 0) return IOError("the job died here");
+      return WritableFileWrapper::WriteAt(offset, data, n);
+    }
+  };
+  std::string path_;
+};
+
+// A node's replica map is its commit: it must never exist while the
+// node's replicas are incomplete. Iteration 12 dies after node 1 received
+// the first slice of rank 0's file; then node 0 (the only other copy) is
+// lost. The newest complete checkpoint is 11, and 12 is not found (a map
+// written before the transfers would make 12 look complete, with a
+// truncated replica as its only copy of data/0).
+TEST_F(LocalTierTest, ADeathDuringTheTransfersLeavesNoReplicaMap) {
+  SaveBoth(11, /*persistent=*/false);
+  std::vector<testing::RankState> src = States(ParallelConfig{2, 2, 2, true}, 12, true);
+  DyingWriteStorage dying(DefaultStorage(), NodeRoot(1) + "/iter_0000012/data/0.safetensors");
+  for (Status s : RunThreadRanks(8, [&](Comm& comm) {
+         LocalTierOptions o = Options(comm.rank(), 2);
+         o.storage = &dying;
+         return LocalSave(src[comm.rank()].state, 12, comm, o).status();
+       })) {
+    EXPECT_FALSE(s.ok());
+  }
+  ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(0)).ok());
+  std::optional<int64_t> latest;
+  for (Status s : RunThreadRanks(8, [&](Comm& comm) -> Status {
+         SP_ASSIGN_OR_RETURN(std::optional<int64_t> l, LatestLocal(comm, Options(comm.rank(), 2)));
+         if (comm.rank() == 0) latest = l;
+         return OkStatus();
+       })) {
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  EXPECT_EQ(latest, std::optional<int64_t>(11));
+  std::vector<testing::RankState> dst = States(ParallelConfig{2, 2, 2, true}, 12, false);
+  for (Status s : RunThreadRanks(8, [&](Comm& comm) {
+         return LocalLoad(dst[comm.rank()].state, 12, comm, Options(comm.rank(), 2)).status();
+       })) {
+    EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
+  }
+  LoadAndCheck(11, ParallelConfig{4, 1, 2, false}, 2, "");
+}
+
 // SIGKILL during local saves and replication: a child process saves
 // iterations 2, 3, ... and reports each that returned OK on a pipe; it is
 // killed at a random moment after its first (so inside a later save: its
