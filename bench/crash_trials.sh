@@ -10,12 +10,10 @@
 # Needs the targets crash_trials, crash_saver and kill_shim built in the build
 # dir (cmake --build build-test --target crash_trials).
 set -euo pipefail
-cd "$(dirname "$0")/.."
 n=${1:-200}
 m=${2:-20}
-build=${3:-build-test}
-bin=$build/tests/crash
-dir=${TMPDIR:-/tmp}/sp_crash_trials_$$
+source "$(dirname "$0")/trials_common.sh"
+trials_setup crash_trials "${3:-build-test}"
 common=(--saver "$bin/crash_saver" --shim "$bin/libkill_shim.so")
 mpiflags=()
 if mpiexec --version 2>/dev/null | grep -q "Open MPI\|OpenRTE"; then
@@ -33,4 +31,3 @@ echo "== every metadata call of a 4-save run ($calls calls), before and after"
 echo "== $m trials killing one rank of mpirun -np 4"
 "$bin/crash_trials" "${common[@]}" --dir "$dir/mpi" --trials 0 --mpi-trials "$m" \
   --mpiexec "$(command -v mpiexec)" "${mpiflags[@]}" | tail -n 1
-rm -rf "$dir"

@@ -10,12 +10,9 @@
 # Needs the targets local_kill_trials and kill_shim built in the build dir
 # (cmake --build build-test --target local_kill_trials).
 set -euo pipefail
-cd "$(dirname "$0")/.."
 n=${1:-300}
 seed=${2:-7}
-build=${3:-build-test}
-bin=$build/tests/crash
-dir=${TMPDIR:-/tmp}/sp_local_kill_trials_$$
-trap 'rm -rf "$dir"' EXIT
+source "$(dirname "$0")/trials_common.sh"
+trials_setup local_kill_trials "${3:-build-test}"
 "$bin/local_kill_trials" --dir "$dir" --trials "$n" --seed "$seed" --shim "$bin/libkill_shim.so" |
   tail -n 1

@@ -10,9 +10,12 @@
 //   4. the ranks all-gather their needs and bad units; every rank computes
 //      the same transfers (recover_plan.h) and runs them in rounds of one
 //      AllToAll: a server reads each unit from its node's copy (or the
-//      persistent checkpoint), checks it and sends it; a receiver checks it
-//      again and keeps it. A unit that fails on either side marks that copy
-//      bad; the ranks all-gather the copies marked bad and plan again for
+//      persistent checkpoint) straight into its message and checks it
+//      there; a receiver checks it again in the receive buffer and copies
+//      it once, into memory mapped for the pass (sized to what it receives,
+//      faulted in at once, huge pages where given; send and receive
+//      buffers are reused by every round). A unit that fails on either
+//      side marks that copy bad; the ranks all-gather the copies marked bad and plan again for
 //      the units they failed, until none fails or no copy is left (a
 //      DataLoss error naming the unit);   (all-gather, AllToAll per round,
 //                                          all-gather per pass)
@@ -34,6 +37,7 @@
 #include "src/comm/agreed.h"
 #include "src/format/checksum.h"
 #include "src/io/path.h"
+#include "src/io/staging_memory.h"
 #include "src/local/inventory.h"
 #include "src/local/node_storage.h"
 #include "src/local/overlay.h"
@@ -145,8 +149,43 @@ struct Recovery {
   OverlayFiles overlay;
   std::unique_ptr<Manifest> persistent_manifest_checked;  // set once compared
   LoadResult result;
-  std::string scratch;  // a unit being served, reused
+  // Where the units this rank receives are kept for step 5: one mapping per
+  // pass, sized to them and faulted in at once (huge pages where the kernel
+  // gives them): fresh memory faulted a page at a time costs more than the
+  // copy into it.
+  std::vector<internal_io::StagingMemory> kept;
+  size_t kept_used = 0;  // bytes of kept.back() in use
 };
+
+// Maps the memory for the units this rank receives in one pass.
+Status MapKept(Recovery& x, const std::vector<Transfer>& transfers) {
+  uint64_t bytes = 0;
+  const int me = x.comm.rank();
+  for (const Transfer& tr : transfers) {
+    if (std::binary_search(tr.receivers.begin(), tr.receivers.end(), me))
+      bytes += x.ut.units[tr.unit].nbytes;
+  }
+  SP_ASSIGN_OR_RETURN(internal_io::StagingMemory m,
+                      internal_io::StagingMemory::Map(bytes, /*huge_pages=*/true,
+                                                      /*prefault=*/true));
+  x.kept.push_back(std::move(m));
+  x.kept_used = 0;
+  return OkStatus();
+}
+
+// The next unit's place in the kept memory (MapKept sized it).
+char* NextKept(Recovery& x, const Unit& unit) {
+  char* at = x.kept.back().data() + x.kept_used;
+  x.kept_used += unit.nbytes;
+  return at;
+}
+
+// Keeps a verified unit this rank received.
+void Keep(Recovery& x, const Unit& unit, const char* bytes) {
+  char* at = NextKept(x, unit);
+  std::memcpy(at, bytes, unit.nbytes);
+  x.overlay.units[unit.file][unit.offset] = std::string_view(at, unit.nbytes);
+}
 
 // Step 1. Per node: whether it committed, the files it holds.
 Result<std::vector<NodeCopy>> GatherCopies(Comm& comm, const Topology& t, Storage* node,
@@ -212,19 +251,24 @@ struct FileCache {
   std::map<uint32_t, std::unique_ptr<ReadableFile>> open;
 };
 
-// Reads unit u into *bytes and checks it against its checksum. *bytes is
-// reused from unit to unit (fresh memory costs a page fault per page).
-Status ReadUnit(FileCache& files, const Manifest& m, const Unit& u, std::string* bytes) {
+// Reads unit u into dst (u.nbytes) and checks it against its checksum.
+Status ReadUnitInto(FileCache& files, const Manifest& m, const Unit& u, char* dst) {
   std::unique_ptr<ReadableFile>& f = files.open[u.file];
   if (!f) {
     SP_ASSIGN_OR_RETURN(f, files.storage->NewReadableFile(JoinPath(files.dir, m.files[u.file])));
   }
-  bytes->resize(u.nbytes);
-  SP_RETURN_IF_ERROR(f->ReadAt(u.offset, u.nbytes, bytes->data()));
-  if (Checksum64(bytes->data(), bytes->size()) != u.checksum) {
+  SP_RETURN_IF_ERROR(f->ReadAt(u.offset, u.nbytes, dst));
+  if (Checksum64(dst, u.nbytes) != u.checksum) {
     return DataLossError(UnitName(m, u) + ": checksum mismatch");
   }
   return OkStatus();
+}
+
+// The same into *bytes, reused from unit to unit (fresh memory costs a
+// page fault per page).
+Status ReadUnit(FileCache& files, const Manifest& m, const Unit& u, std::string* bytes) {
+  bytes->resize(u.nbytes);
+  return ReadUnitInto(files, m, u, bytes->data());
 }
 
 // Step 3 on this rank: the units it needs, and those of them its node's
@@ -251,50 +295,90 @@ void PlanNeeds(Recovery& x, const State& state, const LoadOptions& load,
   }
 }
 
-// Step 4, one transfer served by this rank: appends its messages to `send`
-// (a message: u32 unit, i32 source, u8 ok, then the bytes when ok), keeps
-// what this rank itself receives, notes a bad copy.
+// A message of the exchange: u32 unit, u32 source, u8 ok, then the unit's
+// bytes when ok.
+constexpr size_t kHeader = 9;
+
+void AppendHeader(std::string* out, uint32_t unit, int source, bool ok) {
+  char h[kHeader];
+  const uint32_t src = static_cast<uint32_t>(source);
+  std::memcpy(h, &unit, 4);
+  std::memcpy(h + 4, &src, 4);
+  h[8] = ok ? 1 : 0;
+  out->append(h, kHeader);
+}
+
+// Reads transfer tr's unit (checked) where it is first wanted: straight
+// into the message to its first receiver other than this rank, else into
+// this rank's kept memory. Returns the read's status; *bytes points at the
+// unit when it is ok.
+Status ReadForTransfer(Recovery& x, const Transfer& tr, FileCache& files,
+                       std::vector<std::string>* send, const char** bytes) {
+  const Unit& unit = x.ut.units[tr.unit];
+  const int me = x.comm.rank();
+  const auto other =
+      std::find_if(tr.receivers.begin(), tr.receivers.end(), [&](int r) { return r != me; });
+  if (other == tr.receivers.end()) {  // this rank is the only receiver
+    char* at = NextKept(x, unit);
+    Status read = ReadUnitInto(files, x.m, unit, at);
+    if (read.ok()) x.overlay.units[unit.file][unit.offset] = std::string_view(at, unit.nbytes);
+    *bytes = at;
+    return read;
+  }
+  std::string* buf = &(*send)[*other];
+  const size_t header = buf->size();
+  AppendHeader(buf, tr.unit, tr.source, true);
+  const size_t at = buf->size();
+  buf->resize(at + unit.nbytes);  // reserved (Reserve): no reallocation
+  Status read = ReadUnitInto(files, x.m, unit, buf->data() + at);
+  if (!read.ok()) {
+    buf->resize(at);
+    (*buf)[header + 8] = 0;
+    return read;
+  }
+  *bytes = buf->data() + at;
+  return read;
+}
+
+// Step 4, one transfer served by this rank: appends its messages to `send`,
+// keeps what this rank itself receives, notes a bad copy. The unit is read
+// once, into the first receiver's message; the others copy it from there.
 Status Serve(Recovery& x, const Transfer& tr, FileCache& node_files, FileCache& pers_files,
              std::vector<std::string>* send, std::vector<std::pair<int, uint32_t>>* newly_bad) {
   const Unit& unit = x.ut.units[tr.unit];
-  std::string& bytes = x.scratch;
-  Status read;
-  if (tr.source == kPersistent) {
-    if (!x.persistent_manifest_checked) {
-      SP_ASSIGN_OR_RETURN(std::string theirs, ReadManifestBytes(x.persistent, x.persistent_dir));
-      if (theirs != x.manifest_bytes) {
-        return FailedPreconditionError("local load: the persistent checkpoint '" +
-                                       x.persistent_dir + "' is not the local checkpoint '" +
-                                       x.dir + "' (their manifests differ)");
-      }
-      x.persistent_manifest_checked = std::make_unique<Manifest>();
+  const bool persistent = tr.source == kPersistent;
+  if (persistent && !x.persistent_manifest_checked) {
+    SP_ASSIGN_OR_RETURN(std::string theirs, ReadManifestBytes(x.persistent, x.persistent_dir));
+    if (theirs != x.manifest_bytes) {
+      return FailedPreconditionError("local load: the persistent checkpoint '" + x.persistent_dir +
+                                     "' is not the local checkpoint '" + x.dir +
+                                     "' (their manifests differ)");
     }
-    read = ReadUnit(pers_files, x.m, unit, &bytes);
-    if (read.ok()) x.result.bytes_persistent += unit.nbytes;
-  } else {
-    read = ReadUnit(node_files, x.m, unit, &bytes);
+    x.persistent_manifest_checked = std::make_unique<Manifest>();
   }
+  const char* bytes = nullptr;
+  const Status read = ReadForTransfer(x, tr, persistent ? pers_files : node_files, send, &bytes);
+  if (read.ok() && persistent) x.result.bytes_persistent += unit.nbytes;
   if (!read.ok()) newly_bad->emplace_back(tr.source, tr.unit);
-  for (int r : tr.receivers) {
-    if (r == x.comm.rank()) {
-      if (read.ok()) x.overlay.units[unit.file][unit.offset] = bytes;
+  const int me = x.comm.rank();
+  const auto first =
+      std::find_if(tr.receivers.begin(), tr.receivers.end(), [&](int r) { return r != me; });
+  for (auto r = tr.receivers.begin(); r != tr.receivers.end(); ++r) {
+    if (r == first) continue;  // its message holds the read
+    if (*r == me) {
+      if (read.ok() && first != tr.receivers.end()) Keep(x, unit, bytes);
       continue;
     }
-    ByteWriter w;
-    w.U32(tr.unit);
-    w.U32(static_cast<uint32_t>(tr.source));
-    w.U8(read.ok());
-    (*send)[r] += w.str();
-    if (read.ok()) (*send)[r] += bytes;
+    AppendHeader(&(*send)[*r], tr.unit, tr.source, read.ok());
+    if (read.ok()) (*send)[*r].append(bytes, unit.nbytes);
   }
   return OkStatus();
 }
 
 // Step 4, what this rank received in a round: each unit checked in the
-// receive buffer, then kept (one copy, into memory not zeroed first).
+// receive buffer (reused by every round), then kept (one copy).
 Status Receive(Recovery& x, const std::vector<std::string>& recv,
                std::vector<std::pair<int, uint32_t>>* newly_bad) {
-  constexpr size_t kHeader = 9;  // u32 unit, u32 source, u8 ok
   for (size_t s = 0; s < recv.size(); ++s) {
     const std::string& in = recv[s];
     for (size_t at = 0; at < in.size();) {
@@ -319,10 +403,22 @@ Status Receive(Recovery& x, const std::vector<std::string>& recv,
       }
       x.result.bytes_received += unit.nbytes;
       if (src != kPersistent) x.result.bytes_peer += unit.nbytes;
-      x.overlay.units[unit.file][unit.offset].assign(bytes, unit.nbytes);
+      Keep(x, unit, bytes);
     }
   }
   return OkStatus();
+}
+
+// The bytes this rank sends each other rank in one round: reserved before
+// the round, so the messages grow in place.
+void Reserve(const Recovery& x, const std::vector<Transfer>& transfers,
+             const std::vector<size_t>& round, std::vector<std::string>* send) {
+  std::vector<size_t> bytes(send->size(), 0);
+  for (size_t i : round) {
+    if (transfers[i].server != x.comm.rank()) continue;
+    for (int r : transfers[i].receivers) bytes[r] += kHeader + x.ut.units[transfers[i].unit].nbytes;
+  }
+  for (size_t r = 0; r < bytes.size(); ++r) (*send)[r].reserve(bytes[r]);
 }
 
 Status LostError(const Recovery& x, const std::vector<uint32_t>& lost, bool persistent) {
@@ -354,8 +450,11 @@ Status RunPasses(Recovery& x, const LocalTierOptions& o) {
     std::vector<std::pair<int, uint32_t>> newly_bad;
     Status s;
     std::vector<std::string> send(x.comm.size()), recv;  // buffers reused by every round
+    s = Guarded("local load: mapping memory for the units received",
+                [&] { return MapKept(x, transfers); });
     for (const std::vector<size_t>& round : PackRounds(x.ut, transfers, o.round_bytes)) {
       for (std::string& b : send) b.clear();
+      Reserve(x, transfers, round, &send);
       for (size_t i : round) {
         if (transfers[i].server != me || !s.ok()) continue;
         s = Guarded("local load: serving " + UnitName(x.m, x.ut.units[transfers[i].unit]), [&] {
@@ -481,8 +580,8 @@ Result<LoadResult> LocalLoadCollective(State& state, int64_t iteration, Comm& co
   const auto start = std::chrono::steady_clock::now();
   SP_ASSIGN_OR_RETURN(Topology t, GatherTopology(comm, o.node_id));
   RootedStorage node(o.storage ? o.storage : DefaultStorage(), o.local_root);
-  Recovery x{comm, t,  &node, persistent, IterDir(iteration), pdir, {}, {}, {}, {}, {},
-             {},   {}, {},    {}};
+  Recovery x{comm, t,  &node, persistent, IterDir(iteration), pdir, {}, {}, {}, {}, {}, {},
+             {},   {}, {},    0};
   SP_RETURN_IF_ERROR(FindCopies(x, iteration));
   SP_RETURN_IF_ERROR(GatherNeeds(x, state, load));
   SP_RETURN_IF_ERROR(RunPasses(x, o));

@@ -11,7 +11,7 @@ namespace {
 class OverlayFile : public ReadableFile {
  public:
   OverlayFile(std::string path, std::unique_ptr<ReadableFile> base, uint64_t extent,
-              const std::map<uint64_t, std::string>* units)
+              const std::map<uint64_t, std::string_view>* units)
       : path_(std::move(path)), base_(std::move(base)), extent_(extent), units_(units) {}
 
   Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
@@ -55,7 +55,7 @@ class OverlayFile : public ReadableFile {
   std::string path_;
   std::unique_ptr<ReadableFile> base_;
   uint64_t extent_;
-  const std::map<uint64_t, std::string>* units_;
+  const std::map<uint64_t, std::string_view>* units_;
 };
 
 }  // namespace

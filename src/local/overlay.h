@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardpoint/storage.h"
@@ -21,8 +22,9 @@ struct OverlayFiles {
   std::vector<std::string> names;  // manifest file names
   std::vector<char> held;          // per file: the node's copy exists
   std::vector<uint64_t> extent;    // per file: its size where not held
-  // Per file: offset -> verified bytes of one unit.
-  std::vector<std::map<uint64_t, std::string>> units;
+  // Per file: offset -> verified bytes of one unit, in memory its owner
+  // keeps while the overlay is used.
+  std::vector<std::map<uint64_t, std::string_view>> units;
 };
 
 // NewReadableFile("<dir>/<name>") opens the overlay of that file; every

@@ -3,21 +3,19 @@
 // through LocalTierOptions (local_root, node_id), so no test passes by
 // reading another node's memory. Save under one layout, lose nodes, corrupt
 // copies, load under another, bit for bit, and count where the bytes came
-// from.
+// from. (SIGKILL during saves: local_kill_trials.cc, ctest
+// local_kill_trials_ci.)
 #include "shardpoint/local_tier.h"
 
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdlib>
-#include <random>
+#include <cstdio>
+#include <optional>
 #include <string>
-#include <thread>
 
 #include "src/local/units.h"
 #include "src/source/manifest_read.h"
+#include "tests/local/local_fixture.h"
 #include "tests/testing/transformer.h"
 
 namespace shardpoint {
@@ -26,18 +24,10 @@ namespace {
 using testing::ModelConfig;
 using testing::ParallelConfig;
 
-const ModelConfig kModel{2, 64, 256, 1000};
+using local_testing::kModel;
 
-class LocalTierTest : public ::testing::Test {
+class LocalTierTest : public local_testing::NodesTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/shardpoint_local_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-  }
-  void TearDown() override { ASSERT_TRUE(DefaultStorage()->RemoveAll(root_).ok()); }
-
-  std::string NodeRoot(int node) const { return root_ + "/node" + std::to_string(node); }
   std::string Persistent(int64_t it) const { return root_ + "/persistent_" + std::to_string(it); }
 
   // Rank r of a job whose nodes hold `per_node` ranks each.
@@ -47,25 +37,6 @@ class LocalTierTest : public ::testing::Test {
     o.node_id = "node" + std::to_string(rank / per_node);
     o.round_bytes = 96 << 10;  // several rounds
     return o;
-  }
-
-  std::vector<testing::RankState> States(const ParallelConfig& p, uint64_t seed, bool fill) {
-    const testing::RefModel ref = testing::MakeReference(kModel, seed);
-    std::vector<testing::RankState> out(p.world());
-    for (int r = 0; r < p.world(); ++r) {
-      auto rs = testing::BuildRankState(kModel, p, r);
-      EXPECT_TRUE(rs.ok()) << rs.status().ToString();
-      out[r] = std::move(*rs);
-      if (fill) {
-        EXPECT_TRUE(testing::FillFromReference(ref, out[r].state.tensors).ok());
-      } else {
-        // Per-rank RNG objects only in the saved world size (8).
-        if (p.world() != 8) out[r].state.objects.clear();
-        for (Object& o : out[r].state.objects) o.bytes.clear();
-        out[r].state.common = "";
-      }
-    }
-    return out;
   }
 
   // Saves iteration `it` (seed `it`) to the local tier of 8 ranks on 4
@@ -122,8 +93,6 @@ class LocalTierTest : public ::testing::Test {
     for (const internal_local::Unit& u : ut.units) n += m->files[u.file] == name ? u.nbytes : 0;
     return n;
   }
-
-  std::string root_;
 };
 
 uint64_t Sum(const std::vector<LoadResult>& rs, uint64_t LoadResult::*field) {
@@ -304,59 +273,64 @@ TEST_F(LocalTierTest, ACorruptedReplicaIsRefusedOnArrivalAndTheSaveFails) {
   }
 }
 
-// SIGKILL during local saves and replication: a child process saves
-// iterations 2, 3, ... and reports each that returned OK on a pipe; it is
-// killed at a random moment after its first (so inside a later save: its
-// local write, its replication or its replica maps). The newest complete
-// local checkpoint afterwards is at least the last one reported and loads
-// bit for bit as the state of its iteration.
-TEST_F(LocalTierTest, KilledDuringLocalSavesTheNewestCompleteStillRecovers) {
-  std::mt19937_64 rng(20261128);
-  for (int trial = 0; trial < 4; ++trial) {
-    int fds[2];
-    ASSERT_EQ(pipe(fds), 0);
-    const int64_t first = 2 + trial * 100;
-    const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      close(fds[0]);
-      for (int64_t it = first;; ++it) {
-        std::vector<testing::RankState> src = States(ParallelConfig{2, 2, 2, true}, it, true);
-        for (Status s : RunThreadRanks(8, [&](Comm& comm) {
-               return LocalSave(src[comm.rank()].state, it, comm, Options(comm.rank(), 2)).status();
-             })) {
-          if (!s.ok()) std::_Exit(3);
-        }
-        const char ack = 1;
-        if (write(fds[1], &ack, 1) != 1) std::_Exit(4);
-      }
-    }
-    close(fds[1]);
-    char ack = 0;
-    ASSERT_EQ(read(fds[0], &ack, 1), 1);  // the first save is complete
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 400000));
-    ASSERT_EQ(kill(pid, SIGKILL), 0);
-    int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFSIGNALED(status)) << "the saver exited on its own: " << status;
-    int64_t acked = first;
-    while (read(fds[0], &ack, 1) == 1) ++acked;  // each later acknowledged save
-    close(fds[0]);
-    std::optional<int64_t> latest;
-    for (Status s : RunThreadRanks(8, [&](Comm& comm) -> Status {
-           SP_ASSIGN_OR_RETURN(std::optional<int64_t> l,
-                               LatestLocal(comm, Options(comm.rank(), 2)));
-           if (comm.rank() == 0) latest = l;
-           return OkStatus();
-         })) {
-      ASSERT_TRUE(s.ok()) << s.ToString();
-    }
-    ASSERT_TRUE(latest.has_value());
-    EXPECT_GE(*latest, acked);  // no acknowledged save lost
-    std::printf("trial %d: killed after iteration %lld was acknowledged; newest complete: %lld\n",
-                trial, static_cast<long long>(acked), static_cast<long long>(*latest));
-    LoadAndCheck(*latest, ParallelConfig{4, 1, 2, false}, 2, "");
+// Writes to one path fail after its first slice: the job dying in the
+// middle of a replica's transfer (nothing of the save runs after the
+// failure, as after a SIGKILL there).
+class DyingWriteStorage : public StorageWrapper {
+ public:
+  DyingWriteStorage(Storage* base, std::string path) : StorageWrapper(base), path_(path) {}
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                        const WriteFileOptions& o) override {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, base()->NewWritableFile(path, o));
+    if (path != path_) return f;
+    return std::unique_ptr<WritableFile>(new Dying(std::move(f)));
   }
+
+ private:
+  struct Dying : WritableFileWrapper {
+    using WritableFileWrapper::WritableFileWrapper;
+    Status WriteAt(uint64_t offset, const void* data, size_t n) override {
+      if (offset > 0) return IOError("the job died here");
+      return WritableFileWrapper::WriteAt(offset, data, n);
+    }
+  };
+  std::string path_;
+};
+
+// A node's replica map is its commit: it must never exist while the
+// node's replicas are incomplete. Iteration 12 dies after node 1 received
+// the first slice of rank 0's file; then node 0 (the only other copy) is
+// lost. The newest complete checkpoint is 11, and 12 is not found (a map
+// written before the transfers would make 12 look complete, with a
+// truncated replica as its only copy of data/0).
+TEST_F(LocalTierTest, ADeathDuringTheTransfersLeavesNoReplicaMap) {
+  SaveBoth(11, /*persistent=*/false);
+  std::vector<testing::RankState> src = States(ParallelConfig{2, 2, 2, true}, 12, true);
+  DyingWriteStorage dying(DefaultStorage(), NodeRoot(1) + "/iter_0000012/data/0.safetensors");
+  for (Status s : RunThreadRanks(8, [&](Comm& comm) {
+         LocalTierOptions o = Options(comm.rank(), 2);
+         o.storage = &dying;
+         return LocalSave(src[comm.rank()].state, 12, comm, o).status();
+       })) {
+    EXPECT_FALSE(s.ok());
+  }
+  ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(0)).ok());
+  std::optional<int64_t> latest;
+  for (Status s : RunThreadRanks(8, [&](Comm& comm) -> Status {
+         SP_ASSIGN_OR_RETURN(std::optional<int64_t> l, LatestLocal(comm, Options(comm.rank(), 2)));
+         if (comm.rank() == 0) latest = l;
+         return OkStatus();
+       })) {
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  EXPECT_EQ(latest, std::optional<int64_t>(11));
+  std::vector<testing::RankState> dst = States(ParallelConfig{2, 2, 2, true}, 12, false);
+  for (Status s : RunThreadRanks(8, [&](Comm& comm) {
+         return LocalLoad(dst[comm.rank()].state, 12, comm, Options(comm.rank(), 2)).status();
+       })) {
+    EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
+  }
+  LoadAndCheck(11, ParallelConfig{4, 1, 2, false}, 2, "");
 }
 
 }  // namespace

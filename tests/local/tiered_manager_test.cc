@@ -17,6 +17,7 @@
 #include "src/checkpoint/commit.h"
 #include "src/local/units.h"
 #include "src/source/manifest_read.h"
+#include "tests/local/local_fixture.h"
 #include "tests/testing/transformer.h"
 
 namespace shardpoint {
@@ -25,19 +26,11 @@ namespace {
 using testing::ModelConfig;
 using testing::ParallelConfig;
 
-const ModelConfig kModel{2, 64, 256, 1000};
+using local_testing::kModel;
 const ParallelConfig kSaveLayout{2, 2, 2, true};
 
-class TieredManagerTest : public ::testing::Test {
+class TieredManagerTest : public local_testing::NodesTest {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/shardpoint_tiered_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-  }
-  void TearDown() override { ASSERT_TRUE(DefaultStorage()->RemoveAll(root_).ok()); }
-
-  std::string NodeRoot(int node) const { return root_ + "/node" + std::to_string(node); }
   std::string Persistent() const { return root_ + "/persistent"; }
   void Wipe(int node) { ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(node)).ok()); }
 
@@ -47,24 +40,6 @@ class TieredManagerTest : public ::testing::Test {
     o.local.node_id = "node" + std::to_string(rank / per_node);
     o.local.round_bytes = 96 << 10;
     return o;
-  }
-
-  std::vector<testing::RankState> States(const ParallelConfig& p, uint64_t seed, bool fill) {
-    const testing::RefModel ref = testing::MakeReference(kModel, seed);
-    std::vector<testing::RankState> out(p.world());
-    for (int r = 0; r < p.world(); ++r) {
-      auto rs = testing::BuildRankState(kModel, p, r);
-      EXPECT_TRUE(rs.ok()) << rs.status().ToString();
-      out[r] = std::move(*rs);
-      if (fill) {
-        EXPECT_TRUE(testing::FillFromReference(ref, out[r].state.tensors).ok());
-      } else {
-        if (p.world() != 8) out[r].state.objects.clear();
-        for (Object& o : out[r].state.objects) o.bytes.clear();
-        out[r].state.common = "";
-      }
-    }
-    return out;
   }
 
   // One job of 8 ranks on 4 nodes: Save at each of `iterations` (the state
@@ -126,7 +101,6 @@ class TieredManagerTest : public ::testing::Test {
     return n;
   }
 
-  std::string root_;
   TieredOptions base_;
 };
 
