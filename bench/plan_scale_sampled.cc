@@ -5,7 +5,8 @@
 //                      [--experts 64 --ep 64 --load-ep 64] [--dp-samples 4] (+ model flags)
 //
 // The owners' side is computed for EVERY rank: each key's owner (XXH3 mod N)
-// receives the shares of every rank holding the key, generated one key at a
+// receives the shares of every rank holding the key (each rank's RNG object
+// goes to the owner of its (key, index)), generated one key at a
 // time from the layout generator (KeyTensor: the key's tensor on one rank,
 // no rank's whole layout), checks them with PlanOwnedKeys and replies. So the
 // bytes every rank sends and receives in planning and every owner's time are
@@ -58,6 +59,7 @@ using shardpoint::internal_plan::DecodeStructure;
 using shardpoint::internal_plan::EncodeShares;
 using shardpoint::internal_plan::EncodeSkeleton;
 using shardpoint::internal_plan::KeyOwner;
+using shardpoint::internal_plan::ObjectOwner;
 using shardpoint::internal_plan::kRoleWrite;
 using shardpoint::internal_plan::OwnerOutcome;
 using shardpoint::internal_plan::PlanLocal;
@@ -111,8 +113,9 @@ std::vector<int> Sample(const Setup& s) {
 }
 
 // The shares owner `o` receives: every holder's regions of its keys (in
-// each holder's order) and, for rng_state's owner, every rank's object.
-std::map<int, Contribution> OwnerInbox(const Setup& s, const std::vector<int>& mine, bool rng) {
+// each holder's order) and the RNG objects of the ranks in `rng`.
+std::map<int, Contribution> OwnerInbox(const Setup& s, const std::vector<int>& mine,
+                                       const std::vector<int>& rng) {
   std::map<int, Contribution> subs;
   const Layout& L = s.save;
   for (int ki : mine) {
@@ -129,9 +132,7 @@ std::map<int, Contribution> OwnerInbox(const Setup& s, const std::vector<int>& m
       }
     }
   }
-  if (rng) {
-    for (int r = 0; r < L.world(); ++r) subs[r].objects.push_back(RngObject(r, L.world()));
-  }
+  for (int r : rng) subs[r].objects.push_back(RngObject(r, L.world()));
   return subs;
 }
 
@@ -166,13 +167,16 @@ void ModelRecords(const std::map<int, Contribution>& subs, const OwnerOutcome& o
 // Every owner in turn: its inbox generated key by key, its check timed.
 void RunOwners(const Setup& s, Tally& t) {
   const int world = s.save.world();
-  std::map<int, std::vector<int>> owned;
+  std::map<int, std::vector<int>> owned, rng;  // keys; ranks whose RNG object
   for (size_t i = 0; i < s.keys.size(); ++i) owned[KeyOwner(s.keys[i].key, world)].push_back(i);
-  const int rng_owner = KeyOwner("rng_state", world);
-  owned[rng_owner];
+  for (int r = 0; r < world; ++r) {
+    const int o = ObjectOwner("rng_state", RngObject(r, world).index, world);
+    (void)owned[o];
+    rng[o].push_back(r);
+  }
   for (const auto& [o, mine] : owned) {
     double g0 = Now();
-    std::map<int, Contribution> subs = OwnerInbox(s, mine, o == rng_owner);
+    std::map<int, Contribution> subs = OwnerInbox(s, mine, rng[o]);
     std::vector<std::pair<int, std::string>> shares;
     shares.reserve(subs.size());
     for (const auto& [h, sub] : subs) {

@@ -36,6 +36,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pickle
 from typing import Any
 
 import torch
@@ -43,6 +44,7 @@ import torch
 from shardpoint import _objects
 from shardpoint import _shardpoint as _C
 from shardpoint import _torch_dcp
+from shardpoint._once import from_rank0
 from shardpoint._read import metadata as _sp_metadata
 from shardpoint._read import torch_dtypes
 from shardpoint._tensors import describe as _describe
@@ -210,6 +212,16 @@ def _manifest_metadata(md: Any) -> Any:
     return _D.Metadata(state_dict_metadata=sdm)
 
 
+def _read_md(path: str) -> tuple[Any, str]:
+    """(DCP Metadata, how its byte items are stored) of the checkpoint at ``path``."""
+    if _C.checkpoint_kind(path) == "pytorch_dcp":  # a plain DCP directory
+        return _D.FileSystemReader(path).read_metadata(), "dcp"
+    md = _sp_metadata(path)
+    written = isinstance(md.metadata, dict) and isinstance(md.metadata.get("dcp"), dict) \
+        and md.metadata["dcp"].get("writer") == WRITER_TAG
+    return _manifest_metadata(md), "written" if written else "values"
+
+
 class StorageReader(_D.StorageReader):  # type: ignore[misc, name-defined]
     """Reads a shardpoint checkpoint or a plain DCP directory at ``path`` (or the
     ``checkpoint_id`` torch 2.x passes) for DCP's load.
@@ -221,9 +233,10 @@ class StorageReader(_D.StorageReader):  # type: ignore[misc, name-defined]
 
     def __init__(self, path: str | os.PathLike | None = None, *, verify_checksums: bool = True,
                  io_threads: int | None = None, read_gap_bytes: int | None = None,
-                 allow_pickle: bool = False) -> None:
+                 allow_pickle: bool = False, comm: Comm | None = None) -> None:
         super().__init__()
         self.path = os.fspath(path) if path is not None else None
+        self.comm = comm
         self.allow_pickle = bool(allow_pickle)
         self._options = _C.LoadOptions()
         self._options.verify_checksums = bool(verify_checksums)
@@ -266,15 +279,12 @@ class StorageReader(_D.StorageReader):  # type: ignore[misc, name-defined]
         return self.path
 
     def read_metadata(self) -> Any:
+        """DCP's metadata of the checkpoint (collective over ``comm``: every rank of a
+        DCP load calls it): rank 0 reads it and broadcasts it, or its error."""
         path = self._where()
-        if _C.checkpoint_kind(path) == "pytorch_dcp":  # a plain DCP directory
-            self._objects = "dcp"
-            return _D.FileSystemReader(path).read_metadata()
-        md = _sp_metadata(path)
-        written = isinstance(md.metadata, dict) and isinstance(md.metadata.get("dcp"), dict) \
-            and md.metadata["dcp"].get("writer") == WRITER_TAG
-        self._objects = "written" if written else "values"
-        return _manifest_metadata(md)
+        comm = self.comm if self.comm is not None else default_comm()
+        md, self._objects = pickle.loads(from_rank0(comm, lambda: pickle.dumps(_read_md(path))))
+        return md
 
     def prepare_local_plan(self, plan: Any) -> Any:
         return plan

@@ -56,7 +56,8 @@ ShareIndex IndexShares(const Contribution& mine, int n) {
     s.regions[it->second].push_back(static_cast<int64_t>(i));
   }
   for (size_t i = 0; i < mine.objects.size(); ++i) {
-    s.objects[KeyOwner(mine.objects[i].key, n)].push_back(static_cast<int64_t>(i));
+    const ObjectDesc& o = mine.objects[i];
+    s.objects[ObjectOwner(o.key, o.index, n)].push_back(static_cast<int64_t>(i));
   }
   return s;
 }
@@ -164,6 +165,13 @@ void AssignRoles(const std::vector<Piece>& pieces, const Manifest& m,
 
 int KeyOwner(std::string_view key, int n) {
   return n <= 1 ? 0 : static_cast<int>(KeyHash(key) % static_cast<uint64_t>(n));
+}
+
+int ObjectOwner(std::string_view key, const Shape& index, int n) {
+  if (n <= 1) return 0;
+  uint64_t h = KeyHash(key);
+  for (int64_t i : index) h = h * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(i) + 1;
+  return static_cast<int>(h % static_cast<uint64_t>(n));
 }
 
 std::vector<std::string> EncodeShares(const Contribution& mine, int n) {
