@@ -183,5 +183,26 @@ TEST(DistPlanTest, ARankPieceOfAnObjectGoesToTheOwnerOfItsIndex) {
               ::testing::HasSubstr("rank 3 has grid [256]"));
 }
 
+// A key's owner receives a share from every rank holding the key (4,096 at
+// 65,536 ranks): a 2-D region is a varint key index and box, ~6 bytes, and a
+// 4-byte index (52 + 8 before); large or negative values still round-trip.
+TEST(DistPlanTest, ASharePerRegionIsAFewBytes) {
+  Contribution c;
+  for (int64_t i = 0; i < 1000; ++i) {
+    c.regions.push_back(R("decoder.layers.0.mlp.linear_fc1.weight", Rows(i, 1), {1000, 4}));
+  }
+  const std::string share = EncodeShares(c, 1)[0];
+  EXPECT_LE(share.size(), 1000u * 12 + 200);  // 46 KB before
+  Contribution big;
+  big.regions.push_back(R("h", Box({int64_t{1} << 40, 0}, {3, 4}), {(int64_t{1} << 40) + 3, 4}));
+  big.regions.push_back(R("n", Box({-1, 0}, {2, 4}), {8, 4}));
+  Result<Contribution> back = DecodeContribution(EncodeContribution(big), 0);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->regions[0].box, big.regions[0].box);
+  EXPECT_EQ(back->regions[1].box, big.regions[1].box);
+  std::vector<Contribution> ranks(3, c);
+  ExpectSamePlan(ranks);
+}
+
 }  // namespace
 }  // namespace shardpoint::internal_plan
