@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/plan_scale_model.h"
 #include "shardpoint/layout.h"
 #include "src/format/manifest.h"
 #include "src/format/manifest_index.h"
@@ -74,218 +75,25 @@ using shardpoint::internal_plan::Replies;
 using shardpoint::internal_plan::SavePlan;
 
 using namespace shardpoint;
-
-namespace {
-
-struct Model {
-  int layers = 80;
-  int64_t hidden = 8192, ffn = 28672, vocab = 128256;
-  int64_t heads = 64, kv_heads = 8;
-  int experts = 0;  // > 0: every layer's MLP is this many experts of `ffn` (MoE)
-  int64_t qkv_rows() const { return hidden + 2 * (hidden / heads) * kv_heads; }
-};
-
-struct Layout {
-  int tp = 8, pp = 8, dp = 64;
-  int ep = 1;  // expert parallel: the DP ranks split the experts EP ways
-  bool dist_opt = true;
-  int world() const { return tp * pp * dp; }
-};
-
-[[noreturn]] void Die(const std::string& msg) {
-  std::fprintf(stderr, "plan_scale_bench: %s\n", msg.c_str());
-  std::exit(1);
-}
-
-template <typename T>
-T Check(Result<T> r, const char* what) {
-  if (!r.ok()) Die(std::string(what) + ": " + r.status().ToString());
-  return std::move(*r);
-}
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Never dereferenced: BuildRegions only offsets it.
-void* const kFakeData = reinterpret_cast<void*>(uintptr_t{1} << 44);
-
-enum class Kind { kReplicated, kRow, kCol, kSwiGLU };
-
-struct Param {
-  std::string key;
-  Shape shape;
-  Kind kind;
-  int layer;  // -1: embedding (first stage) or final norm / output (last stage)
-  bool first_stage;
-  int expert = -1;  // MoE: the expert this weight belongs to
-};
-
-std::vector<Param> Params(const Model& m) {
-  std::vector<Param> ps;
-  const int64_t h = m.hidden;
-  ps.push_back({"embedding.word_embeddings.weight", {m.vocab, h}, Kind::kRow, -1, true});
-  for (int l = 0; l < m.layers; ++l) {
-    const std::string p = "decoder.layers." + std::to_string(l) + ".";
-    ps.push_back({p + "input_layernorm.weight", {h}, Kind::kReplicated, l, false});
-    ps.push_back({p + "self_attention.linear_qkv.weight", {m.qkv_rows(), h}, Kind::kRow, l, false});
-    ps.push_back({p + "self_attention.linear_proj.weight", {h, h}, Kind::kCol, l, false});
-    ps.push_back({p + "pre_mlp_layernorm.weight", {h}, Kind::kReplicated, l, false});
-    if (m.experts > 0) {
-      ps.push_back({p + "mlp.router.weight", {m.experts, h}, Kind::kReplicated, l, false});
-      for (int e = 0; e < m.experts; ++e) {
-        const std::string x = p + "mlp.experts.local_experts." + std::to_string(e) + ".";
-        ps.push_back({x + "linear_fc1.weight", {2 * m.ffn, h}, Kind::kSwiGLU, l, false, e});
-        ps.push_back({x + "linear_fc2.weight", {h, m.ffn}, Kind::kCol, l, false, e});
-      }
-      continue;
-    }
-    ps.push_back({p + "mlp.linear_fc1.weight", {2 * m.ffn, h}, Kind::kSwiGLU, l, false});
-    ps.push_back({p + "mlp.linear_fc2.weight", {h, m.ffn}, Kind::kCol, l, false});
-  }
-  ps.push_back({"decoder.final_layernorm.weight", {h}, Kind::kReplicated, -1, false});
-  ps.push_back({"output_layer.weight", {m.vocab, h}, Kind::kRow, -1, false});
-  return ps;
-}
-
-// The TP-local tensor of `p` (data unset).
-LocalTensor TpLocal(const std::string& key, DType dtype, const Param& p, int tp, int tps) {
-  switch (p.kind) {
-    case Kind::kReplicated:
-      return WholeTensor(key, dtype, nullptr, p.shape);
-    case Kind::kRow:
-      return Check(SplitTensor(key, dtype, nullptr, p.shape, 0, tp, tps), "SplitTensor");
-    case Kind::kCol:
-      return Check(SplitTensor(key, dtype, nullptr, p.shape, 1, tp, tps), "SplitTensor");
-    case Kind::kSwiGLU: {
-      // Megatron's SwiGLU fc1 on TP rank i is [W_i; V_i]: shards i and tps + i
-      // of the fused global tensor split 2 * tps ways.
-      LocalTensor w = Check(SplitTensor(key, dtype, nullptr, p.shape, 0, tp, 2 * tps), "Split");
-      LocalTensor v =
-          Check(SplitTensor(key, dtype, nullptr, p.shape, 0, tps + tp, 2 * tps), "Split");
-      return Check(Concat({w, v}, 0, nullptr), "Concat");
-    }
-  }
-  Die("unreachable");
-}
-
-// Rank = tp + TP * (dp + DP * pp), as Megatron orders them.
-std::vector<LocalTensor> RankTensors(const Model& m, const Layout& L,
-                                     const std::vector<Param>& params, int rank) {
-  const int tp = rank % L.tp, dp = (rank / L.tp) % L.dp, pp = rank / (L.tp * L.dp);
-  const int per_stage = m.layers / L.pp;
-  // MoE: DP rank dp holds the experts of EP rank dp % EP; their optimizer
-  // state is sharded over the DP / EP ranks that hold the same experts.
-  const int ep = dp % L.ep, edp = dp / L.ep, edps = L.dp / L.ep;
-  const int per_ep = m.experts > 0 ? std::max(1, m.experts / L.ep) : 1;
-  auto here = [&](const Param& p) {
-    if (p.expert >= 0 && p.expert / per_ep != ep) return false;
-    return p.layer >= 0 ? p.layer / per_stage == pp : (p.first_stage ? pp == 0 : pp == L.pp - 1);
-  };
-  std::vector<LocalTensor> out;
-  for (const Param& p : params) {
-    if (!here(p)) continue;
-    LocalTensor lt = TpLocal(p.key, DType::kBF16, p, tp, L.tp);
-    lt.data = kFakeData;
-    out.push_back(lt);
-  }
-  for (const char* state : {"fp32_param", "exp_avg", "exp_avg_sq"}) {
-    for (const Param& p : params) {
-      if (!here(p)) continue;
-      LocalTensor lt =
-          TpLocal(std::string("optimizer.state.") + state + "." + p.key, DType::kF32, p, tp, L.tp);
-      if (L.dist_opt) {
-        const bool expert = p.expert >= 0;
-        const int64_t n = Box::Whole(lt.shape).num_elements();
-        std::vector<int64_t> sizes = ChunkSizes(n, expert ? edps : L.dp);
-        const int me = expert ? edp : dp;
-        int64_t begin = 0;
-        for (int i = 0; i < me; ++i) begin += sizes[i];
-        lt = Check(FlatShard(lt, FlatRange{begin, begin + sizes[me]}, kFakeData), "FlatShard");
-      } else {
-        lt.data = kFakeData;
-      }
-      out.push_back(std::move(lt));
-    }
-  }
-  return out;
-}
-
-Contribution ToContribution(const std::vector<Region>& regions, int rank, int world) {
-  Contribution c;
-  c.regions.reserve(regions.size());
-  for (const Region& r : regions) c.regions.push_back(r.desc);
-  c.objects.push_back(ObjectDesc{"rng_state", {rank}, {world}, 32});
-  return c;
-}
-
-int IntFlag(int argc, char** argv, int& i) {
-  if (i + 1 >= argc) Die(std::string("missing value for ") + argv[i]);
-  return std::atoi(argv[++i]);
-}
-
-}  // namespace
+using namespace plan_scale;
 
 int main(int argc, char** argv) {
   Model m;
   Layout save, load{4, 4, 256, 1, true};
   bool run_global = false;
   for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--tp")
-      save.tp = IntFlag(argc, argv, i);
-    else if (a == "--pp")
-      save.pp = IntFlag(argc, argv, i);
-    else if (a == "--dp")
-      save.dp = IntFlag(argc, argv, i);
-    else if (a == "--load-tp")
-      load.tp = IntFlag(argc, argv, i);
-    else if (a == "--load-pp")
-      load.pp = IntFlag(argc, argv, i);
-    else if (a == "--load-dp")
-      load.dp = IntFlag(argc, argv, i);
-    else if (a == "--layers")
-      m.layers = IntFlag(argc, argv, i);
-    else if (a == "--hidden")
-      m.hidden = IntFlag(argc, argv, i);
-    else if (a == "--ffn")
-      m.ffn = IntFlag(argc, argv, i);
-    else if (a == "--vocab")
-      m.vocab = IntFlag(argc, argv, i);
-    else if (a == "--heads")
-      m.heads = IntFlag(argc, argv, i);
-    else if (a == "--kv-heads")
-      m.kv_heads = IntFlag(argc, argv, i);
-    else if (a == "--experts")
-      m.experts = IntFlag(argc, argv, i);
-    else if (a == "--ep")
-      save.ep = IntFlag(argc, argv, i);
-    else if (a == "--load-ep")
-      load.ep = IntFlag(argc, argv, i);
-    else if (a == "--global")
+    if (ParseCommonFlag(argc, argv, i, m, save, load)) continue;
+    if (std::string(argv[i]) == "--global") {
       run_global = true;
-    else if (a == "--no-dist-opt")
-      save.dist_opt = load.dist_opt = false;
-    else
-      Die("unknown flag " + a);
+    } else {
+      Die(std::string("unknown flag ") + argv[i]);
+    }
   }
-  if (m.layers % save.pp || m.layers % load.pp) Die("layers must divide by both PP sizes");
-  if (save.dp % save.ep || load.dp % load.ep || (m.experts > 0 && m.experts % save.ep) ||
-      (m.experts > 0 && m.experts % load.ep)) {
-    Die("EP must divide DP and the number of experts");
-  }
+  CheckLayouts(m, save, load);
   const std::vector<Param> params = Params(m);
   const int world = save.world();
-  std::printf(
-      "model: %d layers, hidden %ld, ffn %ld (fc1 %ld rows), qkv %ld rows, vocab %ld; "
-      "%zu parameters + Adam state\n",
-      m.layers, static_cast<long>(m.hidden), static_cast<long>(m.ffn), static_cast<long>(2 * m.ffn),
-      static_cast<long>(m.qkv_rows()), static_cast<long>(m.vocab), params.size());
-  if (m.experts > 0) {
-    std::printf("MoE: %d experts a layer, EP=%d (save) / %d (load)\n", m.experts, save.ep, load.ep);
-  }
-  std::printf("save layout: TP=%d x PP=%d x DP=%d = %d ranks%s\n", save.tp, save.pp, save.dp, world,
-              save.dist_opt ? ", distributed optimizer (flat shards over DP)" : "");
+  const std::vector<KeySpec> keys = AllKeys(params);
+  PrintModel(m, save, load, params.size());
 
   // 1. Shares: every rank's regions, contribution and shares to the owners.
   std::vector<uint64_t> sent(world, 0), received(world, 0);
@@ -299,7 +107,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < world; ++r) {
     double t0 = Now();
     std::vector<Region> regions =
-        Check(BuildRegions(RankTensors(m, save, params, r)), "BuildRegions");
+        Check(BuildRegions(RankTensors(m, save, params, keys, r)), "BuildRegions");
     Contribution c = ToContribution(regions, r, world);
     double t1 = Now();
     std::vector<std::string> shares = EncodeShares(c, world);
@@ -395,7 +203,7 @@ int main(int argc, char** argv) {
     size_t exchange_bytes = 0;
     for (int r = 0; r < world; ++r) {
       std::vector<Region> regions =
-          Check(BuildRegions(RankTensors(m, save, params, r)), "BuildRegions");
+          Check(BuildRegions(RankTensors(m, save, params, keys, r)), "BuildRegions");
       std::string e = EncodeContribution(ToContribution(regions, r, world));
       exchange_bytes += e.size();
       all[r] = Check(DecodeContribution(e, r), "Decode");
@@ -444,7 +252,7 @@ int main(int argc, char** argv) {
   for (int s = 0; s < load.pp; ++s) {
     const int r = s * load.tp * load.dp;
     double a = Now();
-    std::vector<LocalTensor> tensors = RankTensors(m, load, params, r);
+    std::vector<LocalTensor> tensors = RankTensors(m, load, params, keys, r);
     std::vector<Region> regions = Check(BuildRegions(tensors), "BuildRegions");
     double b = Now();
     LoadPlan lp = Check(PlanLoad(decoded, regions), "PlanLoad");
@@ -453,15 +261,15 @@ int main(int argc, char** argv) {
     std::printf("  rank %5d: %zu regions, %zu reads, %.1f MB; regions %.1f ms, PlanLoad %.1f ms\n",
                 r, regions.size(), lp.pieces.size(), lp.bytes / 1e6, 1e3 * (b - a), 1e3 * (c - b));
     // Sharded: only its keys' shards, decoded and merged; then the same plan.
-    std::vector<std::string> keys;
-    for (const Region& g : regions) keys.push_back(g.desc.key);
-    std::sort(keys.begin(), keys.end());
-    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    std::vector<std::string> names;
+    for (const Region& g : regions) names.push_back(g.desc.key);
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
     Manifest need;
-    for (const std::string& k : keys)
+    for (const std::string& k : names)
       need.tensors.push_back(hit->manifest.tensors[hit->manifest.FindTensor(k)]);
     const uint64_t need_bytes = EncodeManifest(need).size() - empty;
-    std::vector<uint32_t> mine = ShardsForKeys(index, keys, {});
+    std::vector<uint32_t> mine = ShardsForKeys(index, names, {});
     std::vector<std::pair<uint32_t, std::string>> have;
     uint64_t read = 0;
     for (uint32_t sh : mine) {

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable
 from shardpoint import _shardpoint as _C
 from shardpoint._checkpoint import ShardedObject, flatten_keys
 from shardpoint._checkpoint import load as _load
+from shardpoint._once import from_rank0
 from shardpoint.comm import Comm
 
 
@@ -63,24 +64,14 @@ def read_stored(path: str, comm: Comm,
     values (collective): rank 0 reads them and broadcasts them, or its error, which
     every rank then raises (the same class and message)."""
     from shardpoint._read import metadata
-    payload, error = b"", None
-    if comm.rank() == 0:
-        try:
-            md = metadata(path, storage_options=storage_options)
-            stored = sorted(set(md.tensors) | {o.key for o in md.objects})
-            rng = [list(o.index) for o in md.objects if o.key == "rng"]
-            payload = b"K" + json.dumps([stored, rng]).encode()
-        except Exception as e:  # noqa: BLE001 - every rank raises it after the broadcast
-            error = e
-            name = type(e).__name__ if isinstance(e, _C.Error) else "InternalError"
-            payload = b"E" + json.dumps([name, str(e)]).encode()
-    payload = comm.broadcast(payload, 0)
-    if error is not None:
-        raise error
-    if payload[:1] == b"E":
-        name, message = json.loads(payload[1:])
-        raise getattr(_C, name, _C.Error)(message)
-    stored, rng = json.loads(payload[1:])
+
+    def read() -> bytes:
+        md = metadata(path, storage_options=storage_options)
+        stored = sorted(set(md.tensors) | {o.key for o in md.objects})
+        rng = [list(o.index) for o in md.objects if o.key == "rng"]
+        return json.dumps([stored, rng]).encode()
+
+    stored, rng = json.loads(from_rank0(comm, read))
     return set(stored), {tuple(i) for i in rng}
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pickle
 from typing import Any
 
 import torch
@@ -43,6 +44,7 @@ import torch
 from shardpoint import _objects
 from shardpoint import _shardpoint as _C
 from shardpoint import _torch_dcp
+from shardpoint._once import from_rank0
 from shardpoint._read import metadata as _sp_metadata
 from shardpoint._read import torch_dtypes
 from shardpoint._storage import storage_for
@@ -215,6 +217,17 @@ def _manifest_metadata(md: Any) -> Any:
     return _D.Metadata(state_dict_metadata=sdm)
 
 
+def _read_md(path: str, storage_options: dict | None) -> tuple[Any, str]:
+    """(DCP Metadata, how its byte items are stored) of the checkpoint at ``path``."""
+    # a plain DCP directory (local: torch's FileSystemReader reads it)
+    if _C.checkpoint_kind(path, storage_for(storage_options)) == "pytorch_dcp":
+        return _D.FileSystemReader(path).read_metadata(), "dcp"
+    md = _sp_metadata(path, storage_options=storage_options)
+    written = isinstance(md.metadata, dict) and isinstance(md.metadata.get("dcp"), dict) \
+        and md.metadata["dcp"].get("writer") == WRITER_TAG
+    return _manifest_metadata(md), "written" if written else "values"
+
+
 class StorageReader(_D.StorageReader):  # type: ignore[misc, name-defined]
     """Reads a shardpoint checkpoint or a plain DCP directory at ``path`` (or the
     ``checkpoint_id`` torch 2.x passes) for DCP's load.
@@ -222,13 +235,17 @@ class StorageReader(_D.StorageReader):  # type: ignore[misc, name-defined]
     ``verify_checksums`` (default True), ``io_threads``, ``read_gap_bytes``,
     ``storage_options`` (an ``s3://`` path): as ``sp.load``. Values a shardpoint
     checkpoint stores as JSON are handed to DCP as ``torch.save`` archives of the
-    value; ``allow_pickle`` unpickles pickled ones (trusted checkpoints only)."""
+    value; ``allow_pickle`` unpickles pickled ones (trusted checkpoints only).
+    ``comm`` (default ``default_comm()``): rank 0 reads the metadata and
+    broadcasts it to the others."""
 
     def __init__(self, path: str | os.PathLike | None = None, *, verify_checksums: bool = True,
                  io_threads: int | None = None, read_gap_bytes: int | None = None,
-                 allow_pickle: bool = False, storage_options: dict | None = None) -> None:
+                 allow_pickle: bool = False, storage_options: dict | None = None,
+                 comm: Comm | None = None) -> None:
         super().__init__()
         self.path = os.fspath(path) if path is not None else None
+        self.comm = comm
         self.allow_pickle = bool(allow_pickle)
         self._options = _C.LoadOptions()
         self._options.verify_checksums = bool(verify_checksums)
@@ -275,16 +292,14 @@ class StorageReader(_D.StorageReader):  # type: ignore[misc, name-defined]
         return self.path
 
     def read_metadata(self) -> Any:
+        """DCP's metadata of the checkpoint (collective over ``comm``: every rank of a
+        DCP load calls it): rank 0 reads it and broadcasts it, or its error."""
         path = self._where()
-        # a plain DCP directory (local: torch's FileSystemReader reads it)
-        if _C.checkpoint_kind(path, storage_for(self._storage_options)) == "pytorch_dcp":
-            self._objects = "dcp"
-            return _D.FileSystemReader(path).read_metadata()
-        md = _sp_metadata(path, storage_options=self._storage_options)
-        written = isinstance(md.metadata, dict) and isinstance(md.metadata.get("dcp"), dict) \
-            and md.metadata["dcp"].get("writer") == WRITER_TAG
-        self._objects = "written" if written else "values"
-        return _manifest_metadata(md)
+        comm = self.comm if self.comm is not None else default_comm()
+        opts = self._storage_options
+        md, self._objects = pickle.loads(
+            from_rank0(comm, lambda: pickle.dumps(_read_md(path, opts))))
+        return md
 
     def prepare_local_plan(self, plan: Any) -> Any:
         return plan

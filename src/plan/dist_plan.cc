@@ -1,7 +1,7 @@
 // Distributed save planning, steps 1-3 (dist_plan.h). Messages:
 //
-//   share   u32 'SPS1' | blob EncodeContribution(the subset) |
-//           u64 n, n x u64 region index | u64 m, m x u64 object index
+//   share   u32 'SPS2' | blob EncodeContribution(the subset) |
+//           u64 n, n x u32 region index | u64 m, m x u32 object index
 //   reply   u32 'SPR1' | u8 0 | u64 n, n x (u64 chunk, u8 role) | u64 m, m x u8 role
 //           u32 'SPR1' | u8 1 | u8 phase, u64 rank, u64 index, str key, u8 code, str message
 //   skeleton  u64 t, t x (str key, u8 dtype, ints shape, u64 c, c x (ints offset, ints shape))
@@ -35,7 +35,7 @@ using shardpoint::internal_geometry::RowMajorIndex;
 namespace shardpoint::internal_plan {
 namespace {
 
-constexpr uint32_t kShareMagic = 0x31535053;  // "SPS1"
+constexpr uint32_t kShareMagic = 0x32535053;  // "SPS2"
 
 uint64_t KeyHash(std::string_view key) { return XXH3_64bits(key.data(), key.size()); }
 
@@ -56,7 +56,8 @@ ShareIndex IndexShares(const Contribution& mine, int n) {
     s.regions[it->second].push_back(static_cast<int64_t>(i));
   }
   for (size_t i = 0; i < mine.objects.size(); ++i) {
-    s.objects[KeyOwner(mine.objects[i].key, n)].push_back(static_cast<int64_t>(i));
+    const ObjectDesc& o = mine.objects[i];
+    s.objects[ObjectOwner(o.key, o.index, n)].push_back(static_cast<int64_t>(i));
   }
   return s;
 }
@@ -79,9 +80,13 @@ Result<Share> DecodeShare(std::string_view bytes, int sender) {
   SP_ASSIGN_OR_RETURN(s.sub, DecodeContribution(blob, sender));
   for (auto* v : {&s.region_index, &s.object_index}) {
     uint64_t n;
-    SP_RETURN_IF_ERROR(in.Count(&n, 8));
+    SP_RETURN_IF_ERROR(in.Count(&n, 4));
     v->resize(n);
-    for (uint64_t& x : *v) SP_RETURN_IF_ERROR(in.U64(&x));
+    for (uint64_t& x : *v) {
+      uint32_t i;
+      SP_RETURN_IF_ERROR(in.U32(&i));
+      x = i;
+    }
   }
   if (s.region_index.size() != s.sub.regions.size() ||
       s.object_index.size() != s.sub.objects.size()) {
@@ -166,6 +171,13 @@ int KeyOwner(std::string_view key, int n) {
   return n <= 1 ? 0 : static_cast<int>(KeyHash(key) % static_cast<uint64_t>(n));
 }
 
+int ObjectOwner(std::string_view key, const Shape& index, int n) {
+  if (n <= 1) return 0;
+  uint64_t h = KeyHash(key);
+  for (int64_t i : index) h = h * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(i) + 1;
+  return static_cast<int>(h % static_cast<uint64_t>(n));
+}
+
 std::vector<std::string> EncodeShares(const Contribution& mine, int n) {
   ShareIndex index = IndexShares(mine, n);
   std::vector<std::string> out(n);
@@ -179,7 +191,7 @@ std::vector<std::string> EncodeShares(const Contribution& mine, int n) {
     w.Blob(EncodeContribution(sub));
     for (const auto* v : {&index.regions[o], &index.objects[o]}) {
       w.U64(v->size());
-      for (int64_t i : *v) w.U64(static_cast<uint64_t>(i));
+      for (int64_t i : *v) w.U32(static_cast<uint32_t>(i));  // a rank holds < 2^32 regions
     }
     out[o] = std::move(w.str());
   }

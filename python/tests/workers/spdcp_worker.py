@@ -10,7 +10,8 @@ save: dcp_save.globals_() as ShardedTensors "emb" (ChunkShardingSpec dim 0) and
 (io.BytesIO(b"dcp-bytes-item")) and "step" (an int, a byte item too).
 load: into ShardedTensors laid out otherwise (emb by columns, col by rows) over
 NPROCS ranks and into plain tensors, "extra" (and with --step "step"); checks
-every value bit for bit; exits non-zero on any difference.
+every value bit for bit, and that the metadata was read by rank 0 alone (once
+a load); exits non-zero on any difference.
 save-bad: the coordinator alone holds an item C++ cannot take (a complex
 tensor): every rank must raise (none left waiting in the collective save), and
 no checkpoint is written.
@@ -78,9 +79,28 @@ def check_sharded(st, full, name):
         assert same(shard.tensor, full[idx]), f"sharded '{name}' differs at {idx}"
 
 
+def count_metadata_reads(spdcp):
+    """Counts this process's reads of the checkpoint's metadata (the manifest or
+    DCP's .metadata) by the StorageReader."""
+    reads = [0]
+    md, fs = spdcp._sp_metadata, spdcp._D.FileSystemReader.read_metadata
+
+    def counted_md(*a, **k):
+        reads[0] += 1
+        return md(*a, **k)
+
+    def counted_fs(self):
+        reads[0] += 1
+        return fs(self)
+    spdcp._sp_metadata = counted_md
+    spdcp._D.FileSystemReader.read_metadata = counted_fs
+    return reads
+
+
 def load(rank, world, d, step):
     import shardpoint.dcp as spdcp
     dcp = spdcp._D.module
+    reads = count_metadata_reads(spdcp)
     g = globals_()
     sd = {k: torch.zeros_like(v) for k, v in g.items()}
     sd["extra"] = io.BytesIO()
@@ -96,6 +116,10 @@ def load(rank, world, d, step):
     dcp.load_state_dict(sd, spdcp.StorageReader(d))
     check_sharded(sd["emb"], g["emb"], "emb")
     check_sharded(sd["col"], g["col"], "col")
+    counts = [None] * world
+    dist.all_gather_object(counts, reads[0])
+    # Two loads: rank 0 read the metadata once for each, and broadcast it.
+    assert counts == [2] + [0] * (world - 1), f"metadata reads by rank: {counts}"
 
 
 def worker(rank, mode, port, world, d, step):

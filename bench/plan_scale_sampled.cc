@@ -1,0 +1,430 @@
+// plan_scale_sampled: plan_scale_bench's figures at 65,536 and 131,072 ranks,
+// in one process, without building every rank's layout.
+//
+//   plan_scale_sampled [--tp 8 --pp 16 --dp 512] [--load-tp 4 --load-pp 4 --load-dp 256]
+//                      [--experts 64 --ep 64 --load-ep 64] [--dp-samples 4] (+ model flags)
+//
+// The owners' side is computed for EVERY rank: each key's owner (XXH3 mod N)
+// receives the shares of every rank holding the key (each rank's RNG object
+// goes to the owner of its (key, index)), generated one key at a
+// time from the layout generator (KeyTensor: the key's tensor on one rank,
+// no rank's whole layout), checks them with PlanOwnedKeys and replies. So the
+// bytes every rank sends and receives in planning and every owner's time are
+// exact, whatever is sampled. Only the local side (EncodeShares of the rank's
+// whole contribution + PlanLocal from its replies) runs for a sample of ranks:
+// every (TP, PP, EP) coordinate class, and in each the DP ranks 0, 1, middle
+// and last of those holding the same experts (--dp-samples 2: first and last).
+//
+// Why a sample covers every rank: within a class, the DP ranks hold the same
+// keys; their bf16 weights are the same boxes (replicas), and their optimizer
+// state is the same tensors cut at other flat offsets (torch.chunk: equal
+// pieces, only the last ones shorter or empty, hence the last DP rank in the
+// sample). So the local work (regions, shares, roles, file layout) of two DP
+// ranks of a class differs only in offsets and in which replicas the owners
+// chose it to write: the same sizes of messages and the same work up to the
+// pieces it writes. What does differ by rank, the keys a rank owns (a hash),
+// is computed for every rank above. Checked: the shares each sampled rank
+// sends (from its whole layout) have the sizes the key-at-a-time generator
+// gave the owners, or the tool fails.
+//
+// The manifest is modelled from the owners' skeletons and writer choices:
+// exact records (keys, boxes, file of each chunk's writer), offsets a running
+// sum per writer (its real file order needs its PlanLocal; offsets are fixed
+// 8-byte fields, so sizes and decode times do not depend on them). Rank 0's
+// assembly is not run (it needs every rank's structure): its received bytes
+// are estimated from the sample.
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bench/plan_scale_model.h"
+#include "src/format/manifest.h"
+#include "src/format/manifest_index.h"
+#include "src/plan/dist_plan.h"
+#include "src/plan/dist_plan_codec.h"
+#include "src/plan/load_plan.h"
+
+using namespace plan_scale;
+using shardpoint::internal_format::ChunkRecord;
+using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::ObjectRecord;
+using shardpoint::internal_format::TensorRecord;
+using shardpoint::internal_plan::BuildRegions;
+using shardpoint::internal_plan::Contribution;
+using shardpoint::internal_plan::DecodeReply;
+using shardpoint::internal_plan::DecodeStructure;
+using shardpoint::internal_plan::EncodeShares;
+using shardpoint::internal_plan::EncodeSkeleton;
+using shardpoint::internal_plan::KeyOwner;
+using shardpoint::internal_plan::kRoleWrite;
+using shardpoint::internal_plan::ObjectOwner;
+using shardpoint::internal_plan::OwnerOutcome;
+using shardpoint::internal_plan::PlanLocal;
+using shardpoint::internal_plan::PlanOwnedKeys;
+using shardpoint::internal_plan::Region;
+using shardpoint::internal_plan::Replies;
+using shardpoint::internal_plan::ReplyRoles;
+using shardpoint::internal_plan::StructureWriter;
+
+namespace {
+
+struct Setup {
+  Model m;
+  Layout save{8, 16, 512, 1, true}, load{4, 4, 256, 1, true};
+  int dp_samples = 4;
+  std::vector<Param> params;
+  std::vector<KeySpec> keys;
+};
+
+// Per rank: planning bytes (exact, every rank), owner seconds (every rank),
+// and for the sample its replies, skeleton and local seconds.
+struct Tally {
+  std::vector<uint64_t> sent, received;
+  std::vector<uint64_t> share_sent;  // of `sent`: its shares to the owners
+  std::vector<double> owner_secs;
+  std::vector<char> sampled;
+  std::unordered_map<int, std::vector<std::pair<int, std::string>>> outbox;
+  std::unordered_map<int, std::string> skeleton;
+  // The modelled manifest: records, and per writer its bytes so far.
+  std::vector<TensorRecord> tensors;
+  std::vector<ObjectRecord> objects;
+  std::vector<uint64_t> written;
+  std::vector<char> writes;  // the rank writes a chunk or an object
+  double gen_secs = 0;
+};
+
+std::vector<int> Sample(const Setup& s) {
+  const Layout& L = s.save;
+  const int per = L.dp / L.ep;  // DP ranks holding the same experts
+  std::vector<int> edps = {0, per - 1};
+  if (s.dp_samples >= 4) edps = {0, 1, per / 2, per - 1};
+  std::sort(edps.begin(), edps.end());
+  edps.erase(std::unique(edps.begin(), edps.end()), edps.end());
+  std::vector<int> out;
+  for (int pp = 0; pp < L.pp; ++pp)
+    for (int e = 0; e < L.ep; ++e)
+      for (int edp : edps)
+        for (int tp = 0; tp < L.tp; ++tp) out.push_back(RankOf(L, tp, e + L.ep * edp, pp));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The shares owner `o` receives: every holder's regions of its keys (in
+// each holder's order) and the RNG objects of the ranks in `rng`.
+std::map<int, Contribution> OwnerInbox(const Setup& s, const std::vector<int>& mine,
+                                       const std::vector<int>& rng) {
+  std::map<int, Contribution> subs;
+  const Layout& L = s.save;
+  for (int ki : mine) {
+    const KeySpec& k = s.keys[ki];
+    const Param& p = s.params[k.param];
+    const int pp = StageOf(s.m, L, p);
+    for (int dp = 0; dp < L.dp; ++dp) {
+      if (!DpHolds(s.m, L, p, dp)) continue;
+      for (int tp = 0; tp < L.tp; ++tp) {
+        std::vector<Region> regions =
+            Check(BuildRegions({KeyTensor(L, p, k, tp, dp)}), "BuildRegions");
+        auto& sub = subs[RankOf(L, tp, dp, pp)].regions;
+        for (const Region& r : regions) sub.push_back(r.desc);
+      }
+    }
+  }
+  for (int r : rng) subs[r].objects.push_back(RngObject(r, L.world()));
+  return subs;
+}
+
+// The writer of each chunk and object the owner numbered, from its replies:
+// its skeleton's records with the writer's rank as file, appended to `t`.
+void ModelRecords(const std::map<int, Contribution>& subs, const OwnerOutcome& out, Tally& t) {
+  StructureWriter w(out.skeleton);
+  Manifest sk = Check(DecodeStructure(w.Finish(), 0), "DecodeStructure").skeleton;
+  std::unordered_map<std::string, size_t> at;
+  for (size_t i = 0; i < sk.tensors.size(); ++i) at[sk.tensors[i].key] = i;
+  for (const auto& [s, bytes] : out.replies) {
+    ReplyRoles roles;
+    if (Check(DecodeReply(bytes, 0, &roles), "DecodeReply")) Die("plan error in a reply");
+    const Contribution& c = subs.at(s);
+    for (size_t j = 0; j < roles.regions.size(); ++j) {
+      if (roles.regions[j].second != kRoleWrite) continue;
+      ChunkRecord& ch = sk.tensors[at.at(c.regions[j].key)].chunks[roles.regions[j].first];
+      ch.file = static_cast<uint32_t>(s), ch.offset = t.written[s], t.written[s] += ch.nbytes;
+      t.writes[s] = 1;
+    }
+    for (size_t j = 0; j < roles.objects.size(); ++j) {
+      if (roles.objects[j] != kRoleWrite) continue;
+      for (ObjectRecord& o : sk.objects) {
+        if (o.index == c.objects[j].index) o.file = static_cast<uint32_t>(s), t.writes[s] = 1;
+      }
+    }
+  }
+  for (TensorRecord& r : sk.tensors) t.tensors.push_back(std::move(r));
+  for (ObjectRecord& o : sk.objects) t.objects.push_back(std::move(o));
+}
+
+// Every owner in turn: its inbox generated key by key, its check timed.
+void RunOwners(const Setup& s, Tally& t) {
+  const int world = s.save.world();
+  std::map<int, std::vector<int>> owned, rng;  // keys; ranks whose RNG object
+  for (size_t i = 0; i < s.keys.size(); ++i) owned[KeyOwner(s.keys[i].key, world)].push_back(i);
+  for (int r = 0; r < world; ++r) {
+    const int o = ObjectOwner("rng_state", RngObject(r, world).index, world);
+    (void)owned[o];
+    rng[o].push_back(r);
+  }
+  for (const auto& [o, mine] : owned) {
+    double g0 = Now();
+    std::map<int, Contribution> subs = OwnerInbox(s, mine, rng[o]);
+    std::vector<std::pair<int, std::string>> shares;
+    shares.reserve(subs.size());
+    for (const auto& [h, sub] : subs) {
+      shares.emplace_back(h, std::move(EncodeShares(sub, 1)[0]));
+      t.sent[h] += shares.back().second.size() + 1;  // + the status byte
+      t.share_sent[h] += shares.back().second.size() + 1;
+      t.received[o] += shares.back().second.size() + 1;
+    }
+    Replies in(shares.begin(), shares.end());
+    double t0 = Now();
+    OwnerOutcome out = Check(PlanOwnedKeys(in), "PlanOwnedKeys");
+    t.owner_secs[o] += Now() - t0;
+    t.gen_secs += t0 - g0;
+    if (!out.error_reply.empty()) Die("plan error at owner " + std::to_string(o));
+    ModelRecords(subs, out, t);
+    for (auto& [r, bytes] : out.replies) {
+      t.sent[o] += bytes.size() + 1;
+      t.received[r] += bytes.size() + 1;
+      if (t.sampled[r]) t.outbox[r].emplace_back(o, std::move(bytes));
+    }
+    if (t.sampled[o]) t.skeleton[o] = std::move(out.skeleton);
+  }
+}
+
+std::pair<double, double> MedianMax(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.back()};
+}
+
+// The sampled ranks' local side: whole layout, shares (checked against the
+// generator's sizes), PlanLocal from the owners' replies.
+void RunSample(const Setup& s, const std::vector<int>& sample, Tally& t) {
+  const int world = s.save.world();
+  const std::string no_keys = EncodeSkeleton(Manifest{});
+  std::vector<double> local, total, structure;
+  for (int r : sample) {
+    std::vector<Region> regions =
+        Check(BuildRegions(RankTensors(s.m, s.save, s.params, s.keys, r)), "BuildRegions");
+    Contribution c = ToContribution(regions, r, world);
+    double t0 = Now();
+    std::vector<std::string> shares = EncodeShares(c, world);
+    std::vector<std::pair<int, std::string>>& got = t.outbox[r];
+    Replies in(got.begin(), got.end());
+    auto sk = t.skeleton.find(r);
+    auto lp = Check(PlanLocal(c, in, world, sk == t.skeleton.end() ? no_keys : sk->second, r, true),
+                    "PlanLocal");
+    double secs = Now() - t0;
+    uint64_t sent = 0;
+    for (const auto& sh : shares) sent += sh.empty() ? 0 : sh.size() + 1;
+    if (sent != t.share_sent[r]) {
+      Die("rank " + std::to_string(r) + ": its shares differ in size from the generator's");
+    }
+    local.push_back(secs);
+    total.push_back(secs + t.owner_secs[r]);
+    structure.push_back(static_cast<double>(lp.structure.size()));
+    std::vector<std::pair<int, std::string>>().swap(got);
+  }
+  auto [l_med, l_max] = MedianMax(local);
+  auto [p_med, p_max] = MedianMax(total);
+  auto [s_med, s_max] = MedianMax(structure);
+  double sum = 0;
+  for (double x : structure) sum += x;
+  std::printf(
+      "  local side (EncodeShares + PlanLocal), %zu sampled ranks: median %.3f ms, max %.3f ms\n",
+      sample.size(), 1e3 * l_med, 1e3 * l_max);
+  std::printf(
+      "  planning time (owner + local), sampled ranks: median %.3f ms, max %.3f ms   "
+      "target < 1 s\n",
+      1e3 * p_med, 1e3 * p_max);
+  const double owner_max = *std::max_element(t.owner_secs.begin(), t.owner_secs.end());
+  std::printf("  any rank, at most: max owner %.3f ms + max local %.3f ms = %.3f ms\n",
+              1e3 * owner_max, 1e3 * l_max, 1e3 * (owner_max + l_max));
+  std::printf(
+      "  structure to rank 0: median %.1f KB, max %.1f KB; rank 0 receives ~%.1f MB "
+      "(sample mean x %d ranks)\n",
+      s_med / 1e3, s_max / 1e3, sum / sample.size() * world / 1e6, world);
+}
+
+// The manifest rank 0 would assemble: files by writer rank, as AssemblePlan
+// numbers them; records sorted by key.
+Manifest BuildManifest(Tally& t, int world) {
+  Manifest man;
+  std::vector<uint32_t> file_of(world, 0);
+  for (int r = 0; r < world; ++r) {
+    if (!t.writes[r]) continue;
+    file_of[r] = static_cast<uint32_t>(man.files.size());
+    man.files.push_back("data/" + std::to_string(r) + ".safetensors");
+  }
+  for (TensorRecord& r : t.tensors) {
+    for (ChunkRecord& c : r.chunks) c.file = file_of[c.file];
+  }
+  for (ObjectRecord& o : t.objects) o.file = file_of[o.file];
+  std::sort(t.tensors.begin(), t.tensors.end(),
+            [](const TensorRecord& a, const TensorRecord& b) { return a.key < b.key; });
+  std::sort(t.objects.begin(), t.objects.end(), [](const ObjectRecord& a, const ObjectRecord& b) {
+    return std::tie(a.key, a.index) < std::tie(b.key, b.index);
+  });
+  man.tensors = std::move(t.tensors);
+  man.objects = std::move(t.objects);
+  return man;
+}
+
+}  // namespace
+
+namespace {
+
+using shardpoint::internal_format::DecodeIndex;
+using shardpoint::internal_format::DecodeManifest;
+using shardpoint::internal_format::EncodeIndex;
+using shardpoint::internal_format::EncodeManifest;
+using shardpoint::internal_format::ManifestIndex;
+using shardpoint::internal_format::MergeShards;
+using shardpoint::internal_format::ShardsForKeys;
+using shardpoint::internal_format::SplitManifest;
+using shardpoint::internal_format::SplitResult;
+using shardpoint::internal_plan::LoadPlan;
+using shardpoint::internal_plan::PlanLoad;
+
+// One loading rank (the first of stage `stage`): its plan from the whole
+// manifest, then from the index and its keys' shards only.
+void LoadRank(const Setup& s, const Manifest& whole, const Manifest& decoded,
+              const ManifestIndex& index, const SplitResult& split, int stage, double index_secs,
+              double* worst_ratio, double* worst_ms) {
+  const int r = stage * s.load.tp * s.load.dp;
+  double a = Now();
+  std::vector<Region> regions =
+      Check(BuildRegions(RankTensors(s.m, s.load, s.params, s.keys, r)), "BuildRegions");
+  double b = Now();
+  LoadPlan lp = Check(PlanLoad(decoded, regions), "PlanLoad");
+  double c = Now();
+  std::vector<std::string> names;
+  for (const Region& g : regions) names.push_back(g.desc.key);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  Manifest need;
+  for (const std::string& k : names) need.tensors.push_back(whole.tensors[whole.FindTensor(k)]);
+  const uint64_t need_bytes = EncodeManifest(need).size() - EncodeManifest(Manifest{}).size();
+  std::vector<std::pair<uint32_t, std::string>> have;
+  uint64_t read = 0;
+  for (uint32_t sh : ShardsForKeys(index, names, {})) {
+    have.emplace_back(sh, split.shards[sh]);
+    read += split.shards[sh].size();
+  }
+  double d = Now();
+  Manifest part = Check(MergeShards(index, have, "bench"), "MergeShards");
+  double e = Now();
+  LoadPlan lp2 = Check(PlanLoad(part, regions), "PlanLoad");
+  double f = Now();
+  if (lp2.bytes != lp.bytes || lp2.pieces.size() != lp.pieces.size()) Die("partial plan differs");
+  const double ratio = double(read) / double(need_bytes);
+  const double ms = 1e3 * ((b - a) + index_secs + (e - d) + (f - e));
+  *worst_ratio = std::max(*worst_ratio, ratio);
+  *worst_ms = std::max(*worst_ms, ms);
+  std::printf(
+      "  rank %6d: %zu regions, %zu reads, %.1f MB; regions %.1f ms; whole manifest: PlanLoad "
+      "%.1f ms\n    sharded: %zu shards, read %.2f MB for %.2f MB of its keys' records (%.2fx) "
+      "+ index; decode %.1f ms, PlanLoad %.1f ms; load plan %.1f ms\n",
+      r, regions.size(), lp.pieces.size(), lp.bytes / 1e6, 1e3 * (b - a), 1e3 * (c - b),
+      have.size(), read / 1e6, need_bytes / 1e6, ratio, 1e3 * (e - d), 1e3 * (f - e), ms);
+}
+
+void LoadFigures(const Setup& s, Manifest whole) {
+  double t0 = Now();
+  std::string bytes = EncodeManifest(whole);
+  double t1 = Now();
+  Manifest decoded = Check(DecodeManifest(bytes, "bench"), "DecodeManifest");
+  double t2 = Now();
+  size_t chunks = 0;
+  for (const TensorRecord& r : whole.tensors) chunks += r.chunks.size();
+  std::printf(
+      "manifest (modelled): %zu tensors, %zu chunks, %zu files; %.1f MB; Encode %.3f s, "
+      "Decode %.3f s (what every loading rank decoded before)\n",
+      whole.tensors.size(), chunks, whole.files.size(), bytes.size() / 1e6, t1 - t0, t2 - t1);
+  std::string().swap(bytes);
+  SplitResult split = SplitManifest(whole);
+  const std::string index_bytes = EncodeIndex(split.index);
+  double x1 = Now();
+  ManifestIndex index = Check(DecodeIndex(index_bytes, "bench"), "DecodeIndex");
+  double x2 = Now();
+  std::printf("sharded manifest (v3): index %.1f KB, %zu shards of ~%.0f KB; DecodeIndex %.1f ms\n",
+              index_bytes.size() / 1e3, split.shards.size(),
+              shardpoint::internal_format::kDefaultShardBytes / 1e3, 1e3 * (x2 - x1));
+  std::printf("load layout: TP=%d x PP=%d x DP=%d = %d ranks; the first rank of each stage:\n",
+              s.load.tp, s.load.pp, s.load.dp, s.load.world());
+  double worst_ratio = 0, worst_ms = 0;
+  for (int stage = 0; stage < s.load.pp; ++stage) {
+    LoadRank(s, whole, decoded, index, split, stage, x2 - x1, &worst_ratio, &worst_ms);
+  }
+  std::printf(
+      "  manifest bytes read per loading rank, worst: %.2fx its keys' records + the index "
+      "(target <= 2x)\n",
+      worst_ratio);
+  std::printf(
+      "  one rank's load plan (regions + DecodeIndex + its shards + PlanLoad), worst: "
+      "%.1f ms   target < 50 ms\n",
+      worst_ms);
+}
+
+void PlanningFigures(const Tally& t) {
+  std::vector<double> sent(t.sent.begin(), t.sent.end());
+  std::vector<double> recv(t.received.begin(), t.received.end());
+  auto [s_med, s_max] = MedianMax(sent);
+  auto [r_med, r_max] = MedianMax(recv);
+  auto [o_med, o_max] = MedianMax(t.owner_secs);
+  std::printf("distributed save planning (first save), every rank (exact):\n");
+  std::printf("  bytes sent:      median %9.1f KB  max %9.1f KB\n", s_med / 1e3, s_max / 1e3);
+  std::printf("  bytes received:  median %9.1f KB  max %9.1f KB   target <= 1 MB\n", r_med / 1e3,
+              r_max / 1e3);
+  std::printf("  owner check (PlanOwnedKeys): median %.3f ms, max %.3f ms (rank %ld)\n",
+              1e3 * o_med, 1e3 * o_max,
+              static_cast<long>(std::max_element(t.owner_secs.begin(), t.owner_secs.end()) -
+                                t.owner_secs.begin()));
+  std::printf("  (generating the owners' inboxes key by key, not any rank's work: %.1f s)\n",
+              t.gen_secs);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Setup s;
+  for (int i = 1; i < argc; ++i) {
+    if (ParseCommonFlag(argc, argv, i, s.m, s.save, s.load)) continue;
+    if (std::string(argv[i]) == "--dp-samples") {
+      s.dp_samples = IntFlag(argc, argv, i);
+    } else {
+      Die(std::string("unknown flag ") + argv[i]);
+    }
+  }
+  CheckLayouts(s.m, s.save, s.load);
+  s.params = Params(s.m);
+  s.keys = AllKeys(s.params);
+  const int world = s.save.world();
+  PrintModel(s.m, s.save, s.load, s.params.size());
+  Tally t;
+  t.sent.assign(world, 0), t.received.assign(world, 0), t.share_sent.assign(world, 0);
+  t.owner_secs.assign(world, 0), t.sampled.assign(world, 0);
+  t.written.assign(world, 0), t.writes.assign(world, 0);
+  const std::vector<int> sample = Sample(s);
+  for (int r : sample) t.sampled[r] = 1;
+  std::printf("sample: %zu ranks (every TP x PP x EP class; DP ranks %s of each)\n", sample.size(),
+              s.dp_samples >= 4 ? "0, 1, middle, last" : "first, last");
+  double c0 = Now();
+  RunOwners(s, t);
+  double c1 = Now();
+  PlanningFigures(t);
+  RunSample(s, sample, t);
+  double c2 = Now();
+  std::printf("  (owners %.1f s, sample %.1f s)\n", c1 - c0, c2 - c1);
+  LoadFigures(s, BuildManifest(t, world));
+  return 0;
+}
