@@ -70,3 +70,33 @@ def test_python_saves_stage_through_2_mib_buffers(tmp_path):
     out = torch.zeros_like(g)
     sp.load({"g": out}, tmp_path / "c")
     assert torch.equal(out, g)
+
+
+def test_ranks_reading_strips_alone_read_buffered(tmp_path):
+    # Two ranks without the block exchange, unverified (requests as needed,
+    # 4000-byte rows: unaligned). A rank whose pieces are strips of the saved
+    # chunk (columns) reads the blocks around them, which the other rank
+    # reads too: those go through the page cache even with direct_io=True
+    # (the bytes a buffered load reads, none widened); rows are one run of
+    # the chunk each and are read direct (widened to 4096-aligned bounds).
+    from conftest import run_ranks
+    gen = torch.Generator().manual_seed(38)
+    g = torch.randn(1000, 1000, generator=gen)
+    sp.save({"w": g}, tmp_path / "c")
+    if not _takes_o_direct(tmp_path / "c" / "manifest"):
+        pytest.skip("the filesystem under tmp_path refuses O_DIRECT")
+
+    def load(dim, direct):
+        def body(r, comm):
+            t = torch.zeros([1000, 500] if dim == 1 else [500, 1000])
+            res = sp.load({"w": sp.chunk("w", t, [1000, 1000], dim, r, 2)}, tmp_path / "c", comm,
+                          cooperative=False, direct_io=direct, verify_checksums=False)
+            want = g[:, 500 * r:500 * (r + 1)] if dim == 1 else g[500 * r:500 * (r + 1)]
+            assert torch.equal(t, want)
+            return res.bytes_read
+        return run_ranks(2, body)
+
+    assert load(1, True) == load(1, False)
+    assert load(0, False) == [2000000, 2000000]
+    rows = load(0, True)
+    assert all(2000000 < b <= 2000000 + 8192 for b in rows), rows
