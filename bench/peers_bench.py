@@ -67,7 +67,11 @@ DEFAULT_PEERS = ["shardpoint", "torch.save", "numpy .npy", "PyTorch DCP", "fio",
 CUDA_PEERS = [p for p in DEFAULT_PEERS if p != "numpy .npy"]
 VARIANTS = ["shardpoint, cooperative on", "shardpoint, 16 MiB reads",
             "shardpoint, no prefetch hints", "shardpoint, io_threads 1",
-            "shardpoint, one stream", "shardpoint, no verify"]  # on request only
+            "shardpoint, one stream", "shardpoint, no verify", "shardpoint, buffered",
+            "shardpoint, direct reads", "shardpoint, direct + cooperative",
+            "shardpoint, buffered, no exchange", "shardpoint, 1 MiB staging",
+            "shardpoint, 2 MiB staging", "shardpoint, 8 MiB staging",
+            "shardpoint, buffered save"]  # on request only
 CUDA_VARIANTS = ["shardpoint, pinned loads", "shardpoint, one group",
                  "shardpoint, fresh staging pages"]  # --device cuda only
 ALL_PEERS = DEFAULT_PEERS + VARIANTS + CUDA_VARIANTS
@@ -210,7 +214,8 @@ def worker(args):
         per_rank = [None] * world
         dist.all_gather_object(per_rank, mine)
         if rank == 0:
-            rec = {"peer": peer, "op": op, "rep": rep, "seconds": seconds, "ranks": per_rank}
+            rec = {"peer": peer, "op": op, "rep": rep, "seconds": seconds, "ranks": per_rank,
+                   "loadavg": os.getloadavg()[0]}
             if extra:
                 rec.update(extra)
             records.append(rec)
@@ -527,7 +532,7 @@ def report(results):
     lines = [f"{info['ranks']} ranks, TP={info['ranks']}: {gib:.2f} GiB "
              f"({info['state_bytes']:,} B) of bf16 weights + fp32 main params and Adam "
              f"moments, hidden {info['hidden']}, {info['layers']} layers, "
-             f"{info['tensors']} tensors; {info['reps']} interleaved reps; "
+             f"{info['tensors']} tensors; {info['reps']} {records[0].get('order', 'interleaved')} reps; "
              f"page cache before each op: {info['cache']}; memory touched and freed "
              f"before each op: {info.get('preback_bytes', 0) / 2**30:.2f} GiB; state on "
              f"{info.get('device', 'cpu')}, torch {info.get('torch', '?')}",
@@ -566,6 +571,7 @@ def report(results):
             ratios.append(f"{name}: " + ", ".join(parts))
     if ratios:
         lines += ["", "shardpoint, ratios of medians: " + "; ".join(ratios) + "."]
+    lines += cpu_table(by, peers, ops, names, gib)
     loads = [op for op in ops if op != "save"]
     lines += ["", "| read_bytes / rchar per needed byte; peak RSS growth of a rank; system "
               "CPU seconds of all ranks (per GiB of state) | "
@@ -595,6 +601,30 @@ def report(results):
         lines += first_reps(by, peers, ops, names)
     lines += engine_split(by, peers, ops, names)
     return "\n".join(lines)
+
+
+def cpu_table(by, peers, ops, names, gib):
+    """CPU seconds (user + system) of all ranks per GiB of state, median
+    (min-max): on a loaded machine a steadier figure than the wall clock."""
+    lines = ["", "| CPU s (user + system, all ranks) per GiB, median (min–max) | "
+             + " | ".join(names) + " |", "|---" * (len(ops) + 1) + "|"]
+    for p in peers:
+        cells = []
+        for op in ops:
+            recs = by.get((p, op), [])
+            if not recs or not all("user_seconds" in x for r in recs for x in r["ranks"]):
+                cells.append("")
+                continue
+            v = [sum(x["user_seconds"] + x["system_seconds"] for x in r["ranks"]) / gib
+                 for r in recs]
+            cells.append(f"{statistics.median(v):.2f} ({min(v):.2f}–{max(v):.2f})")
+        if any(cells):
+            lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    loads = [r["loadavg"] for v in by.values() for r in v if "loadavg" in r]
+    if loads:
+        lines.append(f"\nLoad average (1 min) at the operations: median {statistics.median(loads):.1f}"
+                     f" ({min(loads):.1f}–{max(loads):.1f}).")
+    return lines
 
 
 def engine_split(by, peers, ops, names):

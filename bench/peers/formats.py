@@ -83,9 +83,11 @@ class Shardpoint:
                           sp.chunk(s.key, tensors[s.key], list(s.shape), d, ctx.rank % tp, tp))
         return out
 
+    writes = {}  # save options beyond the defaults
+
     def save(self, ctx, path):
         import shardpoint as sp
-        sp.save(self._sd(ctx, ctx.state, "same"), path, ctx.comm)
+        sp.save(self._sd(ctx, ctx.state, "same"), path, ctx.comm, **self.writes)
 
     reads = {}  # load options beyond the defaults
 
@@ -141,6 +143,61 @@ class ShardpointNoVerify(Shardpoint):
     every byte costs; a resharded load still reads whole blocks."""
     name = "shardpoint, no verify"
     reads = {"verify_checksums": False}
+
+
+class ShardpointBuffered(Shardpoint):
+    """shardpoint's loads through the page cache (direct_io=False), the exchange
+    as by default."""
+    name = "shardpoint, buffered"
+    reads = {"direct_io": False}
+
+
+class ShardpointDirect(Shardpoint):
+    """shardpoint's loads with O_DIRECT reads (direct_io=True), the exchange as
+    by default."""
+    name = "shardpoint, direct reads"
+    reads = {"direct_io": True}
+
+
+class ShardpointDirectCooperative(Shardpoint):
+    """shardpoint with O_DIRECT reads and the block exchange (direct_io=True,
+    cooperative=True)."""
+    name = "shardpoint, direct + cooperative"
+    cooperative = True
+    reads = {"direct_io": True}
+
+
+class ShardpointBufferedIndependent(Shardpoint):
+    """shardpoint as it loaded before direct reads and the exchange were its
+    defaults over Python comms: buffered, each rank reads what it needs."""
+    name = "shardpoint, buffered, no exchange"
+    cooperative = False
+    reads = {"direct_io": False}
+
+
+class ShardpointStaging1(Shardpoint):
+    """shardpoint's saves through 1 MiB staging buffers (staging_bytes)."""
+    name = "shardpoint, 1 MiB staging"
+    writes = {"staging_bytes": 1 << 20}
+
+
+class ShardpointStaging2(Shardpoint):
+    """shardpoint's saves through 2 MiB staging buffers (staging_bytes)."""
+    name = "shardpoint, 2 MiB staging"
+    writes = {"staging_bytes": 2 << 20}
+
+
+class ShardpointStaging8(Shardpoint):
+    """shardpoint's saves through 8 MiB staging buffers (the C++ default)."""
+    name = "shardpoint, 8 MiB staging"
+    writes = {"staging_bytes": 8 << 20}
+
+
+class ShardpointBufferedSave(Shardpoint):
+    """shardpoint's saves written through the page cache and one fsync per file
+    (direct_io=False)."""
+    name = "shardpoint, buffered save"
+    writes = {"direct_io": False}
 
 
 class TorchSave:
@@ -221,5 +278,9 @@ class Dcp:
 
 PEERS = {p.name: p for p in (Shardpoint(), ShardpointCooperative(), ShardpointLargeReads(),
                              ShardpointNoHints(), ShardpointOneThread(), ShardpointOneStream(),
-                             ShardpointNoVerify(), TorchSave(), Numpy(),
+                             ShardpointNoVerify(), ShardpointBuffered(), ShardpointDirect(),
+                             ShardpointDirectCooperative(), ShardpointBufferedIndependent(),
+                             ShardpointStaging1(), ShardpointStaging2(), ShardpointStaging8(),
+                             ShardpointBufferedSave(),
+                             TorchSave(), Numpy(),
                              Dcp())}

@@ -191,6 +191,12 @@ def _safe_log(log):
     return call
 
 
+# The staging buffers' size of Python's saves (the C++ SaveOptions keep 8 MiB):
+# 2 MiB measured fastest and cheapest in the restart order of
+# bench/peers_bench.py (docs/performance.md, *Tuning*).
+SAVE_STAGING_BYTES = 2 << 20
+
+
 def _save_options(overwrite, io_threads, staging_bytes, direct_io, verify_replicas,
                   plan_cache, log=None, storage_options=None):
     o = _C.SaveOptions()
@@ -202,8 +208,7 @@ def _save_options(overwrite, io_threads, staging_bytes, direct_io, verify_replic
     o.overwrite = bool(overwrite)
     if io_threads is not None:
         o.io_threads = int(io_threads)
-    if staging_bytes is not None:
-        o.staging_bytes = int(staging_bytes)
+    o.staging_bytes = SAVE_STAGING_BYTES if staging_bytes is None else int(staging_bytes)
     if direct_io is not None:
         o.direct_io = bool(direct_io)
     o.verify_replicas = bool(verify_replicas)
@@ -241,6 +246,8 @@ def save(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     dict stored in the manifest. ``overwrite``: replace an existing
     checkpoint. ``verify_replicas`` (default True): fail if replicas of a tensor differ.
     ``plan_cache``: a ``SavePlanCache`` reused between saves of this rank.
+    ``staging_bytes``: the size of each staging buffer (3 per data file;
+    default 2 MiB, where the C++ API keeps 8 MiB: docs/performance.md).
     ``log``: called on rank 0 with one line when the save committed or failed.
     ``storage_options``: endpoint, region, addressing and credentials for an
     ``s3://`` path (``endpoint_url``, ``region_name``, ``addressing_style``,
@@ -548,6 +555,18 @@ def prefetch_bytes_option(value) -> int:
     return byte_count_option("prefetch_bytes", value, "turns read-ahead hints off")
 
 
+def _direct_by_default(path: str, storage_options: dict | None) -> bool:
+    """``load``'s ``direct_io`` default: O_DIRECT reads for a local shardpoint
+    checkpoint (large aligned requests, no page-cache pages to allocate),
+    buffered for the other kinds and for object stores."""
+    if storage_options is not None or "://" in path:
+        return False
+    try:
+        return _C.checkpoint_kind(path) == "shardpoint"
+    except Exception:  # noqa: BLE001 - the load itself names what is wrong
+        return False
+
+
 def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
          strict: bool = True, allow_pickle: bool = False, common: bool = True,
          allow_missing_keys: bool | None = None, allow_unexpected_keys: bool | None = None,
@@ -556,7 +575,7 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
          raw_objects: bool = False, cooperative: bool | None = None,
          read_slice_bytes: int | None = None, prefetch_bytes: int | None = None,
          read_gap_bytes: int | None = None, all_or_nothing: bool = False,
-         direct_io: bool = False, storage_options: dict | None = None,
+         direct_io: bool | None = None, storage_options: dict | None = None,
          _native: Callable[..., Any] | None = None) -> LoadResult:
     """Loads checkpoint ``path`` into ``state_dict`` (the template, under any layout).
     Collective.
@@ -592,8 +611,10 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     tensor as it was (costs the memory of the tensors once more; without it,
     blocks placed before the failure stay written). ``direct_io``: read the
     data files with O_DIRECT where the filesystem allows it (elsewhere
-    buffered, by itself), neither using nor filling the page cache (default
-    False; docs/performance.md says where to turn it on). ``storage_options``:
+    buffered, by itself), neither using nor filling the page cache; default
+    None = on for a local shardpoint checkpoint, off for DCP and HF sources
+    (small and strided items: each would cost a page-sized read) and for
+    ``s3://`` paths (docs/performance.md, *Direct reads*). ``storage_options``:
     as ``save``'s, for an ``s3://`` path. Returns a LoadResult. The GIL is
     released while it runs.
     """
@@ -621,7 +642,8 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     if io_threads is not None:
         o.io_threads = int(io_threads)
     o.cooperative = bool(cooperative)
-    o.direct_io = bool(direct_io)
+    o.direct_io = bool(_direct_by_default(os.fspath(path), storage_options)
+                       if direct_io is None else direct_io)
     if read_slice_bytes is not None:
         o.read_slice_bytes = int(read_slice_bytes)
     if prefetch_bytes is not None:

@@ -6,6 +6,7 @@
 
 #include "src/base/guard.h"
 #include "src/checkpoint/cooperative.h"
+#include "src/checkpoint/direct_choice.h"
 #include "src/checkpoint/reader.h"
 #include "src/checkpoint/requests.h"
 #include "src/geometry/view.h"
@@ -234,7 +235,9 @@ Result<LoadResult> LoadFromSource(State& state, const Status& index_status, cons
     for (const View& v : plan->zero_fill) ZeroFill(v);
   }
   ThreadPool* pool = res.pool();
-  DataFiles files(storage, src.dir, &m, &src.views, options.direct_io);
+  const bool direct =
+      s.ok() && UseDirectReads(options.direct_io, comm.size() > 1 && !cooperative, m, *plan);
+  DataFiles files(storage, src.dir, &m, &src.views, direct);
   ReadOptions read_options;
   read_options.verify_checksums = options.verify_checksums && src.has_checksums;
   // An object store's GET costs a round trip: it raises the slice toward its
