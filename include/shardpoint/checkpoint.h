@@ -121,12 +121,12 @@ struct LoadOptions : Resources {
   // requests, on network filesystems above all. Default 256 KiB; 0 reads no
   // unneeded bytes except whole verified blocks.
   uint64_t read_gap_bytes = uint64_t{256} << 10;
-  // Read the data files with O_DIRECT where the storage and filesystem allow
-  // it (Storage::NewDirectReadableFile; elsewhere buffered, by itself): the
-  // load neither reads from nor fills the page cache, and no read-ahead
-  // hints are given. Aligned middles of requests land in place, unaligned
-  // heads and tails go through a 1 MiB aligned buffer per thread. Default
-  // false (buffered): not yet measured faster here (docs/performance.md).
+  // O_DIRECT reads of data files where storage and filesystem allow it (else
+  // buffered): no page cache, no read-ahead; aligned middles land in place,
+  // ends go through a 1 MiB aligned buffer per thread. Several ranks without
+  // the block exchange whose pieces are strips of chunks read buffered (they
+  // share blocks in the cache). Default false here; Python's load turns it on
+  // for local shardpoint checkpoints (docs/performance.md).
   bool direct_io = false;
   // Block exchange: when several ranks need bytes of the same verified
   // block (replicas, e.g. the DP copies of a TP shard, or strips of a chunk
