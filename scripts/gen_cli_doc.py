@@ -57,6 +57,13 @@ for the Hugging Face commands).
   never half written, whatever kills the command. An existing `OUT` that is
   not an empty directory is refused (exit 2, naming it) unless `--overwrite`,
   which replaces it whole in one atomic swap ([huggingface.md](huggingface.md#cli)).
+- `s3://bucket/prefix` goes wherever a directory does, in every subcommand
+  ([object-store.md](object-store.md)): endpoint, region and credentials from
+  the `AWS_*` variables and `~/.aws` profiles, or `--endpoint-url`,
+  `--region`, `--addressing-style path|virtual` and `--profile` (credentials
+  only through the environment or a profile, never on a command line). An
+  output on an object store is written in place (there is no rename); a
+  prefix that holds anything is refused, even with `--overwrite`.
 
 ## Help texts
 
