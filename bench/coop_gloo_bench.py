@@ -35,33 +35,12 @@ import sys
 import tempfile
 import time
 
+from peers.measure import drop_page_cache, io_counters
+
 
 def rusage_cpu():
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime, ru.ru_stime
-
-
-def rchar():
-    with open("/proc/self/io") as f:
-        for line in f:
-            if line.startswith("rchar:"):
-                return int(line.split()[1])
-    return 0
-
-
-def drop_caches(paths):
-    os.sync()
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return "all"
-    except OSError:
-        for root, _, files in os.walk(paths):
-            for name in files:
-                fd = os.open(os.path.join(root, name), os.O_RDONLY)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                os.close(fd)
-        return "files"
 
 
 def counting(comm_class):
@@ -131,18 +110,18 @@ def worker(args, rank, world):
             for mode in order:
                 (a, b), (c, d) = layout(op, rank, world, rows, cols)
                 comm.barrier()
-                drop = drop_caches(args.ckpt) if rank == 0 else None
+                drop = drop_page_cache("all", [args.ckpt]) if rank == 0 else None
                 dst = {f"w{i}": np.empty((b - a, d - c), dtype=np.float32)
                        for i in range(args.tensors)}
                 sd = {k: sp.ShardedTensor(k, v, [rows, cols], [a, c]) for k, v in dst.items()}
                 comm.barrier()
                 comm.calls.clear()
-                u0, s0, c0, t0 = *rusage_cpu(), rchar(), time.monotonic()
+                u0, s0, c0, t0 = *rusage_cpu(), io_counters()["rchar"], time.monotonic()
                 kw = {} if mode == "default" else {"cooperative": mode.startswith("exchange")}
                 if mode.endswith("+direct"):
                     kw["direct_io"] = True
                 res = sp.load(sd, args.ckpt, comm, **kw)
-                u1, s1, c1 = *rusage_cpu(), rchar()
+                u1, s1, c1 = *rusage_cpu(), io_counters()["rchar"]
                 calls = dict(comm.calls)
                 comm.barrier()
                 wall = time.monotonic() - t0

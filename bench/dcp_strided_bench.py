@@ -21,20 +21,13 @@ import shardpoint as sp
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python", "tests"))
 from dcp_compat import import_dcp  # noqa: E402
-
-
-def rchar():
-    with open("/proc/self/io") as f:
-        for line in f:
-            if line.startswith("rchar:"):
-                return int(line.split()[1])
-    return 0
+from peers.measure import io_counters  # noqa: E402
 
 
 def measure(label, fn, needed):
-    r0, t0 = rchar(), time.perf_counter()
+    r0, t0 = io_counters()["rchar"], time.perf_counter()
     fn()
-    dt, read = time.perf_counter() - t0, rchar() - r0
+    dt, read = time.perf_counter() - t0, io_counters()["rchar"] - r0
     print(f"{label:38s} {needed / 2**20:8.1f} MiB needed {read / 2**20:8.1f} MiB read "
           f"({read / needed:4.2f}x) {dt * 1e3:8.1f} ms")
 
