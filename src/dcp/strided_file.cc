@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "src/base/limits.h"
+#include "src/geometry/copy_run.h"
 #include "src/geometry/flat_range.h"
 
 using shardpoint::internal_base::ByteReader;
@@ -135,32 +136,9 @@ class StridedFile : public ReadableFile {
 
   // n elements, source and destination each `step` elements apart.
   void Copy(const char* s, int64_t sstep, char* d, int64_t dstep, int64_t n) const {
-    const size_t es = v_.element_size;
-    if (sstep == 1 && dstep == 1) {
-      std::memcpy(d, s, static_cast<size_t>(n) * es);
-      return;
-    }
-    const int64_t sb = sstep * static_cast<int64_t>(es), db = dstep * static_cast<int64_t>(es);
-    switch (es) {
-      case 1:
-        return Strided<uint8_t>(s, sb, d, db, n);
-      case 2:
-        return Strided<uint16_t>(s, sb, d, db, n);
-      case 4:
-        return Strided<uint32_t>(s, sb, d, db, n);
-      case 8:
-        return Strided<uint64_t>(s, sb, d, db, n);
-      default:
-        for (int64_t i = 0; i < n; ++i) std::memcpy(d + i * db, s + i * sb, es);
-    }
-  }
-  template <typename T>
-  static void Strided(const char* s, int64_t sb, char* d, int64_t db, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-      T v;
-      std::memcpy(&v, s + i * sb, sizeof(T));
-      std::memcpy(d + i * db, &v, sizeof(T));
-    }
+    const int64_t es = static_cast<int64_t>(v_.element_size);
+    internal_geometry::CopyRun(d, dstep * es, s, sstep * es, n, v_.element_size,
+                               sstep == 1 && dstep == 1);
   }
 
   const StridedView v_;

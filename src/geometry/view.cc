@@ -15,6 +15,8 @@
 #include <cstring>
 #include <vector>
 
+#include "src/geometry/copy_run.h"
+
 namespace shardpoint::internal_geometry {
 namespace {
 
@@ -43,44 +45,6 @@ struct Dims {
     src_stride = buf + 2 * capacity;
   }
 };
-
-// Copies `count` elements from a strided run to a strided run.
-template <typename T>
-inline void CopyTyped(char* dst, int64_t dst_stride, const char* src, int64_t src_stride,
-                      int64_t count) {
-  for (int64_t i = 0; i < count; ++i) {
-    T v;
-    std::memcpy(&v, src, sizeof(T));  // unaligned-safe; compiles to a plain load
-    std::memcpy(dst, &v, sizeof(T));
-    dst += dst_stride;
-    src += src_stride;
-  }
-}
-
-// One innermost run: contiguous in both views, or strided.
-inline void CopyRun(char* dst, int64_t dst_stride, const char* src, int64_t src_stride,
-                    int64_t count, size_t elem_size, bool contiguous) {
-  if (contiguous) {
-    std::memcpy(dst, src, static_cast<size_t>(count) * elem_size);
-    return;
-  }
-  switch (elem_size) {
-    case 1:
-      return CopyTyped<uint8_t>(dst, dst_stride, src, src_stride, count);
-    case 2:
-      return CopyTyped<uint16_t>(dst, dst_stride, src, src_stride, count);
-    case 4:
-      return CopyTyped<uint32_t>(dst, dst_stride, src, src_stride, count);
-    case 8:
-      return CopyTyped<uint64_t>(dst, dst_stride, src, src_stride, count);
-    default:
-      for (int64_t i = 0; i < count; ++i) {
-        std::memcpy(dst, src, elem_size);
-        dst += dst_stride;
-        src += src_stride;
-      }
-  }
-}
 
 }  // namespace
 
