@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "bench/plan_scale_model.h"
+#include "bench/plan_scale_partial.h"
 #include "shardpoint/layout.h"
 #include "src/format/manifest.h"
 #include "src/format/manifest_index.h"
@@ -50,8 +51,6 @@ using shardpoint::internal_format::EncodeIndex;
 using shardpoint::internal_format::EncodeManifest;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::ManifestIndex;
-using shardpoint::internal_format::MergeShards;
-using shardpoint::internal_format::ShardsForKeys;
 using shardpoint::internal_format::SplitManifest;
 using shardpoint::internal_format::SplitResult;
 using shardpoint::internal_format::TensorRecord;
@@ -246,7 +245,6 @@ int main(int argc, char** argv) {
       "DecodeIndex %.1f ms\n",
       index_bytes.size() / 1e3, split.shards.size(), internal_format::kDefaultShardBytes / 1e3,
       x1 - x0, 1e3 * (x2 - x1));
-  const size_t empty = EncodeManifest(Manifest{}).size();
   std::vector<uint32_t> union_shards;
   double worst = 0, worst_sharded = 0, worst_ratio = 0;
   for (int s = 0; s < load.pp; ++s) {
@@ -261,35 +259,15 @@ int main(int argc, char** argv) {
     std::printf("  rank %5d: %zu regions, %zu reads, %.1f MB; regions %.1f ms, PlanLoad %.1f ms\n",
                 r, regions.size(), lp.pieces.size(), lp.bytes / 1e6, 1e3 * (b - a), 1e3 * (c - b));
     // Sharded: only its keys' shards, decoded and merged; then the same plan.
-    std::vector<std::string> names;
-    for (const Region& g : regions) names.push_back(g.desc.key);
-    std::sort(names.begin(), names.end());
-    names.erase(std::unique(names.begin(), names.end()), names.end());
-    Manifest need;
-    for (const std::string& k : names)
-      need.tensors.push_back(hit->manifest.tensors[hit->manifest.FindTensor(k)]);
-    const uint64_t need_bytes = EncodeManifest(need).size() - empty;
-    std::vector<uint32_t> mine = ShardsForKeys(index, names, {});
-    std::vector<std::pair<uint32_t, std::string>> have;
-    uint64_t read = 0;
-    for (uint32_t sh : mine) {
-      have.emplace_back(sh, split.shards[sh]);
-      read += split.shards[sh].size();
-      union_shards.push_back(sh);
-    }
-    double d = Now();
-    Manifest part = Check(MergeShards(index, have, "bench"), "MergeShards");
-    double e = Now();
-    LoadPlan lp2 = Check(PlanLoad(part, regions), "PlanLoad");
-    double f = Now();
-    if (lp2.bytes != lp.bytes || lp2.pieces.size() != lp.pieces.size()) Die("partial plan differs");
-    worst_sharded = std::max(worst_sharded, (b - a) + (f - d) + (x2 - x1));
-    const double ratio = double(read) / double(need_bytes);
+    const PartialLoad p = LoadFromKeyShards(hit->manifest, index, split, regions, lp);
+    union_shards.insert(union_shards.end(), p.shards.begin(), p.shards.end());
+    worst_sharded = std::max(worst_sharded, (b - a) + p.decode_s + p.plan_s + (x2 - x1));
+    const double ratio = p.ratio();
     worst_ratio = std::max(worst_ratio, ratio);
     std::printf(
         "    sharded: %zu shards, read %.2f MB for %.2f MB of its keys' records (%.2fx) "
         "+ index; decode %.1f ms, PlanLoad %.1f ms\n",
-        mine.size(), read / 1e6, need_bytes / 1e6, ratio, 1e3 * (e - d), 1e3 * (f - e));
+        p.shards.size(), p.read / 1e6, p.need_bytes / 1e6, ratio, 1e3 * p.decode_s, 1e3 * p.plan_s);
   }
   std::sort(union_shards.begin(), union_shards.end());
   union_shards.erase(std::unique(union_shards.begin(), union_shards.end()), union_shards.end());

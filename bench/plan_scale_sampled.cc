@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "bench/plan_scale_model.h"
+#include "bench/plan_scale_partial.h"
 #include "src/format/manifest.h"
 #include "src/format/manifest_index.h"
 #include "src/plan/dist_plan.h"
@@ -288,8 +289,6 @@ using shardpoint::internal_format::DecodeManifest;
 using shardpoint::internal_format::EncodeIndex;
 using shardpoint::internal_format::EncodeManifest;
 using shardpoint::internal_format::ManifestIndex;
-using shardpoint::internal_format::MergeShards;
-using shardpoint::internal_format::ShardsForKeys;
 using shardpoint::internal_format::SplitManifest;
 using shardpoint::internal_format::SplitResult;
 using shardpoint::internal_plan::LoadPlan;
@@ -307,27 +306,9 @@ void LoadRank(const Setup& s, const Manifest& whole, const Manifest& decoded,
   double b = Now();
   LoadPlan lp = Check(PlanLoad(decoded, regions), "PlanLoad");
   double c = Now();
-  std::vector<std::string> names;
-  for (const Region& g : regions) names.push_back(g.desc.key);
-  std::sort(names.begin(), names.end());
-  names.erase(std::unique(names.begin(), names.end()), names.end());
-  Manifest need;
-  for (const std::string& k : names) need.tensors.push_back(whole.tensors[whole.FindTensor(k)]);
-  const uint64_t need_bytes = EncodeManifest(need).size() - EncodeManifest(Manifest{}).size();
-  std::vector<std::pair<uint32_t, std::string>> have;
-  uint64_t read = 0;
-  for (uint32_t sh : ShardsForKeys(index, names, {})) {
-    have.emplace_back(sh, split.shards[sh]);
-    read += split.shards[sh].size();
-  }
-  double d = Now();
-  Manifest part = Check(MergeShards(index, have, "bench"), "MergeShards");
-  double e = Now();
-  LoadPlan lp2 = Check(PlanLoad(part, regions), "PlanLoad");
-  double f = Now();
-  if (lp2.bytes != lp.bytes || lp2.pieces.size() != lp.pieces.size()) Die("partial plan differs");
-  const double ratio = double(read) / double(need_bytes);
-  const double ms = 1e3 * ((b - a) + index_secs + (e - d) + (f - e));
+  const PartialLoad p = LoadFromKeyShards(whole, index, split, regions, lp);
+  const double ratio = p.ratio();
+  const double ms = 1e3 * ((b - a) + index_secs + p.decode_s + p.plan_s);
   *worst_ratio = std::max(*worst_ratio, ratio);
   *worst_ms = std::max(*worst_ms, ms);
   std::printf(
@@ -335,7 +316,8 @@ void LoadRank(const Setup& s, const Manifest& whole, const Manifest& decoded,
       "%.1f ms\n    sharded: %zu shards, read %.2f MB for %.2f MB of its keys' records (%.2fx) "
       "+ index; decode %.1f ms, PlanLoad %.1f ms; load plan %.1f ms\n",
       r, regions.size(), lp.pieces.size(), lp.bytes / 1e6, 1e3 * (b - a), 1e3 * (c - b),
-      have.size(), read / 1e6, need_bytes / 1e6, ratio, 1e3 * (e - d), 1e3 * (f - e), ms);
+      p.shards.size(), p.read / 1e6, p.need_bytes / 1e6, ratio, 1e3 * p.decode_s, 1e3 * p.plan_s,
+      ms);
 }
 
 void LoadFigures(const Setup& s, Manifest whole) {
