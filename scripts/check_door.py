@@ -91,38 +91,32 @@ def statements_cpp(text):
     return out
 
 
-def check_cpp(rel, text):
+CPP = (CPP_NAME, CPP_PRESENCE, CPP_COMPARE, CPP_ASSIGN, "DetectCheckpointKind, HasManifest")
+PY = (PY_NAME, PY_PRESENCE, PY_COMPARE, PY_ASSIGN, "_shardpoint.checkpoint_kind")
+
+
+def statements_py(text):
+    """(line, code) pairs: each line without its comment."""
+    return [(n, raw.split("#", 1)[0]) for n, raw in enumerate(text.splitlines(), 1)]
+
+
+def check(rel, statements, lang):
+    """Errors for the presence tests and comparisons of the names in `statements`
+    (a name reaches a statement directly or through a variable assigned from it)."""
+    name, presence, compare, assign, door = lang
     errors, named = [], set()
-    for line, st in statements_cpp(text):
-        has_name = bool(CPP_NAME.search(st)) or any(
+    for line, st in statements:
+        shown = " ".join(st.split())[:120]
+        has_name = bool(name.search(st)) or any(
             re.search(r"\b" + re.escape(v) + r"\b", st) for v in named)
-        if has_name and CPP_PRESENCE.search(st):
+        if has_name and presence.search(st):
             errors.append(f"{rel}:{line}: tests for a checkpoint file outside src/source/ "
-                          f"(use the door: DetectCheckpointKind, HasManifest): {' '.join(st.split())[:120]}")
-        elif CPP_COMPARE.search(st):
+                          f"(use the door: {door}): {shown}")
+        elif compare.search(st):
             errors.append(f"{rel}:{line}: compares a name with a checkpoint file outside "
-                          f"src/source/: {' '.join(st.split())[:120]}")
-        if CPP_NAME.search(st):
-            m = CPP_ASSIGN.search(st)
-            if m:
-                named.add(m.group(1))
-    return errors
-
-
-def check_py(rel, text):
-    errors, named = [], set()
-    for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0]
-        has_name = bool(PY_NAME.search(line)) or any(
-            re.search(r"\b" + re.escape(v) + r"\b", line) for v in named)
-        if has_name and PY_PRESENCE.search(line):
-            errors.append(f"{rel}:{n}: tests for a checkpoint file outside src/source/ "
-                          f"(use the door: _shardpoint.checkpoint_kind): {line.strip()[:120]}")
-        elif PY_COMPARE.search(line):
-            errors.append(f"{rel}:{n}: compares a name with a checkpoint file outside "
-                          f"src/source/: {line.strip()[:120]}")
-        if PY_NAME.search(line):
-            m = PY_ASSIGN.match(line)
+                          f"src/source/: {shown}")
+        if name.search(st):
+            m = assign.search(st)
             if m:
                 named.add(m.group(1))
     return errors
@@ -146,10 +140,10 @@ def check_tree(root):
                     continue
                 if name.endswith(CPP_EXT):
                     with open(path, encoding="utf-8") as f:
-                        errors += check_cpp(rel, f.read())
+                        errors += check(rel, statements_cpp(f.read()), CPP)
                 elif name.endswith(".py"):
                     with open(path, encoding="utf-8") as f:
-                        errors += check_py(rel, f.read())
+                        errors += check(rel, statements_py(f.read()), PY)
     return errors
 
 
