@@ -122,8 +122,10 @@ class TieredManager {
   // commits the drain. Returns the drained iteration, if any.
   Result<std::optional<int64_t>> Flush(Comm& comm);
   // Collective: loads the newest checkpoint complete in either tier (waits
-  // for any drain first). NotFound when neither tier has one.
-  Result<TieredResume> Resume(State& state, Comm& comm, const LoadOptions& load = {});
+  // for any drain first). std::nullopt when neither tier has one (nothing
+  // loaded, the state untouched): a fresh start, not an error.
+  Result<std::optional<TieredResume>> Resume(State& state, Comm& comm,
+                                             const LoadOptions& load = {});
 
  private:
   TieredManager(const TieredOptions& options, std::unique_ptr<CheckpointManager> persistent);

@@ -35,7 +35,11 @@ from shardpoint.comm import Comm, default_comm
 
 __all__ = ["CheckpointManager", "TierStep"]
 
-_NO_CHECKPOINT = "no checkpoint complete in either tier"
+
+
+class _NothingToResume(Exception):
+    """Raised out of ``load`` by a tiered resume that found no checkpoint in
+    either tier (the native resume returned None); never escapes the manager."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,17 +224,17 @@ class CheckpointManager:
         chosen: list[int] = []
 
         def native(st: Any, path: str, comm: Any, options: Any) -> Any:
-            it, _, r = t.resume(st, comm, options)
-            chosen.append(it)
-            return r
+            got = t.resume(st, comm, options)
+            if got is None:  # neither tier has one: nothing was loaded
+                raise _NothingToResume
+            chosen.append(got[0])
+            return got[2]
 
         try:
             result = load(state_dict, self.root, self._comm, _native=native,
                           **self._with(kwargs))
-        except _C.NotFoundError as e:
-            if str(e).startswith(_NO_CHECKPOINT):
-                return None, None
-            raise
+        except _NothingToResume:
+            return None, None
         return chosen[0], result
 
     def close(self) -> None:

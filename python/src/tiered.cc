@@ -61,8 +61,10 @@ void RegisterTiered(py::module_& m) {
       .def(
           "resume",
           [](TieredManager& t, State& state, Comm& comm, const LoadOptions& options) {
-            TieredResume r = Unwrap(t.Resume(state, comm, options));
-            return std::make_tuple(r.iteration, r.from_local, r.load);
+            // None: neither tier has a checkpoint (nothing loaded).
+            std::optional<TieredResume> r = Unwrap(t.Resume(state, comm, options));
+            return r ? std::optional(std::make_tuple(r->iteration, r->from_local, r->load))
+                     : std::nullopt;
           },
           py::arg("state"), py::arg("comm"), py::arg("options") = LoadOptions{},
           py::call_guard<py::gil_scoped_release>());

@@ -243,7 +243,8 @@ Result<std::optional<int64_t>> TieredManager::Flush(Comm& comm) {
   return FinishDrain(comm, true);
 }
 
-Result<TieredResume> TieredManager::Resume(State& state, Comm& comm, const LoadOptions& load) {
+Result<std::optional<TieredResume>> TieredManager::Resume(State& state, Comm& comm,
+                                                          const LoadOptions& load) {
   SP_RETURN_IF_ERROR(Flush(comm).status());
   SP_ASSIGN_OR_RETURN(std::optional<int64_t> local, LatestLocal(comm, options_.local));
   SP_ASSIGN_OR_RETURN(std::optional<int64_t> pers, persistent_->AgreeOnLatest(comm));
@@ -258,17 +259,13 @@ Result<TieredResume> TieredManager::Resume(State& state, Comm& comm, const LoadO
       r.iteration = *local;
       r.from_local = true;
       r.load = *got;
-      return r;
+      return std::make_optional(r);
     }
   }
-  if (!pers) {
-    return NotFoundError("no checkpoint complete in either tier: none under '" +
-                         persistent_->root() + "', none committed under '" +
-                         options_.local.local_root + "' on the nodes of this job");
-  }
+  if (!pers) return std::optional<TieredResume>();  // neither tier has one
   SP_ASSIGN_OR_RETURN(r.load, Load(state, persistent_->PathFor(*pers), comm, o));
   r.iteration = *pers;
-  return r;
+  return std::make_optional(r);
 }
 
 }  // namespace shardpoint

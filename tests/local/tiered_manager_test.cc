@@ -80,7 +80,10 @@ class TieredManagerTest : public local_testing::NodesTest {
     for (Status s : RunThreadRanks(p.world(), [&](Comm& comm) -> Status {
            SP_ASSIGN_OR_RETURN(auto m,
                                TieredManager::Open(Persistent(), comm, Options(comm.rank(), 2)));
-           SP_ASSIGN_OR_RETURN(out[comm.rank()], m->Resume(dst[comm.rank()].state, comm, lo));
+           SP_ASSIGN_OR_RETURN(std::optional<TieredResume> got,
+                               m->Resume(dst[comm.rank()].state, comm, lo));
+           if (!got) return NotFoundError("nothing to resume");
+           out[comm.rank()] = *got;
            return OkStatus();
          })) {
       EXPECT_TRUE(s.ok()) << s.ToString();
@@ -170,6 +173,30 @@ TEST_F(TieredManagerTest, ResumePicksTheNewestCompleteInEitherTierAfterKillsAndW
   ASSERT_EQ(rs.size(), 6u);
   EXPECT_EQ(rs[0].iteration, 4);
   EXPECT_FALSE(rs[0].from_local);
+}
+
+TEST_F(TieredManagerTest, NothingInEitherTierIsNoResumeAndLeavesTheStateAlone) {
+  base_.local_every = 1;
+  base_.persistent_every = 0;
+  Run({1}, /*flush=*/true);
+  for (int n = 0; n < 4; ++n) Wipe(n);  // the only checkpoint was local
+  const ParallelConfig p{3, 1, 2, false};
+  std::vector<testing::RankState> dst = States(p, 7, true);  // filled: must stay so
+  for (Status s : RunThreadRanks(p.world(), [&](Comm& comm) -> Status {
+         SP_ASSIGN_OR_RETURN(auto m,
+                             TieredManager::Open(Persistent(), comm, Options(comm.rank(), 2)));
+         SP_ASSIGN_OR_RETURN(std::optional<TieredResume> got,
+                             m->Resume(dst[comm.rank()].state, comm));
+         EXPECT_FALSE(got.has_value()) << "rank " << comm.rank();
+         return OkStatus();
+       })) {
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  const testing::RefModel ref = testing::MakeReference(kModel, 7);
+  for (int r = 0; r < p.world(); ++r) {
+    Status c = testing::CheckAgainstReference(ref, dst[r].state.tensors);
+    EXPECT_TRUE(c.ok()) << "rank " << r << ": " << c.ToString();
+  }
 }
 
 TEST_F(TieredManagerTest, ADrainNotCommittedWhenTheJobDiesIsNotResumedFromPersistent) {
