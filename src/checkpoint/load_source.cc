@@ -191,7 +191,7 @@ void ZeroFill(const View& v) {
 
 Result<LoadResult> LoadFromSource(State& state, const Status& index_status, const Source& src,
                                   Comm& comm, const LoadOptions& options, CallResources& res,
-                                  const std::string& what) {
+                                  const std::string& what, const ExecutePlan& execute) {
   Storage* storage = res.storage();
   const Manifest& m = src.index;
 
@@ -225,11 +225,11 @@ Result<LoadResult> LoadFromSource(State& state, const Status& index_status, cons
         SP_ASSIGN_OR_RETURN(std::vector<Region> regions, BuildRegions(state.tensors));
         return PlanLoad(m, regions, options.allow_shape_mismatch);
       });
-  const bool cooperative = options.cooperative && comm.size() > 1;
-  // A cooperative load exchanges blocks: every rank must be in it. Reading
-  // alone, a rank whose plan failed skips its reads, and the error goes into
-  // the final agreement.
-  if (cooperative) SP_RETURN_IF_ERROR(AgreeOnStatus(comm, plan.status()));
+  const bool cooperative = !execute && options.cooperative && comm.size() > 1;
+  // A cooperative load, and `execute`, exchange blocks: every rank must be in
+  // it. Reading alone, a rank whose plan failed skips its reads, and the
+  // error goes into the final agreement.
+  if (cooperative || execute) SP_RETURN_IF_ERROR(AgreeOnStatus(comm, plan.status()));
   s = plan.status();
   if (s.ok()) {
     for (const View& v : plan->zero_fill) ZeroFill(v);
@@ -260,7 +260,21 @@ Result<LoadResult> LoadFromSource(State& state, const Status& index_status, cons
     if (v.file < views.size()) views[v.file] = true;
   }
   if (!src.views.empty()) read_options.unbridged_files = &views;
-  if (s.ok() && cooperative) {
+  if (s.ok() && execute) {
+    ReadStats read;
+    s = execute(*plan, &files, pool, read_options, &read);
+    for (int g = 0; s.ok() && g < GroupCount(options); ++g) {
+      if (options.on_group_loaded) {
+        s = Guarded(what + ": announcing tensor group " + std::to_string(g), [&] {
+          options.on_group_loaded(g);
+          return OkStatus();
+        });
+      }
+    }
+    result.bytes_read = read.bytes.load();
+    result.requests = read.requests.load();
+    result.bytes_needed = read.needed.load();
+  } else if (s.ok() && cooperative) {
     // CooperativeLoad agrees on its own errors: every rank returns the same.
     // A failing announcement is this rank's error, agreed on at the end: it
     // must not leave the rounds' collectives.

@@ -25,24 +25,35 @@
 // rank's error and no rank hangs.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "shardpoint/checkpoint.h"
+#include "src/checkpoint/reader.h"
 #include "src/io/resources.h"
 #include "src/source/source.h"
 
 namespace shardpoint::internal_checkpoint {
+
+// Places a plan's pieces in place of step 3's reads (the local tier's
+// recovery, src/local/local_load.cc, which gets the bytes from the node's
+// copy and from peers). `files` are the source's data files. Collective:
+// called on every rank once every rank's plan succeeded.
+using ExecutePlan =
+    std::function<Status(const internal_plan::LoadPlan& plan, DataFiles* files, ThreadPool* pool,
+                         const ReadOptions& options, ReadStats* stats)>;
 
 // Collective. REQUIRES: every rank passes an identical `src` (e.g. decoded
 // from bytes one rank read and broadcast) and the same options; or, where
 // building it failed on this rank, that error as `index_status` (`src` is
 // then unused, and the error is every rank's after step 2). `what`
 // prefixes step names in errors ("load", "HF load"). Storage and pool come
-// from `res` (made from `options` by the entry point).
+// from `res` (made from `options` by the entry point). With `execute`, it
+// places the tensors (every tensor group is announced after it).
 Result<LoadResult> LoadFromSource(State& state, const Status& index_status,
                                   const internal_source::Source& src, Comm& comm,
                                   const LoadOptions& options, internal_io::CallResources& res,
-                                  const std::string& what);
+                                  const std::string& what, const ExecutePlan& execute = nullptr);
 
 // Rank 0 passes one line with the load's outcome to res.Log ("shardpoint:
 // loaded <name>: ..." or "shardpoint: load of <name> FAILED: ...").

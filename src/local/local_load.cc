@@ -4,28 +4,33 @@
 //      rank reads its replica map, inventory.h);              (all-gather)
 //   2. the lowest rank on a node with a committed copy broadcasts the
 //      manifest;                                               (broadcast)
-//   3. each rank plans its load (load_plan.h) and lists the verification
-//      units it needs (units.h); it reads and checks those its node holds:
-//      a unit that fails its checksum there is bad on that node;
+//   3. the load pipeline (load_source.h) checks the requests and plans
+//      each rank's load, then runs steps 3 and 4 in place of its reads of
+//      the tensors (placement.h): each rank lists the verification units
+//      (units.h) its plan needs, and reads those its node holds once,
+//      straight into the destination tensors, every block verified; a
+//      unit that fails its checksum there is bad on that node;
 //   4. the ranks all-gather their needs and bad units; every rank computes
 //      the same transfers (recover_plan.h) and runs them in rounds of one
 //      AllToAll: a server reads each unit from its node's copy (or the
 //      persistent checkpoint) straight into its message and checks it
-//      there; a receiver checks it again in the receive buffer and copies
-//      it once, into memory mapped for the pass (sized to what it receives,
-//      faulted in at once, huge pages where given; send and receive
-//      buffers are reused by every round). A unit that fails on either
-//      side marks that copy bad; the ranks all-gather the copies marked bad and plan again for
+//      there; a receiver checks it again in the receive buffer and places
+//      it from there into its tensors, in the round it arrives (send and
+//      receive buffers are reused by every round: a pass's memory is one
+//      round's messages). A unit that fails on either side marks that copy
+//      bad; the ranks all-gather the copies marked bad and plan again for
 //      the units they failed, until none fails or no copy is left (a
 //      DataLoss error naming the unit);   (all-gather, AllToAll per round,
 //                                          all-gather per pass)
-//   5. the load pipeline (load_source.h) runs on the overlay of the node's
-//      copies and the kept units (overlay.h), verifying every block again
-//      as it places it; never cooperative, never bridging gaps.
+//   5. the pipeline reads the objects from the node's copy with the object
+//      units received laid over it (overlay.h), verified.
+// A recovery that fails after step 3 leaves the bytes it placed in the
+// tensors, as a failed Load does.
 // Every local step is Guarded and its error travels to the next agreement.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -37,10 +42,10 @@
 #include "src/comm/agreed.h"
 #include "src/format/checksum.h"
 #include "src/io/path.h"
-#include "src/io/staging_memory.h"
 #include "src/local/inventory.h"
 #include "src/local/node_storage.h"
 #include "src/local/overlay.h"
+#include "src/local/placement.h"
 #include "src/local/recover_plan.h"
 #include "src/local/topology.h"
 #include "src/local/units.h"
@@ -56,6 +61,7 @@ using shardpoint::internal_format::kManifestName;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::ObjectRecord;
 using shardpoint::internal_io::JoinPath;
+using shardpoint::internal_local::Arrived;
 using shardpoint::internal_local::AssignServers;
 using shardpoint::internal_local::CommittedIterations;
 using shardpoint::internal_local::CopyState;
@@ -68,6 +74,7 @@ using shardpoint::internal_local::OverlayFiles;
 using shardpoint::internal_local::OverlayStorage;
 using shardpoint::internal_local::PackRounds;
 using shardpoint::internal_local::Pending;
+using shardpoint::internal_local::Placer;
 using shardpoint::internal_local::ReadNodeCopy;
 using shardpoint::internal_local::RootedStorage;
 using shardpoint::internal_local::Topology;
@@ -135,6 +142,8 @@ Status DecodeUnits(const std::string& bytes, int rank, size_t num_units, std::ve
 
 // The state of one recovery on this rank.
 struct Recovery {
+  Recovery(Comm& c, const Topology& top, Storage* n, Storage* p, std::string d, std::string pd)
+      : comm(c), t(top), node(n), persistent(p), dir(std::move(d)), persistent_dir(std::move(pd)) {}
   Comm& comm;
   const Topology& t;
   Storage* node;  // this rank's node storage
@@ -146,45 +155,27 @@ struct Recovery {
   UnitTable ut;
   CopyState copies;
   std::vector<std::vector<uint32_t>> needs;  // per rank
-  OverlayFiles overlay;
+  OverlayFiles overlay;                      // the node's copy, and the object units received
   std::unique_ptr<Manifest> persistent_manifest_checked;  // set once compared
   LoadResult result;
-  // Where the units this rank receives are kept for step 5: one mapping per
-  // pass, sized to them and faulted in at once (huge pages where the kernel
-  // gives them): fresh memory faulted a page at a time costs more than the
-  // copy into it.
-  std::vector<internal_io::StagingMemory> kept;
-  size_t kept_used = 0;  // bytes of kept.back() in use
+  Placer* placer = nullptr;  // set by step 3
+  // Object units received (small): the pipeline reads them after the
+  // exchange through `overlay`.
+  std::deque<std::string> kept_objects;
+  Arrived arrived;   // units that reached this rank in the current round
+  std::string self;  // units this rank reads for itself in the round
 };
 
-// Maps the memory for the units this rank receives in one pass.
-Status MapKept(Recovery& x, const std::vector<Transfer>& transfers) {
-  uint64_t bytes = 0;
-  const int me = x.comm.rank();
-  for (const Transfer& tr : transfers) {
-    if (std::binary_search(tr.receivers.begin(), tr.receivers.end(), me))
-      bytes += x.ut.units[tr.unit].nbytes;
+// Notes a verified unit that reached this rank: a tensor unit is placed
+// with the round's others; an object unit is kept for the pipeline.
+void Arrive(Recovery& x, uint32_t u, const char* bytes) {
+  const Unit& unit = x.ut.units[u];
+  if (x.placer->IsTensor(u)) {
+    x.arrived.emplace_back(u, bytes);
+    return;
   }
-  SP_ASSIGN_OR_RETURN(internal_io::StagingMemory m,
-                      internal_io::StagingMemory::Map(bytes, /*huge_pages=*/true,
-                                                      /*prefault=*/true));
-  x.kept.push_back(std::move(m));
-  x.kept_used = 0;
-  return OkStatus();
-}
-
-// The next unit's place in the kept memory (MapKept sized it).
-char* NextKept(Recovery& x, const Unit& unit) {
-  char* at = x.kept.back().data() + x.kept_used;
-  x.kept_used += unit.nbytes;
-  return at;
-}
-
-// Keeps a verified unit this rank received.
-void Keep(Recovery& x, const Unit& unit, const char* bytes) {
-  char* at = NextKept(x, unit);
-  std::memcpy(at, bytes, unit.nbytes);
-  x.overlay.units[unit.file][unit.offset] = std::string_view(at, unit.nbytes);
+  const std::string& kept = x.kept_objects.emplace_back(bytes, unit.nbytes);
+  x.overlay.units[unit.file][unit.offset] = kept;
 }
 
 // Step 1. Per node: whether it committed, the files it holds.
@@ -272,27 +263,37 @@ Status ReadUnit(FileCache& files, const Manifest& m, const Unit& u, std::string*
 }
 
 // Step 3 on this rank: the units it needs, and those of them its node's
-// copy failed (read errors included: such a copy is no copy).
-void PlanNeeds(Recovery& x, const State& state, const LoadOptions& load,
-               std::vector<uint32_t>* needs, std::vector<uint32_t>* bad) {
-  Result<std::vector<internal_plan::Region>> regions = internal_plan::BuildRegions(state.tensors);
-  if (!regions.ok()) return;  // the pipeline reports it (step 5)
-  Result<internal_plan::LoadPlan> plan =
-      internal_plan::PlanLoad(x.m, *regions, load.allow_shape_mismatch);
-  if (!plan.ok()) return;
-  *needs = NeededUnits(x.m, x.ut, *plan, state);
+// copy failed (read errors included: such a copy is no copy). The tensor
+// units its node holds are placed as they are read (once, every block
+// verified); should that fail, unit by unit, to tell the bad ones.
+void PlaceLocal(Recovery& x, const internal_plan::LoadPlan& plan, const State& state,
+                internal_checkpoint::DataFiles* files, std::vector<uint32_t>* needs,
+                std::vector<uint32_t>* bad) {
+  *needs = NeededUnits(x.m, x.ut, plan, state);
   const int node = x.t.node_of(x.comm.rank());
   FileCache local{x.node, x.dir, {}};
   std::string scratch;
+  std::vector<uint32_t> tensor_units;
   for (uint32_t u : *needs) {
     const Unit& unit = x.ut.units[u];
     if (!x.copies.node_holds[node][unit.file]) continue;
-    if (ReadUnit(local, x.m, unit, &scratch).ok()) {
+    if (x.placer->IsTensor(u)) {
+      tensor_units.push_back(u);
+    } else if (ReadUnit(local, x.m, unit, &scratch).ok()) {  // read again by the pipeline
       x.result.bytes_local += unit.nbytes;
     } else {
       bad->push_back(u);
     }
   }
+  const bool all_ok = x.placer->FromFiles(files, tensor_units).ok();
+  for (uint32_t u : tensor_units) {
+    if (all_ok || x.placer->FromFiles(files, {u}).ok()) {
+      x.result.bytes_local += x.ut.units[u].nbytes;
+    } else {
+      bad->push_back(u);
+    }
+  }
+  std::sort(bad->begin(), bad->end());
 }
 
 // A message of the exchange: u32 unit, u32 source, u8 ok, then the unit's
@@ -310,8 +311,8 @@ void AppendHeader(std::string* out, uint32_t unit, int source, bool ok) {
 
 // Reads transfer tr's unit (checked) where it is first wanted: straight
 // into the message to its first receiver other than this rank, else into
-// this rank's kept memory. Returns the read's status; *bytes points at the
-// unit when it is ok.
+// x.self (reserved for the round). Returns the read's status; *bytes points
+// at the unit when it is ok.
 Status ReadForTransfer(Recovery& x, const Transfer& tr, FileCache& files,
                        std::vector<std::string>* send, const char** bytes) {
   const Unit& unit = x.ut.units[tr.unit];
@@ -319,10 +320,11 @@ Status ReadForTransfer(Recovery& x, const Transfer& tr, FileCache& files,
   const auto other =
       std::find_if(tr.receivers.begin(), tr.receivers.end(), [&](int r) { return r != me; });
   if (other == tr.receivers.end()) {  // this rank is the only receiver
-    char* at = NextKept(x, unit);
-    Status read = ReadUnitInto(files, x.m, unit, at);
-    if (read.ok()) x.overlay.units[unit.file][unit.offset] = std::string_view(at, unit.nbytes);
-    *bytes = at;
+    const size_t at = x.self.size();
+    x.self.resize(at + unit.nbytes);  // reserved (Reserve): no reallocation
+    Status read = ReadUnitInto(files, x.m, unit, x.self.data() + at);
+    if (read.ok()) Arrive(x, tr.unit, x.self.data() + at);
+    *bytes = x.self.data() + at;
     return read;
   }
   std::string* buf = &(*send)[*other];
@@ -366,7 +368,7 @@ Status Serve(Recovery& x, const Transfer& tr, FileCache& node_files, FileCache& 
   for (auto r = tr.receivers.begin(); r != tr.receivers.end(); ++r) {
     if (r == first) continue;  // its message holds the read
     if (*r == me) {
-      if (read.ok() && first != tr.receivers.end()) Keep(x, unit, bytes);
+      if (read.ok() && first != tr.receivers.end()) Arrive(x, tr.unit, bytes);
       continue;
     }
     AppendHeader(&(*send)[*r], tr.unit, tr.source, read.ok());
@@ -376,7 +378,7 @@ Status Serve(Recovery& x, const Transfer& tr, FileCache& node_files, FileCache& 
 }
 
 // Step 4, what this rank received in a round: each unit checked in the
-// receive buffer (reused by every round), then kept (one copy).
+// receive buffer (reused by every round), then placed from there.
 Status Receive(Recovery& x, const std::vector<std::string>& recv,
                std::vector<std::pair<int, uint32_t>>* newly_bad) {
   for (size_t s = 0; s < recv.size(); ++s) {
@@ -403,22 +405,25 @@ Status Receive(Recovery& x, const std::vector<std::string>& recv,
       }
       x.result.bytes_received += unit.nbytes;
       if (src != kPersistent) x.result.bytes_peer += unit.nbytes;
-      Keep(x, unit, bytes);
+      Arrive(x, u, bytes);
     }
   }
   return OkStatus();
 }
 
-// The bytes this rank sends each other rank in one round: reserved before
-// the round, so the messages grow in place.
-void Reserve(const Recovery& x, const std::vector<Transfer>& transfers,
-             const std::vector<size_t>& round, std::vector<std::string>* send) {
+// The bytes this rank sends each other rank in one round, and reads for
+// itself: reserved before the round, so the buffers grow in place.
+void Reserve(Recovery& x, const std::vector<Transfer>& transfers, const std::vector<size_t>& round,
+             std::vector<std::string>* send) {
   std::vector<size_t> bytes(send->size(), 0);
   for (size_t i : round) {
     if (transfers[i].server != x.comm.rank()) continue;
     for (int r : transfers[i].receivers) bytes[r] += kHeader + x.ut.units[transfers[i].unit].nbytes;
   }
   for (size_t r = 0; r < bytes.size(); ++r) (*send)[r].reserve(bytes[r]);
+  x.self.clear();
+  x.self.reserve(bytes[x.comm.rank()]);
+  x.arrived.clear();
 }
 
 Status LostError(const Recovery& x, const std::vector<uint32_t>& lost, bool persistent) {
@@ -450,8 +455,6 @@ Status RunPasses(Recovery& x, const LocalTierOptions& o) {
     std::vector<std::pair<int, uint32_t>> newly_bad;
     Status s;
     std::vector<std::string> send(x.comm.size()), recv;  // buffers reused by every round
-    s = Guarded("local load: mapping memory for the units received",
-                [&] { return MapKept(x, transfers); });
     for (const std::vector<size_t>& round : PackRounds(x.ut, transfers, o.round_bytes)) {
       for (std::string& b : send) b.clear();
       Reserve(x, transfers, round, &send);
@@ -464,6 +467,8 @@ Status RunPasses(Recovery& x, const LocalTierOptions& o) {
       SP_RETURN_IF_ERROR(x.comm.AllToAll(send, &recv));
       if (s.ok())
         s = Guarded("local load: receiving", [&] { return Receive(x, recv, &newly_bad); });
+      if (s.ok())
+        s = Guarded("local load: placing", [&] { return x.placer->FromMemory(x.arrived); });
     }
     ByteWriter w;
     for (const auto& [src, u] : newly_bad) {
@@ -526,10 +531,11 @@ Status FindCopies(Recovery& x, int64_t iteration) {
 }
 
 // Step 3's exchange: every rank's needs, and the bad local copies.
-Status GatherNeeds(Recovery& x, const State& state, const LoadOptions& load) {
+Status GatherNeeds(Recovery& x, const internal_plan::LoadPlan& plan, const State& state,
+                   internal_checkpoint::DataFiles* files) {
   std::vector<uint32_t> needs, bad;
-  Status s = Guarded("local load: checking this node's copy", [&] {
-    PlanNeeds(x, state, load, &needs, &bad);
+  Status s = Guarded("local load: placing this node's copy", [&] {
+    PlaceLocal(x, plan, state, files, &needs, &bad);
     return OkStatus();
   });
   std::vector<std::string> all;
@@ -545,8 +551,10 @@ Status GatherNeeds(Recovery& x, const State& state, const LoadOptions& load) {
   return OkStatus();
 }
 
-// Step 5.
-Result<LoadResult> LoadOverlay(Recovery& x, State& state, const LoadOptions& load) {
+// The pipeline with steps 3 and 4 in place of its reads of the tensors; it
+// reads the objects through the overlay.
+Result<LoadResult> LoadOverlay(Recovery& x, State& state, const LocalTierOptions& tier,
+                               const LoadOptions& load) {
   const int node = x.t.node_of(x.comm.rank());
   x.overlay.dir = x.dir;
   x.overlay.names = x.m.files;
@@ -565,8 +573,17 @@ Result<LoadResult> LoadOverlay(Recovery& x, State& state, const LoadOptions& loa
   src.kind = "checkpoint";
   src.name = "local checkpoint '" + x.dir + "'";
   src.index = x.m;
-  SP_ASSIGN_OR_RETURN(LoadResult r, internal_checkpoint::LoadFromSource(
-                                        state, OkStatus(), src, x.comm, o, res, "local load"));
+  auto exchange = [&](const internal_plan::LoadPlan& plan, internal_checkpoint::DataFiles* files,
+                      ThreadPool* pool, const internal_checkpoint::ReadOptions& read,
+                      internal_checkpoint::ReadStats* stats) -> Status {
+    Placer placer(x.m, x.ut, plan, x.node, x.dir, pool, read, stats);
+    x.placer = &placer;
+    SP_RETURN_IF_ERROR(GatherNeeds(x, plan, state, files));
+    return RunPasses(x, tier);
+  };
+  SP_ASSIGN_OR_RETURN(LoadResult r,
+                      internal_checkpoint::LoadFromSource(state, OkStatus(), src, x.comm, o, res,
+                                                          "local load", exchange));
   r.bytes_local = x.result.bytes_local;
   r.bytes_peer = x.result.bytes_peer;
   r.bytes_persistent = x.result.bytes_persistent;
@@ -580,12 +597,9 @@ Result<LoadResult> LocalLoadCollective(State& state, int64_t iteration, Comm& co
   const auto start = std::chrono::steady_clock::now();
   SP_ASSIGN_OR_RETURN(Topology t, GatherTopology(comm, o.node_id));
   RootedStorage node(o.storage ? o.storage : DefaultStorage(), o.local_root);
-  Recovery x{comm, t,  &node, persistent, IterDir(iteration), pdir, {}, {}, {}, {}, {}, {},
-             {},   {}, {},    0};
+  Recovery x{comm, t, &node, persistent, IterDir(iteration), pdir};
   SP_RETURN_IF_ERROR(FindCopies(x, iteration));
-  SP_RETURN_IF_ERROR(GatherNeeds(x, state, load));
-  SP_RETURN_IF_ERROR(RunPasses(x, o));
-  SP_ASSIGN_OR_RETURN(LoadResult r, LoadOverlay(x, state, load));
+  SP_ASSIGN_OR_RETURN(LoadResult r, LoadOverlay(x, state, o, load));
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -36,8 +37,11 @@ class LocalTierTest : public local_testing::NodesTest {
     o.local_root = NodeRoot(rank / per_node);
     o.node_id = "node" + std::to_string(rank / per_node);
     o.round_bytes = 96 << 10;  // several rounds
+    o.storage = storage_;
     return o;
   }
+
+  Storage* storage_ = nullptr;  // the nodes' storage (null: the default)
 
   // Saves iteration `it` (seed `it`) to the local tier of 8 ranks on 4
   // nodes and, if asked, as the persistent checkpoint too.
@@ -121,6 +125,49 @@ uint64_t FirstChunkOffset(const std::string& dir, const std::string& name) {
   }
   ADD_FAILURE() << "no unit in " << name;
   return 0;
+}
+
+// Counts the bytes read from the nodes' files.
+class ReadCounting : public StorageWrapper {
+ public:
+  ReadCounting() : StorageWrapper(DefaultStorage()) {}
+  std::atomic<uint64_t> bytes{0};
+  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& p) override {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, base()->NewReadableFile(p));
+    return std::unique_ptr<ReadableFile>(new File(std::move(f), this));
+  }
+
+ private:
+  class File : public ReadableFileWrapper {
+   public:
+    File(std::unique_ptr<ReadableFile> f, ReadCounting* s)
+        : ReadableFileWrapper(std::move(f)), s_(s) {}
+    Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
+      s_->bytes.fetch_add(n);
+      return ReadableFileWrapper::ReadAt(offset, n, dst);
+    }
+
+   private:
+    ReadCounting* s_;
+  };
+};
+
+TEST_F(LocalTierTest, ARecoveryReadsTheNodesCopyOnce) {
+  SaveBoth(6, /*persistent=*/false);
+  ReadCounting counting;
+  storage_ = &counting;
+  // Every node intact, the same layout: each byte a rank needs from its
+  // node's copy is read once (placed as it is checked, not checked and then
+  // read again), and each byte its node serves to a peer once.
+  std::vector<LoadResult> rs = LoadAndCheck(6, ParallelConfig{2, 2, 2, true}, 2, "");
+  ASSERT_EQ(rs.size(), 8u);
+  const uint64_t local = Sum(rs, &LoadResult::bytes_local);
+  const uint64_t served = Sum(rs, &LoadResult::bytes_peer);  // at least the bytes served
+  ASSERT_GT(local, served);
+  // The rest: manifests, replica maps, headers and the small objects.
+  const uint64_t once = local + served;
+  EXPECT_LT(counting.bytes.load(), once + once / 10)
+      << "bytes read " << counting.bytes.load() << ", local " << local << ", served " << served;
 }
 
 TEST_F(LocalTierTest, LostNodeRecoversFromPeersUnderAnotherLayout) {
