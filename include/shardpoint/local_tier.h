@@ -46,9 +46,11 @@ struct LocalTierOptions : Resources {
   int replicas = 1;
   // Replication and recovery move at most this many bytes per rank per
   // round (the memory each rank holds for it, sending and receiving; one
-  // AllToAll per round). Default 8 MiB: the round buffers are faulted in
-  // once and reused, where larger rounds pay a page fault per fresh page.
-  uint64_t round_bytes = uint64_t{8} << 20;
+  // AllToAll per round). Default 1 MiB: the round buffers are faulted in
+  // once and reused, and every fresh page costs a fault (a recovery of
+  // 0.2 GiB on 4 ranks: 1,500 faults and 0.36 CPU s at 1 MiB, 14,000 and
+  // 0.58 at 8 MiB; docs/local-tier.md, Measured).
+  uint64_t round_bytes = uint64_t{1} << 20;
   // Staging buffer of the local writes (SaveOptions::staging_bytes).
   size_t staging_bytes = size_t{8} << 20;
 };
