@@ -1,10 +1,11 @@
 // LocalSave and LocalSaveAsync (local_tier.h): prepare every node, save,
 // replicate.
 //
-//   0. every rank learns the topology (all-gather of node ids); the first
-//      rank of each node removes that node's earlier copy of the iteration
-//      (its replica map first, so it never looks committed with mixed
-//      data) and creates the directory;                      (all-gather, agree)
+//   0. every rank learns the topology (all-gather of node ids, carrying
+//      the check of the arguments); the first rank of each node removes
+//      that node's earlier copy of the iteration (its replica map first, so
+//      it never looks committed with mixed data) and creates the
+//      directory;                                            (all-gather, agree)
 //   1. Save into "/iter_<N>" through each rank's RootedStorage
 //      (node_storage.h): every node's ranks write their data files into
 //      their own node's root; rank 0 commits the manifest on its node;
@@ -66,8 +67,8 @@ Result<std::shared_ptr<LocalJob>> Prepare(int64_t iteration, Comm& comm,
       iteration >= 0
           ? OkStatus()
           : InvalidArgumentError("local save: negative iteration " + std::to_string(iteration));
-  SP_RETURN_IF_ERROR(AgreeOnStatus(comm, s));
-  SP_ASSIGN_OR_RETURN(job->topology, GatherTopology(comm, o.node_id));
+  // The check travels with the topology (one collective fewer in the stall).
+  SP_ASSIGN_OR_RETURN(job->topology, GatherTopology(comm, o.node_id, s));
   job->node =
       std::make_unique<RootedStorage>(o.storage ? o.storage : DefaultStorage(), o.local_root);
   job->dir = IterDir(iteration);

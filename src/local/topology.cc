@@ -40,10 +40,10 @@ Result<Topology> MakeTopology(const std::vector<std::string>& ids) {
   return t;
 }
 
-Result<Topology> GatherTopology(Comm& comm, const std::string& node_id) {
+Result<Topology> GatherTopology(Comm& comm, const std::string& node_id, const Status& local) {
   const std::string mine = node_id.empty() ? HostName() : node_id;
   std::vector<std::string> all;
-  SP_RETURN_IF_ERROR(internal_comm::AllGatherAgreed(comm, OkStatus(), mine, &all));
+  SP_RETURN_IF_ERROR(internal_comm::AllGatherAgreed(comm, local, mine, &all));
   return MakeTopology(all);
 }
 

@@ -35,8 +35,11 @@ std::string HostName();
 // newline (the replica map's separators).
 Result<Topology> MakeTopology(const std::vector<std::string>& ids);
 
-// Collective: all-gathers each rank's node id (empty = HostName()).
-Result<Topology> GatherTopology(Comm& comm, const std::string& node_id);
+// Collective: all-gathers each rank's node id (empty = HostName()), with
+// `local`, this rank's status so far: the lowest failing rank's error is
+// every rank's (AllGatherAgreed), so a caller needs no agreement of its own.
+Result<Topology> GatherTopology(Comm& comm, const std::string& node_id,
+                                const Status& local = OkStatus());
 
 // Number of copies on other nodes: min(replicas, nodes - 1), at least 0.
 int EffectiveReplicas(const Topology& t, int replicas);

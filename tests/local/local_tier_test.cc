@@ -170,6 +170,25 @@ TEST_F(LocalTierTest, ARecoveryReadsTheNodesCopyOnce) {
       << "bytes read " << counting.bytes.load() << ", local " << local << ", served " << served;
 }
 
+TEST_F(LocalTierTest, NegativeIterationIsInvalidArgumentOnEveryRankSyncAndAsync) {
+  std::vector<testing::RankState> src = States(ParallelConfig{2, 2, 2, true}, 1, true);
+  for (bool async : {false, true}) {
+    for (Status s : RunThreadRanks(8, [&](Comm& comm) -> Status {
+           AsyncSaver saver;
+           const State& st = src[comm.rank()].state;
+           if (async) return LocalSaveAsync(saver, st, -3, comm, Options(comm.rank(), 2)).status();
+           return LocalSave(st, -3, comm, Options(comm.rank(), 2)).status();
+         })) {
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << async << ": " << s.ToString();
+      EXPECT_NE(s.message().find("negative iteration -3"), std::string::npos) << s.ToString();
+    }
+  }
+  for (int n = 0; n < 4; ++n) {  // nothing written, nothing removed
+    Result<bool> there = DefaultStorage()->Exists(NodeRoot(n));
+    EXPECT_TRUE(there.ok() && !*there) << NodeRoot(n);
+  }
+}
+
 TEST_F(LocalTierTest, LostNodeRecoversFromPeersUnderAnotherLayout) {
   SaveBoth(7, /*persistent=*/false);
   ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(1)).ok());
