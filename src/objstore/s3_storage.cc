@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 #include "src/objstore/s3_upload.h"
 
@@ -90,30 +91,42 @@ class S3WritableFile : public WritableFile {
   bool closed_ = false;
 };
 
+// Opening costs no request: the size is asked for (one HEAD) only when
+// Size() is called, and a ReadAt is one ranged GET whose errors already name
+// a missing object (NotFound) or a short one (DataLoss and the range). A
+// load reads its tensors by the manifest's offsets, so it makes no HEAD.
 class S3ReadableFile : public ReadableFile {
  public:
-  S3ReadableFile(S3Client* client, std::string path, std::string bucket, std::string key,
-                 uint64_t size)
-      : client_(client),
-        path_(std::move(path)),
-        bucket_(std::move(bucket)),
-        key_(std::move(key)),
-        size_(size) {}
+  S3ReadableFile(S3Client* client, std::string path, std::string bucket, std::string key)
+      : client_(client), path_(std::move(path)), bucket_(std::move(bucket)), key_(std::move(key)) {}
 
   Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
-    if (offset > size_ || n > size_ - offset) {
+    std::optional<uint64_t> size;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      size = size_;
+    }
+    if (size && (offset > *size || n > *size - offset)) {
       return DataLossError("read " + path_ + " at bytes " + Range(offset, n) + ": the object has " +
-                           std::to_string(size_) + " bytes");
+                           std::to_string(*size) + " bytes");
     }
     return client_->GetRange(bucket_, key_, offset, n, dst);
   }
-  Result<uint64_t> Size() const override { return size_; }
+  Result<uint64_t> Size() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!size_) {
+      SP_ASSIGN_OR_RETURN(S3ObjectInfo info, client_->HeadObject(bucket_, key_));
+      size_ = info.size;
+    }
+    return *size_;
+  }
   const std::string& path() const override { return path_; }
 
  private:
   S3Client* const client_;
   const std::string path_, bucket_, key_;
-  const uint64_t size_;
+  mutable std::mutex mu_;
+  mutable std::optional<uint64_t> size_;
 };
 
 }  // namespace
@@ -150,9 +163,8 @@ Result<std::unique_ptr<WritableFile>> S3Storage::NewWritableFile(const std::stri
 Result<std::unique_ptr<ReadableFile>> S3Storage::NewReadableFile(const std::string& path) {
   std::string bucket, key;
   SP_RETURN_IF_ERROR(ParseS3Path(path, &bucket, &key));
-  SP_ASSIGN_OR_RETURN(S3ObjectInfo info, client_->HeadObject(bucket, key));
-  return std::unique_ptr<ReadableFile>(
-      new S3ReadableFile(client_.get(), path, bucket, key, info.size));
+  if (key.empty()) return InvalidArgumentError("'" + path + "' names a bucket, not an object");
+  return std::unique_ptr<ReadableFile>(new S3ReadableFile(client_.get(), path, bucket, key));
 }
 
 Status S3Storage::CreateDirs(const std::string& path) {

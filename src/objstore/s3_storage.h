@@ -11,8 +11,9 @@
 //     parts are sent as a multipart upload (parts in parallel, bounded
 //     memory). Sync completes the upload: only then does the object exist,
 //     whole. Truncate may only extend (zeros).
-//   * a ReadableFile is a HEAD (its size) and ranged GETs; loads read in
-//     requests of at least S3Options::read_request_bytes (PreferredReadSize).
+//   * a ReadableFile is ranged GETs, and a HEAD only if its Size() is asked
+//     (opening costs no request); loads read in requests of at least
+//     S3Options::read_request_bytes (PreferredReadSize).
 //   * CommitFile is one PUT, conditional (If-None-Match: *) when exclusive:
 //     the commit point of a save.
 //   * Rename and Exchange do not exist (SupportsRename() is false).
