@@ -21,23 +21,31 @@ from shardpoint import sharded as _sh
 _MASTER = "<fp32 master>"  # the stored state that holds a parameter's fp32 master copy
 
 
-def _placements(path: Any, mapping_spec: Any, variables: Any) -> dict:
+def _placements(path: Any, mapping_spec: Any, variables: Any, storage_options: Any) -> dict:
     """{(hf name, state): [(key, key shape, hf shape, hf_offset, box offset, box shape)]}."""
     from shardpoint import hf as sphf
     from shardpoint._read import metadata
-    shapes = {k: list(t.shape) for k, t in metadata(path).tensors.items()}
+    from shardpoint._storage import storage_for
+    storage = storage_for(storage_options)
+    md = metadata(path, storage_options=storage_options)
+    shapes = {k: list(t.shape) for k, t in md.tensors.items()}
     out: dict = {}
     for key, state, hf, hf_shape, off, bo, bs in _C.place_in_hf(
-            str(path), sphf.mapping(mapping_spec), dict(variables or {})):
+            str(path), sphf.mapping(mapping_spec), dict(variables or {}), storage):
         out.setdefault((hf, state), []).append((key, shapes[key], hf_shape, off, bo, bs))
     return out
 
 
-def _stored_step(path: Any) -> int | None:
+def _user_metadata(path: Any, storage_options: Any) -> dict:
+    """The checkpoint's user metadata."""
+    from shardpoint._read import metadata
+    return metadata(path, storage_options=storage_options).metadata or {}
+
+
+def _stored_step(path: Any, storage_options: Any) -> int | None:
     """The step of a Megatron torch_dist checkpoint's optimizer (common.pt's
     optimizer param groups), if it states one."""
-    from shardpoint._read import metadata
-    md = metadata(path).metadata or {}
+    md = _user_metadata(path, storage_options)
     common = md.get("megatron_torch_dist", {}).get("common.pt", {})
     opt = common.get("optimizer", {}) if isinstance(common, dict) else {}
     while isinstance(opt, dict) and "param_groups" not in opt and "optimizer" in opt:
@@ -47,11 +55,10 @@ def _stored_step(path: Any) -> int | None:
     return steps.pop() if len(steps) == 1 and isinstance(next(iter(steps), None), int) else None
 
 
-def _not_rebuilt(path: Any) -> str:
+def _not_rebuilt(path: Any, storage_options: Any) -> str:
     """Why a Megatron checkpoint's dp_reshardable buckets were not rebuilt per
     parameter (docs/dcp.md), or ""."""
-    from shardpoint._read import metadata
-    md = metadata(path).metadata or {}
+    md = _user_metadata(path, storage_options)
     why = md.get("megatron_torch_dist", {}).get("dp_reshardable", {}).get("not_rebuilt", "")
     return why if isinstance(why, str) else ""
 
@@ -161,15 +168,16 @@ def load_mapped(ts: Any, path: Any, mapping_spec: Any, *, variables: Any = None,
     kwargs.pop("allow_missing_keys", None)
     try:
         sd = ts.state_dict(allow_dry_step=True, init_state=True)
+        so = kwargs.get("storage_options")
         todo, copies, missing = _load_dict(_targets(sd, opts, master_params),
-                                           _placements(path, mapping_spec, variables),
-                                           allow_missing, _not_rebuilt(path))
+                                           _placements(path, mapping_spec, variables, so),
+                                           allow_missing, _not_rebuilt(path, so))
         result = _load(todo, path, ts.comm, allow_missing_keys=False, **kwargs)
     except BaseException:
         for (_, o), keep in zip(opts, before):
             forget_state(o, keep)
         raise
-    step = _stored_step(path) if step is None else step
+    step = _stored_step(path, kwargs.get("storage_options")) if step is None else step
     with torch.no_grad():
         for dst, buf in copies:
             dst.copy_(buf)

@@ -219,9 +219,13 @@ def _manifest_metadata(md: Any) -> Any:
 
 def _read_md(path: str, storage_options: dict | None) -> tuple[Any, str]:
     """(DCP Metadata, how its byte items are stored) of the checkpoint at ``path``."""
-    # a plain DCP directory (local: torch's FileSystemReader reads it)
-    if _C.checkpoint_kind(path, storage_for(storage_options)) == "pytorch_dcp":
-        return _D.FileSystemReader(path).read_metadata(), "dcp"
+    # a plain DCP directory: its .metadata is a pickle (torch's FileSystemReader
+    # reads a local one; on an object store it comes through shardpoint's storage)
+    storage = storage_for(storage_options)
+    if _C.checkpoint_kind(path, storage) == "pytorch_dcp":
+        if not path.startswith("s3://"):
+            return _D.FileSystemReader(path).read_metadata(), "dcp"
+        return pickle.loads(_C.read_file(path.rstrip("/") + "/.metadata", storage)), "dcp"
     md = _sp_metadata(path, storage_options=storage_options)
     written = isinstance(md.metadata, dict) and isinstance(md.metadata.get("dcp"), dict) \
         and md.metadata["dcp"].get("writer") == WRITER_TAG

@@ -95,9 +95,11 @@ void RegisterDescribe(py::module_& m) {
   m.def("hf_default_load_options", &HfDefaultLoadOptions);
   m.def(
       "place_in_hf",
-      [](const std::string& dir, const HfMapping& mapping, Variables variables) {
+      [](const std::string& dir, const HfMapping& mapping, Variables variables,
+         const OptStorage& storage) {
         HfOptions o;
         o.variables = std::move(variables);
+        o.storage = Get(storage);
         std::vector<HfPlacement> places = Unwrap(PlaceInHf(dir, mapping, o));
         std::vector<std::tuple<std::string, std::string, std::string, Shape, int64_t, Shape, Shape>>
             out;
@@ -109,7 +111,7 @@ void RegisterDescribe(py::module_& m) {
         return out;
       },
       py::arg("dir"), py::arg("mapping"), py::arg("variables") = Variables{},
-      py::call_guard<py::gil_scoped_release>());
+      py::arg("storage") = std::nullopt, py::call_guard<py::gil_scoped_release>());
 }
 
 void RegisterTransfer(py::module_& m) {

@@ -2,7 +2,11 @@
 // (shardpoint/object_store.h): made from Python's storage_options, held by
 // shared_ptr, and handed to the options of a call (SaveOptions.set_storage,
 // LoadOptions.set_storage) or to the calls that take one directly.
+#include <pybind11/stl.h>
+
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "python/src/bindings.h"
 #include "python/src/errors.h"
@@ -27,6 +31,21 @@ void RegisterStorage(py::module_& m) {
       py::arg("endpoint") = "", py::arg("region") = "", py::arg("addressing") = "",
       py::arg("profile") = "", py::arg("access_key_id") = "", py::arg("secret_access_key") = "",
       py::arg("session_token") = "");
+  // A whole file's bytes through a storage (None: the default, which also
+  // dispatches s3:// paths): what Python needs of files it parses itself,
+  // such as a plain DCP directory's .metadata.
+  m.def(
+      "read_file",
+      [](const std::string& path, const std::optional<std::shared_ptr<Storage>>& storage) {
+        Storage* s = storage ? storage->get() : DefaultStorage();
+        std::string data;
+        {
+          py::gil_scoped_release release;
+          data = Unwrap(s->ReadFileToString(path));
+        }
+        return py::bytes(data);
+      },
+      py::arg("path"), py::arg("storage") = std::nullopt);
 }
 
 }  // namespace shardpoint::python

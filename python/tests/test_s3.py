@@ -252,6 +252,55 @@ def test_dcp_writer_and_reader_take_storage_options(opts, url):
 
 
 @needs_server
+def test_dcp_reader_loads_a_plain_torch_dcp_directory_on_s3(opts, url, tmp_path):
+    # A DCP directory written by torch 1.13's own FileSystemWriter, uploaded
+    # file by file as it is (boto3), loads by torch's load_state_dict through
+    # shardpoint.dcp's reader: its .metadata comes through shardpoint's storage.
+    import sys
+
+    import torch
+    boto3 = pytest.importorskip("boto3")
+    spdcp = pytest.importorskip("shardpoint.dcp")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from dcp_compat import import_dcp
+    dcp = import_dcp()
+    torch.manual_seed(13)
+    sd = {"w": torch.randn(96, 40), "b": torch.randn(9).to(torch.float64),
+          "step": torch.tensor(7)}
+    local = tmp_path / "dcp"
+    dcp.save_state_dict(sd, dcp.FileSystemWriter(str(local)), no_dist=True)
+    client = boto3.client("s3", endpoint_url=opts["endpoint_url"],
+                          region_name=opts["region_name"],
+                          aws_access_key_id=opts["aws_access_key_id"],
+                          aws_secret_access_key=opts["aws_secret_access_key"])
+    bucket, prefix = url[len("s3://"):].split("/", 1)
+    for name in sorted(os.listdir(local)):
+        client.upload_file(str(local / name), bucket, f"{prefix}/dcp/{name}")
+    back = {k: torch.zeros_like(v) for k, v in sd.items()}
+    dcp.load_state_dict(back, spdcp.StorageReader(f"{url}/dcp", storage_options=opts),
+                        no_dist=True)
+    assert all(torch.equal(back[k], sd[k]) for k in sd)
+
+
+@needs_server
+def test_train_state_mapped_load_takes_storage_options(opts, url):
+    # TrainState.load(mapping=...) on s3:// (its placement, _C.place_in_hf, and
+    # its manifest reads through the storage): a checkpoint under HF names,
+    # saved with storage_options alone, loads into a torch model bit for bit.
+    import torch
+
+    from shardpoint.torch import TrainState
+    torch.manual_seed(14)
+    stored = {"weight": torch.randn(24, 40), "bias": torch.randn(24)}
+    sp.save({k: v.numpy() for k, v in stored.items()}, f"{url}/ck", sp.single(),
+            storage_options=opts)
+    model = torch.nn.Linear(40, 24)
+    TrainState(model, comm=sp.single(), rng=False).load(f"{url}/ck", mapping="",
+                                                        storage_options=opts)
+    assert torch.equal(model.weight, stored["weight"]) and torch.equal(model.bias, stored["bias"])
+
+
+@needs_server
 def test_tiered_manager_drains_a_local_checkpoint_to_s3(opts, url, tmp_path):
     # A manager with a local tier and an s3:// persistent root, set up by
     # storage_options: iteration 2's local checkpoint drains to the store.

@@ -123,14 +123,23 @@ Result<S3Options> ResolveS3Options(S3Options o) {
         "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or profile '" +
         o.profile + "' in " + credentials_file + " or " + config_file);
   }
-  SP_RETURN_IF_ERROR(PositiveFromEnv("SHARDPOINT_S3_READ_BYTES", "bytes", &o.read_request_bytes));
-  uint64_t lease_s = 0;
-  SP_RETURN_IF_ERROR(PositiveFromEnv("SHARDPOINT_S3_LEASE_SECONDS", "seconds", &lease_s));
-  if (lease_s > 86400) {
-    return InvalidArgumentError("SHARDPOINT_S3_LEASE_SECONDS=" + std::to_string(lease_s) +
-                                ": at most 86400 (a day)");
+  // Unset (0): the environment, else the default; a value set wins.
+  if (o.read_request_bytes == 0) {
+    SP_RETURN_IF_ERROR(PositiveFromEnv("SHARDPOINT_S3_READ_BYTES", "bytes", &o.read_request_bytes));
+    if (o.read_request_bytes == 0) o.read_request_bytes = uint64_t{16} << 20;
   }
-  if (lease_s > 0) o.lease_ms = static_cast<int>(lease_s * 1000);
+  if (o.lease_ms == 0) {
+    uint64_t lease_s = 0;
+    SP_RETURN_IF_ERROR(PositiveFromEnv("SHARDPOINT_S3_LEASE_SECONDS", "seconds", &lease_s));
+    if (lease_s > 86400) {
+      return InvalidArgumentError("SHARDPOINT_S3_LEASE_SECONDS=" + std::to_string(lease_s) +
+                                  ": at most 86400 (a day)");
+    }
+    o.lease_ms = lease_s > 0 ? static_cast<int>(lease_s * 1000) : 60000;
+  }
+  if (o.lease_ms < 0) {
+    return InvalidArgumentError("S3 lease " + std::to_string(o.lease_ms) + " ms is negative");
+  }
   if (o.part_size < (uint64_t{5} << 20) || o.part_size > (uint64_t{5} << 30)) {
     return InvalidArgumentError("S3 part size " + std::to_string(o.part_size) +
                                 " is outside [5 MiB, 5 GiB]");

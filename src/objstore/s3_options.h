@@ -44,13 +44,15 @@ struct S3Options {
   int parts_in_flight = 4;
   // Loads and verifies read in requests (ranged GETs) of at least this many
   // bytes (src/io/read_size.h): LoadOptions::read_slice_bytes, 1 MiB by
-  // default, would cost a round trip per MiB. Default 16 MiB; the environment
-  // variable SHARDPOINT_S3_READ_BYTES sets it (1048576: a GET per MiB).
-  uint64_t read_request_bytes = uint64_t{16} << 20;
+  // default, would cost a round trip per MiB. 0 (unset): the environment
+  // variable SHARDPOINT_S3_READ_BYTES (1048576: a GET per MiB), else 16 MiB;
+  // a value set here wins over the variable.
+  uint64_t read_request_bytes = 0;
   // How long a lock lease (S3Storage::LockFile, CheckpointManager's lock)
   // lasts without renewal: the time a crashed job's lock blocks the next one.
-  // Default 60 s; SHARDPOINT_S3_LEASE_SECONDS sets it (1 to 86400).
-  int lease_ms = 60000;
+  // 0 (unset): SHARDPOINT_S3_LEASE_SECONDS (1 to 86400), else 60 s; a value
+  // set here wins over the variable.
+  int lease_ms = 0;
   // Retries of a failed request (5xx, 429, 408, timeouts, resets): at most
   // max_attempts tries in all, backing off exponentially from
   // retry_base_ms with full jitter, and no new try after

@@ -146,6 +146,14 @@ TEST_F(S3OptionsTest, ReadBytesAndLeaseFromTheEnvironment) {
     EXPECT_NE(r.status().message().find("SHARDPOINT_S3_LEASE_SECONDS"), std::string::npos)
         << r.status().ToString();
   }
+  // Values set explicitly win over the variables.
+  S3Options set;
+  set.read_request_bytes = uint64_t{4} << 20;
+  set.lease_ms = 7000;
+  Result<S3Options> kept = ResolveS3Options(set);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(kept->read_request_bytes, uint64_t{4} << 20);
+  EXPECT_EQ(kept->lease_ms, 7000);
   ::setenv("SHARDPOINT_S3_LEASE_SECONDS", "86401", 1);
   EXPECT_EQ(ResolveS3Options({}).status().code(), StatusCode::kInvalidArgument);
   ::unsetenv("SHARDPOINT_S3_LEASE_SECONDS");

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <mutex>
+#include <optional>
 
 #include "src/objstore/s3_upload.h"
 
@@ -22,34 +22,21 @@ std::string AsPrefix(std::string key) {
   return key.empty() ? key : key + "/";
 }
 
-// Writes arrive in offset order give or take those in flight; the early ones
-// wait in `pending_` until the gap before them fills.
+// Writes go straight into their part's buffer (S3Upload's part window), in
+// any order and from any number of threads; Sync completes the upload.
 class S3WritableFile : public WritableFile {
  public:
-  S3WritableFile(S3Client* client, std::string path, std::string bucket, std::string key)
-      : path_(std::move(path)), upload_(client, std::move(bucket), std::move(key)) {}
+  S3WritableFile(S3Client* client, std::string path, std::string bucket, std::string key,
+                 std::shared_ptr<PartPool> pool)
+      : path_(std::move(path)),
+        upload_(client, std::move(bucket), std::move(key), std::move(pool)) {}
 
   Status WriteAt(uint64_t offset, const void* data, size_t n) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    SP_RETURN_IF_ERROR(CheckOpen("write"));
-    if (offset < upload_.size()) {
-      return InvalidArgumentError("write " + path_ + " at bytes " + Range(offset, n) +
-                                  ": an object is written in order, and byte " +
-                                  std::to_string(upload_.size()) + " was already sent");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      SP_RETURN_IF_ERROR(CheckOpen("write"));
     }
-    if (offset > upload_.size()) {
-      Pending& held = pending_[offset];
-      held.n = n;
-      if (n <= upload_.part_size()) {  // in a recycled part buffer: no fresh pages
-        held.pooled = upload_.TakeBuffer();
-        std::memcpy(held.pooled.get(), data, n);
-      } else {
-        held.big.assign(static_cast<const char*>(data), n);
-      }
-      return OkStatus();
-    }
-    SP_RETURN_IF_ERROR(upload_.Append(data, n));
-    return Drain();
+    return upload_.WriteAt(offset, data, n);  // copies outside any lock
   }
 
   // Sets the size the object will have: bytes below it never written are
@@ -57,16 +44,13 @@ class S3WritableFile : public WritableFile {
   Status Truncate(uint64_t size) override {
     std::lock_guard<std::mutex> lock(mu_);
     SP_RETURN_IF_ERROR(CheckOpen("truncate"));
-    uint64_t written = upload_.size();
-    if (!pending_.empty()) {
-      written = std::max<uint64_t>(written, pending_.rbegin()->first + pending_.rbegin()->second.n);
-    }
+    const uint64_t written = upload_.size();
     if (size < written) {
       return InvalidArgumentError("truncate " + path_ + " to " + std::to_string(size) +
                                   " bytes: an object can only be extended (" +
                                   std::to_string(written) + " bytes written)");
     }
-    size_ = size;
+    upload_.ExtendTo(size);
     return OkStatus();
   }
 
@@ -75,18 +59,6 @@ class S3WritableFile : public WritableFile {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return OkStatus();
     SP_RETURN_IF_ERROR(CheckOpen("sync"));
-    // Holes below the size Truncate set are zeros; others were never written.
-    while (!pending_.empty()) {
-      const uint64_t next = pending_.begin()->first;
-      if (next > size_) {
-        return InvalidArgumentError("sync " + path_ + ": bytes from " +
-                                    std::to_string(upload_.size()) + " to " + std::to_string(next) +
-                                    " were never written");
-      }
-      SP_RETURN_IF_ERROR(AppendZeros(next));
-      SP_RETURN_IF_ERROR(Drain());
-    }
-    SP_RETURN_IF_ERROR(AppendZeros(size_));
     finished_ = true;
     return upload_.Finish();
   }
@@ -112,70 +84,49 @@ class S3WritableFile : public WritableFile {
     return OkStatus();
   }
 
-  Status AppendZeros(uint64_t to) {
-    if (upload_.size() >= to) return OkStatus();
-    const std::string zeros(std::min<uint64_t>(to - upload_.size(), 1 << 20), '\0');
-    while (upload_.size() < to) {
-      SP_RETURN_IF_ERROR(
-          upload_.Append(zeros.data(), std::min<uint64_t>(zeros.size(), to - upload_.size())));
-    }
-    return OkStatus();
-  }
-
-  Status Drain() {
-    while (!pending_.empty() && pending_.begin()->first <= upload_.size()) {
-      auto it = pending_.begin();
-      Pending& held = it->second;
-      if (it->first < upload_.size()) {
-        return InvalidArgumentError("write " + path_ + " at bytes " + Range(it->first, held.n) +
-                                    " overlaps an earlier one");
-      }
-      SP_RETURN_IF_ERROR(upload_.Append(held.pooled ? held.pooled.get() : held.big.data(), held.n));
-      upload_.GiveBuffer(std::move(held.pooled));
-      pending_.erase(it);
-    }
-    return OkStatus();
-  }
-
   std::mutex mu_;
   const std::string path_;
   S3Upload upload_;
-  // A write that came early, held until the bytes before it are sent.
-  struct Pending {
-    std::unique_ptr<char[]> pooled;  // one of the upload's part buffers
-    std::string big;                 // longer than a part
-    size_t n = 0;
-  };
-  std::map<uint64_t, Pending> pending_;
-  uint64_t size_ = 0;  // set by Truncate: the object's size at least
   bool finished_ = false;
   bool closed_ = false;
 };
 
+// Opening costs no request: the size is asked for (one HEAD) only when
+// Size() is called, and a ReadAt is one ranged GET whose errors already name
+// a missing object (NotFound) or a short one (DataLoss and the range). A
+// load reads its tensors by the manifest's offsets, so it makes no HEAD.
 class S3ReadableFile : public ReadableFile {
  public:
-  S3ReadableFile(S3Client* client, std::string path, std::string bucket, std::string key,
-                 uint64_t size)
-      : client_(client),
-        path_(std::move(path)),
-        bucket_(std::move(bucket)),
-        key_(std::move(key)),
-        size_(size) {}
+  S3ReadableFile(S3Client* client, std::string path, std::string bucket, std::string key)
+      : client_(client), path_(std::move(path)), bucket_(std::move(bucket)), key_(std::move(key)) {}
 
   Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
-    if (offset > size_ || n > size_ - offset) {
+    std::optional<uint64_t> size;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      size = size_;
+    }
+    if (size && (offset > *size || n > *size - offset)) {
       return DataLossError("read " + path_ + " at bytes " + Range(offset, n) + ": the object has " +
-                           std::to_string(size_) + " bytes");
+                           std::to_string(*size) + " bytes");
     }
     return client_->GetRange(bucket_, key_, offset, n, dst);
   }
-  Result<uint64_t> Size() const override { return size_; }
+  Result<uint64_t> Size() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!size_) {
+      SP_ASSIGN_OR_RETURN(S3ObjectInfo info, client_->HeadObject(bucket_, key_));
+      size_ = info.size;
+    }
+    return *size_;
+  }
   const std::string& path() const override { return path_; }
 
  private:
   S3Client* const client_;
   const std::string path_, bucket_, key_;
-  const uint64_t size_;
+  mutable std::mutex mu_;
+  mutable std::optional<uint64_t> size_;
 };
 
 }  // namespace
@@ -194,7 +145,10 @@ Status ParseS3Path(const std::string& path, std::string* bucket, std::string* ke
 }
 
 S3Storage::S3Storage(std::unique_ptr<S3Client> client)
-    : client_(std::move(client)), lease_ms_(client_->options().lease_ms) {}
+    : client_(std::move(client)),
+      parts_(std::make_shared<PartPool>(client_->options().part_size,
+                                        client_->options().max_connections)),
+      lease_ms_(client_->options().lease_ms) {}
 S3Storage::~S3Storage() = default;
 
 Result<std::unique_ptr<WritableFile>> S3Storage::NewWritableFile(const std::string& path,
@@ -202,15 +156,15 @@ Result<std::unique_ptr<WritableFile>> S3Storage::NewWritableFile(const std::stri
   std::string bucket, key;
   SP_RETURN_IF_ERROR(ParseS3Path(path, &bucket, &key));
   if (key.empty()) return InvalidArgumentError("'" + path + "' names a bucket, not an object");
-  return std::unique_ptr<WritableFile>(new S3WritableFile(client_.get(), path, bucket, key));
+  return std::unique_ptr<WritableFile>(
+      new S3WritableFile(client_.get(), path, bucket, key, parts_));
 }
 
 Result<std::unique_ptr<ReadableFile>> S3Storage::NewReadableFile(const std::string& path) {
   std::string bucket, key;
   SP_RETURN_IF_ERROR(ParseS3Path(path, &bucket, &key));
-  SP_ASSIGN_OR_RETURN(S3ObjectInfo info, client_->HeadObject(bucket, key));
-  return std::unique_ptr<ReadableFile>(
-      new S3ReadableFile(client_.get(), path, bucket, key, info.size));
+  if (key.empty()) return InvalidArgumentError("'" + path + "' names a bucket, not an object");
+  return std::unique_ptr<ReadableFile>(new S3ReadableFile(client_.get(), path, bucket, key));
 }
 
 Status S3Storage::CreateDirs(const std::string& path) {

@@ -5,13 +5,15 @@
 //   * a file is an object; a directory is a key prefix ("dir/"), which
 //     exists while an object lies under it. CreateDirs and SyncDir do
 //     nothing (no directories to make or fsync).
-//   * a WritableFile streams: writes must arrive in order of offset, give or
-//     take the few in flight (out-of-order ones are held until the gap
-//     fills), and are sent as a multipart upload (S3Upload: parts in
-//     parallel, bounded memory). Sync completes the upload: only then does
-//     the object exist, whole. Truncate may only extend (zeros).
-//   * a ReadableFile is a HEAD (its size) and ranged GETs; loads read in
-//     requests of at least S3Options::read_request_bytes (PreferredReadSize).
+//   * a WritableFile streams: each write is copied into its part's buffer
+//     (S3Upload's part window: any order, any threads; writes far beyond
+//     the lowest unsent part are held in a copy until it nears), and full
+//     parts are sent as a multipart upload (parts in parallel, bounded
+//     memory). Sync completes the upload: only then does the object exist,
+//     whole. Truncate may only extend (zeros).
+//   * a ReadableFile is ranged GETs, and a HEAD only if its Size() is asked
+//     (opening costs no request); loads read in requests of at least
+//     S3Options::read_request_bytes (PreferredReadSize).
 //   * CommitFile is one PUT, conditional (If-None-Match: *) when exclusive:
 //     the commit point of a save.
 //   * Rename and Exchange do not exist (SupportsRename() is false).
@@ -28,6 +30,7 @@
 #include "shardpoint/storage.h"
 #include "src/io/read_size.h"
 #include "src/objstore/s3_client.h"
+#include "src/objstore/s3_part_pool.h"
 
 namespace shardpoint::internal_objstore {
 
@@ -40,6 +43,8 @@ class S3Storage : public Storage, public internal_io::PreferredReadSize {
   explicit S3Storage(std::unique_ptr<S3Client> client);
   ~S3Storage() override;
   S3Client* client() const { return client_.get(); }
+  // The part buffers its uploads share (tests read allocated()).
+  const PartPool& part_pool() const { return *parts_; }
   // How long a lock lease lasts without renewal (S3Options::lease_ms, default
   // 60 s): the time a crashed job's lock blocks the next one. Tests shorten it.
   void set_lease_ms(int ms) { lease_ms_ = ms; }
@@ -66,6 +71,9 @@ class S3Storage : public Storage, public internal_io::PreferredReadSize {
 
  private:
   const std::unique_ptr<S3Client> client_;
+  // Kept across files and saves, up to max_connections idle buffers: the next
+  // save writes into pages it already has.
+  const std::shared_ptr<PartPool> parts_;
   int lease_ms_;
 };
 

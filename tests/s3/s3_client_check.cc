@@ -8,6 +8,7 @@
 #include <random>
 
 #include "src/objstore/s3_client.h"
+#include "src/objstore/s3_storage.h"
 #include "src/objstore/s3_upload.h"
 #include "tests/s3/fault_proxy.h"
 #include "tests/s3/s3_server.h"
@@ -126,7 +127,8 @@ TEST_F(S3ClientCheck, MultipartAroundThePartBoundary) {
 }
 
 // Six parts with two in flight: the part buffers are recycled (at most
-// parts_in_flight + 1 allocated), not one fresh buffer per part; bit for bit.
+// parts_in_flight + 2 allocated: two parts filling, the others sending), not
+// one fresh buffer per part; bit for bit.
 TEST_F(S3ClientCheck, PartBuffersAreRecycled) {
   auto c = Client();
   const std::string data = Bytes(5 * kPart + 1, 6);
@@ -138,8 +140,36 @@ TEST_F(S3ClientCheck, PartBuffersAreRecycled) {
   }
   ASSERT_TRUE(up.Finish().ok());
   EXPECT_EQ(up.parts(), 6);
-  EXPECT_LE(up.buffers_allocated(), c->options().parts_in_flight + 1);
+  EXPECT_LE(up.buffers_allocated(), c->options().parts_in_flight + 2);
   EXPECT_TRUE(*c->GetObject(kBucket, "mp/recycled") == data);
+}
+
+// Opening a file costs no request (a load makes no HEAD per data file): a
+// read is one ranged GET, Size() one HEAD, and a missing object is NotFound
+// at its first read, naming it.
+TEST_F(S3ClientCheck, OpeningAFileCostsNoRequest) {
+  S3Storage storage(Client());
+  const std::string data = Bytes(3000, 12);
+  ASSERT_TRUE(storage.client()->PutObject(kBucket, "open/a", data).ok());
+  const uint64_t before = storage.client()->stats().requests;
+  Result<std::unique_ptr<ReadableFile>> f =
+      storage.NewReadableFile(std::string("s3://") + kBucket + "/open/a");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(storage.client()->stats().requests, before);
+  std::string got(1000, '\0');
+  ASSERT_TRUE((*f)->ReadAt(2000, got.size(), got.data()).ok());
+  EXPECT_EQ(got, data.substr(2000));
+  EXPECT_EQ(storage.client()->stats().requests, before + 1);
+  EXPECT_EQ(*(*f)->Size(), data.size());
+  EXPECT_EQ(storage.client()->stats().requests, before + 2);
+  Status beyond = (*f)->ReadAt(2999, 2, got.data());  // the size is known now
+  EXPECT_EQ(beyond.code(), StatusCode::kDataLoss) << beyond.ToString();
+  Result<std::unique_ptr<ReadableFile>> missing =
+      storage.NewReadableFile(std::string("s3://") + kBucket + "/open/missing");
+  ASSERT_TRUE(missing.ok()) << missing.status().ToString();
+  Status s = (*missing)->ReadAt(0, 10, got.data());
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
+  EXPECT_NE(s.message().find("s3://client-check/open/missing"), std::string::npos) << s.ToString();
 }
 
 TEST_F(S3ClientCheck, UnfinishedUploadLeavesNothing) {
