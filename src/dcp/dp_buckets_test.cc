@@ -195,6 +195,16 @@ int64_t ExpertAt(const Manifest& m, const std::string& key, int64_t e, int64_t l
   return -1;
 }
 
+// The exp_avg chunk of `key` whose box starts at `offset`: (file, element).
+std::pair<uint32_t, int64_t> StateAt(const Manifest& m, const std::string& key,
+                                     const Shape& offset) {
+  const TensorRecord& t = m.tensors[m.FindTensor("optimizer.state.exp_avg." + key)];
+  for (const ChunkRecord& c : t.chunks) {
+    if (c.box.offset == offset) return {c.file, static_cast<int64_t>(c.offset / 4)};
+  }
+  return {99, -1};
+}
+
 // PP=2, EP=1: 2 MoE layers, one per stage; dense chained_0 groups 0 (the
 // embedding) and 1 (output_layer [2, 5]); expert chained_1 groups 0 and 1
 // (= EP rank + EP x PP rank), each its stage's layer's experts.
@@ -225,6 +235,53 @@ TEST(DpBucketsTest, AnMoeModelsExpertGroupsFollowThePipelineStages) {
     EXPECT_EQ(ExpertAt(m, fc2, 0, l, &file), 64);
     EXPECT_EQ(file, 2u + static_cast<uint32_t>(l)) << l;  // chained_1 group l
   }
+}
+
+// Virtual pipeline stages and MoE: PP 2 x VPP 2 over 4 layers (stage 0
+// holds layers 0 | 2, stage 1 layers 1 | 3), one expert per layer, EP 1.
+// Each model chunk has its own buffers, chunk 0's first in gbuf_idx, and a
+// chunk without parameters of an optimizer has none: dense group 0 has one
+// buffer (chunk 0's embedding), group 1 one (chunk 1's output layer); expert
+// group g's buffer 0 holds stage g's first layer, buffer 1 its second.
+TEST(DpBucketsTest, ModelChunksHaveBuffersOfTheirOwnChunkZerosFirst) {
+  Manifest m;
+  m.tensors = {Model("embedding.word_embeddings.weight", {3, 2}, false),
+               Model("output_layer.weight", {2, 5}, false),
+               Model("decoder.layers.mlp.experts.linear_fc1.weight", {4, 1, 1, 1}, true),
+               Model("decoder.layers.mlp.experts.linear_fc2.weight", {4, 1, 1, 1}, true)};
+  for (int g = 0; g < 2; ++g) {
+    TensorRecord d = Bucket(0, "exp_avg", g == 0 ? 6 : 10, {}, g);
+    d.key = "chained_0." + d.key;
+    d.chunks[0].file = static_cast<uint32_t>(g);
+    m.tensors.push_back(d);
+    for (int b = 0; b < 2; ++b) {
+      TensorRecord e = Bucket(0, "exp_avg", 65, {}, g);
+      e.key = "chained_1." + e.key;
+      e.key.replace(e.key.find("gbuf_idx_0"), 10, "gbuf_idx_" + std::to_string(b));
+      e.chunks[0].file = 10 + static_cast<uint32_t>(2 * g + b);
+      m.tensors.push_back(e);
+    }
+  }
+  std::sort(m.tensors.begin(), m.tensors.end(),
+            [](const TensorRecord& a, const TensorRecord& b) { return a.key < b.key; });
+  DpBucketArgs a = Args(1, 2);
+  a.vpp_size = 2;
+  a.grouped_gemm = true;
+  Result<DpBucketRebuild> r = RebuildDpBuckets(a, &m);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->not_rebuilt, "");
+  const std::string fc1 = "decoder.layers.mlp.experts.linear_fc1.weight";
+  const uint32_t want_file[] = {10, 12, 11, 13};  // layer l: (group, buffer)
+  for (int64_t l = 0; l < 4; ++l) {
+    uint32_t file = 99;
+    EXPECT_EQ(ExpertAt(m, fc1, 0, l, &file), 64) << l;
+    EXPECT_EQ(file, want_file[l]) << l;
+  }
+  EXPECT_EQ(StateAt(m, "output_layer.weight", {0, 0}), std::make_pair(1u, int64_t{0}));
+  a.vpp_size = 1;  // without model chunks: one expert buffer per group, two stored
+  r = RebuildDpBuckets(a, &m);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->not_rebuilt, HasSubstr("gradient buffer 1 of data-parallel group 0 holds"));
 }
 
 TEST(DpBucketsTest, AnMoeModelsExpertOptimizerIsRebuiltInItsMlpsOrder) {
@@ -274,16 +331,6 @@ TEST(DpBucketsTest, AnMoeModelsExpertOptimizerIsRebuiltInItsMlpsOrder) {
   r = RebuildDpBuckets(Args(1, 1), &m);  // chained_1 without experts
   ASSERT_TRUE(r.ok());
   EXPECT_THAT(r->not_rebuilt, HasSubstr("chained_1. buckets but no expert parameters"));
-}
-
-// The exp_avg chunk of `key` whose box starts at `offset`: (file, element).
-std::pair<uint32_t, int64_t> StateAt(const Manifest& m, const std::string& key,
-                                     const Shape& offset) {
-  const TensorRecord& t = m.tensors[m.FindTensor("optimizer.state.exp_avg." + key)];
-  for (const ChunkRecord& c : t.chunks) {
-    if (c.box.offset == offset) return {c.file, static_cast<int64_t>(c.offset / 4)};
-  }
-  return {99, -1};
 }
 
 // A Qwen/DeepSeek-style MoE layer: Moe()'s experts (chained_1) and, in the
