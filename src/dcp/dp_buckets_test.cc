@@ -334,11 +334,12 @@ TEST(DpBucketsTest, AnMoeModelsExpertOptimizerIsRebuiltInItsMlpsOrder) {
 }
 
 // A Qwen/DeepSeek-style MoE layer: Moe()'s experts (chained_1) and, in the
-// dense optimizer, the router [1, 2, 2], its expert_bias buffer [1, 2] (in
-// no buffer) and the shared experts. Model order: router.weight, then
-// SharedExpertMLP's own gate_weight [1, 1, 2] before its linear_fc1
-// [1, 4, 2] and linear_fc2 [1, 2, 2]. Reverse, 64-aligned: fc2 at 0, fc1 at
-// 64, gate_weight at 128, router at 192 (196 elements).
+// dense optimizer, the router [1, 2, 2] with its bias [1, 2], its
+// expert_bias buffer [1, 2] (in no buffer) and the shared experts. Model
+// order: router.weight, router.bias, then SharedExpertMLP's own gate_weight
+// [1, 1, 2] before its linear_fc1 [1, 4, 2] and linear_fc2 [1, 2, 2].
+// Reverse, 64-aligned: fc2 at 0, fc1 at 64, gate_weight at 128, the
+// router's bias at 192, its weight at 256 (260 elements).
 TEST(DpBucketsTest, SharedExpertsAreInTheDenseBufferAfterTheRouter) {
   Manifest m = Moe();
   std::erase_if(m.tensors, [](const TensorRecord& t) {
@@ -347,13 +348,14 @@ TEST(DpBucketsTest, SharedExpertsAreInTheDenseBufferAfterTheRouter) {
   const std::string l = "decoder.layers.mlp.";
   for (const auto& [k, shape] : std::vector<std::pair<std::string, Shape>>{
            {"router.weight", {1, 2, 2}},
+           {"router.bias", {1, 2}},
            {"router.expert_bias", {1, 2}},
            {"shared_experts.gate_weight", {1, 1, 2}},
            {"shared_experts.linear_fc1.weight", {1, 4, 2}},
            {"shared_experts.linear_fc2.weight", {1, 2, 2}}}) {
     m.tensors.push_back(Model(l + k, shape, true));
   }
-  TensorRecord b = Bucket(0, "exp_avg", 196, {});
+  TensorRecord b = Bucket(0, "exp_avg", 260, {});
   b.key = "chained_0." + b.key;
   b.chunks[0].file = 0;
   m.tensors.push_back(b);
@@ -362,13 +364,14 @@ TEST(DpBucketsTest, SharedExpertsAreInTheDenseBufferAfterTheRouter) {
   Result<DpBucketRebuild> r = RebuildDpBuckets(Args(1, 1), &m);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ(r->not_rebuilt, "");
-  EXPECT_EQ(r->params, 6);  // 4 dense parameters, 2 experts keys; no expert_bias state
+  EXPECT_EQ(r->params, 7);  // 5 dense parameters, 2 experts keys; no expert_bias state
   EXPECT_LT(m.FindTensor("optimizer.state.exp_avg." + l + "router.expert_bias"), 0);
-  const std::pair<uint32_t, int64_t> at[] = {{0, 0}, {0, 64}, {0, 128}, {0, 192}};
+  const std::pair<uint32_t, int64_t> at[] = {{0, 0}, {0, 64}, {0, 128}, {0, 192}, {0, 256}};
   const char* keys[] = {"shared_experts.linear_fc2.weight", "shared_experts.linear_fc1.weight",
-                        "shared_experts.gate_weight", "router.weight"};
-  for (int i = 0; i < 4; ++i) {
-    EXPECT_EQ(StateAt(m, l + keys[i], {0, 0, 0}), at[i]) << keys[i];
+                        "shared_experts.gate_weight", "router.bias", "router.weight"};
+  for (int i = 0; i < 5; ++i) {
+    const Shape origin(m.tensors[m.FindTensor(l + keys[i])].shape.size(), 0);
+    EXPECT_EQ(StateAt(m, l + keys[i], origin), at[i]) << keys[i];
   }
 }
 
