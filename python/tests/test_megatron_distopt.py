@@ -208,6 +208,9 @@ SHARED_PARAMS = dict(MOE2_PARAMS, **{
 BUFFERS = {"decoder.layers.mlp.router.expert_bias"}
 # megatron_moe_etp_dpr_torch_dist: 2 experts, EP=2 x expert TP=2 (4 expert groups).
 ETP = "megatron_moe_etp_dpr_torch_dist"
+# megatron_moe_ep1_dpr_torch_dist: 2 experts, EP=1, expert TP = TP = 2: the experts in
+# the dense buffers after the router (one optimizer, no chained_ prefix).
+EP1 = "megatron_moe_ep1_dpr_torch_dist"
 
 
 def shared_hf_table(layers):
@@ -225,9 +228,9 @@ TABLES = {"megatron_dpr_torch_dist": (PARAMS, HF), "megatron_fr_torch_dist": (PA
           "megatron_fsms_torch_dist": (FSMS_PARAMS, FSMS_HF), PP2: (PP2_PARAMS, hf_table(3)),
           MOE_FR: (MOE_PARAMS, moe_hf_table(2, 4)), MOE_DPR: (MOE_PARAMS, moe_hf_table(2, 4)),
           VPP: (VPP_PARAMS, hf_table(4)), SHARED: (SHARED_PARAMS, shared_hf_table(2)),
-          ETP: (MOE2_PARAMS, moe_hf_table(2, 2))}
+          ETP: (MOE2_PARAMS, moe_hf_table(2, 2)), EP1: (MOE2_PARAMS, moe_hf_table(2, 2))}
 MAPPING = {MOE_FR: "megatron_moe", MOE_DPR: "megatron_moe", SHARED: "megatron_moe",
-           ETP: "megatron_moe"}
+           ETP: "megatron_moe", EP1: "megatron_moe"}
 
 
 def expected(hf, state, fixture="megatron_dpr_torch_dist"):
@@ -282,7 +285,8 @@ def test_train_state_loads_megatron_weights_and_adam_state(fixture, tp):
     virtual pipeline model chunks), fully_reshardable, fully_sharded_model_space;
     an MoE model's experts (each expert's gate / up / down and the router) under
     megatron_moe, fully_reshardable and dp_reshardable (the expert optimizer's own
-    buffers; with expert TP 2; with shared experts and their gate)."""
+    buffers; with expert TP 2; with shared experts and their gate; EP 1 with the
+    experts in the dense buffers)."""
     for r in range(tp):
         for master in (False, True):
             model, plan = llama(r, tp, fixture)
@@ -423,13 +427,14 @@ def test_dp_reshardable_pp2_several_buffers_rebuilt_bit_for_bit():
     assert torch.equal(band, gen_value(PP2, key.split(".", 3)[3], 1)[0:2, :, 10:30])
 
 
-@pytest.mark.parametrize("fixture,rebuilt", [(VPP, 27), (SHARED, 39), (ETP, 30)])
+@pytest.mark.parametrize("fixture,rebuilt", [(VPP, 27), (SHARED, 39), (ETP, 30), (EP1, 30)])
 def test_dp_reshardable_vpp_shared_experts_and_expert_tp_rebuilt_bit_for_bit(fixture, rebuilt):
     """Virtual pipeline model chunks (each chunk's buffers, chunk 0's first in
     gbuf_idx; layers 0 | 2 on stage 0, 1 | 3 on stage 1), shared experts with
     their gate beside the router in the dense optimizer (and the router's
-    expert_bias, a buffer without state), experts split over expert TP 2: inspect
-    says rebuilt; every weight and state equals the generator's value."""
+    expert_bias, a buffer without state), experts split over expert TP 2, experts
+    in the dense buffers (EP 1, expert TP = TP): inspect says rebuilt; every
+    weight and state equals the generator's value."""
     from shardpoint._read import metadata
     path = os.path.join(FIXTURES, fixture)
     md = metadata(path).metadata["megatron_torch_dist"]
@@ -454,7 +459,7 @@ def test_shared_experts_and_expert_bias_export_under_megatron_moe(tmp_path):
         assert torch.equal(got[f"model.layers.{i}.mlp.gate.e_score_correction_bias"], bias[i])
 
 
-@pytest.mark.parametrize("fixture", [PP2, MOE_DPR, VPP, SHARED, ETP])
+@pytest.mark.parametrize("fixture", [PP2, MOE_DPR, VPP, SHARED, ETP, EP1])
 def test_dp_reshardable_pp2_and_moe_export_and_convert_per_parameter(fixture, tmp_path):
     """export-hf of the PP=2 and of the MoE dp_reshardable fixture (identity
     mapping) writes every rebuilt state and weight; convert of that HF model back

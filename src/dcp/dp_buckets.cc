@@ -350,14 +350,24 @@ std::vector<Planned> GroupBuffers(const Manifest& m,
   return out;
 }
 
-// Sets *why unless the MoE parts of the model and the optimizers agree.
-void CheckOptimizers(const Order& order, const Groups& groups, std::string* why) {
+// Sets *why unless the MoE parts of the model and the optimizers agree:
+// experts in the dense buffers (no chained_1.) only where Megatron puts them
+// there (EP 1 and expert TP = TP: their gradients all-reduce as the rest's).
+void CheckOptimizers(const DpBucketArgs& args, const Order& order, const Groups& groups,
+                     std::string* why) {
   if (!why->empty()) return;
-  if (!order.experts.empty() && groups.rbegin()->first.first != kExpert) {
+  const bool dense = groups.rbegin()->first.first != kExpert;
+  const bool has_experts =
+      !order.experts.empty() || std::any_of(order.params.begin(), order.params.end(),
+                                            [](const ParamRef& p) { return p.expert >= 0; });
+  if (has_experts && dense && (args.ep_size != 1 || args.ExpertTp() != args.tp_size)) {
     *why =
-        "expert parameters, but no chained_1. buckets (the expert optimizer's): experts in "
-        "the dense buffers (expert_model_parallel_size 1 and expert TP = TP) are not derived";
-  } else if (order.experts.empty() && groups.rbegin()->first.first == kExpert) {
+        "expert parameters but no chained_1. buckets (the expert optimizer's), with "
+        "expert_model_parallel_size " +
+        std::to_string(args.ep_size) + " and expert_tensor_parallel_size " +
+        std::to_string(args.ExpertTp()) +
+        " (Megatron keeps experts in the dense buffers only with EP 1 and expert TP = TP)";
+  } else if (!has_experts && !dense) {
     *why =
         "chained_1. buckets but no expert parameters (a dense model's optimizer split in two, "
         "as overlap_param_gather_with_optimizer_step does, is not derived)";
@@ -369,12 +379,13 @@ void CheckOptimizers(const Order& order, const Groups& groups, std::string* why)
 std::string PlanGroups(const Manifest& m, const DpBucketArgs& args, const Groups& groups,
                        std::vector<GroupPlan>* per_group) {
   std::string why;
-  const Order order = ParamOrder(m, args.grouped_gemm, &why);
+  const Order order =
+      ParamOrder(m, args.grouped_gemm, groups.rbegin()->first.first != kExpert, &why);
   if (args.num_layers >= 0 && args.num_layers != order.layers && why.empty()) {
     why = "args.num_layers " + std::to_string(args.num_layers) + ", but the checkpoint holds " +
           std::to_string(order.layers) + " layers";
   }
-  CheckOptimizers(order, groups, &why);
+  CheckOptimizers(args, order, groups, &why);
   const std::vector<LayerRange> chunks =
       why.empty() ? ChunkLayers(args, order.layers, &why) : std::vector<LayerRange>{};
   for (const auto& [key, bufs] : groups) {

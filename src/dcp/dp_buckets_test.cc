@@ -314,17 +314,6 @@ TEST(DpBucketsTest, AnMoeModelsExpertOptimizerIsRebuiltInItsMlpsOrder) {
   EXPECT_THAT(r->not_rebuilt, HasSubstr("1 expert data-parallel groups for "
                                         "expert_tensor_parallel_size 1 x "
                                         "expert_model_parallel_size 2"));
-  Manifest one = Moe();  // one optimizer (no prefix) holding the experts: EP 1, expert TP = TP
-  std::erase_if(one.tensors,
-                [](const TensorRecord& t) { return t.key.rfind("chained_1.", 0) == 0; });
-  for (TensorRecord& t : one.tensors) {
-    if (t.key.rfind("chained_0.", 0) == 0) t.key = t.key.substr(10);
-  }
-  std::sort(one.tensors.begin(), one.tensors.end(),
-            [](const TensorRecord& a, const TensorRecord& b) { return a.key < b.key; });
-  r = RebuildDpBuckets(Args(1, 1), &one);
-  ASSERT_TRUE(r.ok());
-  EXPECT_THAT(r->not_rebuilt, HasSubstr("experts in the dense buffers"));
   std::erase_if(m.tensors, [](const TensorRecord& t) {
     return t.key.find("experts") != t.key.npos && t.key[0] == 'd';
   });
@@ -424,6 +413,37 @@ TEST(DpBucketsTest, ExpertTensorParallelGroupsHoldTheirShardOfEachExpert) {
   r = RebuildDpBuckets(a, &m);
   ASSERT_TRUE(r.ok());
   EXPECT_THAT(r->not_rebuilt, HasSubstr("expert_tensor_parallel_size 1 x"));
+}
+
+// EP 1 with expert TP = TP: one optimizer (no chained_ prefix), the experts
+// in the dense buffer at the experts module's place, after the router
+// (none here), in TEGroupedMLP order: reversed, fc2 e1 at 0, fc2 e0 at 64,
+// fc1 e1 at 128, fc1 e0 at 192, the embedding [3, 2] at 256.
+TEST(DpBucketsTest, ExpertsInTheDenseBufferWithEp1AndExpertTpAsTp) {
+  Manifest m = Moe();
+  std::erase_if(m.tensors, [](const TensorRecord& t) { return t.key.rfind("chained_", 0) == 0; });
+  m.tensors.push_back(Bucket(0, "exp_avg", 262, {}));
+  std::sort(m.tensors.begin(), m.tensors.end(),
+            [](const TensorRecord& a, const TensorRecord& b) { return a.key < b.key; });
+  DpBucketArgs a = Args(1, 1);
+  a.grouped_gemm = true;
+  Result<DpBucketRebuild> r = RebuildDpBuckets(a, &m);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->not_rebuilt, "");
+  const std::string fc1 = "decoder.layers.mlp.experts.linear_fc1.weight";
+  const std::string fc2 = "decoder.layers.mlp.experts.linear_fc2.weight";
+  EXPECT_EQ(ExpertAt(m, fc2, 1), 0);
+  EXPECT_EQ(ExpertAt(m, fc2, 0), 64);
+  EXPECT_EQ(ExpertAt(m, fc1, 1), 128);
+  EXPECT_EQ(ExpertAt(m, fc1, 0), 192);
+  EXPECT_EQ(StateAt(m, "embedding.word_embeddings.weight", {0, 0}),
+            std::make_pair(0u, int64_t{256}));
+  a.ep_size = 2;  // EP 2 keeps them apart: no chained_1. is a layout Megatron does not write
+  r = RebuildDpBuckets(a, &m);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->not_rebuilt, HasSubstr("expert_model_parallel_size 2 and "
+                                        "expert_tensor_parallel_size 1 (Megatron keeps experts "
+                                        "in the dense buffers only"));
 }
 
 TEST(DpBucketsTest, AParameterPastABucketEndIsDataLossNamingTheBucket) {

@@ -48,6 +48,8 @@ constexpr const char* kLayerParams[] = {
     "mlp.linear_fc2.weight",
     "mlp.linear_fc2.bias",
 };
+// The experts module comes after the router's parameters, before the shared experts.
+constexpr std::string_view kExpertsAfter = "mlp.router.bias";
 // A layer's persistent buffers: stored model tensors that are no parameter
 // (the router's aux-loss-free load-balancing bias), in no gradient buffer.
 constexpr const char* kLayerBuffers[] = {"mlp.router.expert_bias"};
@@ -125,7 +127,7 @@ std::string Describe(const Manifest& m, const ParamRef& p) {
          (p.expert < 0 ? "" : " expert " + std::to_string(p.expert));
 }
 
-Order ParamOrder(const Manifest& m, bool grouped, std::string* why) {
+Order ParamOrder(const Manifest& m, bool grouped, bool dense_experts, std::string* why) {
   Order out;
   std::vector<bool> used(m.tensors.size(), false);
   auto add = [&](const std::string& key, int64_t layer, int64_t at) {
@@ -142,8 +144,10 @@ Order ParamOrder(const Manifest& m, bool grouped, std::string* why) {
       const int64_t t = m.FindTensor(stacked);
       if (t >= 0 && l < m.tensors[t].shape[0]) add(stacked, l, l);
       if (t < 0) add(std::string(kLayers) + std::to_string(l) + "." + p, -1, l);
+      if (std::string_view(p) == kExpertsAfter) {  // the MoE layer's experts module
+        AddExperts(m, l, grouped, &used, dense_experts ? &out.params : &out.experts);
+      }
     }
-    AddExperts(m, l, grouped, &used, &out.experts);
     for (const char* b : kLayerBuffers) {
       for (const std::string& k :
            {std::string(kLayers) + b, std::string(kLayers) + std::to_string(l) + "." + b}) {

@@ -48,9 +48,12 @@ std::string Describe(const internal_format::Manifest& m, const ParamRef& p);
 
 // The model's parameters in `model.parameters()` order, from the model
 // tensors (every tensor not under "optimizer."), experts in TEGroupedMLP
-// (`grouped`) or SequentialMLP order. Known buffers (the router's
-// expert_bias) are skipped. Sets *why if a tensor is not in the order known.
-Order ParamOrder(const internal_format::Manifest& m, bool grouped, std::string* why);
+// (`grouped`) or SequentialMLP order, in the dense order at their place
+// (`dense_experts`: EP 1 and expert TP = TP, one optimizer) or apart.
+// Known buffers (the router's expert_bias) are skipped. Sets *why if a
+// tensor is not in the order known.
+Order ParamOrder(const internal_format::Manifest& m, bool grouped, bool dense_experts,
+                 std::string* why);
 
 // TP rank `tp`'s local tensor of `p` (an expert's: expert TP rank of
 // `tp_size`); sets *why if its chunks are not one TP shard per rank.
