@@ -13,12 +13,16 @@ tensor: only the bytes of this rank's shards are read."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from shardpoint import _shardpoint as _C
 from shardpoint import sharded as _sh
 
 _MASTER = "<fp32 master>"  # the stored state that holds a parameter's fp32 master copy
+# A Megatron dp_reshardable bucket or its per_bucket_numel objects: the stored form
+# of state read through its per-parameter view where the buckets were rebuilt.
+_BUCKET = re.compile(r"(chained_\d+\.)?optimizer\.distributed\.dp_group_idx_\d+\.")
 
 
 def _placements(path: Any, mapping_spec: Any, variables: Any, storage_options: Any) -> dict:
@@ -61,6 +65,13 @@ def _not_rebuilt(path: Any, storage_options: Any) -> str:
     md = _user_metadata(path, storage_options)
     why = md.get("megatron_torch_dist", {}).get("dp_reshardable", {}).get("not_rebuilt", "")
     return why if isinstance(why, str) else ""
+
+
+def _rebuilt(path: Any) -> bool:
+    """Whether a Megatron checkpoint's dp_reshardable buckets were rebuilt per parameter."""
+    from shardpoint._read import metadata
+    md = metadata(path).metadata or {}
+    return "rebuilt_tensors" in md.get("megatron_torch_dist", {}).get("dp_reshardable", {})
 
 
 def _row_boxes(name: str, target: tuple, pieces: list) -> tuple[list, int]:
@@ -196,4 +207,6 @@ def load_mapped(ts: Any, path: Any, mapping_spec: Any, *, variables: Any = None,
         node["state"] = state
     _apply_state(ts.model, ts.optimizers, None, None, applied, _Structure(), False)
     result.missing_keys = sorted(missing)
+    if _rebuilt(path):  # the buckets were read through their per-parameter views
+        result.unexpected_keys = [k for k in result.unexpected_keys if not _BUCKET.match(k)]
     return result

@@ -185,10 +185,52 @@ def moe_hf_table(layers, experts):
 
 
 MOE_FR, MOE_DPR = "megatron_moe_fr_torch_dist", "megatron_moe_dpr_torch_dist"
+
+# megatron_dpr_vpp_torch_dist: 4 layers over PP=2 in 2 virtual pipeline model chunks
+# (stage 0: layers 0 | 2, stage 1: 1 | 3), TP=1; per chunk an fp32 and a bf16 buffer.
+VPP = "megatron_dpr_vpp_torch_dist"
+VPP_PARAMS = {k: (4,) + s[1:] if k.startswith("decoder.layers.") else s
+              for k, s in PARAMS.items()}
+VPP_BF16 = {"decoder.layers.mlp.linear_fc1.layer_norm_weight", "decoder.final_layernorm.weight"}
+BF16_OF = {PP2: PP2_BF16, VPP: VPP_BF16}
+
+# megatron_moe_shared_dpr_torch_dist: 2 experts (EP=2), Qwen-style shared experts
+# (SharedExpertMLP with its gate: the dense optimizer's) and the router's expert_bias
+# buffer (a model tensor without optimizer state).
+SHARED = "megatron_moe_shared_dpr_torch_dist"
+MOE2_PARAMS = {k: s[:1] + (2,) + s[2:] if ".router." in k or ".experts." in k else s
+               for k, s in MOE_PARAMS.items()}
+SHARED_PARAMS = dict(MOE2_PARAMS, **{
+    "decoder.layers.mlp.shared_experts.gate_weight": (2, 1, 4),
+    "decoder.layers.mlp.shared_experts.linear_fc1.weight": (2, 8, 4),
+    "decoder.layers.mlp.shared_experts.linear_fc2.weight": (2, 4, 4),
+    "decoder.layers.mlp.router.expert_bias": (2, 2)})
+BUFFERS = {"decoder.layers.mlp.router.expert_bias"}
+# megatron_moe_etp_dpr_torch_dist: 2 experts, EP=2 x expert TP=2 (4 expert groups).
+ETP = "megatron_moe_etp_dpr_torch_dist"
+# megatron_moe_ep1_dpr_torch_dist: 2 experts, EP=1, expert TP = TP = 2: the experts in
+# the dense buffers after the router (one optimizer, no chained_ prefix).
+EP1 = "megatron_moe_ep1_dpr_torch_dist"
+
+
+def shared_hf_table(layers):
+    hf = moe_hf_table(layers, 2)
+    for i in range(layers):
+        pre, sh = f"model.layers.{i}.mlp.", "decoder.layers.mlp.shared_experts."
+        hf[pre + "shared_expert.gate_proj.weight"] = (sh + "linear_fc1.weight", i, (0, 4))
+        hf[pre + "shared_expert.up_proj.weight"] = (sh + "linear_fc1.weight", i, (4, 8))
+        hf[pre + "shared_expert.down_proj.weight"] = (sh + "linear_fc2.weight", i, None)
+        hf[pre + "shared_expert_gate.weight"] = (sh + "gate_weight", i, None)
+    return hf
+
+
 TABLES = {"megatron_dpr_torch_dist": (PARAMS, HF), "megatron_fr_torch_dist": (PARAMS, HF),
           "megatron_fsms_torch_dist": (FSMS_PARAMS, FSMS_HF), PP2: (PP2_PARAMS, hf_table(3)),
-          MOE_FR: (MOE_PARAMS, moe_hf_table(2, 4)), MOE_DPR: (MOE_PARAMS, moe_hf_table(2, 4))}
-MAPPING = {MOE_FR: "megatron_moe", MOE_DPR: "megatron_moe"}
+          MOE_FR: (MOE_PARAMS, moe_hf_table(2, 4)), MOE_DPR: (MOE_PARAMS, moe_hf_table(2, 4)),
+          VPP: (VPP_PARAMS, hf_table(4)), SHARED: (SHARED_PARAMS, shared_hf_table(2)),
+          ETP: (MOE2_PARAMS, moe_hf_table(2, 2)), EP1: (MOE2_PARAMS, moe_hf_table(2, 2))}
+MAPPING = {MOE_FR: "megatron_moe", MOE_DPR: "megatron_moe", SHARED: "megatron_moe",
+           ETP: "megatron_moe", EP1: "megatron_moe"}
 
 
 def expected(hf, state, fixture="megatron_dpr_torch_dist"):
@@ -199,7 +241,7 @@ def expected(hf, state, fixture="megatron_dpr_torch_dist"):
     p = list(params).index(key)
     full = torch.arange(math.prod(params[key]), dtype=torch.float32).reshape(params[key])
     full += 1000 * p + (10000 * (state + 1) if state >= 0 else 0)
-    if fixture == PP2 and state < 0 and key in PP2_BF16:
+    if state < 0 and key in BF16_OF.get(fixture, ()):
         full = full.bfloat16().float()  # stored bfloat16
     t = full if layer is None else full[layer]
     return t if rows is None else t[rows[0]:rows[1]]
@@ -237,11 +279,14 @@ def local(t, kind, tp_rank, tp_size):
 def test_train_state_loads_megatron_weights_and_adam_state(fixture, tp):
     """Every element of every weight, exp_avg and exp_avg_sq, TP=1 and each rank of
     TP=2 (column, row and vocab parallel), equals the generator's value; the step
-    is common.pt's; the fp32 master params with master_params=True. Layouts:
-    dp_reshardable (buckets; PP=1, and PP=2 with two buffers per stage),
-    fully_reshardable, fully_sharded_model_space; an MoE model's experts (each
-    expert's gate / up / down and the router) under megatron_moe, fully_reshardable
-    and dp_reshardable (the expert optimizer's own buffers)."""
+    is common.pt's; the fp32 master params with master_params=True; the
+    unexpected keys name no bucket of a rebuilt dp_reshardable state. Layouts:
+    dp_reshardable (buckets; PP=1, PP=2 with two buffers per stage, PP=2 in two
+    virtual pipeline model chunks), fully_reshardable, fully_sharded_model_space;
+    an MoE model's experts (each expert's gate / up / down and the router) under
+    megatron_moe, fully_reshardable and dp_reshardable (the expert optimizer's own
+    buffers; with expert TP 2; with shared experts and their gate; EP 1 with the
+    experts in the dense buffers)."""
     for r in range(tp):
         for master in (False, True):
             model, plan = llama(r, tp, fixture)
@@ -252,8 +297,13 @@ def test_train_state_loads_megatron_weights_and_adam_state(fixture, tp):
             res = ts.load(os.path.join(FIXTURES, fixture),
                           mapping=MAPPING.get(fixture, "megatron_llama"),
                           variables=variables, master_params=master,
-                          allow_dtype_conversion=fixture == PP2)  # its bf16 norms: fp32 here
+                          allow_dtype_conversion=fixture in BF16_OF)  # bf16 norms: fp32 here
             assert res.missing_keys == []
+            # Rebuilt buckets were read through their per-parameter views: not listed
+            # as unexpected; what was not read is (the weights or the master copy).
+            assert not [k for k in res.unexpected_keys if "dp_group_idx_" in k], fixture
+            assert (any(k.startswith("optimizer.state.param.") for k in res.unexpected_keys)
+                    != master or fixture == "megatron_fsms_torch_dist"), fixture
             for name, prm in model.named_parameters():
                 kind = plan.kind(name)
                 want = local(expected(name, 0 if master else -1, fixture), kind, r, tp)
@@ -284,8 +334,8 @@ def test_train_state_mapped_load_names_what_the_checkpoint_lacks():
 
 
 def test_train_state_mapped_load_of_buckets_not_rebuilt_says_why(tmp_path):
-    """The dp_reshardable fixture with common.pt's args saying PP = 2 with virtual
-    pipeline stages: its buckets are not rebuilt, and the mapped load's
+    """The dp_reshardable fixture with common.pt's args saying PP = 2 with a
+    pipeline_model_parallel_layout: its buckets are not rebuilt, and the mapped load's
     NotFoundError names the optimizer state it lacks and why the buckets were
     read as stored."""
     import argparse
@@ -295,7 +345,7 @@ def test_train_state_mapped_load_of_buckets_not_rebuilt_says_why(tmp_path):
     common = torch.load(os.path.join(path, "common.pt"))
     assert isinstance(common["args"], argparse.Namespace)
     common["args"].pipeline_model_parallel_size = 2
-    common["args"].virtual_pipeline_model_parallel_size = 2
+    common["args"].pipeline_model_parallel_layout = "Et|tL"
     torch.save(common, os.path.join(path, "common.pt"))
     model, _ = llama()
     ts = TrainState(model, torch.optim.Adam(model.parameters()), comm=sp.single(), rng=False)
@@ -304,7 +354,7 @@ def test_train_state_mapped_load_of_buckets_not_rebuilt_says_why(tmp_path):
     msg = str(e.value)
     assert "state 'exp_avg'" in msg or "state 'param'" in msg, msg
     assert "buckets are read as stored" in msg, msg
-    assert "args.virtual_pipeline_model_parallel_size is set" in msg, msg
+    assert "args.pipeline_model_parallel_layout is set" in msg, msg
     assert "its stages' layers are not derived" in msg, msg
 
 
@@ -338,15 +388,15 @@ def gen_value(fixture, key, state):
     p = list(params).index(key)
     full = torch.arange(math.prod(params[key]), dtype=torch.float32).reshape(params[key])
     full += 1000 * p + (10000 * (state + 1) if state >= 0 else 0)
-    return full.bfloat16() if fixture == PP2 and state < 0 and key in PP2_BF16 else full
+    return full.bfloat16() if state < 0 and key in BF16_OF.get(fixture, ()) else full
 
 
 def gen_template(fixture):
     params = TABLES[fixture][0]
     sd = {f"optimizer.state.{s}.{k}": torch.full(shape, -1.0)
-          for k, shape in params.items() for s in STATES}
-    sd.update({k: torch.full(shape, -1.0, dtype=torch.bfloat16 if fixture == PP2 and
-                             k in PP2_BF16 else torch.float32) for k, shape in params.items()})
+          for k, shape in params.items() if k not in BUFFERS for s in STATES}
+    sd.update({k: torch.full(shape, -1.0, dtype=torch.bfloat16 if k in BF16_OF.get(fixture, ())
+                             else torch.float32) for k, shape in params.items()})
     return sd
 
 
@@ -377,7 +427,39 @@ def test_dp_reshardable_pp2_several_buffers_rebuilt_bit_for_bit():
     assert torch.equal(band, gen_value(PP2, key.split(".", 3)[3], 1)[0:2, :, 10:30])
 
 
-@pytest.mark.parametrize("fixture", [PP2, MOE_DPR])
+@pytest.mark.parametrize("fixture,rebuilt", [(VPP, 27), (SHARED, 39), (ETP, 30), (EP1, 30)])
+def test_dp_reshardable_vpp_shared_experts_and_expert_tp_rebuilt_bit_for_bit(fixture, rebuilt):
+    """Virtual pipeline model chunks (each chunk's buffers, chunk 0's first in
+    gbuf_idx; layers 0 | 2 on stage 0, 1 | 3 on stage 1), shared experts with
+    their gate beside the router in the dense optimizer (and the router's
+    expert_bias, a buffer without state), experts split over expert TP 2, experts
+    in the dense buffers (EP 1, expert TP = TP): inspect says rebuilt; every
+    weight and state equals the generator's value."""
+    from shardpoint._read import metadata
+    path = os.path.join(FIXTURES, fixture)
+    md = metadata(path).metadata["megatron_torch_dist"]
+    assert md["dp_reshardable"] == {"rebuilt_tensors": rebuilt}, md["dp_reshardable"]
+    sd = gen_template(fixture)
+    sp.load(sd, path, sp.single(), allow_unexpected_keys=True, common=False)
+    check_gen(fixture, sd)
+
+
+def test_shared_experts_and_expert_bias_export_under_megatron_moe(tmp_path):
+    """export-hf of the shared-experts fixture through megatron_moe: each layer's
+    shared_expert gate / up / down and shared_expert_gate, and the router's
+    expert_bias as DeepSeek-V3's e_score_correction_bias, hold the stored values."""
+    from shardpoint import hf as sphf
+    from test_hf import read_safetensors_dir
+    sphf.export(os.path.join(FIXTURES, SHARED), tmp_path / "hf", "megatron_moe", variables=GQA)
+    got = read_safetensors_dir(str(tmp_path / "hf"))
+    for name in shared_hf_table(2):
+        assert torch.equal(got[name], expected(name, -1, SHARED)), name
+    bias = gen_value(SHARED, "decoder.layers.mlp.router.expert_bias", -1)
+    for i in range(2):
+        assert torch.equal(got[f"model.layers.{i}.mlp.gate.e_score_correction_bias"], bias[i])
+
+
+@pytest.mark.parametrize("fixture", [PP2, MOE_DPR, VPP, SHARED, ETP, EP1])
 def test_dp_reshardable_pp2_and_moe_export_and_convert_per_parameter(fixture, tmp_path):
     """export-hf of the PP=2 and of the MoE dp_reshardable fixture (identity
     mapping) writes every rebuilt state and weight; convert of that HF model back

@@ -1,6 +1,8 @@
 // common.pt's args for the dp_reshardable rebuild (dp_buckets.h): the
 // parallel sizes and the pipeline split, as Megatron-Core's
-// get_num_layers_to_build (transformer_block.py) computes it.
+// get_num_layers_to_build (transformer_block.py) computes it, and model chunks'
+// layers as get_transformer_layer_offset (transformer_layer.py) does.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "src/dcp/dp_buckets.h"
@@ -29,16 +31,20 @@ DpBucketArgs DpBucketArgsFromCommon(const std::string& common_json) {
   a.num_layers = get("num_layers", -1);
   a.first_stage_layers = get("decoder_first_pipeline_num_layers", -1);
   a.last_stage_layers = get("decoder_last_pipeline_num_layers", -1);
+  a.vpp_size = std::max(get("virtual_pipeline_model_parallel_size", 1), 1);
+  const int per_virtual = get("num_layers_per_virtual_pipeline_stage", 0);
+  if (a.vpp_size == 1 && per_virtual > 0 && a.num_layers > 0 && a.pp_size > 0) {
+    // arguments.py: V = (num_layers / PP) / num_layers_per_virtual_pipeline_stage
+    a.vpp_size = std::max(a.num_layers / a.pp_size / per_virtual, 1);
+  }
   a.ep_size = get("expert_model_parallel_size", 1);
   a.etp_size = get("expert_tensor_parallel_size", -1);
   auto gemm = st.find("moe_grouped_gemm");
   a.grouped_gemm = gemm != st.end() && gemm->is_boolean() && gemm->get<bool>();
   auto untie = st.find("untie_embeddings_and_output_weights");
   a.tied = untie != st.end() && untie->is_boolean() && !untie->get<bool>();
-  for (const char* k :
-       {"virtual_pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
-        "pipeline_model_parallel_layout", "account_for_embedding_in_pipeline_split",
-        "account_for_loss_in_pipeline_split"}) {
+  for (const char* k : {"pipeline_model_parallel_layout", "account_for_embedding_in_pipeline_split",
+                        "account_for_loss_in_pipeline_split"}) {
     if (a.pp_size > 1 && a.not_derived.empty() && set(k)) {
       a.not_derived = std::string("args.") + k + " is set (its stages' layers are not derived)";
     }
@@ -66,6 +72,33 @@ std::vector<int64_t> StageBounds(const DpBucketArgs& args, int64_t layers, std::
     bounds.push_back(bounds.back() + n);
   }
   return bounds;
+}
+
+std::vector<LayerRange> ChunkLayers(const DpBucketArgs& args, int64_t layers, std::string* why) {
+  const std::vector<int64_t> bounds = StageBounds(args, layers, why);
+  if (bounds.empty()) return {};
+  const int64_t v = args.vpp_size;
+  std::vector<int64_t> per_chunk;  // each stage's layers in one of its chunks
+  for (size_t s = 0; s + 1 < bounds.size(); ++s) {
+    const int64_t n = bounds[s + 1] - bounds[s];
+    if (v < 1 || n % v != 0) {
+      *why = "pipeline stage " + std::to_string(s) + "'s " + std::to_string(n) +
+             " layers do not split into virtual_pipeline_model_parallel_size " + std::to_string(v) +
+             " model chunks";
+      return {};
+    }
+    per_chunk.push_back(n / v);
+  }
+  std::vector<LayerRange> out;
+  for (size_t s = 0; s < per_chunk.size(); ++s) {
+    int64_t before = 0;  // the earlier stages' layers in each chunk
+    for (size_t q = 0; q < s; ++q) before += per_chunk[q];
+    for (int64_t c = 0; c < v; ++c) {
+      const int64_t begin = c * (layers / v) + before;
+      out.push_back({begin, begin + per_chunk[s]});
+    }
+  }
+  return out;
 }
 
 }  // namespace shardpoint::internal_dcp

@@ -195,6 +195,16 @@ int64_t ExpertAt(const Manifest& m, const std::string& key, int64_t e, int64_t l
   return -1;
 }
 
+// The exp_avg chunk of `key` whose box starts at `offset`: (file, element).
+std::pair<uint32_t, int64_t> StateAt(const Manifest& m, const std::string& key,
+                                     const Shape& offset) {
+  const TensorRecord& t = m.tensors[m.FindTensor("optimizer.state.exp_avg." + key)];
+  for (const ChunkRecord& c : t.chunks) {
+    if (c.box.offset == offset) return {c.file, static_cast<int64_t>(c.offset / 4)};
+  }
+  return {99, -1};
+}
+
 // PP=2, EP=1: 2 MoE layers, one per stage; dense chained_0 groups 0 (the
 // embedding) and 1 (output_layer [2, 5]); expert chained_1 groups 0 and 1
 // (= EP rank + EP x PP rank), each its stage's layer's experts.
@@ -227,6 +237,53 @@ TEST(DpBucketsTest, AnMoeModelsExpertGroupsFollowThePipelineStages) {
   }
 }
 
+// Virtual pipeline stages and MoE: PP 2 x VPP 2 over 4 layers (stage 0
+// holds layers 0 | 2, stage 1 layers 1 | 3), one expert per layer, EP 1.
+// Each model chunk has its own buffers, chunk 0's first in gbuf_idx, and a
+// chunk without parameters of an optimizer has none: dense group 0 has one
+// buffer (chunk 0's embedding), group 1 one (chunk 1's output layer); expert
+// group g's buffer 0 holds stage g's first layer, buffer 1 its second.
+TEST(DpBucketsTest, ModelChunksHaveBuffersOfTheirOwnChunkZerosFirst) {
+  Manifest m;
+  m.tensors = {Model("embedding.word_embeddings.weight", {3, 2}, false),
+               Model("output_layer.weight", {2, 5}, false),
+               Model("decoder.layers.mlp.experts.linear_fc1.weight", {4, 1, 1, 1}, true),
+               Model("decoder.layers.mlp.experts.linear_fc2.weight", {4, 1, 1, 1}, true)};
+  for (int g = 0; g < 2; ++g) {
+    TensorRecord d = Bucket(0, "exp_avg", g == 0 ? 6 : 10, {}, g);
+    d.key = "chained_0." + d.key;
+    d.chunks[0].file = static_cast<uint32_t>(g);
+    m.tensors.push_back(d);
+    for (int b = 0; b < 2; ++b) {
+      TensorRecord e = Bucket(0, "exp_avg", 65, {}, g);
+      e.key = "chained_1." + e.key;
+      e.key.replace(e.key.find("gbuf_idx_0"), 10, "gbuf_idx_" + std::to_string(b));
+      e.chunks[0].file = 10 + static_cast<uint32_t>(2 * g + b);
+      m.tensors.push_back(e);
+    }
+  }
+  std::sort(m.tensors.begin(), m.tensors.end(),
+            [](const TensorRecord& a, const TensorRecord& b) { return a.key < b.key; });
+  DpBucketArgs a = Args(1, 2);
+  a.vpp_size = 2;
+  a.grouped_gemm = true;
+  Result<DpBucketRebuild> r = RebuildDpBuckets(a, &m);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->not_rebuilt, "");
+  const std::string fc1 = "decoder.layers.mlp.experts.linear_fc1.weight";
+  const uint32_t want_file[] = {10, 12, 11, 13};  // layer l: (group, buffer)
+  for (int64_t l = 0; l < 4; ++l) {
+    uint32_t file = 99;
+    EXPECT_EQ(ExpertAt(m, fc1, 0, l, &file), 64) << l;
+    EXPECT_EQ(file, want_file[l]) << l;
+  }
+  EXPECT_EQ(StateAt(m, "output_layer.weight", {0, 0}), std::make_pair(1u, int64_t{0}));
+  a.vpp_size = 1;  // without model chunks: one expert buffer per group, two stored
+  r = RebuildDpBuckets(a, &m);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->not_rebuilt, HasSubstr("gradient buffer 1 of data-parallel group 0 holds"));
+}
+
 TEST(DpBucketsTest, AnMoeModelsExpertOptimizerIsRebuiltInItsMlpsOrder) {
   const std::string fc1 = "decoder.layers.mlp.experts.linear_fc1.weight";
   const std::string fc2 = "decoder.layers.mlp.experts.linear_fc2.weight";
@@ -244,33 +301,149 @@ TEST(DpBucketsTest, AnMoeModelsExpertOptimizerIsRebuiltInItsMlpsOrder) {
     EXPECT_EQ(ExpertAt(m, fc1, 0), 192);
   }
   Manifest m = Moe();
-  DpBucketArgs a = Args(2, 1);  // TP 2, expert TP as TP (absent)
+  DpBucketArgs a = Args(1, 1);
+  a.etp_size = 2;  // 2 expert groups wanted, 1 stored
   Result<DpBucketRebuild> r = RebuildDpBuckets(a, &m);
   ASSERT_TRUE(r.ok());
-  EXPECT_THAT(r->not_rebuilt, HasSubstr("expert_tensor_parallel_size 2 (experts split"));
+  EXPECT_THAT(r->not_rebuilt, HasSubstr("1 expert data-parallel groups for "
+                                        "expert_tensor_parallel_size 2 x "));
   a = Args(1, 1);
   a.ep_size = 2;  // 2 expert groups wanted, 1 stored
   r = RebuildDpBuckets(a, &m);
   ASSERT_TRUE(r.ok());
   EXPECT_THAT(r->not_rebuilt, HasSubstr("1 expert data-parallel groups for "
+                                        "expert_tensor_parallel_size 1 x "
                                         "expert_model_parallel_size 2"));
-  Manifest one = Moe();  // one optimizer (no prefix) holding the experts: EP 1, expert TP = TP
-  std::erase_if(one.tensors,
-                [](const TensorRecord& t) { return t.key.rfind("chained_1.", 0) == 0; });
-  for (TensorRecord& t : one.tensors) {
-    if (t.key.rfind("chained_0.", 0) == 0) t.key = t.key.substr(10);
-  }
-  std::sort(one.tensors.begin(), one.tensors.end(),
-            [](const TensorRecord& a, const TensorRecord& b) { return a.key < b.key; });
-  r = RebuildDpBuckets(Args(1, 1), &one);
-  ASSERT_TRUE(r.ok());
-  EXPECT_THAT(r->not_rebuilt, HasSubstr("experts in the dense buffers"));
   std::erase_if(m.tensors, [](const TensorRecord& t) {
     return t.key.find("experts") != t.key.npos && t.key[0] == 'd';
   });
   r = RebuildDpBuckets(Args(1, 1), &m);  // chained_1 without experts
   ASSERT_TRUE(r.ok());
   EXPECT_THAT(r->not_rebuilt, HasSubstr("chained_1. buckets but no expert parameters"));
+}
+
+// A Qwen/DeepSeek-style MoE layer: Moe()'s experts (chained_1) and, in the
+// dense optimizer, the router [1, 2, 2] with its bias [1, 2], its
+// expert_bias buffer [1, 2] (in no buffer) and the shared experts. Model
+// order: router.weight, router.bias, then SharedExpertMLP's own gate_weight
+// [1, 1, 2] before its linear_fc1 [1, 4, 2] and linear_fc2 [1, 2, 2].
+// Reverse, 64-aligned: fc2 at 0, fc1 at 64, gate_weight at 128, the
+// router's bias at 192, its weight at 256 (260 elements).
+TEST(DpBucketsTest, SharedExpertsAreInTheDenseBufferAfterTheRouter) {
+  Manifest m = Moe();
+  std::erase_if(m.tensors, [](const TensorRecord& t) {
+    return t.key.rfind("chained_0.", 0) == 0 || t.key[0] == 'e';
+  });
+  const std::string l = "decoder.layers.mlp.";
+  for (const auto& [k, shape] : std::vector<std::pair<std::string, Shape>>{
+           {"router.weight", {1, 2, 2}},
+           {"router.bias", {1, 2}},
+           {"router.expert_bias", {1, 2}},
+           {"shared_experts.gate_weight", {1, 1, 2}},
+           {"shared_experts.linear_fc1.weight", {1, 4, 2}},
+           {"shared_experts.linear_fc2.weight", {1, 2, 2}}}) {
+    m.tensors.push_back(Model(l + k, shape, true));
+  }
+  TensorRecord b = Bucket(0, "exp_avg", 260, {});
+  b.key = "chained_0." + b.key;
+  b.chunks[0].file = 0;
+  m.tensors.push_back(b);
+  std::sort(m.tensors.begin(), m.tensors.end(),
+            [](const TensorRecord& a, const TensorRecord& b) { return a.key < b.key; });
+  Result<DpBucketRebuild> r = RebuildDpBuckets(Args(1, 1), &m);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->not_rebuilt, "");
+  EXPECT_EQ(r->params, 7);  // 5 dense parameters, 2 experts keys; no expert_bias state
+  EXPECT_LT(m.FindTensor("optimizer.state.exp_avg." + l + "router.expert_bias"), 0);
+  const std::pair<uint32_t, int64_t> at[] = {{0, 0}, {0, 64}, {0, 128}, {0, 192}, {0, 256}};
+  const char* keys[] = {"shared_experts.linear_fc2.weight", "shared_experts.linear_fc1.weight",
+                        "shared_experts.gate_weight", "router.bias", "router.weight"};
+  for (int i = 0; i < 5; ++i) {
+    const Shape origin(m.tensors[m.FindTensor(l + keys[i])].shape.size(), 0);
+    EXPECT_EQ(StateAt(m, l + keys[i], origin), at[i]) << keys[i];
+  }
+}
+
+// Expert TP 2 (TP 1, EP 1): expert groups 0 and 1 are expert TP ranks 0 and
+// 1, each holding its shard of every expert: fc1 [1, 2, 4, 1] as SwiGLU
+// blocks (rank t: rows t and 2 + t), fc2 [1, 2, 1, 2] split on its last dim.
+// TEGroupedMLP order reversed: fc2 e1 at 0, fc2 e0 at 64, fc1 e1 at 128, fc1
+// e0 at 192 (194 elements in each group's bucket).
+TEST(DpBucketsTest, ExpertTensorParallelGroupsHoldTheirShardOfEachExpert) {
+  Manifest m = Moe();
+  std::erase_if(m.tensors, [](const TensorRecord& t) {  // Moe()'s experts and their buckets
+    return t.key.rfind("decoder.", 0) == 0 || t.key.rfind("chained_1.", 0) == 0;
+  });
+  TensorRecord fc1{"decoder.layers.mlp.experts.linear_fc1.weight", DType::kF32, {1, 2, 4, 1}, {}};
+  TensorRecord fc2{"decoder.layers.mlp.experts.linear_fc2.weight", DType::kF32, {1, 2, 1, 2}, {}};
+  auto chunk = [](Shape offset) {
+    ChunkRecord c;
+    c.box = Box{std::move(offset), {1, 1, 1, 1}};
+    return c;
+  };
+  for (int64_t e = 0; e < 2; ++e) {
+    for (int64_t j = 0; j < 4; ++j) fc1.chunks.push_back(chunk({0, e, j, 0}));
+    for (int64_t j = 0; j < 2; ++j) fc2.chunks.push_back(chunk({0, e, 0, j}));
+  }
+  m.tensors.push_back(fc1);
+  m.tensors.push_back(fc2);
+  for (int g = 0; g < 2; ++g) {
+    TensorRecord b = Bucket(0, "exp_avg", 194, {}, g);
+    b.key = "chained_1." + b.key;
+    b.chunks[0].file = 1 + static_cast<uint32_t>(g);
+    m.tensors.push_back(b);
+  }
+  std::sort(m.tensors.begin(), m.tensors.end(),
+            [](const TensorRecord& a, const TensorRecord& b) { return a.key < b.key; });
+  DpBucketArgs a = Args(1, 1);
+  a.etp_size = 2;
+  a.grouped_gemm = true;
+  Result<DpBucketRebuild> r = RebuildDpBuckets(a, &m);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->not_rebuilt, "");
+  for (uint32_t t = 0; t < 2; ++t) {
+    const int64_t tt = t;
+    EXPECT_EQ(StateAt(m, fc1.key, {0, 0, tt, 0}), std::make_pair(1 + t, int64_t{192}));
+    EXPECT_EQ(StateAt(m, fc1.key, {0, 0, 2 + tt, 0}), std::make_pair(1 + t, int64_t{193}));
+    EXPECT_EQ(StateAt(m, fc1.key, {0, 1, 2 + tt, 0}), std::make_pair(1 + t, int64_t{129}));
+    EXPECT_EQ(StateAt(m, fc2.key, {0, 0, 0, tt}), std::make_pair(1 + t, int64_t{64}));
+    EXPECT_EQ(StateAt(m, fc2.key, {0, 1, 0, tt}), std::make_pair(1 + t, int64_t{0}));
+  }
+  a.etp_size = 1;  // 2 expert groups but expert TP 1: each expert is stored in 2 / 4 chunks
+  r = RebuildDpBuckets(a, &m);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->not_rebuilt, HasSubstr("expert_tensor_parallel_size 1 x"));
+}
+
+// EP 1 with expert TP = TP: one optimizer (no chained_ prefix), the experts
+// in the dense buffer at the experts module's place, after the router
+// (none here), in TEGroupedMLP order: reversed, fc2 e1 at 0, fc2 e0 at 64,
+// fc1 e1 at 128, fc1 e0 at 192, the embedding [3, 2] at 256.
+TEST(DpBucketsTest, ExpertsInTheDenseBufferWithEp1AndExpertTpAsTp) {
+  Manifest m = Moe();
+  std::erase_if(m.tensors, [](const TensorRecord& t) { return t.key.rfind("chained_", 0) == 0; });
+  m.tensors.push_back(Bucket(0, "exp_avg", 262, {}));
+  std::sort(m.tensors.begin(), m.tensors.end(),
+            [](const TensorRecord& a, const TensorRecord& b) { return a.key < b.key; });
+  DpBucketArgs a = Args(1, 1);
+  a.grouped_gemm = true;
+  Result<DpBucketRebuild> r = RebuildDpBuckets(a, &m);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->not_rebuilt, "");
+  const std::string fc1 = "decoder.layers.mlp.experts.linear_fc1.weight";
+  const std::string fc2 = "decoder.layers.mlp.experts.linear_fc2.weight";
+  EXPECT_EQ(ExpertAt(m, fc2, 1), 0);
+  EXPECT_EQ(ExpertAt(m, fc2, 0), 64);
+  EXPECT_EQ(ExpertAt(m, fc1, 1), 128);
+  EXPECT_EQ(ExpertAt(m, fc1, 0), 192);
+  EXPECT_EQ(StateAt(m, "embedding.word_embeddings.weight", {0, 0}),
+            std::make_pair(0u, int64_t{256}));
+  a.ep_size = 2;  // EP 2 keeps them apart: no chained_1. is a layout Megatron does not write
+  r = RebuildDpBuckets(a, &m);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->not_rebuilt, HasSubstr("expert_model_parallel_size 2 and "
+                                        "expert_tensor_parallel_size 1 (Megatron keeps experts "
+                                        "in the dense buffers only"));
 }
 
 TEST(DpBucketsTest, AParameterPastABucketEndIsDataLossNamingTheBucket) {
@@ -366,7 +539,41 @@ TEST(DpBucketsTest, ArgsComeFromCommonPtsNamespace) {
   a = DpBucketArgsFromCommon(
       R"({"args": {"state": {"pipeline_model_parallel_size": 2,
           "virtual_pipeline_model_parallel_size": 2}}})");
-  EXPECT_THAT(a.not_derived, HasSubstr("virtual_pipeline_model_parallel_size is set"));
+  EXPECT_EQ(a.vpp_size, 2);
+  EXPECT_EQ(a.not_derived, "");
+  a = DpBucketArgsFromCommon(  // arguments.py: V = (8 / 2) / 1
+      R"({"args": {"state": {"pipeline_model_parallel_size": 2, "num_layers": 8,
+          "num_layers_per_virtual_pipeline_stage": 1}}})");
+  EXPECT_EQ(a.vpp_size, 4);
+  a = DpBucketArgsFromCommon(
+      R"({"args": {"state": {"pipeline_model_parallel_size": 2,
+          "pipeline_model_parallel_layout": "Et|tL"}}})");
+  EXPECT_THAT(a.not_derived, HasSubstr("pipeline_model_parallel_layout is set"));
+}
+
+// get_transformer_layer_offset's interleaved split; Megatron's own example:
+// 8 layers, 2 stages, 2 chunks: stage 0 [0, 1] [4, 5], stage 1 [2, 3] [6, 7].
+TEST(DpBucketsTest, ModelChunksSplitTheLayersAsMegatronsInterleavedSchedule) {
+  std::string why;
+  DpBucketArgs a = Args(1, 2);
+  a.vpp_size = 2;
+  EXPECT_EQ(ChunkLayers(a, 8, &why), (std::vector<LayerRange>{{0, 2}, {4, 6}, {2, 4}, {6, 8}}));
+  a.vpp_size = 4;  // stage 0 [0] [2] [4] [6], stage 1 [1] [3] [5] [7]
+  EXPECT_EQ(
+      ChunkLayers(a, 8, &why),
+      (std::vector<LayerRange>{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {1, 2}, {3, 4}, {5, 6}, {7, 8}}));
+  a = Args(1, 3);  // uneven: 2 | 6 | 2 layers, chunks of 1 | 3 | 1
+  a.vpp_size = 2;
+  a.first_stage_layers = a.last_stage_layers = 2;
+  EXPECT_EQ(ChunkLayers(a, 10, &why),
+            (std::vector<LayerRange>{{0, 1}, {5, 6}, {1, 4}, {6, 9}, {4, 5}, {9, 10}}));
+  EXPECT_EQ(why, "");
+  a.first_stage_layers = 3;  // 3 | 5 | 2: 3 does not split in 2
+  EXPECT_TRUE(ChunkLayers(a, 10, &why).empty());
+  EXPECT_THAT(why, HasSubstr("stage 0's 3 layers do not split into "
+                             "virtual_pipeline_model_parallel_size 2"));
+  a = Args(1, 1);
+  EXPECT_EQ(ChunkLayers(a, 3, &why), (std::vector<LayerRange>{{0, 3}}));
 }
 
 // Megatron-Core's get_num_layers_to_build: even, or the first / last
