@@ -11,12 +11,10 @@
 #include "src/base/checked.h"
 #include "src/base/hex.h"
 #include "src/format/checksum.h"
+#include "src/format/field_reader.h"
 
-using shardpoint::internal_base::ByteReader;
 using shardpoint::internal_base::ByteWriter;
-using shardpoint::internal_base::CheckedMul;
 using shardpoint::internal_base::Hex16;
-using shardpoint::internal_base::kMaxRank;
 
 namespace shardpoint::internal_format {
 namespace {
@@ -238,33 +236,14 @@ std::string EncodeIndex(const ManifestIndex& index) {
 
 namespace {
 
-class IndexDecoder {
+class IndexDecoder : public FieldReader {
  public:
   IndexDecoder(std::string_view body, const std::string& name)
-      : r_(body, "manifest index '" + name + "'"), name_(name) {}
+      : FieldReader(body, "manifest index", name) {}
 
-  Status Error(const std::string& msg) const {
-    return DataLossError("manifest index '" + name_ + "': " + msg);
-  }
-  Status Truncated(const std::string& what) const {
-    return Error("truncated or corrupt at byte " + std::to_string(r_.pos()) + " reading " + what);
-  }
-  Status Count(size_t min_size, const std::string& what, uint64_t* n) {
-    const size_t at = r_.pos();
-    if (!r_.Int(n).ok()) return Truncated(what + " count");
-    if (*n > r_.left() / min_size) {
-      return Error(what + " count " + std::to_string(*n) + " at byte " + std::to_string(at) +
-                   " does not fit the remaining " + std::to_string(r_.left()) + " bytes");
-    }
-    return OkStatus();
-  }
-  Status Dims(const std::string& what, Shape* dims) {
-    uint8_t rank;
-    if (!r_.Int(&rank).ok()) return Truncated(what + " rank");
-    if (rank > kMaxRank) return Error(what + " has rank " + std::to_string(rank) + " > 32");
-    if (!r_.Dims(rank, dims).ok()) return Truncated(what);
-    return OkStatus();
-  }
+  Status Run(ManifestIndex* idx);
+
+ private:
   Status Shard(const std::string& what, uint32_t* s) {
     if (!r_.Int(s).ok()) return Truncated(what + " shard");
     if (*s >= num_shards_) {
@@ -273,33 +252,17 @@ class IndexDecoder {
     }
     return OkStatus();
   }
-
-  Status Run(ManifestIndex* idx);
-
- private:
   Status Tensor(TensorEntry* t);
   Status Parts(const std::string& what, TensorEntry* t);
   Status Object(ObjectEntry* o);
 
-  ByteReader r_;
-  const std::string& name_;
   uint64_t num_shards_ = 0;
   uint32_t version_ = kIndexVersion;
 };
 
 Status IndexDecoder::Tensor(TensorEntry* t) {
-  if (!r_.Str(&t->key).ok()) return Truncated("a tensor key");
-  const std::string what = "tensor '" + t->key + "'";
-  uint8_t dtype;
-  if (!r_.Int(&dtype).ok()) return Truncated(what + " dtype");
-  if (!IsValidDType(dtype)) return Error(what + " has invalid dtype " + std::to_string(dtype));
-  t->dtype = static_cast<DType>(dtype);
-  SP_RETURN_IF_ERROR(Dims(what + " shape", &t->shape));
-  Result<int64_t> numel = CheckedNumElements(t->shape);
-  if (!numel.ok() || !CheckedMul<uint64_t>(*numel, DTypeSize(t->dtype))) {
-    return Error(what + " has invalid shape " + ShapeToString(t->shape) +
-                 " (negative or overflowing)");
-  }
+  std::string what;
+  SP_RETURN_IF_ERROR(TensorHead(&t->key, &t->dtype, &t->shape, &what));
   if (version_ == kIndexVersionV3) {
     TensorPart& p = t->parts.emplace_back();
     p.span = Box::Whole(t->shape);
@@ -350,21 +313,9 @@ Status IndexDecoder::Parts(const std::string& what, TensorEntry* t) {
 }
 
 Status IndexDecoder::Object(ObjectEntry* o) {
-  if (!r_.Str(&o->key).ok()) return Truncated("an object key");
-  const std::string what = "object '" + o->key + "'";
-  SP_RETURN_IF_ERROR(Dims(what + " index", &o->index));
-  SP_RETURN_IF_ERROR(Dims(what + " grid", &o->grid));
-  SP_RETURN_IF_ERROR(Shard(what, &o->shard));
-  const std::string where = what + " index " + ShapeToString(o->index);
-  if (o->index.size() != o->grid.size()) {
-    return Error(where + " has a different rank from its grid " + ShapeToString(o->grid));
-  }
-  for (size_t d = 0; d < o->index.size(); ++d) {
-    if (o->index[d] < 0 || o->index[d] >= o->grid[d]) {
-      return Error(where + " lies outside its grid " + ShapeToString(o->grid));
-    }
-  }
-  return OkStatus();
+  std::string what;
+  SP_RETURN_IF_ERROR(ObjectHead(&o->key, &o->index, &o->grid, &what));
+  return Shard(what, &o->shard);
 }
 
 Status IndexDecoder::Run(ManifestIndex* idx) {
@@ -412,20 +363,7 @@ Status IndexDecoder::Run(ManifestIndex* idx) {
                    " is not after the previous object (sorted by (key, index), unique)");
     }
   }
-  uint8_t has_common;
-  if (!r_.Int(&has_common).ok() || !r_.Blob(&idx->common).ok()) {
-    return Truncated("the common blob");
-  }
-  if (has_common > 1 || (!has_common && !idx->common.empty())) {
-    return Error("invalid common blob flag " + std::to_string(has_common));
-  }
-  idx->has_common = has_common == 1;
-  if (!r_.Blob(&idx->metadata_json).ok()) return Truncated("the metadata");
-  if (r_.left() != 0) {
-    return Error(std::to_string(r_.left()) + " unexpected bytes at byte " +
-                 std::to_string(r_.pos()) + " before the checksum");
-  }
-  return OkStatus();
+  return Tail(&idx->has_common, &idx->common, &idx->metadata_json);
 }
 
 }  // namespace
