@@ -1,9 +1,13 @@
 // One loading rank's partial manifest read, for both planning benches: the
-// shards of its keys merged into a manifest, and the load planned from it.
+// shards of its keys (of a key cut into parts, the parts whose span meets
+// its boxes: ShardsForBoxes, as Load asks) merged into a manifest, and the
+// load planned from it.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +24,7 @@ struct PartialLoad {
   std::vector<uint32_t> shards;  // the manifest shards the rank reads
   uint64_t read = 0;             // their bytes
   uint64_t need_bytes = 0;       // the encoded records of the rank's keys
+  uint64_t overlap_bytes = 0;    // of those, the chunks overlapping its boxes
   double decode_s = 0, plan_s = 0;
   double ratio() const { return double(read) / double(need_bytes); }
 };
@@ -33,15 +38,31 @@ inline PartialLoad LoadFromKeyShards(const internal_format::Manifest& whole,
                                      const internal_plan::LoadPlan& whole_plan) {
   using internal_format::EncodeManifest;
   using internal_format::Manifest;
-  std::vector<std::string> names;
-  for (const internal_plan::Region& g : regions) names.push_back(g.desc.key);
-  std::sort(names.begin(), names.end());
-  names.erase(std::unique(names.begin(), names.end()), names.end());
-  Manifest need;
-  for (const std::string& k : names) need.tensors.push_back(whole.tensors[whole.FindTensor(k)]);
+  std::map<std::string, std::vector<Box>> boxes;
+  for (const internal_plan::Region& g : regions) boxes[g.desc.key].push_back(g.desc.box);
+  std::vector<internal_format::KeyBoxes> want;
+  Manifest need, overlap;
+  for (auto& [k, b] : boxes) {
+    const internal_format::TensorRecord& t = whole.tensors[whole.FindTensor(k)];
+    need.tensors.push_back(t);
+    internal_format::TensorRecord& o = overlap.tensors.emplace_back(t);
+    o.chunks.clear();
+    for (const internal_format::ChunkRecord& c : t.chunks) {
+      for (const Box& x : b) {
+        std::optional<Box> both = Intersect(c.box, x);
+        if (both && !both->empty()) {
+          o.chunks.push_back(c);
+          break;
+        }
+      }
+    }
+    want.push_back({k, std::move(b)});
+  }
   PartialLoad out;
-  out.need_bytes = EncodeManifest(need).size() - EncodeManifest(Manifest{}).size();
-  out.shards = internal_format::ShardsForKeys(index, names, {});
+  const size_t empty = EncodeManifest(Manifest{}).size();
+  out.need_bytes = EncodeManifest(need).size() - empty;
+  out.overlap_bytes = EncodeManifest(overlap).size() - empty;
+  out.shards = internal_format::ShardsForBoxes(index, want, {});
   std::vector<std::pair<uint32_t, std::string>> have;
   for (uint32_t sh : out.shards) {
     have.emplace_back(sh, split.shards[sh]);
