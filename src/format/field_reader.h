@@ -3,11 +3,14 @@
 // by the bytes left, a tensor's key, dtype and shape, an object's key, index
 // and grid, the common blob and metadata at the end. Errors are DataLoss
 // prefixed "<kind> '<name>': ", naming the byte where the input went wrong.
+// What a field is called ("tensor 'k' chunk 3") may be passed as a function
+// returning it, built only on an error: a manifest has millions of fields.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "shardpoint/box.h"
 #include "shardpoint/dtype.h"
@@ -17,6 +20,16 @@
 #include "src/base/limits.h"
 
 namespace shardpoint::internal_format {
+
+// A field's name: a string, or a function returning one (called on error).
+template <typename W>
+std::string FieldName(const W& w) {
+  if constexpr (std::is_invocable_v<W>) {
+    return w();
+  } else {
+    return std::string(w);
+  }
+}
 
 class FieldReader {
  public:
@@ -29,56 +42,58 @@ class FieldReader {
     return Error("truncated or corrupt at byte " + std::to_string(r_.pos()) + " reading " + what);
   }
   // A count of items of at least `min_size` bytes each that must fit the rest.
-  Status Count(size_t min_size, const std::string& what, uint64_t* n) {
+  template <typename W>
+  Status Count(size_t min_size, const W& what, uint64_t* n) {
     const size_t at = r_.pos();
-    if (!r_.Int(n).ok()) return Truncated(what + " count");
+    if (!r_.Int(n).ok()) return Truncated(FieldName(what) + " count");
     if (*n > r_.left() / min_size) {
-      return Error(what + " count " + std::to_string(*n) + " at byte " + std::to_string(at) +
-                   " does not fit the remaining " + std::to_string(r_.left()) + " bytes");
+      return Error(FieldName(what) + " count " + std::to_string(*n) + " at byte " +
+                   std::to_string(at) + " does not fit the remaining " + std::to_string(r_.left()) +
+                   " bytes");
     }
     return OkStatus();
   }
-  // u8 rank (at most kMaxRank), then that many i64.
-  Status RankAndDims(const std::string& what, const std::string& dims_what, Shape* dims) {
+  // u8 rank (at most kMaxRank), then that many i64 (`what` + `dims_suffix`).
+  template <typename W>
+  Status RankAndDims(const W& what, const char* dims_suffix, Shape* dims) {
     uint8_t rank;
-    if (!r_.Int(&rank).ok()) return Truncated(what + " rank");
+    if (!r_.Int(&rank).ok()) return Truncated(FieldName(what) + " rank");
     if (rank > internal_base::kMaxRank) {
-      return Error(what + " has rank " + std::to_string(rank) + " > 32");
+      return Error(FieldName(what) + " has rank " + std::to_string(rank) + " > 32");
     }
-    if (!r_.Dims(rank, dims).ok()) return Truncated(dims_what);
+    if (!r_.Dims(rank, dims).ok()) return Truncated(FieldName(what) + dims_suffix);
     return OkStatus();
   }
   // str key, u8 dtype, u8 rank, rank x i64 shape (non-negative, its byte
-  // size not overflowing). Sets *what to "tensor '<key>'".
-  Status TensorHead(std::string* key, DType* dtype, Shape* shape, std::string* what) {
+  // size not overflowing).
+  Status TensorHead(std::string* key, DType* dtype, Shape* shape) {
     if (!r_.Str(key).ok()) return Truncated("a tensor key");
-    *what = "tensor '" + *key + "'";
+    auto what = [&] { return "tensor '" + *key + "'"; };
     uint8_t d;
-    if (!r_.Int(&d).ok()) return Truncated(*what + " dtype");
-    if (!IsValidDType(d)) return Error(*what + " has invalid dtype " + std::to_string(d));
+    if (!r_.Int(&d).ok()) return Truncated(what() + " dtype");
+    if (!IsValidDType(d)) return Error(what() + " has invalid dtype " + std::to_string(d));
     *dtype = static_cast<DType>(d);
-    SP_RETURN_IF_ERROR(RankAndDims(*what, *what + " shape", shape));
+    SP_RETURN_IF_ERROR(RankAndDims(what, " shape", shape));
     Result<int64_t> numel = CheckedNumElements(*shape);
     if (!numel.ok() || !internal_base::CheckedMul<uint64_t>(*numel, DTypeSize(*dtype))) {
-      return Error(*what + " has invalid shape " + ShapeToString(*shape) +
+      return Error(what() + " has invalid shape " + ShapeToString(*shape) +
                    " (negative or overflowing)");
     }
     return OkStatus();
   }
-  // str key, u8 rank, index, u8 rank, grid; the index inside the grid. Sets
-  // *what to "object '<key>'".
-  Status ObjectHead(std::string* key, Shape* index, Shape* grid, std::string* what) {
+  // str key, u8 rank, index, u8 rank, grid; the index inside the grid.
+  Status ObjectHead(std::string* key, Shape* index, Shape* grid) {
     if (!r_.Str(key).ok()) return Truncated("an object key");
-    *what = "object '" + *key + "'";
-    SP_RETURN_IF_ERROR(RankAndDims(*what + " index", *what + " index", index));
-    SP_RETURN_IF_ERROR(RankAndDims(*what + " grid", *what + " grid", grid));
-    const std::string where = *what + " index " + ShapeToString(*index);
+    auto what = [&] { return "object '" + *key + "'"; };
+    SP_RETURN_IF_ERROR(RankAndDims([&] { return what() + " index"; }, "", index));
+    SP_RETURN_IF_ERROR(RankAndDims([&] { return what() + " grid"; }, "", grid));
+    auto where = [&] { return what() + " index " + ShapeToString(*index); };
     if (index->size() != grid->size()) {
-      return Error(where + " has a different rank from its grid " + ShapeToString(*grid));
+      return Error(where() + " has a different rank from its grid " + ShapeToString(*grid));
     }
     for (size_t d = 0; d < index->size(); ++d) {
       if ((*index)[d] < 0 || (*index)[d] >= (*grid)[d]) {
-        return Error(where + " lies outside its grid " + ShapeToString(*grid));
+        return Error(where() + " lies outside its grid " + ShapeToString(*grid));
       }
     }
     return OkStatus();

@@ -153,12 +153,12 @@ Status Decoder::Files(Manifest* m) {
 }
 
 Status Decoder::Tensor(size_t num_files, TensorRecord* t) {
-  std::string what;
-  SP_RETURN_IF_ERROR(TensorHead(&t->key, &t->dtype, &t->shape, &what));
+  SP_RETURN_IF_ERROR(TensorHead(&t->key, &t->dtype, &t->shape));
   const size_t rank = t->shape.size();
   uint64_t n;
   const size_t v2_extra = version_ >= 2 ? 8 : 0;
-  SP_RETURN_IF_ERROR(Count(kMinChunkFixed + v2_extra + 16 * rank, what + " chunk", &n));
+  SP_RETURN_IF_ERROR(Count(
+      kMinChunkFixed + v2_extra + 16 * rank, [&] { return "tensor '" + t->key + "' chunk"; }, &n));
   t->chunks.resize(n);
   const uint64_t elem_size = DTypeSize(t->dtype);
   for (uint64_t i = 0; i < n; ++i) {
@@ -211,35 +211,36 @@ Status Decoder::Chunk(const TensorRecord& t, size_t i, uint64_t elem_size, size_
 
 // v2: u64 K, then K block checksums; K is 0 or the chunk's block count.
 Status Decoder::BlockSums(const TensorRecord& t, size_t i, ChunkRecord* c) {
-  const std::string what = "tensor '" + t.key + "' chunk " + std::to_string(i) + " block checksum";
+  auto what = [&] {
+    return "tensor '" + t.key + "' chunk " + std::to_string(i) + " block checksum";
+  };
   uint64_t k;
   SP_RETURN_IF_ERROR(Count(8, what, &k));
   const uint64_t want = NumBlocks(c->nbytes, block_size_);
   if (k != 0 && k != want) {
-    return Error(what + " count " + std::to_string(k) + " but its " + std::to_string(c->nbytes) +
+    return Error(what() + " count " + std::to_string(k) + " but its " + std::to_string(c->nbytes) +
                  " bytes make " + std::to_string(want) + " blocks of " +
                  std::to_string(block_size_));
   }
   c->block_sums.resize(k);
   // Bounded by ReadCount, so the read cannot fail.
-  if (!r_.Raw(c->block_sums.data(), k * 8).ok()) return Truncated(what + "s");
+  if (!r_.Raw(c->block_sums.data(), k * 8).ok()) return Truncated(what() + "s");
   return OkStatus();
 }
 
 Status Decoder::Object(size_t num_files, ObjectRecord* o) {
-  std::string what;
-  SP_RETURN_IF_ERROR(ObjectHead(&o->key, &o->index, &o->grid, &what));
+  SP_RETURN_IF_ERROR(ObjectHead(&o->key, &o->index, &o->grid));
   if (!r_.Int(&o->file).ok() || !r_.Int(&o->offset).ok() || !r_.Int(&o->nbytes).ok() ||
       !r_.Int(&o->checksum).ok()) {
-    return Truncated(what + " location");
+    return Truncated("object '" + o->key + "' location");
   }
-  const std::string where = what + " index " + ShapeToString(o->index);
+  auto where = [&] { return "object '" + o->key + "' index " + ShapeToString(o->index); };
   if (o->file >= num_files) {
-    return Error(where + " has file index " + std::to_string(o->file) + " but there are " +
+    return Error(where() + " has file index " + std::to_string(o->file) + " but there are " +
                  std::to_string(num_files) + " files");
   }
   if (!CheckedAdd(o->offset, o->nbytes)) {
-    return Error(where + " byte range offset " + std::to_string(o->offset) + " + " +
+    return Error(where() + " byte range offset " + std::to_string(o->offset) + " + " +
                  std::to_string(o->nbytes) + " overflows");
   }
   return OkStatus();

@@ -244,16 +244,17 @@ class IndexDecoder : public FieldReader {
   Status Run(ManifestIndex* idx);
 
  private:
-  Status Shard(const std::string& what, uint32_t* s) {
-    if (!r_.Int(s).ok()) return Truncated(what + " shard");
+  template <typename W>
+  Status Shard(const W& what, uint32_t* s) {
+    if (!r_.Int(s).ok()) return Truncated(FieldName(what) + " shard");
     if (*s >= num_shards_) {
-      return Error(what + " is in shard " + std::to_string(*s) + " but there are " +
+      return Error(FieldName(what) + " is in shard " + std::to_string(*s) + " but there are " +
                    std::to_string(num_shards_) + " shards");
     }
     return OkStatus();
   }
   Status Tensor(TensorEntry* t);
-  Status Parts(const std::string& what, TensorEntry* t);
+  Status Parts(TensorEntry* t);
   Status Object(ObjectEntry* o);
 
   uint64_t num_shards_ = 0;
@@ -261,50 +262,51 @@ class IndexDecoder : public FieldReader {
 };
 
 Status IndexDecoder::Tensor(TensorEntry* t) {
-  std::string what;
-  SP_RETURN_IF_ERROR(TensorHead(&t->key, &t->dtype, &t->shape, &what));
+  SP_RETURN_IF_ERROR(TensorHead(&t->key, &t->dtype, &t->shape));
+  auto what = [&] { return "tensor '" + t->key + "'"; };
   if (version_ == kIndexVersionV3) {
     TensorPart& p = t->parts.emplace_back();
     p.span = Box::Whole(t->shape);
     SP_RETURN_IF_ERROR(Shard(what, &p.shard));
-    if (!r_.Int(&p.num_chunks).ok()) return Truncated(what + " chunk count");
+    if (!r_.Int(&p.num_chunks).ok()) return Truncated(what() + " chunk count");
     return OkStatus();
   }
-  return Parts(what, t);
+  return Parts(t);
 }
 
 // v4: u32 P >= 1, then per part u32 shard, u64 chunk count and, when P > 1,
 // its span (R offsets, R extents) inside the tensor.
-Status IndexDecoder::Parts(const std::string& what, TensorEntry* t) {
+Status IndexDecoder::Parts(TensorEntry* t) {
+  auto what = [&] { return "tensor '" + t->key + "'"; };
   uint32_t n;
-  if (!r_.Int(&n).ok()) return Truncated(what + " part count");
+  if (!r_.Int(&n).ok()) return Truncated(what() + " part count");
   const size_t rank = t->shape.size();
   const size_t min_part = 12 + (n > 1 ? 16 * rank : 0);
   if (n == 0 || n > r_.left() / min_part) {
-    return Error(what + " part count " + std::to_string(n) + " is 0 or does not fit the " +
+    return Error(what() + " part count " + std::to_string(n) + " is 0 or does not fit the " +
                  "remaining " + std::to_string(r_.left()) + " bytes");
   }
   t->parts.resize(n);
   uint64_t total = 0;
   for (uint32_t i = 0; i < n; ++i) {
     TensorPart& p = t->parts[i];
-    const std::string part = n > 1 ? what + " part " + std::to_string(i) : what;
+    auto part = [&] { return n > 1 ? what() + " part " + std::to_string(i) : what(); };
     SP_RETURN_IF_ERROR(Shard(part, &p.shard));
-    if (!r_.Int(&p.num_chunks).ok()) return Truncated(part + " chunk count");
+    if (!r_.Int(&p.num_chunks).ok()) return Truncated(part() + " chunk count");
     std::optional<uint64_t> sum = internal_base::CheckedAdd(total, p.num_chunks);
-    if (!sum) return Error(what + " chunk counts overflow");
+    if (!sum) return Error(what() + " chunk counts overflow");
     total = *sum;
     if (n == 1) {
       p.span = Box::Whole(t->shape);
       continue;
     }
     if (!r_.Dims(rank, &p.span.offset).ok() || !r_.Dims(rank, &p.span.shape).ok()) {
-      return Truncated(part + " span");
+      return Truncated(part() + " span");
     }
     for (size_t d = 0; d < rank; ++d) {
       const int64_t off = p.span.offset[d], ext = p.span.shape[d];
       if (off < 0 || ext < 0 || off > t->shape[d] || ext > t->shape[d] - off) {
-        return Error(part + " span " + p.span.ToString() + " lies outside shape " +
+        return Error(part() + " span " + p.span.ToString() + " lies outside shape " +
                      ShapeToString(t->shape));
       }
     }
@@ -313,9 +315,8 @@ Status IndexDecoder::Parts(const std::string& what, TensorEntry* t) {
 }
 
 Status IndexDecoder::Object(ObjectEntry* o) {
-  std::string what;
-  SP_RETURN_IF_ERROR(ObjectHead(&o->key, &o->index, &o->grid, &what));
-  return Shard(what, &o->shard);
+  SP_RETURN_IF_ERROR(ObjectHead(&o->key, &o->index, &o->grid));
+  return Shard([&] { return "object '" + o->key + "'"; }, &o->shard);
 }
 
 Status IndexDecoder::Run(ManifestIndex* idx) {
