@@ -3,9 +3,10 @@
 //
 //   plan_scale_sampled [--tp 8 --pp 16 --dp 512] [--load-tp 4 --load-pp 4 --load-dp 256]
 //                      [--experts 64 --ep 64 --load-ep 64] [--dp-samples 4] (+ model flags)
-//                      [--part-kb 16] [--manifest-cache FILE]
+//                      [--shard-kb 64 --part-kb 16] [--manifest-cache FILE]
 //
-// --part-kb: the size of the parts large records are cut into (format v4).
+// --shard-kb, --part-kb: the manifest's shard size and the size of the parts
+// larger records are cut into (format v4).
 // --manifest-cache: write the modelled manifest to FILE; if FILE exists,
 // only the load figures are computed, from it (for trying part sizes).
 //
@@ -321,14 +322,14 @@ void LoadRank(const Setup& s, const Manifest& whole, const Manifest& decoded,
   std::printf(
       "  rank %6d: %zu regions, %zu reads, %.1f MB; regions %.1f ms; whole manifest: PlanLoad "
       "%.1f ms\n    sharded: %zu shards, read %.2f MB for %.2f MB of its keys' records (%.3fx; "
-      "the chunks overlapping its boxes: %.2f MB) + index; decode %.1f ms, PlanLoad %.1f ms; "
-      "load plan %.1f ms\n",
+      "the chunks overlapping its boxes: %.2f MB) + index; decode %.1f ms (of which every key's "
+      "skeleton %.1f ms), PlanLoad %.1f ms; load plan %.1f ms\n",
       r, regions.size(), lp.pieces.size(), lp.bytes / 1e6, 1e3 * (b - a), 1e3 * (c - b),
       p.shards.size(), p.read / 1e6, p.need_bytes / 1e6, ratio, p.overlap_bytes / 1e6,
-      1e3 * p.decode_s, 1e3 * p.plan_s, ms);
+      1e3 * p.decode_s, 1e3 * p.skeleton_s, 1e3 * p.plan_s, ms);
 }
 
-void LoadFigures(const Setup& s, Manifest whole, uint64_t part_bytes) {
+void LoadFigures(const Setup& s, Manifest whole, uint64_t shard_bytes, uint64_t part_bytes) {
   double t0 = Now();
   std::string bytes = EncodeManifest(whole);
   double t1 = Now();
@@ -341,8 +342,7 @@ void LoadFigures(const Setup& s, Manifest whole, uint64_t part_bytes) {
       "Decode %.3f s (what every loading rank decoded before)\n",
       whole.tensors.size(), chunks, whole.files.size(), bytes.size() / 1e6, t1 - t0, t2 - t1);
   std::string().swap(bytes);
-  SplitResult split =
-      SplitManifest(whole, shardpoint::internal_format::kDefaultShardBytes, part_bytes);
+  SplitResult split = SplitManifest(whole, shard_bytes, part_bytes);
   const std::string index_bytes = EncodeIndex(split.index);
   double x1 = Now();
   ManifestIndex index = Check(DecodeIndex(index_bytes, "bench"), "DecodeIndex");
@@ -355,9 +355,8 @@ void LoadFigures(const Setup& s, Manifest whole, uint64_t part_bytes) {
   std::printf(
       "sharded manifest (v%u): index %.1f KB, %zu shards (records cut at %.0f KB; %zu keys in "
       "%zu parts of ~%.0f KB); DecodeIndex %.1f ms\n",
-      index.version, index_bytes.size() / 1e3, split.shards.size(),
-      shardpoint::internal_format::kDefaultShardBytes / 1e3, cut, parts, part_bytes / 1e3,
-      1e3 * (x2 - x1));
+      index.version, index_bytes.size() / 1e3, split.shards.size(), shard_bytes / 1e3, cut, parts,
+      part_bytes / 1e3, 1e3 * (x2 - x1));
   std::printf("load layout: TP=%d x PP=%d x DP=%d = %d ranks; the first rank of each stage:\n",
               s.load.tp, s.load.pp, s.load.dp, s.load.world());
   double worst_ratio = 0, worst_ms = 0;
@@ -397,11 +396,14 @@ void PlanningFigures(const Tally& t) {
 int main(int argc, char** argv) {
   Setup s;
   uint64_t part_bytes = shardpoint::internal_format::kDefaultPartBytes;
+  uint64_t shard_bytes = shardpoint::internal_format::kDefaultShardBytes;
   std::string cache;
   for (int i = 1; i < argc; ++i) {
     if (ParseCommonFlag(argc, argv, i, s.m, s.save, s.load)) continue;
     if (std::string(argv[i]) == "--dp-samples") {
       s.dp_samples = IntFlag(argc, argv, i);
+    } else if (std::string(argv[i]) == "--shard-kb") {
+      shard_bytes = uint64_t(IntFlag(argc, argv, i)) << 10;
     } else if (std::string(argv[i]) == "--part-kb") {
       part_bytes = uint64_t(IntFlag(argc, argv, i)) << 10;
     } else if (std::string(argv[i]) == "--manifest-cache" && i + 1 < argc) {
@@ -422,7 +424,8 @@ int main(int argc, char** argv) {
     if (in) {
       const std::string bytes((std::istreambuf_iterator<char>(in)), {});
       std::printf("(load figures only: the manifest from %s)\n", cache.c_str());
-      LoadFigures(s, Check(DecodeManifest(bytes, cache), "DecodeManifest"), part_bytes);
+      LoadFigures(s, Check(DecodeManifest(bytes, cache), "DecodeManifest"), shard_bytes,
+                  part_bytes);
       return 0;
     }
   }
@@ -446,6 +449,6 @@ int main(int argc, char** argv) {
     const std::string bytes = EncodeManifest(whole);
     std::ofstream(cache, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
   }
-  LoadFigures(s, std::move(whole), part_bytes);
+  LoadFigures(s, std::move(whole), shard_bytes, part_bytes);
   return 0;
 }

@@ -181,7 +181,7 @@ Result<internal_source::Source> FetchShardedSource(std::string_view source_bytes
   for (const auto& h : have) stats->bytes_received += h.second.size();
   internal_source::Source src = internal_source::EmptySource(dir, false);
   SP_ASSIGN_OR_RETURN(src.index, internal_base::Guarded("load: decoding manifest shards", [&] {
-                        return MergeShards(*index, have, dir);
+                        return MergeShards(std::move(*index), have, dir);
                       }));
   for (const auto& t : src.index.tensors) stats->chunks_received += t.chunks.size();
   last_stats = *stats;

@@ -39,10 +39,13 @@ inline bool IsIndexVersion(uint32_t v) { return v == kIndexVersionV3 || v == kIn
 inline constexpr char kShardsFile[] = "data/manifest.shards";
 // Shards are cut at record boundaries once they reach this many bytes; a
 // record larger than it gets shards of its own, one per part of about
-// kDefaultPartBytes (v4: a rank reads about one part per box it loads, and
-// the index holds ~70 bytes a part).
-inline constexpr uint64_t kDefaultShardBytes = uint64_t{64} << 10;
-inline constexpr uint64_t kDefaultPartBytes = uint64_t{16} << 10;
+// kDefaultPartBytes (v4). Measured at 65,536 saving ranks
+// (bench/results/plan_scale_2026-11-28.md): 64 KiB shards made a loading
+// rank read ~5 MB of other keys' records around its small keys; 8 KiB
+// parts cost the index ~44 bytes each (5.4 MB for a 358 MB manifest) and
+// cut a rank's reads to ~4 MB, 4 KiB parts to ~2 MB for an 8.3 MB index.
+inline constexpr uint64_t kDefaultShardBytes = uint64_t{8} << 10;
+inline constexpr uint64_t kDefaultPartBytes = uint64_t{8} << 10;
 
 struct ShardRef {
   uint64_t nbytes = 0;    // its size
@@ -138,7 +141,9 @@ std::vector<uint32_t> ShardsForBoxes(const ManifestIndex& index,
 // their skeleton (no chunks; object location 0), a tensor with some parts
 // given the chunks of those parts, so every rank sees the same tensor and
 // object numbering. `dir` names the files in errors.
-Result<Manifest> MergeShards(const ManifestIndex& index,
+// `index` is taken (moved from where the caller has no further use: every
+// rank builds every key's skeleton from it, 65,536 objects at 65,536 ranks).
+Result<Manifest> MergeShards(ManifestIndex index,
                              const std::vector<std::pair<uint32_t, std::string>>& have,
                              const std::string& dir);
 

@@ -1,4 +1,4 @@
-// MergeShards: a manifest from a v3 index and some of its shards
+// MergeShards: a manifest from a v3 or v4 index and some of its shards
 // (src/format/manifest_index.h).
 #include <unordered_map>
 #include <utility>
@@ -89,7 +89,7 @@ Status TakePart(const TensorEntry& e, size_t p, OpenShard& sh, FileFn& file, Ten
 
 }  // namespace
 
-Result<Manifest> MergeShards(const ManifestIndex& index,
+Result<Manifest> MergeShards(ManifestIndex index,
                              const std::vector<std::pair<uint32_t, std::string>>& have,
                              const std::string& dir) {
   std::unordered_map<uint32_t, OpenShard> open;
@@ -101,8 +101,8 @@ Result<Manifest> MergeShards(const ManifestIndex& index,
   m.version = index.version;  // what was read; it encodes as version 2
   m.block_size = index.block_size;
   m.has_common = index.has_common;
-  m.common = index.common;
-  m.metadata_json = index.metadata_json;
+  m.common = std::move(index.common);
+  m.metadata_json = std::move(index.metadata_json);
   std::unordered_map<std::string, uint32_t> numbers;
   auto file = [&](OpenShard& sh, uint32_t f) {
     if (sh.global_file.empty()) sh.global_file.assign(sh.m.files.size(), UINT32_MAX);
@@ -116,22 +116,23 @@ Result<Manifest> MergeShards(const ManifestIndex& index,
   };
   m.tensors.resize(index.tensors.size());
   for (size_t i = 0; i < index.tensors.size(); ++i) {
-    const TensorEntry& e = index.tensors[i];
+    TensorEntry& e = index.tensors[i];
     TensorRecord& t = m.tensors[i];
-    t.key = e.key, t.dtype = e.dtype, t.shape = e.shape;
+    t.dtype = e.dtype, t.shape = e.shape;
     for (size_t p = 0; p < e.parts.size(); ++p) {
       auto it = open.find(e.parts[p].shard);
       if (it == open.end()) continue;
       SP_RETURN_IF_ERROR(TakePart(e, p, it->second, file, &t));
     }
+    t.key = std::move(e.key);
   }
   m.objects.resize(index.objects.size());
   for (size_t i = 0; i < index.objects.size(); ++i) {
-    const ObjectEntry& e = index.objects[i];
+    ObjectEntry& e = index.objects[i];
     ObjectRecord& o = m.objects[i];
-    auto it = open.find(e.shard);
+    auto it = open.empty() ? open.end() : open.find(e.shard);
     if (it == open.end()) {
-      o.key = e.key, o.index = e.index, o.grid = e.grid;
+      o.key = std::move(e.key), o.index = std::move(e.index), o.grid = std::move(e.grid);
       continue;
     }
     OpenShard& sh = it->second;

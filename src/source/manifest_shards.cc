@@ -55,7 +55,7 @@ Result<Manifest> WholeManifest(Storage* storage, const std::string& dir, const s
   std::vector<uint32_t> all(index.shards.size());
   for (size_t s = 0; s < all.size(); ++s) all[s] = static_cast<uint32_t>(s);
   SP_ASSIGN_OR_RETURN(auto shards, ReadShards(storage, dir, index, all));
-  return MergeShards(index, shards, dir);
+  return MergeShards(std::move(index), shards, dir);
 }
 
 Result<std::string> WholeManifestBytes(Storage* storage, const std::string& dir, std::string top) {
