@@ -3,6 +3,12 @@
 //
 //   plan_scale_sampled [--tp 8 --pp 16 --dp 512] [--load-tp 4 --load-pp 4 --load-dp 256]
 //                      [--experts 64 --ep 64 --load-ep 64] [--dp-samples 4] (+ model flags)
+//                      [--shard-kb 64 --part-kb 16] [--manifest-cache FILE]
+//
+// --shard-kb, --part-kb: the manifest's shard size and the size of the parts
+// larger records are cut into (format v4).
+// --manifest-cache: write the modelled manifest to FILE; if FILE exists,
+// only the load figures are computed, from it (for trying part sizes).
 //
 // The owners' side is computed for EVERY rank: each key's owner (XXH3 mod N)
 // receives the shares of every rank holding the key (each rank's RNG object
@@ -35,6 +41,8 @@
 // are estimated from the sample.
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -313,14 +321,15 @@ void LoadRank(const Setup& s, const Manifest& whole, const Manifest& decoded,
   *worst_ms = std::max(*worst_ms, ms);
   std::printf(
       "  rank %6d: %zu regions, %zu reads, %.1f MB; regions %.1f ms; whole manifest: PlanLoad "
-      "%.1f ms\n    sharded: %zu shards, read %.2f MB for %.2f MB of its keys' records (%.2fx) "
-      "+ index; decode %.1f ms, PlanLoad %.1f ms; load plan %.1f ms\n",
+      "%.1f ms\n    sharded: %zu shards, read %.2f MB for %.2f MB of its keys' records (%.3fx; "
+      "the chunks overlapping its boxes: %.2f MB) + index; decode %.1f ms (of which every key's "
+      "skeleton %.1f ms), PlanLoad %.1f ms; load plan %.1f ms\n",
       r, regions.size(), lp.pieces.size(), lp.bytes / 1e6, 1e3 * (b - a), 1e3 * (c - b),
-      p.shards.size(), p.read / 1e6, p.need_bytes / 1e6, ratio, 1e3 * p.decode_s, 1e3 * p.plan_s,
-      ms);
+      p.shards.size(), p.read / 1e6, p.need_bytes / 1e6, ratio, p.overlap_bytes / 1e6,
+      1e3 * p.decode_s, 1e3 * p.skeleton_s, 1e3 * p.plan_s, ms);
 }
 
-void LoadFigures(const Setup& s, Manifest whole) {
+void LoadFigures(const Setup& s, Manifest whole, uint64_t shard_bytes, uint64_t part_bytes) {
   double t0 = Now();
   std::string bytes = EncodeManifest(whole);
   double t1 = Now();
@@ -333,14 +342,21 @@ void LoadFigures(const Setup& s, Manifest whole) {
       "Decode %.3f s (what every loading rank decoded before)\n",
       whole.tensors.size(), chunks, whole.files.size(), bytes.size() / 1e6, t1 - t0, t2 - t1);
   std::string().swap(bytes);
-  SplitResult split = SplitManifest(whole);
+  SplitResult split = SplitManifest(whole, shard_bytes, part_bytes);
   const std::string index_bytes = EncodeIndex(split.index);
   double x1 = Now();
   ManifestIndex index = Check(DecodeIndex(index_bytes, "bench"), "DecodeIndex");
   double x2 = Now();
-  std::printf("sharded manifest (v3): index %.1f KB, %zu shards of ~%.0f KB; DecodeIndex %.1f ms\n",
-              index_bytes.size() / 1e3, split.shards.size(),
-              shardpoint::internal_format::kDefaultShardBytes / 1e3, 1e3 * (x2 - x1));
+  size_t parts = 0, cut = 0;
+  for (const auto& e : index.tensors) {
+    parts += e.parts.size();
+    cut += e.parts.size() > 1 ? 1 : 0;
+  }
+  std::printf(
+      "sharded manifest (v%u): index %.1f KB, %zu shards (records cut at %.0f KB; %zu keys in "
+      "%zu parts of ~%.0f KB); DecodeIndex %.1f ms\n",
+      index.version, index_bytes.size() / 1e3, split.shards.size(), shard_bytes / 1e3, cut, parts,
+      part_bytes / 1e3, 1e3 * (x2 - x1));
   std::printf("load layout: TP=%d x PP=%d x DP=%d = %d ranks; the first rank of each stage:\n",
               s.load.tp, s.load.pp, s.load.dp, s.load.world());
   double worst_ratio = 0, worst_ms = 0;
@@ -379,10 +395,19 @@ void PlanningFigures(const Tally& t) {
 
 int main(int argc, char** argv) {
   Setup s;
+  uint64_t part_bytes = shardpoint::internal_format::kDefaultPartBytes;
+  uint64_t shard_bytes = shardpoint::internal_format::kDefaultShardBytes;
+  std::string cache;
   for (int i = 1; i < argc; ++i) {
     if (ParseCommonFlag(argc, argv, i, s.m, s.save, s.load)) continue;
     if (std::string(argv[i]) == "--dp-samples") {
       s.dp_samples = IntFlag(argc, argv, i);
+    } else if (std::string(argv[i]) == "--shard-kb") {
+      shard_bytes = uint64_t(IntFlag(argc, argv, i)) << 10;
+    } else if (std::string(argv[i]) == "--part-kb") {
+      part_bytes = uint64_t(IntFlag(argc, argv, i)) << 10;
+    } else if (std::string(argv[i]) == "--manifest-cache" && i + 1 < argc) {
+      cache = argv[++i];
     } else {
       Die(std::string("unknown flag ") + argv[i]);
     }
@@ -392,6 +417,18 @@ int main(int argc, char** argv) {
   s.keys = AllKeys(s.params);
   const int world = s.save.world();
   PrintModel(s.m, s.save, s.load, s.params.size());
+  if (!cache.empty()) {
+    // Load figures only, from a manifest an earlier run of the same layout
+    // wrote (for trying part sizes); the planning figures need a full run.
+    std::ifstream in(cache, std::ios::binary);
+    if (in) {
+      const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+      std::printf("(load figures only: the manifest from %s)\n", cache.c_str());
+      LoadFigures(s, Check(DecodeManifest(bytes, cache), "DecodeManifest"), shard_bytes,
+                  part_bytes);
+      return 0;
+    }
+  }
   Tally t;
   t.sent.assign(world, 0), t.received.assign(world, 0), t.share_sent.assign(world, 0);
   t.owner_secs.assign(world, 0), t.sampled.assign(world, 0);
@@ -407,6 +444,11 @@ int main(int argc, char** argv) {
   RunSample(s, sample, t);
   double c2 = Now();
   std::printf("  (owners %.1f s, sample %.1f s)\n", c1 - c0, c2 - c1);
-  LoadFigures(s, BuildManifest(t, world));
+  Manifest whole = BuildManifest(t, world);
+  if (!cache.empty()) {
+    const std::string bytes = EncodeManifest(whole);
+    std::ofstream(cache, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+  }
+  LoadFigures(s, std::move(whole), shard_bytes, part_bytes);
   return 0;
 }

@@ -9,6 +9,7 @@
 #include "src/base/guard.h"
 #include "src/format/manifest_index.h"
 #include "src/io/path.h"
+#include "src/plan/regions.h"
 #include "src/source/manifest_shards.h"
 #include "src/source/open_source.h"
 
@@ -16,27 +17,38 @@ using shardpoint::internal_base::ByteReader;
 using shardpoint::internal_base::ByteWriter;
 using shardpoint::internal_format::DecodeIndex;
 using shardpoint::internal_format::EncodedVersion;
-using shardpoint::internal_format::kIndexVersion;
+using shardpoint::internal_format::IsIndexVersion;
+using shardpoint::internal_format::KeyBoxes;
 using shardpoint::internal_format::kManifestName;
 using shardpoint::internal_format::ManifestIndex;
 using shardpoint::internal_format::MergeShards;
-using shardpoint::internal_format::ShardsForKeys;
+using shardpoint::internal_format::ShardsForBoxes;
 using shardpoint::internal_io::JoinPath;
 using shardpoint::internal_source::ReadShards;
 
 namespace shardpoint::internal_checkpoint {
 namespace {
 
-// The shards holding the keys `state` requests.
+// The shards holding the chunks of the boxes `state` requests (its regions;
+// where they cannot be built, which the load then reports, its segments'
+// boxes), and its objects.
 std::vector<uint32_t> Needed(const ManifestIndex& index, const State& state) {
-  std::vector<std::string> tensors, objects;
-  for (const LocalTensor& lt : state.tensors) {
-    for (const Segment& seg : lt.segments) tensors.push_back(seg.key);
+  std::map<std::string, std::vector<Box>> boxes;
+  Result<std::vector<internal_plan::Region>> regions = internal_base::Guarded(
+      "load: the regions of the state", [&] { return internal_plan::BuildRegions(state.tensors); });
+  if (regions.ok()) {
+    for (const internal_plan::Region& g : *regions) boxes[g.desc.key].push_back(g.desc.box);
+  } else {
+    for (const LocalTensor& lt : state.tensors) {
+      for (const Segment& seg : lt.segments) boxes[seg.key].push_back(seg.global_box);
+    }
   }
+  std::vector<KeyBoxes> tensors;
+  tensors.reserve(boxes.size());
+  for (auto& [key, b] : boxes) tensors.push_back({key, std::move(b)});
+  std::vector<std::string> objects;
   for (const Object& o : state.objects) objects.push_back(o.key);
-  std::sort(tensors.begin(), tensors.end());
-  tensors.erase(std::unique(tensors.begin(), tensors.end()), tensors.end());
-  return ShardsForKeys(index, tensors, objects);
+  return ShardsForBoxes(index, tensors, objects);
 }
 
 // Step 3 at a reader: `asks[r]` the shards rank r asked of it. Each reply is
@@ -107,7 +119,7 @@ FetchStats LastFetchStats() { return last_stats; }
 
 bool IsShardedIndex(std::string_view source_bytes) {
   return !source_bytes.empty() && source_bytes[0] == 'S' &&
-         EncodedVersion(source_bytes.substr(1)) == kIndexVersion;
+         IsIndexVersion(EncodedVersion(source_bytes.substr(1)));
 }
 
 Result<internal_source::Source> FetchShardedSource(std::string_view source_bytes,
@@ -167,11 +179,12 @@ Result<internal_source::Source> FetchShardedSource(std::string_view source_bytes
   SP_ASSIGN_OR_RETURN(auto have, Unpack(recv));
   stats->shards_received += have.size();
   for (const auto& h : have) stats->bytes_received += h.second.size();
-  last_stats = *stats;
   internal_source::Source src = internal_source::EmptySource(dir, false);
   SP_ASSIGN_OR_RETURN(src.index, internal_base::Guarded("load: decoding manifest shards", [&] {
-                        return MergeShards(*index, have, dir);
+                        return MergeShards(std::move(*index), have, dir);
                       }));
+  for (const auto& t : src.index.tensors) stats->chunks_received += t.chunks.size();
+  last_stats = *stats;
   return src;
 }
 

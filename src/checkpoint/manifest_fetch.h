@@ -3,7 +3,8 @@
 //
 // Collective, after the index has been broadcast (rank 0 read it):
 //   1. every rank decodes the index and finds the shards holding the keys
-//      of its State (ShardsForKeys);
+//      of its State, of a key cut into parts (v4) those whose span meets
+//      the boxes of its regions (ShardsForBoxes);
 //   2. all-to-all: each rank asks shard s of its reader, rank s mod N;
 //   3. each reader reads the shards someone asked for, each once (one open
 //      of data/manifest.shards, one read per run of adjacent shards), and
@@ -29,6 +30,7 @@ namespace shardpoint::internal_checkpoint {
 struct FetchStats {
   uint64_t shards_received = 0;  // shards this rank decoded
   uint64_t bytes_received = 0;   // their bytes
+  uint64_t chunks_received = 0;  // the chunk records in them
   uint64_t shards_read = 0;      // shards this rank read from storage for anyone
   uint64_t storage_reads = 0;    // read requests it made for them
 };

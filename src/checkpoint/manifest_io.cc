@@ -35,7 +35,7 @@ Result<std::string> WriteManifestShards(Storage* storage, const std::string& w, 
   std::string whole = EncodeManifest(m);
   if (whole.size() <= s.threshold || m.version < 2) return whole;
   whole.clear();
-  const SplitResult split = SplitManifest(m, s.shard_bytes);
+  const SplitResult split = SplitManifest(m, s.shard_bytes, s.part_bytes);
   std::string all;
   all.reserve(split.index.shards.empty()
                   ? 0

@@ -11,11 +11,13 @@
 
 namespace shardpoint::internal_checkpoint {
 
-// A save writes v3 when the v2 encoding would exceed `threshold` bytes, cut
-// into shards of about `shard_bytes`; else one v2 manifest (one read).
+// A save writes an index and shards (v4) when the v2 encoding would exceed
+// `threshold` bytes, cut into shards of about `shard_bytes` (records larger
+// than that into parts of about `part_bytes`); else one v2 manifest (one read).
 struct ManifestSharding {
   uint64_t threshold = uint64_t{1} << 20;
   uint64_t shard_bytes = internal_format::kDefaultShardBytes;
+  uint64_t part_bytes = internal_format::kDefaultPartBytes;
 };
 ManifestSharding GetManifestSharding();
 // Process-wide (tests and the bench set it; saves read it at commit).

@@ -11,13 +11,11 @@
 #include "src/base/checked.h"
 #include "src/base/hex.h"
 #include "src/format/checksum.h"
+#include "src/format/field_reader.h"
 
-using shardpoint::internal_base::ByteReader;
 using shardpoint::internal_base::ByteWriter;
 using shardpoint::internal_base::CheckedAdd;
-using shardpoint::internal_base::CheckedMul;
 using shardpoint::internal_base::Hex16;
-using shardpoint::internal_base::kMaxRank;
 
 namespace shardpoint::internal_format {
 namespace {
@@ -107,34 +105,10 @@ std::string EncodeManifest(const Manifest& m) {
 
 namespace {
 
-// Decoding state: the reader and the name for errors.
-class Decoder {
+// Decoding state: the shared field reader (field_reader.h) and the version.
+class Decoder : public FieldReader {
  public:
-  Decoder(std::string_view body, const std::string& name)
-      : r_(body, "manifest '" + name + "'"), name_(name) {}
-
-  Status Error(const std::string& msg) const {
-    return DataLossError("manifest '" + name_ + "': " + msg);
-  }
-  Status Truncated(const std::string& what) const {
-    return Error("truncated or corrupt at byte " + std::to_string(r_.pos()) + " reading " + what);
-  }
-  Status ReadCount(size_t min_size, const std::string& what, uint64_t* n) {
-    size_t at = r_.pos();
-    if (!r_.Int(n).ok()) return Truncated(what + " count");
-    if (*n > r_.left() / min_size) {
-      return Error(what + " count " + std::to_string(*n) + " at byte " + std::to_string(at) +
-                   " does not fit the remaining " + std::to_string(r_.left()) + " bytes");
-    }
-    return OkStatus();
-  }
-  Status ReadRank(const std::string& what, size_t* rank) {
-    uint8_t v;
-    if (!r_.Int(&v).ok()) return Truncated(what + " rank");
-    if (v > kMaxRank) return Error(what + " has rank " + std::to_string(v) + " > 32");
-    *rank = v;
-    return OkStatus();
-  }
+  Decoder(std::string_view body, const std::string& name) : FieldReader(body, "manifest", name) {}
 
   Status Run(Manifest* m);
 
@@ -147,8 +121,6 @@ class Decoder {
 
   Status BlockSums(const TensorRecord& t, size_t i, ChunkRecord* c);
 
-  ByteReader r_;
-  const std::string& name_;
   uint32_t version_ = 1;
   uint64_t block_size_ = 0;
 };
@@ -164,7 +136,7 @@ bool ValidFileName(std::string_view f) {
 
 Status Decoder::Files(Manifest* m) {
   uint64_t n;
-  SP_RETURN_IF_ERROR(ReadCount(kMinFile, "file", &n));
+  SP_RETURN_IF_ERROR(Count(kMinFile, "file", &n));
   m->files.resize(n);
   for (uint64_t i = 0; i < n; ++i) {
     if (!r_.Str(&m->files[i]).ok()) return Truncated("file name " + std::to_string(i));
@@ -181,23 +153,12 @@ Status Decoder::Files(Manifest* m) {
 }
 
 Status Decoder::Tensor(size_t num_files, TensorRecord* t) {
-  if (!r_.Str(&t->key).ok()) return Truncated("a tensor key");
-  const std::string what = "tensor '" + t->key + "'";
-  uint8_t dtype;
-  if (!r_.Int(&dtype).ok()) return Truncated(what + " dtype");
-  if (!IsValidDType(dtype)) return Error(what + " has invalid dtype " + std::to_string(dtype));
-  t->dtype = static_cast<DType>(dtype);
-  size_t rank;
-  SP_RETURN_IF_ERROR(ReadRank(what, &rank));
-  if (!r_.Dims(rank, &t->shape).ok()) return Truncated(what + " shape");
-  Result<int64_t> numel = CheckedNumElements(t->shape);
-  if (!numel.ok() || !CheckedMul<uint64_t>(*numel, DTypeSize(t->dtype))) {
-    return Error(what + " has invalid shape " + ShapeToString(t->shape) +
-                 " (negative or overflowing)");
-  }
+  SP_RETURN_IF_ERROR(TensorHead(&t->key, &t->dtype, &t->shape));
+  const size_t rank = t->shape.size();
   uint64_t n;
   const size_t v2_extra = version_ >= 2 ? 8 : 0;
-  SP_RETURN_IF_ERROR(ReadCount(kMinChunkFixed + v2_extra + 16 * rank, what + " chunk", &n));
+  SP_RETURN_IF_ERROR(Count(
+      kMinChunkFixed + v2_extra + 16 * rank, [&] { return "tensor '" + t->key + "' chunk"; }, &n));
   t->chunks.resize(n);
   const uint64_t elem_size = DTypeSize(t->dtype);
   for (uint64_t i = 0; i < n; ++i) {
@@ -250,48 +211,36 @@ Status Decoder::Chunk(const TensorRecord& t, size_t i, uint64_t elem_size, size_
 
 // v2: u64 K, then K block checksums; K is 0 or the chunk's block count.
 Status Decoder::BlockSums(const TensorRecord& t, size_t i, ChunkRecord* c) {
-  const std::string what = "tensor '" + t.key + "' chunk " + std::to_string(i) + " block checksum";
+  auto what = [&] {
+    return "tensor '" + t.key + "' chunk " + std::to_string(i) + " block checksum";
+  };
   uint64_t k;
-  SP_RETURN_IF_ERROR(ReadCount(8, what, &k));
+  SP_RETURN_IF_ERROR(Count(8, what, &k));
   const uint64_t want = NumBlocks(c->nbytes, block_size_);
   if (k != 0 && k != want) {
-    return Error(what + " count " + std::to_string(k) + " but its " + std::to_string(c->nbytes) +
+    return Error(what() + " count " + std::to_string(k) + " but its " + std::to_string(c->nbytes) +
                  " bytes make " + std::to_string(want) + " blocks of " +
                  std::to_string(block_size_));
   }
   c->block_sums.resize(k);
   // Bounded by ReadCount, so the read cannot fail.
-  if (!r_.Raw(c->block_sums.data(), k * 8).ok()) return Truncated(what + "s");
+  if (!r_.Raw(c->block_sums.data(), k * 8).ok()) return Truncated(what() + "s");
   return OkStatus();
 }
 
 Status Decoder::Object(size_t num_files, ObjectRecord* o) {
-  if (!r_.Str(&o->key).ok()) return Truncated("an object key");
-  const std::string what = "object '" + o->key + "'";
-  size_t rank;
-  SP_RETURN_IF_ERROR(ReadRank(what + " index", &rank));
-  if (!r_.Dims(rank, &o->index).ok()) return Truncated(what + " index");
-  SP_RETURN_IF_ERROR(ReadRank(what + " grid", &rank));
-  if (!r_.Dims(rank, &o->grid).ok()) return Truncated(what + " grid");
+  SP_RETURN_IF_ERROR(ObjectHead(&o->key, &o->index, &o->grid));
   if (!r_.Int(&o->file).ok() || !r_.Int(&o->offset).ok() || !r_.Int(&o->nbytes).ok() ||
       !r_.Int(&o->checksum).ok()) {
-    return Truncated(what + " location");
+    return Truncated("object '" + o->key + "' location");
   }
-  const std::string where = what + " index " + ShapeToString(o->index);
-  if (o->index.size() != o->grid.size()) {
-    return Error(where + " has a different rank from its grid " + ShapeToString(o->grid));
-  }
-  for (size_t d = 0; d < o->index.size(); ++d) {
-    if (o->index[d] < 0 || o->index[d] >= o->grid[d]) {
-      return Error(where + " lies outside its grid " + ShapeToString(o->grid));
-    }
-  }
+  auto where = [&] { return "object '" + o->key + "' index " + ShapeToString(o->index); };
   if (o->file >= num_files) {
-    return Error(where + " has file index " + std::to_string(o->file) + " but there are " +
+    return Error(where() + " has file index " + std::to_string(o->file) + " but there are " +
                  std::to_string(num_files) + " files");
   }
   if (!CheckedAdd(o->offset, o->nbytes)) {
-    return Error(where + " byte range offset " + std::to_string(o->offset) + " + " +
+    return Error(where() + " byte range offset " + std::to_string(o->offset) + " + " +
                  std::to_string(o->nbytes) + " overflows");
   }
   return OkStatus();
@@ -314,7 +263,7 @@ Status Decoder::Run(Manifest* m) {
   SP_RETURN_IF_ERROR(Files(m));
 
   uint64_t n;
-  SP_RETURN_IF_ERROR(ReadCount(kMinTensor, "tensor", &n));
+  SP_RETURN_IF_ERROR(Count(kMinTensor, "tensor", &n));
   m->tensors.resize(n);
   for (uint64_t i = 0; i < n; ++i) {
     SP_RETURN_IF_ERROR(Tensor(m->files.size(), &m->tensors[i]));
@@ -324,7 +273,7 @@ Status Decoder::Run(Manifest* m) {
     }
   }
 
-  SP_RETURN_IF_ERROR(ReadCount(kMinObject, "object", &n));
+  SP_RETURN_IF_ERROR(Count(kMinObject, "object", &n));
   m->objects.resize(n);
   for (uint64_t i = 0; i < n; ++i) {
     ObjectRecord& o = m->objects[i];
@@ -339,18 +288,7 @@ Status Decoder::Run(Manifest* m) {
     }
   }
 
-  uint8_t has_common;
-  if (!r_.Int(&has_common).ok() || !r_.Blob(&m->common).ok()) return Truncated("the common blob");
-  if (has_common > 1 || (!has_common && !m->common.empty())) {
-    return Error("invalid common blob flag " + std::to_string(has_common));
-  }
-  m->has_common = has_common == 1;
-  if (!r_.Blob(&m->metadata_json).ok()) return Truncated("the metadata");
-  if (r_.left() != 0) {
-    return Error(std::to_string(r_.left()) + " unexpected bytes at byte " +
-                 std::to_string(r_.pos()) + " before the checksum");
-  }
-  return OkStatus();
+  return Tail(&m->has_common, &m->common, &m->metadata_json);
 }
 
 }  // namespace

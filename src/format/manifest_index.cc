@@ -11,12 +11,10 @@
 #include "src/base/checked.h"
 #include "src/base/hex.h"
 #include "src/format/checksum.h"
+#include "src/format/field_reader.h"
 
-using shardpoint::internal_base::ByteReader;
 using shardpoint::internal_base::ByteWriter;
-using shardpoint::internal_base::CheckedMul;
 using shardpoint::internal_base::Hex16;
-using shardpoint::internal_base::kMaxRank;
 
 namespace shardpoint::internal_format {
 namespace {
@@ -87,7 +85,58 @@ Manifest CanonicalFileOrder(const Manifest& m) {
   return out;
 }
 
-SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes) {
+namespace {
+
+uint64_t ChunkBytes(const TensorRecord& t, const ChunkRecord& c) {
+  return 44 + 16 * t.shape.size() + 8 * c.block_sums.size();
+}
+
+// The bounding box of chunks [i, j) of `t`.
+Box Span(const TensorRecord& t, size_t i, size_t j) {
+  Box span = t.chunks[i].box;
+  for (size_t k = i + 1; k < j; ++k) {
+    const Box& b = t.chunks[k].box;
+    for (size_t d = 0; d < span.offset.size(); ++d) {
+      const int64_t lo = std::min(span.offset[d], b.offset[d]);
+      const int64_t hi = std::max(span.offset[d] + span.shape[d], b.offset[d] + b.shape[d]);
+      span.offset[d] = lo, span.shape[d] = hi - lo;
+    }
+  }
+  return span;
+}
+
+// Cuts tensor `t` (larger than a shard) into parts of about `part_bytes`,
+// each in a fresh shard (marked full, so that no other record joins it).
+void AddParts(const Manifest& m, const TensorRecord& t, uint64_t shard_bytes, uint64_t part_bytes,
+              std::vector<ShardBuilder>& shards, TensorEntry& e) {
+  for (size_t i = 0; i < t.chunks.size();) {
+    ShardBuilder& b = shards.emplace_back();
+    b.m.block_size = m.block_size;
+    TensorRecord r{t.key, t.dtype, t.shape, {}};
+    uint64_t bytes = 14 + t.key.size() + 8 * t.shape.size();
+    size_t j = i;
+    do {
+      bytes += ChunkBytes(t, t.chunks[j]);
+      r.chunks.push_back(t.chunks[j]);
+      r.chunks.back().file = b.files.Add(m.files[t.chunks[j].file]);
+      ++j;
+    } while (j < t.chunks.size() && bytes < part_bytes);
+    e.parts.push_back({static_cast<uint32_t>(shards.size() - 1), j - i, Span(t, i, j)});
+    b.m.tensors.push_back(std::move(r));
+    b.bytes = std::max(shard_bytes, bytes);
+    i = j;
+  }
+}
+
+}  // namespace
+
+uint64_t TensorEntry::num_chunks() const {
+  uint64_t n = 0;
+  for (const TensorPart& p : parts) n += p.num_chunks;
+  return n;
+}
+
+SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes, uint64_t part_bytes) {
   SplitResult out;
   ManifestIndex& idx = out.index;
   idx.block_size = m.block_size;
@@ -104,12 +153,17 @@ SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes) {
     return shards.back();
   };
   for (const TensorRecord& t : m.tensors) {
+    TensorEntry& e = idx.tensors.emplace_back(TensorEntry{t.key, t.dtype, t.shape, {}});
+    if (TensorBytes(t) > shard_bytes && t.chunks.size() > 1) {
+      AddParts(m, t, shard_bytes, part_bytes, shards, e);
+      continue;
+    }
     ShardBuilder& b = current(false);
     TensorRecord r = t;
     for (ChunkRecord& c : r.chunks) c.file = b.files.Add(m.files[c.file]);
     b.bytes += TensorBytes(t);
-    idx.tensors.push_back(
-        {t.key, t.dtype, t.shape, static_cast<uint32_t>(shards.size() - 1), t.chunks.size()});
+    e.parts.push_back(
+        {static_cast<uint32_t>(shards.size() - 1), t.chunks.size(), Box::Whole(t.shape)});
     b.m.tensors.push_back(std::move(r));
   }
   bool first_object = true;
@@ -136,7 +190,7 @@ SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes) {
 std::string EncodeIndex(const ManifestIndex& index) {
   ByteWriter w;
   w.Raw(kMagic, sizeof(kMagic));
-  w.U32(kIndexVersion);
+  w.U32(index.version);
   w.U32(0);
   w.U64(index.block_size);
   w.U64(index.shards.size());
@@ -150,8 +204,19 @@ std::string EncodeIndex(const ManifestIndex& index) {
     w.U8(static_cast<uint8_t>(t.dtype));
     w.U8(static_cast<uint8_t>(t.shape.size()));
     w.Dims(t.shape);
-    w.U32(t.shard);
-    w.U64(t.num_chunks);
+    if (index.version == kIndexVersionV3) {
+      w.U32(t.parts.at(0).shard);
+      w.U64(t.parts.at(0).num_chunks);
+      continue;
+    }
+    w.U32(static_cast<uint32_t>(t.parts.size()));
+    for (const TensorPart& p : t.parts) {
+      w.U32(p.shard);
+      w.U64(p.num_chunks);
+      if (t.parts.size() == 1) continue;
+      w.Dims(p.span.offset);
+      w.Dims(p.span.shape);
+    }
   }
   w.U64(index.objects.size());
   for (const ObjectEntry& o : index.objects) {
@@ -171,87 +236,87 @@ std::string EncodeIndex(const ManifestIndex& index) {
 
 namespace {
 
-class IndexDecoder {
+class IndexDecoder : public FieldReader {
  public:
   IndexDecoder(std::string_view body, const std::string& name)
-      : r_(body, "manifest index '" + name + "'"), name_(name) {}
-
-  Status Error(const std::string& msg) const {
-    return DataLossError("manifest index '" + name_ + "': " + msg);
-  }
-  Status Truncated(const std::string& what) const {
-    return Error("truncated or corrupt at byte " + std::to_string(r_.pos()) + " reading " + what);
-  }
-  Status Count(size_t min_size, const std::string& what, uint64_t* n) {
-    const size_t at = r_.pos();
-    if (!r_.Int(n).ok()) return Truncated(what + " count");
-    if (*n > r_.left() / min_size) {
-      return Error(what + " count " + std::to_string(*n) + " at byte " + std::to_string(at) +
-                   " does not fit the remaining " + std::to_string(r_.left()) + " bytes");
-    }
-    return OkStatus();
-  }
-  Status Dims(const std::string& what, Shape* dims) {
-    uint8_t rank;
-    if (!r_.Int(&rank).ok()) return Truncated(what + " rank");
-    if (rank > kMaxRank) return Error(what + " has rank " + std::to_string(rank) + " > 32");
-    if (!r_.Dims(rank, dims).ok()) return Truncated(what);
-    return OkStatus();
-  }
-  Status Shard(const std::string& what, uint32_t* s) {
-    if (!r_.Int(s).ok()) return Truncated(what + " shard");
-    if (*s >= num_shards_) {
-      return Error(what + " is in shard " + std::to_string(*s) + " but there are " +
-                   std::to_string(num_shards_) + " shards");
-    }
-    return OkStatus();
-  }
+      : FieldReader(body, "manifest index", name) {}
 
   Status Run(ManifestIndex* idx);
 
  private:
+  template <typename W>
+  Status Shard(const W& what, uint32_t* s) {
+    if (!r_.Int(s).ok()) return Truncated(FieldName(what) + " shard");
+    if (*s >= num_shards_) {
+      return Error(FieldName(what) + " is in shard " + std::to_string(*s) + " but there are " +
+                   std::to_string(num_shards_) + " shards");
+    }
+    return OkStatus();
+  }
   Status Tensor(TensorEntry* t);
+  Status Parts(TensorEntry* t);
   Status Object(ObjectEntry* o);
 
-  ByteReader r_;
-  const std::string& name_;
   uint64_t num_shards_ = 0;
+  uint32_t version_ = kIndexVersion;
 };
 
 Status IndexDecoder::Tensor(TensorEntry* t) {
-  if (!r_.Str(&t->key).ok()) return Truncated("a tensor key");
-  const std::string what = "tensor '" + t->key + "'";
-  uint8_t dtype;
-  if (!r_.Int(&dtype).ok()) return Truncated(what + " dtype");
-  if (!IsValidDType(dtype)) return Error(what + " has invalid dtype " + std::to_string(dtype));
-  t->dtype = static_cast<DType>(dtype);
-  SP_RETURN_IF_ERROR(Dims(what + " shape", &t->shape));
-  Result<int64_t> numel = CheckedNumElements(t->shape);
-  if (!numel.ok() || !CheckedMul<uint64_t>(*numel, DTypeSize(t->dtype))) {
-    return Error(what + " has invalid shape " + ShapeToString(t->shape) +
-                 " (negative or overflowing)");
+  SP_RETURN_IF_ERROR(TensorHead(&t->key, &t->dtype, &t->shape));
+  auto what = [&] { return "tensor '" + t->key + "'"; };
+  if (version_ == kIndexVersionV3) {
+    TensorPart& p = t->parts.emplace_back();
+    p.span = Box::Whole(t->shape);
+    SP_RETURN_IF_ERROR(Shard(what, &p.shard));
+    if (!r_.Int(&p.num_chunks).ok()) return Truncated(what() + " chunk count");
+    return OkStatus();
   }
-  SP_RETURN_IF_ERROR(Shard(what, &t->shard));
-  if (!r_.Int(&t->num_chunks).ok()) return Truncated(what + " chunk count");
+  return Parts(t);
+}
+
+// v4: u32 P >= 1, then per part u32 shard, u64 chunk count and, when P > 1,
+// its span (R offsets, R extents) inside the tensor.
+Status IndexDecoder::Parts(TensorEntry* t) {
+  auto what = [&] { return "tensor '" + t->key + "'"; };
+  uint32_t n;
+  if (!r_.Int(&n).ok()) return Truncated(what() + " part count");
+  const size_t rank = t->shape.size();
+  const size_t min_part = 12 + (n > 1 ? 16 * rank : 0);
+  if (n == 0 || n > r_.left() / min_part) {
+    return Error(what() + " part count " + std::to_string(n) + " is 0 or does not fit the " +
+                 "remaining " + std::to_string(r_.left()) + " bytes");
+  }
+  t->parts.resize(n);
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    TensorPart& p = t->parts[i];
+    auto part = [&] { return n > 1 ? what() + " part " + std::to_string(i) : what(); };
+    SP_RETURN_IF_ERROR(Shard(part, &p.shard));
+    if (!r_.Int(&p.num_chunks).ok()) return Truncated(part() + " chunk count");
+    std::optional<uint64_t> sum = internal_base::CheckedAdd(total, p.num_chunks);
+    if (!sum) return Error(what() + " chunk counts overflow");
+    total = *sum;
+    if (n == 1) {
+      p.span = Box::Whole(t->shape);
+      continue;
+    }
+    if (!r_.Dims(rank, &p.span.offset).ok() || !r_.Dims(rank, &p.span.shape).ok()) {
+      return Truncated(part() + " span");
+    }
+    for (size_t d = 0; d < rank; ++d) {
+      const int64_t off = p.span.offset[d], ext = p.span.shape[d];
+      if (off < 0 || ext < 0 || off > t->shape[d] || ext > t->shape[d] - off) {
+        return Error(part() + " span " + p.span.ToString() + " lies outside shape " +
+                     ShapeToString(t->shape));
+      }
+    }
+  }
   return OkStatus();
 }
 
 Status IndexDecoder::Object(ObjectEntry* o) {
-  if (!r_.Str(&o->key).ok()) return Truncated("an object key");
-  const std::string what = "object '" + o->key + "'";
-  SP_RETURN_IF_ERROR(Dims(what + " index", &o->index));
-  SP_RETURN_IF_ERROR(Dims(what + " grid", &o->grid));
-  SP_RETURN_IF_ERROR(Shard(what, &o->shard));
-  const std::string where = what + " index " + ShapeToString(o->index);
-  if (o->index.size() != o->grid.size()) {
-    return Error(where + " has a different rank from its grid " + ShapeToString(o->grid));
-  }
-  for (size_t d = 0; d < o->index.size(); ++d) {
-    if (o->index[d] < 0 || o->index[d] >= o->grid[d]) {
-      return Error(where + " lies outside its grid " + ShapeToString(o->grid));
-    }
-  }
-  return OkStatus();
+  SP_RETURN_IF_ERROR(ObjectHead(&o->key, &o->index, &o->grid));
+  return Shard([&] { return "object '" + o->key + "'"; }, &o->shard);
 }
 
 Status IndexDecoder::Run(ManifestIndex* idx) {
@@ -262,6 +327,7 @@ Status IndexDecoder::Run(ManifestIndex* idx) {
     return Truncated("the preamble");
   }
   if (flags != 0) return Error("unsupported flags 0x" + Hex16(flags));
+  idx->version = version_ = version;
   const uint64_t b = idx->block_size;
   if (b < 4096 || (b & (b - 1)) != 0) {
     return Error("block size " + std::to_string(b) + " is not a power of two >= 4096");
@@ -298,20 +364,7 @@ Status IndexDecoder::Run(ManifestIndex* idx) {
                    " is not after the previous object (sorted by (key, index), unique)");
     }
   }
-  uint8_t has_common;
-  if (!r_.Int(&has_common).ok() || !r_.Blob(&idx->common).ok()) {
-    return Truncated("the common blob");
-  }
-  if (has_common > 1 || (!has_common && !idx->common.empty())) {
-    return Error("invalid common blob flag " + std::to_string(has_common));
-  }
-  idx->has_common = has_common == 1;
-  if (!r_.Blob(&idx->metadata_json).ok()) return Truncated("the metadata");
-  if (r_.left() != 0) {
-    return Error(std::to_string(r_.left()) + " unexpected bytes at byte " +
-                 std::to_string(r_.pos()) + " before the checksum");
-  }
-  return OkStatus();
+  return Tail(&idx->has_common, &idx->common, &idx->metadata_json);
 }
 
 }  // namespace
@@ -322,8 +375,9 @@ Result<ManifestIndex> DecodeIndex(std::string_view bytes, const std::string& nam
     return DataLossError(prefix + "truncated: " + std::to_string(bytes.size()) +
                          " bytes, an index has at least " + std::to_string(kMinIndex));
   }
-  if (EncodedVersion(bytes) != kIndexVersion) {
-    return DataLossError(prefix + "not a version " + std::to_string(kIndexVersion) + " index");
+  if (!IsIndexVersion(EncodedVersion(bytes))) {
+    return DataLossError(prefix + "not a version " + std::to_string(kIndexVersionV3) + " or " +
+                         std::to_string(kIndexVersion) + " index");
   }
   const size_t body = bytes.size() - 8;
   uint64_t stored;
@@ -338,16 +392,17 @@ Result<ManifestIndex> DecodeIndex(std::string_view bytes, const std::string& nam
   return idx;
 }
 
-std::vector<uint32_t> ShardsForKeys(const ManifestIndex& index,
-                                    const std::vector<std::string>& tensor_keys,
-                                    const std::vector<std::string>& object_keys) {
-  std::vector<uint32_t> out;
-  for (const std::string& k : tensor_keys) {
-    auto it =
-        std::lower_bound(index.tensors.begin(), index.tensors.end(), k,
-                         [](const TensorEntry& t, const std::string& key) { return t.key < key; });
-    if (it != index.tensors.end() && it->key == k) out.push_back(it->shard);
-  }
+namespace {
+
+const TensorEntry* FindEntry(const ManifestIndex& index, const std::string& k) {
+  auto it =
+      std::lower_bound(index.tensors.begin(), index.tensors.end(), k,
+                       [](const TensorEntry& t, const std::string& key) { return t.key < key; });
+  return it != index.tensors.end() && it->key == k ? &*it : nullptr;
+}
+
+void AddObjectShards(const ManifestIndex& index, const std::vector<std::string>& object_keys,
+                     std::vector<uint32_t>& out) {
   for (const std::string& k : object_keys) {
     auto it =
         std::lower_bound(index.objects.begin(), index.objects.end(), k,
@@ -356,6 +411,43 @@ std::vector<uint32_t> ShardsForKeys(const ManifestIndex& index,
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
+}
+
+}  // namespace
+
+std::vector<uint32_t> ShardsForKeys(const ManifestIndex& index,
+                                    const std::vector<std::string>& tensor_keys,
+                                    const std::vector<std::string>& object_keys) {
+  std::vector<uint32_t> out;
+  for (const std::string& k : tensor_keys) {
+    const TensorEntry* e = FindEntry(index, k);
+    for (size_t i = 0; e != nullptr && i < e->parts.size(); ++i) out.push_back(e->parts[i].shard);
+  }
+  AddObjectShards(index, object_keys, out);
+  return out;
+}
+
+std::vector<uint32_t> ShardsForBoxes(const ManifestIndex& index,
+                                     const std::vector<KeyBoxes>& tensors,
+                                     const std::vector<std::string>& object_keys) {
+  std::vector<uint32_t> out;
+  for (const KeyBoxes& kb : tensors) {
+    const TensorEntry* e = FindEntry(index, kb.key);
+    if (e == nullptr) continue;
+    for (const TensorPart& p : e->parts) {
+      bool meets = e->parts.size() == 1;
+      for (size_t i = 0; !meets && i < kb.boxes.size(); ++i) {
+        if (kb.boxes[i].offset.size() != p.span.offset.size()) {
+          meets = true;  // a shape mismatch: the load names it; read everything
+          break;
+        }
+        std::optional<Box> both = Intersect(kb.boxes[i], p.span);
+        meets = both.has_value() && !both->empty();
+      }
+      if (meets) out.push_back(p.shard);
+    }
+  }
+  AddObjectShards(index, object_keys, out);
   return out;
 }
 

@@ -1,14 +1,18 @@
-// The manifest of format v3: a small index (the file `manifest`, the commit
-// point) and manifest shards (back to back in `data/manifest.shards`), so
-// that a loading rank reads and decodes only the records of the keys it
-// needs (docs/format.md section 3.2).
+// The manifest of formats v3 and v4: a small index (the file `manifest`, the
+// commit point) and manifest shards (back to back in `data/manifest.shards`),
+// so that a loading rank reads and decodes only the records of the keys it
+// needs (docs/format.md section 3.2), and in v4 only the parts of a large
+// record whose chunks overlap its boxes.
 //
 // The index holds every tensor's and object's skeleton (key, dtype, shape or
-// index and grid) with the shard that holds its full record, each shard's
-// size and checksum, the common blob and the user metadata. A shard is an
+// index and grid) with the shards that hold its record, each shard's size
+// and checksum, the common blob and the user metadata. A shard is an
 // ordinary v2 manifest (same encoding, DecodeManifest validates it) holding
-// the full records of its keys and only the files they name, with no common
-// blob and no metadata.
+// the records of its keys and only the files they name, with no common blob
+// and no metadata. v4: a record larger than the shard size is cut into parts
+// (runs of its chunks in box order, each in a shard of its own); the index
+// lists each part's shard, chunk count and span (the bounding box of its
+// chunks), so a rank reads only the parts whose span meets its boxes.
 //
 // SplitManifest and MergeShards are inverses up to the order of the file
 // list: MergeShards numbers files by first use (shard order, tensors before
@@ -26,13 +30,22 @@
 
 namespace shardpoint::internal_format {
 
-inline constexpr uint32_t kIndexVersion = 3;
+// v4 (parts of large records) is written; v3 (one record, one shard) is read.
+inline constexpr uint32_t kIndexVersion = 4;
+inline constexpr uint32_t kIndexVersionV3 = 3;
+inline bool IsIndexVersion(uint32_t v) { return v == kIndexVersionV3 || v == kIndexVersion; }
 // In data/, so that everything that clears a failed save's data clears it
 // too; written and made durable with the data files, before the index.
 inline constexpr char kShardsFile[] = "data/manifest.shards";
 // Shards are cut at record boundaries once they reach this many bytes; a
-// record larger than it gets a shard of its own.
-inline constexpr uint64_t kDefaultShardBytes = uint64_t{64} << 10;
+// record larger than it gets shards of its own, one per part of about
+// kDefaultPartBytes (v4). Measured at 65,536 saving ranks
+// (bench/results/plan_scale_2026-11-28.md): 64 KiB shards made a loading
+// rank read ~5 MB of other keys' records around its small keys; 8 KiB
+// parts cost the index ~44 bytes each (5.4 MB for a 358 MB manifest) and
+// cut a rank's reads to ~4 MB, 4 KiB parts to ~2 MB for an 8.3 MB index.
+inline constexpr uint64_t kDefaultShardBytes = uint64_t{8} << 10;
+inline constexpr uint64_t kDefaultPartBytes = uint64_t{8} << 10;
 
 struct ShardRef {
   uint64_t nbytes = 0;    // its size
@@ -40,12 +53,19 @@ struct ShardRef {
   uint64_t offset = 0;    // in kShardsFile: the sum of the sizes before it (not encoded)
 };
 
+// A run of a tensor's chunks (in box order) held by one shard.
+struct TensorPart {
+  uint32_t shard = 0;
+  uint64_t num_chunks = 0;
+  Box span;  // bounding box of its chunks; the whole tensor when it is the only part
+};
+
 struct TensorEntry {
   std::string key;
   DType dtype = DType::kF32;
   Shape shape;
-  uint32_t shard = 0;
-  uint64_t num_chunks = 0;
+  std::vector<TensorPart> parts;  // at least one; in chunk order
+  uint64_t num_chunks() const;
 };
 
 struct ObjectEntry {
@@ -56,6 +76,7 @@ struct ObjectEntry {
 };
 
 struct ManifestIndex {
+  uint32_t version = kIndexVersion;  // 3: one part per tensor (EncodeIndex writes it so)
   uint64_t block_size = kDefaultBlockSize;
   std::vector<ShardRef> shards;
   std::vector<TensorEntry> tensors;  // sorted by key, unique
@@ -79,28 +100,50 @@ struct SplitResult {
   std::vector<std::string> shards;  // encoded; kShardsFile is their concatenation
 };
 // Cuts `m` (a v2 manifest: block checksums) into shards of about
-// `shard_bytes` each, tensors and objects in key order.
-SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes = kDefaultShardBytes);
+// `shard_bytes` each, tensors and objects in key order; a tensor record
+// larger than `shard_bytes` into parts of about `part_bytes` (at least one
+// chunk each). The result's version is kIndexVersion.
+SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes = kDefaultShardBytes,
+                          uint64_t part_bytes = kDefaultPartBytes);
 
+// Writes index.version's layout (3: every tensor must have one part).
 std::string EncodeIndex(const ManifestIndex& index);
-// Validates as DecodeManifest does (counts bounded before use, sorted
-// unique keys, shard numbers in range); DataLoss naming `name`.
+// Versions 3 and 4. Validates as DecodeManifest does (counts bounded before
+// use, sorted unique keys, shard numbers in range, parts in shards of their
+// own with spans inside the tensor); DataLoss naming `name`.
 Result<ManifestIndex> DecodeIndex(std::string_view bytes, const std::string& name);
 
 // The shards that hold the records of `tensor_keys` and `object_keys`
-// (sorted, unique). Keys the index does not hold are skipped.
+// (sorted, unique), every part. Keys the index does not hold are skipped.
 std::vector<uint32_t> ShardsForKeys(const ManifestIndex& index,
                                     const std::vector<std::string>& tensor_keys,
                                     const std::vector<std::string>& object_keys);
 
+// A tensor key and the boxes of it a rank needs.
+struct KeyBoxes {
+  std::string key;
+  std::vector<Box> boxes;
+};
+// The shards holding the parts of each key whose span meets one of its boxes
+// in at least one element (a key's only part always), and the objects of
+// `object_keys`; sorted, unique. The merged record then holds every chunk
+// that overlaps those boxes.
+std::vector<uint32_t> ShardsForBoxes(const ManifestIndex& index,
+                                     const std::vector<KeyBoxes>& tensors,
+                                     const std::vector<std::string>& object_keys);
+
 // A manifest from the index and the bytes of some of its shards (`have`:
 // shard number -> bytes; the others are not read). Checks each shard's size
-// and checksum against the index and that it holds exactly the records the
-// index assigns to it. The result's version is 3 (EncodeManifest writes it
-// as a version 2 manifest). Tensors and objects of shards not given keep their
-// skeleton (no chunks; object location 0), so every rank sees the same
-// tensor and object numbering. `dir` names the files in errors.
-Result<Manifest> MergeShards(const ManifestIndex& index,
+// and checksum against the index and that it holds exactly the records (or
+// parts, with their chunk counts, chunks inside their spans) the index
+// assigns to it. The result's version is the index's (EncodeManifest writes
+// it as a version 2 manifest). Tensors and objects of shards not given keep
+// their skeleton (no chunks; object location 0), a tensor with some parts
+// given the chunks of those parts, so every rank sees the same tensor and
+// object numbering. `dir` names the files in errors.
+// `index` is taken (moved from where the caller has no further use: every
+// rank builds every key's skeleton from it, 65,536 objects at 65,536 ranks).
+Result<Manifest> MergeShards(ManifestIndex index,
                              const std::vector<std::pair<uint32_t, std::string>>& have,
                              const std::string& dir);
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -67,9 +68,9 @@ TEST(ManifestIndexTest, SplitThenMergeGivesTheManifestBack) {
   for (int trial = 0; trial < 12; ++trial) {
     const Manifest m = RandomManifest(rng, 1 + trial * 3, 1 + trial % 5);
     for (uint64_t shard_bytes : {uint64_t{1}, uint64_t{300}, uint64_t{1} << 30}) {
-      const SplitResult split = SplitManifest(m, shard_bytes);
+      const SplitResult split = SplitManifest(m, shard_bytes, uint64_t{1} << 30);
       const std::string index_bytes = EncodeIndex(split.index);
-      ASSERT_EQ(EncodedVersion(index_bytes), 3u);
+      ASSERT_EQ(EncodedVersion(index_bytes), 4u);
       Result<ManifestIndex> idx = DecodeIndex(index_bytes, kDir + "/manifest");
       ASSERT_TRUE(idx.ok()) << idx.status().ToString();
       EXPECT_EQ(EncodeIndex(*idx), index_bytes);
@@ -87,6 +88,132 @@ TEST(ManifestIndexTest, SplitThenMergeGivesTheManifestBack) {
       }
     }
   }
+}
+
+TEST(ManifestIndexTest, RecordsCutIntoPartsMergeBackBitForBit) {
+  std::mt19937 rng(44);
+  for (int trial = 0; trial < 8; ++trial) {
+    const Manifest m = RandomManifest(rng, 2 + trial * 3, 1 + trial % 4);
+    for (uint64_t part_bytes : {uint64_t{1}, uint64_t{200}, uint64_t{700}}) {
+      const SplitResult split = SplitManifest(m, 300, part_bytes);
+      size_t parts = 0;
+      for (const TensorEntry& t : split.index.tensors) parts += t.parts.size();
+      if (part_bytes == 1 && trial > 0) {
+        EXPECT_GT(parts, m.tensors.size()) << "trial " << trial;
+      }
+      const std::string index_bytes = EncodeIndex(split.index);
+      Result<ManifestIndex> idx = DecodeIndex(index_bytes, kDir + "/manifest");
+      ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+      EXPECT_EQ(EncodeIndex(*idx), index_bytes);
+      Result<Manifest> merged = MergeShards(*idx, All(split), kDir);
+      ASSERT_TRUE(merged.ok()) << merged.status().ToString();
+      EXPECT_EQ(EncodeManifest(*merged), EncodeManifest(CanonicalFileOrder(m)))
+          << "trial " << trial << " part_bytes " << part_bytes;
+    }
+  }
+}
+
+// A rank reading rows [20, 23) of one tensor gets the parts whose span meets
+// them: every chunk overlapping its box, few others.
+TEST(ManifestIndexTest, ShardsForBoxesReadOnlyThePartsOverlappingTheBoxes) {
+  Manifest m;
+  m.files = {"data/0.safetensors", "data/1.safetensors"};
+  TensorRecord t{"w", DType::kF32, {64, 4}, {}};
+  for (int64_t r = 0; r < 64; ++r) {
+    const uint64_t n = 16;
+    t.chunks.push_back({Box({r, 0}, {1, 4}),
+                        static_cast<uint32_t>(r % 2),
+                        static_cast<uint64_t>(r) * n,
+                        n,
+                        static_cast<uint64_t>(1000 + r),
+                        {7}});
+  }
+  m.tensors = {t, TensorRecord{"x", DType::kF32, {2}, {{Box({0}, {2}), 0, 0, 8, 1, {2}}}}};
+  const SplitResult split = SplitManifest(m, 256, 256);
+  const TensorEntry& w = split.index.tensors[0];
+  ASSERT_GT(w.parts.size(), 8u);
+  const Box want({20, 1}, {3, 2});
+  const std::vector<uint32_t> shards = ShardsForBoxes(split.index, {{"w", {want}}}, {});
+  ASSERT_GE(shards.size(), 1u);
+  ASSERT_LE(shards.size(), 2u);
+  std::vector<std::pair<uint32_t, std::string>> have;
+  for (uint32_t s : shards) have.emplace_back(s, split.shards[s]);
+  Result<Manifest> part = MergeShards(split.index, have, kDir);
+  ASSERT_TRUE(part.ok()) << part.status().ToString();
+  ASSERT_EQ(part->tensors.size(), 2u);
+  EXPECT_TRUE(part->tensors[1].chunks.empty());  // "x" was not asked for
+  std::vector<uint64_t> got;
+  for (const ChunkRecord& c : part->tensors[0].chunks) got.push_back(c.checksum);
+  for (uint64_t r = 20; r < 23; ++r) {
+    EXPECT_NE(std::find(got.begin(), got.end(), 1000 + r), got.end()) << "row " << r;
+  }
+  EXPECT_LT(got.size(), 16u);
+  // Every part of a key (ShardsForKeys), and a box of the wrong rank, read all.
+  EXPECT_EQ(ShardsForKeys(split.index, {"w"}, {}).size(), w.parts.size());
+  EXPECT_EQ(ShardsForBoxes(split.index, {{"w", {Box({0}, {1})}}}, {}).size(), w.parts.size());
+}
+
+// Format v3 (one record a shard, no parts), which saves wrote before v4:
+// still decoded and merged.
+TEST(ManifestIndexTest, AVersion3IndexStillReads) {
+  std::mt19937 rng(45);
+  const Manifest m = RandomManifest(rng, 20, 3);
+  SplitResult split = SplitManifest(m, 300, uint64_t{1} << 30);
+  split.index.version = 3;
+  const std::string bytes = EncodeIndex(split.index);
+  ASSERT_EQ(EncodedVersion(bytes), 3u);
+  Result<ManifestIndex> idx = DecodeIndex(bytes, "m");
+  ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+  EXPECT_EQ(idx->version, 3u);
+  EXPECT_EQ(EncodeIndex(*idx), bytes);
+  Result<Manifest> merged = MergeShards(*idx, All(split), kDir);
+  ASSERT_TRUE(merged.ok()) << merged.status().ToString();
+  EXPECT_EQ(merged->version, 3u);
+  EXPECT_EQ(EncodeManifest(*merged), EncodeManifest(CanonicalFileOrder(m)));
+  // The v3 layout: a tensor entry is key, dtype, rank, dims, u32 shard, u64
+  // chunk count; the first tensor's entry follows the shard table.
+  const size_t at = 8 + 4 + 4 + 8 + 8 + 16 * split.index.shards.size() + 8;
+  const TensorEntry& t0 = split.index.tensors[0];
+  const size_t shard_at = at + 4 + t0.key.size() + 1 + 1 + 8 * t0.shape.size();
+  uint32_t shard;
+  uint64_t chunks;
+  std::memcpy(&shard, bytes.data() + shard_at, 4);
+  std::memcpy(&chunks, bytes.data() + shard_at + 4, 8);
+  EXPECT_EQ(shard, t0.parts[0].shard);
+  EXPECT_EQ(chunks, m.tensors[0].chunks.size());
+}
+
+// Parts that lie: a span outside the tensor (DecodeIndex), a chunk outside
+// its part's span (MergeShards): DataLoss naming the tensor and part.
+TEST(ManifestIndexTest, ABadPartIsDataLossNamingIt) {
+  std::mt19937 rng(46);
+  const Manifest m = RandomManifest(rng, 10, 2);
+  SplitResult split = SplitManifest(m, 300, 100);
+  size_t k = 0;
+  while (k < split.index.tensors.size() && split.index.tensors[k].parts.size() < 2) ++k;
+  ASSERT_LT(k, split.index.tensors.size());
+  const std::string key = split.index.tensors[k].key;
+  ManifestIndex bad = split.index;
+  bad.tensors[k].parts[1].span.shape[0] = bad.tensors[k].shape[0] + 1;
+  EXPECT_NE(DecodeIndex(EncodeIndex(bad), "m")
+                .status()
+                .message()
+                .find("tensor '" + key + "' part 1 span"),
+            std::string::npos);
+  bad = split.index;
+  TensorPart& p = bad.tensors[k].parts[1];
+  p.span.shape[0] = 0;
+  Result<Manifest> r = MergeShards(bad, All(split), kDir);
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("shard " + std::to_string(p.shard) + " (bytes"),
+            std::string::npos)
+      << r.status().ToString();
+  EXPECT_NE(r.status().message().find("tensor '" + key + "' part 1 has chunk"), std::string::npos)
+      << r.status().ToString();
+  bad = split.index;
+  bad.tensors[k].parts[1].num_chunks += 1;
+  EXPECT_NE(MergeShards(bad, All(split), kDir).status().message().find("chunk count"),
+            std::string::npos);
 }
 
 TEST(ManifestIndexTest, APartialMergeHoldsOnlyTheRecordsOfTheShardsRead) {
@@ -111,7 +238,8 @@ TEST(ManifestIndexTest, APartialMergeHoldsOnlyTheRecordsOfTheShardsRead) {
     const TensorRecord& t = part->tensors[i];
     EXPECT_EQ(t.key, m.tensors[i].key);
     EXPECT_EQ(t.shape, m.tensors[i].shape);
-    const bool read_it = std::count(shards.begin(), shards.end(), split.index.tensors[i].shard);
+    const bool read_it =
+        std::count(shards.begin(), shards.end(), split.index.tensors[i].parts[0].shard);
     EXPECT_EQ(t.chunks.size(), read_it ? m.tensors[i].chunks.size() : 0u) << t.key;
     for (size_t c = 0; read_it && c < t.chunks.size(); ++c) {
       EXPECT_EQ(t.chunks[c].checksum, m.tensors[i].chunks[c].checksum);
@@ -173,7 +301,7 @@ TEST(ManifestIndexTest, ABadIndexIsDataLossNeverACrash) {
             std::string::npos);
   // Well-formed bytes (checksum recomputed) naming a shard that is not there.
   ManifestIndex bad = split.index;
-  bad.tensors[2].shard = 1000;
+  bad.tensors[2].parts[0].shard = 1000;
   Result<ManifestIndex> r = DecodeIndex(EncodeIndex(bad), "m");
   EXPECT_EQ(r.status().message(), "manifest index 'm': tensor '" + bad.tensors[2].key +
                                       "' is in shard 1000 but there are " +

@@ -1,4 +1,4 @@
-// MergeShards: a manifest from a v3 index and some of its shards
+// MergeShards: a manifest from a v3 or v4 index and some of its shards
 // (src/format/manifest_index.h).
 #include <unordered_map>
 #include <utility>
@@ -54,9 +54,42 @@ Status Mismatch(const OpenShard& sh, const std::string& what) {
   return DataLossError("manifest shard '" + sh.name + "': " + what);
 }
 
+// Appends part `p` of tensor `e` (the next record of shard `sh`) to `t`,
+// after checking it against the index: dtype, shape, chunk count, chunks
+// inside the part's span and after the chunks already taken.
+template <typename FileFn>
+Status TakePart(const TensorEntry& e, size_t p, OpenShard& sh, FileFn& file, TensorRecord* t) {
+  const std::string what = "tensor '" + e.key + "'" +
+                           (e.parts.size() > 1 ? " part " + std::to_string(p) : std::string());
+  if (sh.next_tensor >= sh.m.tensors.size() || sh.m.tensors[sh.next_tensor].key != e.key) {
+    return Mismatch(sh, "does not hold " + what + " where the index puts it");
+  }
+  TensorRecord& r = sh.m.tensors[sh.next_tensor++];
+  if (r.dtype != e.dtype || r.shape != e.shape || r.chunks.size() != e.parts[p].num_chunks) {
+    return Mismatch(sh, what + " differs from the index (dtype, shape or chunk count)");
+  }
+  const Box& span = e.parts[p].span;
+  for (ChunkRecord& c : r.chunks) {
+    for (size_t d = 0; d < span.offset.size(); ++d) {
+      if (c.box.offset[d] < span.offset[d] ||
+          c.box.offset[d] + c.box.shape[d] > span.offset[d] + span.shape[d]) {
+        return Mismatch(sh, what + " has chunk " + c.box.ToString() +
+                                " outside the span the index gives, " + span.ToString());
+      }
+    }
+    if (!t->chunks.empty() && !(t->chunks.back().box < c.box)) {
+      return Mismatch(
+          sh, what + " chunk " + c.box.ToString() + " is not after the previous part's chunks");
+    }
+    c.file = file(sh, c.file);
+    t->chunks.push_back(std::move(c));
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
-Result<Manifest> MergeShards(const ManifestIndex& index,
+Result<Manifest> MergeShards(ManifestIndex index,
                              const std::vector<std::pair<uint32_t, std::string>>& have,
                              const std::string& dir) {
   std::unordered_map<uint32_t, OpenShard> open;
@@ -65,11 +98,11 @@ Result<Manifest> MergeShards(const ManifestIndex& index,
     open.insert_or_assign(s, std::move(sh));
   }
   Manifest m;
-  m.version = kIndexVersion;  // what was read; it encodes as version 2
+  m.version = index.version;  // what was read; it encodes as version 2
   m.block_size = index.block_size;
   m.has_common = index.has_common;
-  m.common = index.common;
-  m.metadata_json = index.metadata_json;
+  m.common = std::move(index.common);
+  m.metadata_json = std::move(index.metadata_json);
   std::unordered_map<std::string, uint32_t> numbers;
   auto file = [&](OpenShard& sh, uint32_t f) {
     if (sh.global_file.empty()) sh.global_file.assign(sh.m.files.size(), UINT32_MAX);
@@ -83,31 +116,23 @@ Result<Manifest> MergeShards(const ManifestIndex& index,
   };
   m.tensors.resize(index.tensors.size());
   for (size_t i = 0; i < index.tensors.size(); ++i) {
-    const TensorEntry& e = index.tensors[i];
+    TensorEntry& e = index.tensors[i];
     TensorRecord& t = m.tensors[i];
-    auto it = open.find(e.shard);
-    if (it == open.end()) {
-      t.key = e.key, t.dtype = e.dtype, t.shape = e.shape;
-      continue;
+    t.dtype = e.dtype, t.shape = e.shape;
+    for (size_t p = 0; p < e.parts.size(); ++p) {
+      auto it = open.find(e.parts[p].shard);
+      if (it == open.end()) continue;
+      SP_RETURN_IF_ERROR(TakePart(e, p, it->second, file, &t));
     }
-    OpenShard& sh = it->second;
-    if (sh.next_tensor >= sh.m.tensors.size() || sh.m.tensors[sh.next_tensor].key != e.key) {
-      return Mismatch(sh, "does not hold tensor '" + e.key + "' where the index puts it");
-    }
-    t = std::move(sh.m.tensors[sh.next_tensor++]);
-    if (t.dtype != e.dtype || t.shape != e.shape || t.chunks.size() != e.num_chunks) {
-      return Mismatch(
-          sh, "tensor '" + e.key + "' differs from the index (dtype, shape or " + "chunk count)");
-    }
-    for (ChunkRecord& c : t.chunks) c.file = file(sh, c.file);
+    t.key = std::move(e.key);
   }
   m.objects.resize(index.objects.size());
   for (size_t i = 0; i < index.objects.size(); ++i) {
-    const ObjectEntry& e = index.objects[i];
+    ObjectEntry& e = index.objects[i];
     ObjectRecord& o = m.objects[i];
-    auto it = open.find(e.shard);
+    auto it = open.empty() ? open.end() : open.find(e.shard);
     if (it == open.end()) {
-      o.key = e.key, o.index = e.index, o.grid = e.grid;
+      o.key = std::move(e.key), o.index = std::move(e.index), o.grid = std::move(e.grid);
       continue;
     }
     OpenShard& sh = it->second;
