@@ -201,7 +201,7 @@ SAVE_STAGING_BYTES = 2 << 20
 # C++ default of 256 MiB: each round's send and receive memory is fresh in a
 # new process (page faults, seconds of system CPU per GiB on a VM that took
 # freed pages back), so small rounds cost less CPU and peak memory
-# (docs/performance.md, *Block exchange over Python comms*).
+# (docs/performance.md, *The block exchange over Python comms*).
 PYTHON_COMM_ROUND_BYTES = 16 << 20
 
 
@@ -605,9 +605,9 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     comm; default None = on for the C++ comms (single, thread
     comms), off for comms implemented in Python (the torch.distributed and
     mpi4py adapters, subclasses): gloo's all_to_all over loopback TCP moves
-    0.1-0.2 GB/s per rank on the 2-core machine measured, well below
+    0.2-0.46 GB/s per rank on the 2-core machine measured, well below
     re-reading blocks from the shared page cache (docs/performance.md,
-    *Block exchange over Python comms*). ``read_slice_bytes``: bytes read at once per I/O
+    *The block exchange over Python comms*). ``read_slice_bytes``: bytes read at once per I/O
     thread (default 1 MiB, one checksum block). ``prefetch_bytes``: the reads
     of a file are announced to the storage in windows of this size, one ahead,
     so that the kernel fetches them in large requests meanwhile (default
