@@ -40,7 +40,7 @@ from peers.measure import drop_page_cache, io_counters
 
 def rusage_cpu():
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime, ru.ru_stime
+    return ru.ru_utime, ru.ru_stime, ru.ru_minflt
 
 
 def counting(comm_class):
@@ -116,19 +116,21 @@ def worker(args, rank, world):
                 sd = {k: sp.ShardedTensor(k, v, [rows, cols], [a, c]) for k, v in dst.items()}
                 comm.barrier()
                 comm.calls.clear()
-                u0, s0, c0, t0 = *rusage_cpu(), io_counters()["rchar"], time.monotonic()
+                u0, s0, f0, c0, t0 = *rusage_cpu(), io_counters()["rchar"], time.monotonic()
                 kw = {} if mode == "default" else {"cooperative": mode.startswith("exchange")}
                 if mode.endswith("+direct"):
                     kw["direct_io"] = True
+                if args.round_mib:
+                    kw["cooperative_round_bytes"] = int(args.round_mib * 2**20)
                 res = sp.load(sd, args.ckpt, comm, **kw)
-                u1, s1, c1 = *rusage_cpu(), io_counters()["rchar"]
+                u1, s1, f1, c1 = *rusage_cpu(), io_counters()["rchar"]
                 calls = dict(comm.calls)
                 comm.barrier()
                 wall = time.monotonic() - t0
                 ok = all(np.array_equal(dst[f"w{i}"], full[i][a:b, c:d])
                          for i in range(args.tensors))
                 records.append(dict(rep=rep, op=op, mode=mode, rank=rank, user=u1 - u0,
-                                    sys=s1 - s0, rchar=c1 - c0, wall=wall, calls=calls, ok=ok,
+                                    sys=s1 - s0, minflt=f1 - f0, rchar=c1 - c0, wall=wall, calls=calls, ok=ok,
                                     needed=sum(v.nbytes for v in dst.values()),
                                     bytes_read=res.bytes_read, drop=drop,
                                     loadavg=os.getloadavg()[0]))
@@ -148,16 +150,18 @@ def report(args, world):
     print(f"{world} ranks, {args.tensors} f32 [{args.side}, {args.side}] = {gib:.3f} GiB, "
           f"{args.reps} reps, cache drop: {recs[0]['drop'] if recs else '?'}")
     print(f"{'layout':10} {'mode':15} {'CPU s/GiB':>9} {'sys s/GiB':>9} {'GB/s':>6} "
-          f"{'rchar/need':>10} {'collectives':>11} {'exchanges':>9} {'loadavg':>7}")
+          f"{'rchar/need':>10} {'collectives':>11} {'exchanges':>9} {'loadavg':>7} "
+          f"{'faults/GiB':>9}")
     for op in args.ops.split(";"):
         for mode in args.modes.split(";"):
-            cpu, sys_, walls, rch, colls, exch, la = [], [], [], [], [], [], []
+            cpu, sys_, walls, rch, colls, exch, la, flt = [], [], [], [], [], [], [], []
             for rep in range(args.reps):
                 rs = [x for x in recs if x["op"] == op and x["mode"] == mode and x["rep"] == rep]
                 if not rs:
                     continue
                 cpu.append(sum(x["user"] + x["sys"] for x in rs) / gib)
                 sys_.append(sum(x["sys"] for x in rs) / gib)
+                flt.append(sum(x.get("minflt", 0) for x in rs) * 4096 / 2**30 / gib)
                 walls.append(max(x["wall"] for x in rs))
                 rch.append(sum(x["rchar"] for x in rs) / sum(x["needed"] for x in rs))
                 r0 = [x for x in rs if x["rank"] == 0][0]
@@ -169,7 +173,7 @@ def report(args, world):
             med = statistics.median
             print(f"{op:10} {mode:15} {med(cpu):9.2f} {med(sys_):9.2f} "
                   f"{gib * 2**30 / 1e9 / med(walls):6.2f} {med(rch):10.2f} {med(colls):11.0f} "
-                  f"{med(exch):9.0f} {med(la):7.1f}")
+                  f"{med(exch):9.0f} {med(la):7.1f} {med(flt):9.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(recs, f)
@@ -188,6 +192,7 @@ def main():
     p.add_argument("--modes", default="alone;exchange")
     p.add_argument("--ops", default="same;tp_dp;other_dim")
     p.add_argument("--dir", default=None)
+    p.add_argument("--round-mib", type=float, default=0)
     p.add_argument("--json", default=None)
     p.add_argument("--worker", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--side", type=int, default=0, help=argparse.SUPPRESS)
@@ -203,7 +208,7 @@ def main():
     try:
         argv = [sys.executable, os.path.abspath(__file__), "--ranks", str(args.ranks),
                 "--tensors", str(args.tensors), "--reps", str(args.reps), "--modes", args.modes,
-                "--ops", args.ops, "--side", str(side), "--init", os.path.join(base, "init"),
+                "--ops", args.ops, "--round-mib", str(args.round_mib), "--side", str(side), "--init", os.path.join(base, "init"),
                 "--ckpt", os.path.join(base, "ckpt"), "--out", base]
         procs = [subprocess.Popen(argv + ["--worker", str(r)]) for r in range(args.ranks)]
         rcs = [q.wait() for q in procs]

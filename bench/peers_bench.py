@@ -69,6 +69,7 @@ VARIANTS = ["shardpoint, cooperative on", "shardpoint, 16 MiB reads",
             "shardpoint, no prefetch hints", "shardpoint, io_threads 1",
             "shardpoint, one stream", "shardpoint, no verify", "shardpoint, buffered",
             "shardpoint, direct reads", "shardpoint, direct + cooperative",
+            "shardpoint, exchange 16 MiB rounds", "shardpoint, no exchange",
             "shardpoint, buffered, no exchange", "shardpoint, 1 MiB staging",
             "shardpoint, 2 MiB staging", "shardpoint, 8 MiB staging",
             "shardpoint, buffered save"]  # on request only

@@ -98,8 +98,16 @@ class Shardpoint:
 
         import shardpoint as sp
         t0 = time.perf_counter()
+        prof = os.environ.get("PEERS_PROFILE")  # a directory: cProfile of each rank's load
+        if prof:
+            import cProfile
+            pr = cProfile.Profile()
+            pr.enable()
         r = sp.load(self._sd(ctx, tensors, layout), path, ctx.comm, cooperative=self.cooperative,
                     **self.reads)
+        if prof:
+            pr.disable()
+            pr.dump_stats(os.path.join(prof, f"{layout}_rank{ctx.rank}.prof"))
         return {"rank": {"engine_seconds": r.seconds, "call_seconds": time.perf_counter() - t0}}
 
 
@@ -165,6 +173,20 @@ class ShardpointDirectCooperative(Shardpoint):
     name = "shardpoint, direct + cooperative"
     cooperative = True
     reads = {"direct_io": True}
+
+
+class ShardpointExchange16(Shardpoint):
+    """shardpoint with the block exchange in rounds of 16 MiB (all ranks) and
+    O_DIRECT reads (cooperative=True, cooperative_round_bytes=16 MiB)."""
+    name = "shardpoint, exchange 16 MiB rounds"
+    cooperative = True
+    reads = {"direct_io": True, "cooperative_round_bytes": 16 << 20}
+
+
+class ShardpointAlone(Shardpoint):
+    """shardpoint without the block exchange (cooperative=False), reads as by default."""
+    name = "shardpoint, no exchange"
+    cooperative = False
 
 
 class ShardpointBufferedIndependent(Shardpoint):
@@ -279,7 +301,8 @@ class Dcp:
 PEERS = {p.name: p for p in (Shardpoint(), ShardpointCooperative(), ShardpointLargeReads(),
                              ShardpointNoHints(), ShardpointOneThread(), ShardpointOneStream(),
                              ShardpointNoVerify(), ShardpointBuffered(), ShardpointDirect(),
-                             ShardpointDirectCooperative(), ShardpointBufferedIndependent(),
+                             ShardpointDirectCooperative(), ShardpointExchange16(), ShardpointAlone(),
+                             ShardpointBufferedIndependent(),
                              ShardpointStaging1(), ShardpointStaging2(), ShardpointStaging8(),
                              ShardpointBufferedSave(),
                              TorchSave(), Numpy(),

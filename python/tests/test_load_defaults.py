@@ -100,3 +100,60 @@ def test_ranks_reading_strips_alone_read_buffered(tmp_path):
     assert load(0, False) == [2000000, 2000000]
     rows = load(0, True)
     assert all(2000000 < b <= 2000000 + 8192 for b in rows), rows
+
+
+def test_python_comms_exchange_blocks_in_small_rounds(tmp_path):
+    # Over a comm written in Python the block exchange stays off by default and,
+    # when turned on, moves its blocks in rounds of at most 16 MiB (fresh
+    # memory per round in a new process); the C++ comms keep the exchange and
+    # C++'s 256 MiB rounds; an explicit value wins everywhere.
+    from conftest import run_ranks
+    from test_comm_conformance import PyThreadBufferComm
+    from test_comm import PyThreadGroup
+    gen = torch.Generator().manual_seed(38)
+    g = torch.randn(1024, 1024, generator=gen)  # 4 MiB: four verified 1 MiB blocks
+    sp.save({"w": g}, tmp_path / "c")
+
+    def options(comm, **kw):
+        seen = []
+
+        def native(st, path, c, o):
+            seen.append((o.cooperative, o.cooperative_round_bytes))
+            return sp._shardpoint.load(st, path, c, o)
+        out = torch.zeros(1024, 1024)
+        sp.load({"w": out}, tmp_path / "c", comm, _native=native, **kw)
+        assert torch.equal(out, g)
+        return seen[0]
+
+    python_comm = PyThreadBufferComm(PyThreadGroup(1), 0)
+    assert options(python_comm) == (False, 16 << 20)
+    assert options(sp.single()) == (True, 256 << 20)
+    assert options(python_comm, cooperative_round_bytes=1 << 20) == (False, 1 << 20)
+    with pytest.raises(ValueError, match="cooperative_round_bytes"):
+        options(python_comm, cooperative_round_bytes=-1)
+
+    # Four ranks loading column strips (every rank needs a part of every
+    # block) with the exchange over the Python comm, in rounds of 1 MiB: bit
+    # for bit, each block read once (bytes read per needed byte 1.00; 4.00
+    # without the exchange), in several exchanges of at most a round each.
+    group = PyThreadGroup(4)
+    sizes = []
+
+    class Sized(PyThreadBufferComm):
+        def all_to_all_buffer(self, send, counts):
+            sizes.append(len(send))
+            return super().all_to_all_buffer(send, counts)
+
+    comms = [Sized(group, r) for r in range(4)]
+
+    def body(r, comm):
+        t = torch.zeros(1024, 256)
+        res = sp.load({"w": sp.chunk("w", t, [1024, 1024], 1, r, 4)}, tmp_path / "c", comm,
+                      cooperative=True, cooperative_round_bytes=1 << 20)
+        assert torch.equal(t, g[:, 256 * r:256 * (r + 1)])
+        return res.bytes_read
+
+    read = run_ranks(4, body, comms)
+    assert sum(read) == 4 << 20, read  # needed: 4 x 1 MiB of strips
+    assert group.calls.count("all_to_all_buffer") >= 4 * 4, group.calls
+    assert max(sizes) <= (1 << 20) + 64, max(sizes)
