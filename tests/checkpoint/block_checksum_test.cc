@@ -23,6 +23,7 @@
 #include "src/checkpoint/verify.h"
 #include "src/format/manifest.h"
 #include "src/source/manifest_read.h"
+#include "tests/testing/counting_storage.h"
 #include "tests/testing/ranks.h"
 
 namespace shardpoint {
@@ -32,37 +33,11 @@ using internal_format::ChunkRecord;
 using internal_format::Manifest;
 using internal_format::TensorRecord;
 using testing::Arena;
+using testing::CountingStorage;
 using testing::LoadRanks;
 using testing::SaveRanks;
 using testing::StatesOf;
 using testing::TestRank;
-
-// Counts the read requests that reach the storage (a forwarding wrapper).
-class CountingStorage : public StorageWrapper {
- public:
-  explicit CountingStorage(Storage* base) : StorageWrapper(base) {}
-  std::atomic<uint64_t> reads{0}, bytes{0};
-
-  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& p) override {
-    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, base()->NewReadableFile(p));
-    return std::unique_ptr<ReadableFile>(new File(std::move(f), this));
-  }
-
- private:
-  class File : public ReadableFileWrapper {
-   public:
-    File(std::unique_ptr<ReadableFile> f, CountingStorage* s)
-        : ReadableFileWrapper(std::move(f)), s_(s) {}
-    Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
-      s_->reads.fetch_add(1);
-      s_->bytes.fetch_add(n);
-      return ReadableFileWrapper::ReadAt(offset, n, dst);
-    }
-
-   private:
-    CountingStorage* s_;
-  };
-};
 
 // Records which byte ranges of which files one rank read.
 class RecordingStorage : public StorageWrapper {

@@ -9,7 +9,6 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -17,6 +16,7 @@
 #include "src/local/units.h"
 #include "src/source/manifest_read.h"
 #include "tests/local/local_fixture.h"
+#include "tests/testing/counting_storage.h"
 #include "tests/testing/transformer.h"
 
 namespace shardpoint {
@@ -127,34 +127,9 @@ uint64_t FirstChunkOffset(const std::string& dir, const std::string& name) {
   return 0;
 }
 
-// Counts the bytes read from the nodes' files.
-class ReadCounting : public StorageWrapper {
- public:
-  ReadCounting() : StorageWrapper(DefaultStorage()) {}
-  std::atomic<uint64_t> bytes{0};
-  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& p) override {
-    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, base()->NewReadableFile(p));
-    return std::unique_ptr<ReadableFile>(new File(std::move(f), this));
-  }
-
- private:
-  class File : public ReadableFileWrapper {
-   public:
-    File(std::unique_ptr<ReadableFile> f, ReadCounting* s)
-        : ReadableFileWrapper(std::move(f)), s_(s) {}
-    Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
-      s_->bytes.fetch_add(n);
-      return ReadableFileWrapper::ReadAt(offset, n, dst);
-    }
-
-   private:
-    ReadCounting* s_;
-  };
-};
-
 TEST_F(LocalTierTest, ARecoveryReadsTheNodesCopyOnce) {
   SaveBoth(6, /*persistent=*/false);
-  ReadCounting counting;
+  testing::CountingStorage counting(DefaultStorage());
   storage_ = &counting;
   // Every node intact, the same layout: each byte a rank needs from its
   // node's copy is read once (placed as it is checked, not checked and then

@@ -13,7 +13,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -26,44 +25,18 @@
 #include "src/io/fault_storage.h"
 #include "tests/hf/hf_model.h"
 #include "tests/mpi/mpi_test_main.h"
+#include "tests/testing/counting_storage.h"
 
 namespace shardpoint {
 namespace {
 
 using namespace hftest;
+using ::shardpoint::testing::CountingStorage;
 using ::testing::HasSubstr;
 
 // Source bytes are RandomTensor's (each byte & 0x3f); loaded buffers start as
 // this byte, so any byte a load fails to write stands out.
 constexpr char kPoison = static_cast<char>(0xc5);
-
-// Counts the bytes read from storage (ReadAt of every file opened through it).
-class CountingFile : public ReadableFileWrapper {
- public:
-  CountingFile(std::unique_ptr<ReadableFile> base, std::atomic<uint64_t>* bytes)
-      : ReadableFileWrapper(std::move(base)), bytes_(bytes) {}
-  Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
-    *bytes_ += n;
-    return ReadableFileWrapper::ReadAt(offset, n, dst);
-  }
-
- private:
-  std::atomic<uint64_t>* bytes_;
-};
-
-class CountingStorage : public StorageWrapper {
- public:
-  explicit CountingStorage(Storage* base) : StorageWrapper(base) {}
-  uint64_t bytes() const { return bytes_.load(); }
-
-  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
-    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, StorageWrapper::NewReadableFile(path));
-    return std::unique_ptr<ReadableFile>(new CountingFile(std::move(f), &bytes_));
-  }
-
- private:
-  std::atomic<uint64_t> bytes_{0};
-};
 
 // Sizes divisible by 12, so that TP = 2, 3 and 4 all split them evenly: 12
 // key/value groups of 2 query heads, ffn 36, vocab 48.
@@ -316,10 +289,10 @@ TEST_P(HfLoadMpi, TpShardsBitExactAndOnlyOwnBytesRead) {
   const uint64_t held = rs.HeldBytes();
   EXPECT_EQ(r->bytes_read, held);
   if (rank == 0) {
-    EXPECT_GE(counting.bytes(), held);
-    EXPECT_LE(counting.bytes(), held + HeaderBytes(model.dir));
+    EXPECT_GE(counting.bytes.load(), held);
+    EXPECT_LE(counting.bytes.load(), held + HeaderBytes(model.dir));
   } else {
-    EXPECT_EQ(counting.bytes(), held) << "rank " << rank << " read more than its shards";
+    EXPECT_EQ(counting.bytes.load(), held) << "rank " << rank << " read more than its shards";
   }
   // Split keys are read once in all; replicated ones (norms) once per rank.
   uint64_t split = 0, replicated = 0;
@@ -477,7 +450,7 @@ TEST(HfLoadMpiErrors, OneRankFailureIsEveryRanksError) {
     EXPECT_THAT(r.status().message(), HasSubstr("'" + absent + "'"));
     same_everywhere(r.status());
     // Nothing but the headers was read (by rank 0), nothing written.
-    EXPECT_LE(counting.bytes(), rank == 0 ? HeaderBytes(model.dir) : 0u);
+    EXPECT_LE(counting.bytes.load(), rank == 0 ? HeaderBytes(model.dir) : 0u);
     for (const auto& b : rs.buffers) EXPECT_EQ(*b, std::string(b->size(), kPoison));
   }
 

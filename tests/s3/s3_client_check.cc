@@ -12,6 +12,7 @@
 #include "src/objstore/s3_upload.h"
 #include "tests/s3/fault_proxy.h"
 #include "tests/s3/s3_server.h"
+#include "tests/testing/seeded_bytes.h"
 
 namespace shardpoint::internal_objstore {
 namespace {
@@ -38,12 +39,7 @@ std::unique_ptr<S3Client> Client(S3Options o = Options()) {
   return std::move(*c);
 }
 
-std::string Bytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
+std::string Bytes(size_t n, uint64_t seed) { return testing::SeededBytes(n, seed); }
 
 class S3ClientCheck : public ::testing::Test {
  protected:

@@ -11,6 +11,7 @@
 
 #include "src/objstore/s3_storage.h"
 #include "src/objstore/s3_upload.h"
+#include "tests/testing/seeded_bytes.h"
 
 namespace shardpoint::internal_objstore {
 namespace {
@@ -31,12 +32,7 @@ std::unique_ptr<S3Client> NewClient() {
   return std::move(*c);
 }
 
-std::string Bytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
+std::string Bytes(size_t n, uint64_t seed) { return testing::SeededBytes(n, seed); }
 
 class S3UploadCheck : public ::testing::Test {
  protected:
