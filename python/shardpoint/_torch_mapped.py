@@ -25,13 +25,13 @@ _MASTER = "<fp32 master>"  # the stored state that holds a parameter's fp32 mast
 _BUCKET = re.compile(r"(chained_\d+\.)?optimizer\.distributed\.dp_group_idx_\d+\.")
 
 
-def _placements(path: Any, mapping_spec: Any, variables: Any, storage_options: Any) -> dict:
-    """{(hf name, state): [(key, key shape, hf shape, hf_offset, box offset, box shape)]}."""
+def _placements(path: Any, md: Any, mapping_spec: Any, variables: Any,
+                storage_options: Any) -> dict:
+    """{(hf name, state): [(key, key shape, hf shape, hf_offset, box offset, box shape)]}
+    of checkpoint ``path`` whose manifest is ``md``."""
     from shardpoint import hf as sphf
-    from shardpoint._read import metadata
     from shardpoint._storage import storage_for
     storage = storage_for(storage_options)
-    md = metadata(path, storage_options=storage_options)
     shapes = {k: list(t.shape) for k, t in md.tensors.items()}
     out: dict = {}
     for key, state, hf, hf_shape, off, bo, bs in _C.place_in_hf(
@@ -40,16 +40,9 @@ def _placements(path: Any, mapping_spec: Any, variables: Any, storage_options: A
     return out
 
 
-def _user_metadata(path: Any, storage_options: Any) -> dict:
-    """The checkpoint's user metadata."""
-    from shardpoint._read import metadata
-    return metadata(path, storage_options=storage_options).metadata or {}
-
-
-def _stored_step(path: Any, storage_options: Any) -> int | None:
+def _stored_step(md: dict) -> int | None:
     """The step of a Megatron torch_dist checkpoint's optimizer (common.pt's
-    optimizer param groups), if it states one."""
-    md = _user_metadata(path, storage_options)
+    optimizer param groups), if its user metadata ``md`` states one."""
     common = md.get("megatron_torch_dist", {}).get("common.pt", {})
     opt = common.get("optimizer", {}) if isinstance(common, dict) else {}
     while isinstance(opt, dict) and "param_groups" not in opt and "optimizer" in opt:
@@ -59,18 +52,16 @@ def _stored_step(path: Any, storage_options: Any) -> int | None:
     return steps.pop() if len(steps) == 1 and isinstance(next(iter(steps), None), int) else None
 
 
-def _not_rebuilt(path: Any, storage_options: Any) -> str:
+def _not_rebuilt(md: dict) -> str:
     """Why a Megatron checkpoint's dp_reshardable buckets were not rebuilt per
-    parameter (docs/dcp.md), or ""."""
-    md = _user_metadata(path, storage_options)
+    parameter (docs/dcp.md), or "", from its user metadata ``md``."""
     why = md.get("megatron_torch_dist", {}).get("dp_reshardable", {}).get("not_rebuilt", "")
     return why if isinstance(why, str) else ""
 
 
-def _rebuilt(path: Any) -> bool:
-    """Whether a Megatron checkpoint's dp_reshardable buckets were rebuilt per parameter."""
-    from shardpoint._read import metadata
-    md = metadata(path).metadata or {}
+def _rebuilt(md: dict) -> bool:
+    """Whether a Megatron checkpoint's dp_reshardable buckets were rebuilt per
+    parameter, from its user metadata ``md``."""
     return "rebuilt_tensors" in md.get("megatron_torch_dist", {}).get("dp_reshardable", {})
 
 
@@ -168,6 +159,7 @@ def load_mapped(ts: Any, path: Any, mapping_spec: Any, *, variables: Any = None,
     import torch
 
     from shardpoint._checkpoint import load as _load
+    from shardpoint._read import metadata
     from shardpoint.torch import _allowed, _apply_state, _get, _named, _Structure
     from shardpoint._torch_optim import forget_state, has_state
     opts = _named(ts.optimizers, "optim")
@@ -180,15 +172,17 @@ def load_mapped(ts: Any, path: Any, mapping_spec: Any, *, variables: Any = None,
     try:
         sd = ts.state_dict(allow_dry_step=True, init_state=True)
         so = kwargs.get("storage_options")
+        md = metadata(path, storage_options=so)  # read once, here
+        user_md = md.metadata or {}
         todo, copies, missing = _load_dict(_targets(sd, opts, master_params),
-                                           _placements(path, mapping_spec, variables, so),
-                                           allow_missing, _not_rebuilt(path, so))
+                                           _placements(path, md, mapping_spec, variables, so),
+                                           allow_missing, _not_rebuilt(user_md))
         result = _load(todo, path, ts.comm, allow_missing_keys=False, **kwargs)
     except BaseException:
         for (_, o), keep in zip(opts, before):
             forget_state(o, keep)
         raise
-    step = _stored_step(path, kwargs.get("storage_options")) if step is None else step
+    step = _stored_step(user_md) if step is None else step
     with torch.no_grad():
         for dst, buf in copies:
             dst.copy_(buf)
@@ -207,6 +201,6 @@ def load_mapped(ts: Any, path: Any, mapping_spec: Any, *, variables: Any = None,
         node["state"] = state
     _apply_state(ts.model, ts.optimizers, None, None, applied, _Structure(), False)
     result.missing_keys = sorted(missing)
-    if _rebuilt(path):  # the buckets were read through their per-parameter views
+    if _rebuilt(user_md):  # the buckets were read through their per-parameter views
         result.unexpected_keys = [k for k in result.unexpected_keys if not _BUCKET.match(k)]
     return result
