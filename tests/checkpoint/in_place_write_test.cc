@@ -75,6 +75,41 @@ TEST(InPlaceWrite, BufferedFileTakesTheLargeContiguousTensorFromTheSource) {
   EXPECT_EQ(in_source, 512u * 1024 * 4);  // all of "big", none of the others
 }
 
+// A mid-sized contiguous tensor (128 KiB, such as one TP shard of a small
+// layer) is written from the caller's memory too, not gathered into staging;
+// the small tensors around it still share a staged write.
+TEST(InPlaceWrite, BufferedFileTakesAMidSizedContiguousTensorFromTheSource) {
+  std::unique_ptr<Storage> mem = NewMemStorage();
+  std::vector<float> before = testing::SeededFloats(4, 16), mid = testing::SeededFloats(5, 32768),
+                     after = testing::SeededFloats(6, 16);
+  State s;
+  s.tensors = {WholeTensor("a", DType::kF32, before.data(), {16}),
+               WholeTensor("mid", DType::kF32, mid.data(), {32768}),
+               WholeTensor("z", DType::kF32, after.data(), {16})};
+  testing::RecordingStorage watch(mem.get(), nullptr);
+  watch.WatchWritesFrom(mid.data(), mid.data() + mid.size());
+  SaveOptions so;
+  so.storage = &watch;
+  so.direct_io = false;
+  std::unique_ptr<Comm> comm = MakeSingleComm();
+  Result<SaveStats> saved = Save(s, "/ckpt", *comm, so);
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  EXPECT_EQ(watch.bytes_written_from_watched(), 32768u * 4);
+
+  std::vector<float> b(16), m(32768), z(16);
+  State back;
+  back.tensors = {WholeTensor("a", DType::kF32, b.data(), {16}),
+                  WholeTensor("mid", DType::kF32, m.data(), {32768}),
+                  WholeTensor("z", DType::kF32, z.data(), {16})};
+  LoadOptions lo;
+  lo.storage = mem.get();
+  Result<LoadResult> loaded = Load(back, "/ckpt", *comm, lo);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(b, before);
+  EXPECT_EQ(m, mid);
+  EXPECT_EQ(z, after);
+}
+
 TEST(InPlaceWrite, DirectFileGoesThroughTheStagingBuffers) {
   char tmpl[] = "./shardpoint_in_place_XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
