@@ -67,10 +67,9 @@ def _not_rebuilt(path: Any, storage_options: Any) -> str:
     return why if isinstance(why, str) else ""
 
 
-def _rebuilt(path: Any) -> bool:
+def _rebuilt(path: Any, storage_options: Any) -> bool:
     """Whether a Megatron checkpoint's dp_reshardable buckets were rebuilt per parameter."""
-    from shardpoint._read import metadata
-    md = metadata(path).metadata or {}
+    md = _user_metadata(path, storage_options)
     return "rebuilt_tensors" in md.get("megatron_torch_dist", {}).get("dp_reshardable", {})
 
 
@@ -207,6 +206,6 @@ def load_mapped(ts: Any, path: Any, mapping_spec: Any, *, variables: Any = None,
         node["state"] = state
     _apply_state(ts.model, ts.optimizers, None, None, applied, _Structure(), False)
     result.missing_keys = sorted(missing)
-    if _rebuilt(path):  # the buckets were read through their per-parameter views
+    if _rebuilt(path, kwargs.get("storage_options")):  # the buckets were read through their per-parameter views
         result.unexpected_keys = [k for k in result.unexpected_keys if not _BUCKET.match(k)]
     return result
