@@ -22,7 +22,9 @@ using internal_objstore::S3Storage;
 
 bool IsS3(const std::string& path) { return path.starts_with("s3://"); }
 
-class DispatchStorage : public Storage, public internal_io::PreferredReadSize {
+class DispatchStorage : public Storage,
+                        public internal_io::PreferredReadSize,
+                        public internal_io::WholeFileRead {
  public:
   DispatchStorage() = default;
   // With the object store given: no lazy set-up from the environment.
@@ -100,6 +102,11 @@ class DispatchStorage : public Storage, public internal_io::PreferredReadSize {
     if (!IsS3(path)) return 0;
     Result<Storage*> s = For(path);
     return s.ok() ? internal_io::PreferredReadBytes(*s, path) : 0;
+  }
+  bool ReadsWholeFiles(const std::string& path) override { return IsS3(path); }
+  Result<std::optional<std::string>> ReadWholeFile(const std::string& path) override {
+    SP_ASSIGN_OR_RETURN(Storage * s, For(path));
+    return internal_io::ReadFileIfPresent(s, path);
   }
 
  private:

@@ -99,10 +99,49 @@ Status S3Client::GetRange(const std::string& bucket, const std::string& key, uin
   return OkStatus();
 }
 
+// One ranged GET of the first kGetFirstBytes: its Content-Range gives the
+// size, so a small object (a manifest, a lease) costs one request; a larger
+// one a second GET of the rest, only if the object is still the same
+// (If-Match its ETag).
 Result<std::string> S3Client::GetObject(const std::string& bucket, const std::string& key) {
-  SP_ASSIGN_OR_RETURN(S3ObjectInfo info, HeadObject(bucket, key));
-  std::string data(info.size, '\0');
-  SP_RETURN_IF_ERROR(GetRange(bucket, key, 0, data.size(), data.data()));
+  constexpr size_t kGetFirstBytes = size_t{1} << 20;
+  std::string data(kGetFirstBytes, '\0');
+  Request r = NewRequest("GetObject", "GET", bucket, key);
+  r.headers.emplace_back("Range", "bytes=0-" + std::to_string(kGetFirstBytes - 1));
+  r.dst = data.data();
+  r.dst_size = data.size();
+  SP_ASSIGN_OR_RETURN(Response response, Send(r));
+  if (response.status == 416) return std::string();  // exists (no 404), and is empty
+  if (!Ok(response)) return S3ErrorStatus(r, response);
+  const std::string what = "GetObject " + S3Uri(bucket, key);
+  uint64_t total = response.dst_written;  // 200: the server sent it all
+  if (response.status == 206) {
+    const std::string& range = response.headers["content-range"];  // "bytes 0-N/TOTAL"
+    const size_t slash = range.find('/');
+    SP_ASSIGN_OR_RETURN(total, ParseSize(slash == std::string::npos ? "" : range.substr(slash + 1),
+                                         what + " (Content-Range '" + range + "')"));
+  }
+  if (total <= response.dst_written) {
+    data.resize(response.dst_written);
+    return data;
+  }
+  const size_t first = response.dst_written;
+  data.resize(total);
+  Request rest = NewRequest("GetObject", "GET", bucket, key);
+  rest.headers.emplace_back("Range",
+                            "bytes=" + std::to_string(first) + "-" + std::to_string(total - 1));
+  rest.headers.emplace_back("If-Match", response.headers["etag"]);
+  rest.dst = data.data() + first;
+  rest.dst_size = total - first;
+  SP_ASSIGN_OR_RETURN(Response second, Send(rest));
+  if (second.status == 412) {
+    return FailedPreconditionError(what + ": the object changed while it was read (HTTP 412)");
+  }
+  if (!Ok(second)) return S3ErrorStatus(rest, second);
+  if (second.dst_written != total - first) {
+    return DataLossError(what + ": got " + std::to_string(first + second.dst_written) + " of " +
+                         std::to_string(total) + " bytes");
+  }
   return data;
 }
 

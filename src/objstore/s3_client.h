@@ -69,6 +69,9 @@ class S3Client {
   // the object and range if the object is shorter.
   Status GetRange(const std::string& bucket, const std::string& key, uint64_t offset, size_t n,
                   void* dst);
+  // The whole object: one GET if it is at most 1 MiB (the response gives the
+  // size), else two (the rest only if its ETag is unchanged, else
+  // FailedPrecondition). NotFound naming it if there is none.
   Result<std::string> GetObject(const std::string& bucket, const std::string& key);
   Result<S3ObjectInfo> HeadObject(const std::string& bucket, const std::string& key);
   // Every object under `prefix` (all pages, following continuation tokens).

@@ -167,6 +167,16 @@ Result<std::unique_ptr<ReadableFile>> S3Storage::NewReadableFile(const std::stri
   return std::unique_ptr<ReadableFile>(new S3ReadableFile(client_.get(), path, bucket, key));
 }
 
+Result<std::optional<std::string>> S3Storage::ReadWholeFile(const std::string& path) {
+  std::string bucket, key;
+  SP_RETURN_IF_ERROR(ParseS3Path(path, &bucket, &key));
+  if (key.empty()) return InvalidArgumentError("'" + path + "' names a bucket, not an object");
+  Result<std::string> data = client_->GetObject(bucket, key);
+  if (data.ok()) return std::optional<std::string>(std::move(*data));
+  if (data.status().code() == StatusCode::kNotFound) return std::optional<std::string>();
+  return data.status();
+}
+
 Status S3Storage::CreateDirs(const std::string& path) {
   std::string bucket, key;
   return ParseS3Path(path, &bucket, &key);

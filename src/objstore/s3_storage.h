@@ -14,6 +14,8 @@
 //   * a ReadableFile is ranged GETs, and a HEAD only if its Size() is asked
 //     (opening costs no request); loads read in requests of at least
 //     S3Options::read_request_bytes (PreferredReadSize).
+//   * ReadWholeFile (src/io/whole_file.h) reads a small file (a manifest)
+//     in one GET, its existence and size from the same response.
 //   * CommitFile is one PUT, conditional (If-None-Match: *) when exclusive:
 //     the commit point of a save.
 //   * Rename and Exchange do not exist (SupportsRename() is false).
@@ -29,6 +31,7 @@
 
 #include "shardpoint/storage.h"
 #include "src/io/read_size.h"
+#include "src/io/whole_file.h"
 #include "src/objstore/s3_client.h"
 #include "src/objstore/s3_part_pool.h"
 
@@ -38,7 +41,9 @@ namespace shardpoint::internal_objstore {
 // InvalidArgument naming the path if it is not one.
 Status ParseS3Path(const std::string& path, std::string* bucket, std::string* key);
 
-class S3Storage : public Storage, public internal_io::PreferredReadSize {
+class S3Storage : public Storage,
+                  public internal_io::PreferredReadSize,
+                  public internal_io::WholeFileRead {
  public:
   explicit S3Storage(std::unique_ptr<S3Client> client);
   ~S3Storage() override;
@@ -68,6 +73,9 @@ class S3Storage : public Storage, public internal_io::PreferredReadSize {
   uint64_t PreferredReadBytes(const std::string&) override {
     return client_->options().read_request_bytes;
   }
+  // A manifest or index read whole: one GET (S3Client::GetObject), no HEAD.
+  bool ReadsWholeFiles(const std::string&) override { return true; }
+  Result<std::optional<std::string>> ReadWholeFile(const std::string& path) override;
 
  private:
   const std::unique_ptr<S3Client> client_;

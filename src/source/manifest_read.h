@@ -4,6 +4,7 @@
 // (src/checkpoint/commit.cc has the commit protocol).
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "shardpoint/status.h"
@@ -28,6 +29,12 @@ Result<bool> RecoverCheckpointSwap(Storage* storage, const std::string& dir);
 // The bytes of the file `dir`/manifest (after RecoverCheckpointSwap): a v1
 // or v2 manifest, or a v3 index. NotFound if there is none.
 Result<std::string> ReadManifestFile(Storage* storage, const std::string& dir);
+// On a storage that reads a small file whole in one request (an object
+// store, src/io/whole_file.h): the bytes of `dir`/manifest read at once, so
+// that a reader opening `dir` skips kind detection's existence check when
+// there is a manifest. nullopt: no manifest there, or a storage that checks
+// first (POSIX: kind detection and ReadManifestFile as always).
+Result<std::optional<std::string>> ManifestReadWhole(Storage* storage, const std::string& dir);
 // The whole manifest's bytes in the v2 encoding: ReadManifestFile, and for a
 // v3 index every shard of data/manifest.shards (src/source/manifest_shards.h).
 Result<std::string> ReadManifestBytes(Storage* storage, const std::string& dir);

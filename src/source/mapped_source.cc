@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "shardpoint/checkpoint_kind.h"
 #include "src/hf/megatron_vars.h"
+#include "src/source/manifest_read.h"
+#include "src/source/manifest_shards.h"
 #include "src/source/open_source.h"
 
 using shardpoint::internal_format::ChunkRecord;
@@ -85,6 +88,14 @@ std::string ConfigFromMetadata(const std::string& metadata_json) {
 
 Result<MappedSource> OpenSource(Storage* storage, const std::string& dir, const HfMapping& mapping,
                                 const Vars& explicit_vars) {
+  SP_ASSIGN_OR_RETURN(std::optional<std::string> top, ManifestReadWhole(storage, dir));
+  if (top) {  // an object store: the manifest in one GET, no kind detection's HEAD
+    MappedSource s;
+    static_cast<Source&>(s) = EmptySource(dir, false);
+    SP_ASSIGN_OR_RETURN(s.index, WholeManifest(storage, dir, *top));
+    s.config_json = ConfigFromMetadata(s.index.metadata_json);
+    return s;
+  }
   SP_ASSIGN_OR_RETURN(CheckpointKind kind, DetectCheckpointKind(dir, storage));
   return OpenSource(storage, dir, kind, mapping, explicit_vars);
 }

@@ -1,11 +1,13 @@
 #include "src/source/open_source.h"
 
+#include <optional>
 #include <utility>
 
 #include "src/dcp/dcp_dir.h"
 #include "src/format/manifest.h"
 #include "src/io/path.h"
 #include "src/source/manifest_read.h"
+#include "src/source/manifest_shards.h"
 
 using shardpoint::internal_io::JoinPath;
 
@@ -22,6 +24,8 @@ Result<std::string> ReadSourceBytes(Storage* storage, const std::string& dir, Ch
 }
 
 Result<std::string> ReadSourceBytes(Storage* storage, const std::string& dir) {
+  SP_ASSIGN_OR_RETURN(std::optional<std::string> top, ManifestReadWhole(storage, dir));
+  if (top) return "S" + *top;  // an object store: one GET, no HEAD
   SP_ASSIGN_OR_RETURN(CheckpointKind kind, DetectCheckpointKind(dir, storage));
   return ReadSourceBytes(storage, dir, kind);
 }
@@ -66,6 +70,12 @@ Result<Source> OpenCheckpointSource(Storage* storage, const std::string& dir, Ch
 }
 
 Result<Source> OpenCheckpointSource(Storage* storage, const std::string& dir) {
+  SP_ASSIGN_OR_RETURN(std::optional<std::string> top, ManifestReadWhole(storage, dir));
+  if (top) {  // an object store: one GET, no HEAD
+    Source src = EmptySource(dir, false);
+    SP_ASSIGN_OR_RETURN(src.index, WholeManifest(storage, dir, *top));
+    return src;
+  }
   SP_ASSIGN_OR_RETURN(CheckpointKind kind, DetectCheckpointKind(dir, storage));
   return OpenCheckpointSource(storage, dir, kind);
 }

@@ -172,6 +172,36 @@ TEST_F(S3CheckpointCheck, EmptyTensorAndDefaultStorageDispatch) {
   EXPECT_EQ(Load(d, dir + "-missing", *comm).status().code(), StatusCode::kNotFound);
 }
 
+// What a small load costs in requests: the manifest in one GET (no HEAD for
+// kind detection, existence or size) and one GET for the one data file. A
+// missing checkpoint is still NotFound naming its manifest.
+TEST_F(S3CheckpointCheck, SmallLoadIsOneGetForTheManifestAndOnePerDataFile) {
+  auto storage = NewStorage();
+  const std::string dir = Unique("requests");
+  std::vector<float> a(1000);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) * 0.25f - 7.f;
+  SaveOptions so;
+  so.storage = storage.get();
+  auto comm = MakeSingleComm();
+  ASSERT_TRUE(Save(OneTensor(&a, {1000}), dir, *comm, so).ok());
+  auto reader = NewStorage();
+  LoadOptions lo;
+  lo.storage = reader.get();
+  std::vector<float> back(1000, 0.f);
+  State d = OneTensor(&back, {1000});
+  const uint64_t before = reader->client()->stats().requests;
+  Result<LoadResult> r = Load(d, dir, *comm, lo);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(back, a);
+  EXPECT_EQ(r->requests, 1u);                                  // the data file's one GET
+  EXPECT_EQ(reader->client()->stats().requests - before, 2u);  // + the manifest's one GET
+  Result<LoadResult> missing = Load(d, dir + "-missing", *comm, lo);
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound) << missing.status().ToString();
+  EXPECT_NE(missing.status().message().find(dir + "-missing/manifest"), std::string::npos)
+      << missing.status().ToString();
+  EXPECT_TRUE(storage->RemoveAll(dir).ok());
+}
+
 TEST_F(S3CheckpointCheck, ManagerLeaseTrackerAndRetention) {
   auto storage = NewStorage();
   const std::string root = Unique("manager");

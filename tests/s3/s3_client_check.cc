@@ -168,6 +168,27 @@ TEST_F(S3ClientCheck, OpeningAFileCostsNoRequest) {
   EXPECT_NE(s.message().find("s3://client-check/open/missing"), std::string::npos) << s.ToString();
 }
 
+// GetObject reads a small object (a manifest, a lease) in one GET, the size
+// from its Content-Range; an empty one too; a larger one in two, bit for bit.
+TEST_F(S3ClientCheck, GetObjectIsOneRequestUpToOneMiB) {
+  auto c = Client();
+  const std::string small = Bytes(3000, 21), large = Bytes((size_t{1} << 20) + 5, 22);
+  ASSERT_TRUE(c->PutObject(kBucket, "whole/small", small).ok());
+  ASSERT_TRUE(c->PutObject(kBucket, "whole/empty", "").ok());
+  ASSERT_TRUE(c->PutObject(kBucket, "whole/large", large).ok());
+  uint64_t before = c->stats().requests;
+  EXPECT_TRUE(*c->GetObject(kBucket, "whole/small") == small);
+  EXPECT_EQ(c->stats().requests, before + 1);
+  EXPECT_EQ(*c->GetObject(kBucket, "whole/empty"), "");
+  EXPECT_EQ(c->stats().requests, before + 2);
+  EXPECT_TRUE(*c->GetObject(kBucket, "whole/large") == large);
+  EXPECT_EQ(c->stats().requests, before + 4);
+  Result<std::string> missing = c->GetObject(kBucket, "whole/missing");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound) << missing.status().ToString();
+  EXPECT_NE(missing.status().message().find("s3://client-check/whole/missing"), std::string::npos)
+      << missing.status().ToString();
+}
+
 TEST_F(S3ClientCheck, UnfinishedUploadLeavesNothing) {
   auto c = Client();
   {
