@@ -63,22 +63,28 @@ std::vector<std::pair<uint32_t, std::string>> All(const SplitResult& s) {
   return out;
 }
 
+// Encodes `split`'s index, decodes it (re-encoding to the same bytes) and
+// merges the shards back: the same encoding as `m`'s canonical manifest.
+void ExpectRoundTrip(const Manifest& m, const SplitResult& split, const std::string& what) {
+  const std::string index_bytes = EncodeIndex(split.index);
+  ASSERT_EQ(EncodedVersion(index_bytes), 4u);
+  Result<ManifestIndex> idx = DecodeIndex(index_bytes, kDir + "/manifest");
+  ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+  EXPECT_EQ(EncodeIndex(*idx), index_bytes);
+  Result<Manifest> merged = MergeShards(*idx, All(split), kDir);
+  ASSERT_TRUE(merged.ok()) << merged.status().ToString();
+  EXPECT_EQ(EncodeManifest(*merged), EncodeManifest(CanonicalFileOrder(m))) << what;
+}
+
 TEST(ManifestIndexTest, SplitThenMergeGivesTheManifestBack) {
   std::mt19937 rng(41);
   for (int trial = 0; trial < 12; ++trial) {
     const Manifest m = RandomManifest(rng, 1 + trial * 3, 1 + trial % 5);
     for (uint64_t shard_bytes : {uint64_t{1}, uint64_t{300}, uint64_t{1} << 30}) {
       const SplitResult split = SplitManifest(m, shard_bytes, uint64_t{1} << 30);
-      const std::string index_bytes = EncodeIndex(split.index);
-      ASSERT_EQ(EncodedVersion(index_bytes), 4u);
-      Result<ManifestIndex> idx = DecodeIndex(index_bytes, kDir + "/manifest");
-      ASSERT_TRUE(idx.ok()) << idx.status().ToString();
-      EXPECT_EQ(EncodeIndex(*idx), index_bytes);
-      Result<Manifest> merged = MergeShards(*idx, All(split), kDir);
-      ASSERT_TRUE(merged.ok()) << merged.status().ToString();
-      // Bit for bit: the same encoding as the canonical manifest.
-      EXPECT_EQ(EncodeManifest(*merged), EncodeManifest(CanonicalFileOrder(m)))
-          << "trial " << trial << " shard_bytes " << shard_bytes;
+      ExpectRoundTrip(
+          m, split,
+          "trial " + std::to_string(trial) + " shard_bytes " + std::to_string(shard_bytes));
       if (shard_bytes == 1) {
         // One record a shard: the objects' own shards, one per object.
         EXPECT_EQ(split.shards.size(), m.tensors.size() + m.objects.size());
@@ -101,14 +107,8 @@ TEST(ManifestIndexTest, RecordsCutIntoPartsMergeBackBitForBit) {
       if (part_bytes == 1 && trial > 0) {
         EXPECT_GT(parts, m.tensors.size()) << "trial " << trial;
       }
-      const std::string index_bytes = EncodeIndex(split.index);
-      Result<ManifestIndex> idx = DecodeIndex(index_bytes, kDir + "/manifest");
-      ASSERT_TRUE(idx.ok()) << idx.status().ToString();
-      EXPECT_EQ(EncodeIndex(*idx), index_bytes);
-      Result<Manifest> merged = MergeShards(*idx, All(split), kDir);
-      ASSERT_TRUE(merged.ok()) << merged.status().ToString();
-      EXPECT_EQ(EncodeManifest(*merged), EncodeManifest(CanonicalFileOrder(m)))
-          << "trial " << trial << " part_bytes " << part_bytes;
+      ExpectRoundTrip(
+          m, split, "trial " + std::to_string(trial) + " part_bytes " + std::to_string(part_bytes));
     }
   }
 }
