@@ -21,7 +21,9 @@
 // manifest appears whole, after its data, and of two writers racing for the
 // same directory exactly one commits (the other gets FailedPrecondition).
 // Object stores cannot rename, so step 4 does not exist there: an overwrite
-// is refused in PrepareDirectory before any data is written.
+// is refused in PrepareDirectory before any data is written. There
+// PrepareDirectory is one listing of the directory (a manifest? data left by
+// a crashed save?): the swap's leftovers and manifest.tmp cannot exist.
 // A crash before 3 leaves data files without a manifest: no checkpoint, and
 // the previous one (if any, elsewhere or at `dir` when overwriting) intact.
 // A crash inside 4 leaves `dir` holding the old or the new checkpoint, both
@@ -99,21 +101,40 @@ Status ClearLeftover(Storage* storage, const std::string& dir, const std::string
   return removed;
 }
 
-}  // namespace
+constexpr char kExistsMessage[] = "' (it has a manifest); save elsewhere or pass overwrite";
 
-Result<std::string> PrepareDirectory(Storage* storage, const std::string& dir, bool overwrite) {
-  SP_RETURN_IF_ERROR(RecoverCheckpointSwap(storage, dir).status());
+// PrepareDirectory where the storage has no rename (an object store): no
+// swap leftovers, `.partial` or `manifest.tmp` can exist there (each needs a
+// rename), so one listing of `dir` (one LIST request) says whether it holds
+// a manifest and whether a crashed save left data to remove.
+Result<std::string> PrepareWithoutRename(Storage* storage, const std::string& dir, bool overwrite) {
   SP_RETURN_IF_ERROR(storage->CreateDirs(dir));
-  SP_ASSIGN_OR_RETURN(bool exists, HasManifest(storage, dir));
-  if (exists && !overwrite) {
-    return FailedPreconditionError("a checkpoint already exists at '" + dir +
-                                   "' (it has a manifest); save elsewhere or pass overwrite");
+  SP_ASSIGN_OR_RETURN(std::vector<std::string> names, storage->ListDir(dir));
+  const auto has = [&names](const char* name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  if (has(kManifestName) && !overwrite) {
+    return FailedPreconditionError("a checkpoint already exists at '" + dir + kExistsMessage);
   }
-  if (exists && !storage->SupportsRename(dir)) {
+  if (has(kManifestName)) {
     return FailedPreconditionError(
         "a checkpoint already exists at '" + dir +
         "' and this storage (an object store) cannot replace it atomically: object stores "
         "have no rename; save to a new directory (CheckpointManager does) or remove it first");
+  }
+  if (has(kDataDir)) SP_RETURN_IF_ERROR(storage->RemoveAll(JoinPath(dir, kDataDir)));
+  return dir;
+}
+
+}  // namespace
+
+Result<std::string> PrepareDirectory(Storage* storage, const std::string& dir, bool overwrite) {
+  if (!storage->SupportsRename(dir)) return PrepareWithoutRename(storage, dir, overwrite);
+  SP_RETURN_IF_ERROR(RecoverCheckpointSwap(storage, dir).status());
+  SP_RETURN_IF_ERROR(storage->CreateDirs(dir));
+  SP_ASSIGN_OR_RETURN(bool exists, HasManifest(storage, dir));
+  if (exists && !overwrite) {
+    return FailedPreconditionError("a checkpoint already exists at '" + dir + kExistsMessage);
   }
   const std::string w = exists ? StripSlashes(dir) + ".partial" : dir;
   if (w != dir) {

@@ -202,6 +202,46 @@ TEST_F(S3CheckpointCheck, SmallLoadIsOneGetForTheManifestAndOnePerDataFile) {
   EXPECT_TRUE(storage->RemoveAll(dir).ok());
 }
 
+// A save's requests besides its data: one LIST of the directory (a
+// manifest there? data a crashed save left?) and the manifest's conditional
+// PUT. Before: 11 (HEAD + LIST for each of dir, dir.old, dir.partial and the
+// manifest, a LIST and a DELETE of data/, a DELETE of manifest.tmp).
+TEST_F(S3CheckpointCheck, SmallSaveIsOneListingOnePutPerFileAndTheManifest) {
+  auto storage = NewStorage();
+  const std::string dir = Unique("save-requests");
+  std::vector<float> a(1000);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) * 0.5f - 3.f;
+  SaveOptions so;
+  so.storage = storage.get();
+  auto comm = MakeSingleComm();
+  uint64_t before = storage->client()->stats().requests;
+  ASSERT_TRUE(Save(OneTensor(&a, {1000}), dir, *comm, so).ok());
+  EXPECT_EQ(storage->client()->stats().requests - before, 3u);  // LIST, data PUT, manifest PUT
+  // A crashed save's leftover (a data file and no manifest): removed by the
+  // next save to that directory, at the cost of its listing and deletes.
+  const std::string crashed = Unique("save-crashed");
+  ASSERT_TRUE(storage->WriteStringToFile(crashed + "/data/7.safetensors", "stale").ok());
+  before = storage->client()->stats().requests;
+  ASSERT_TRUE(Save(OneTensor(&a, {1000}), crashed, *comm, so).ok());
+  // LIST dir; LIST data/ + DELETE 7 + DELETE data; data PUT; manifest PUT.
+  EXPECT_EQ(storage->client()->stats().requests - before, 6u);
+  EXPECT_FALSE(*storage->Exists(crashed + "/data/7.safetensors"));
+  std::vector<float> back(1000, 0.f);
+  LoadOptions lo;
+  lo.storage = storage.get();
+  State d = OneTensor(&back, {1000});
+  ASSERT_TRUE(Load(d, crashed, *comm, lo).ok());
+  EXPECT_EQ(back, a);
+  // A committed directory is refused after the one listing, nothing written.
+  before = storage->client()->stats().requests;
+  Result<SaveStats> again = Save(OneTensor(&a, {1000}), dir, *comm, so);
+  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition) << again.status().ToString();
+  EXPECT_NE(again.status().message().find(dir), std::string::npos) << again.status().ToString();
+  EXPECT_EQ(storage->client()->stats().requests - before, 1u);
+  EXPECT_TRUE(storage->RemoveAll(dir).ok());
+  EXPECT_TRUE(storage->RemoveAll(crashed).ok());
+}
+
 TEST_F(S3CheckpointCheck, ManagerLeaseTrackerAndRetention) {
   auto storage = NewStorage();
   const std::string root = Unique("manager");
