@@ -6,9 +6,13 @@
 #                          nothing on disk but logs) and radosgw (beast) on a
 #                          free port; create a user and the bucket
 #                          `shardpoint`; write DIR/env. A leftover DIR is
-#                          stopped first; a start that fails (once in CI's
+#                          stopped first. Done when a signed request with the
+#                          new user's keys succeeds; each step is retried
+#                          until a deadline (RADOSGW_START_TIMEOUT, default
+#                          120 s per try). A start that fails (once in CI's
 #                          ASan stage under load: the OSD never came up)
-#                          prints its logs and is tried once more from nothing
+#                          says which step and why, prints its logs and is
+#                          tried once more from nothing
 #   radosgw.sh env DIR     print the exports (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
 #                          AWS_SECRET_ACCESS_KEY, AWS_REGION, SHARDPOINT_S3_BUCKET)
 #                          for `eval`
@@ -77,6 +81,8 @@ start() {
 }
 
 start_once() {
+  # Each try has a deadline for the whole start (RADOSGW_START_TIMEOUT, s).
+  deadline=$((SECONDS + ${RADOSGW_START_TIMEOUT:-120}))
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
   mkdir -p "$dir/run" "$dir/log" "$dir/mon" "$dir/osd0" "$dir/rgw"
@@ -129,22 +135,11 @@ CONF
   radosgw -c "$conf" -n client.rgw -f >>"$dir/log/rgw.out" 2>&1 &
   echo $! >> "$dir/pids"
   # The gateway answers once its pools exist (it creates them on start).
-  local ok=0
-  # A daemon that exits meanwhile (seen under load: the OSD aborts on "wrong
-  # fsid") fails the try at once instead of after the whole wait.
-  local names=(mon osd radosgw) i pid
-  for _ in $(seq 600); do
-    if curl -s -o /dev/null "http://127.0.0.1:$rgw_port/"; then ok=1; break; fi
-    i=0
-    while read -r pid; do
-      kill -0 "$pid" 2>/dev/null || fail "${names[$i]} (pid $pid) exited before the gateway answered"
-      i=$((i + 1))
-    done < "$dir/pids"
-    sleep 0.1
-  done
-  [ "$ok" = 1 ] || fail "gateway did not answer on port $rgw_port"
+  wait_for "the gateway to answer on port $rgw_port" \
+    curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://127.0.0.1:$rgw_port/" >/dev/null
   local out key secret
-  out=$(timeout 60 radosgw-admin -c "$conf" user create --uid=shardpoint --display-name=shardpoint)
+  out=$(timeout 60 radosgw-admin -c "$conf" user create --uid=shardpoint --display-name=shardpoint) ||
+    fail "radosgw-admin user create failed"
   key=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["keys"][0]["access_key"])' <<<"$out")
   secret=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["keys"][0]["secret_key"])' <<<"$out")
   cat > "$dir/env" <<ENV
@@ -154,11 +149,47 @@ export AWS_SECRET_ACCESS_KEY=$secret
 export AWS_REGION=us-east-1
 export SHARDPOINT_S3_BUCKET=shardpoint
 ENV
-  # The bucket every test and bench may use (each also makes its own as it needs).
-  # (curl signs SigV4 but needs the payload hash given: that of the empty body.)
-  curl -sf -X PUT --aws-sigv4 "aws:amz:us-east-1:s3" --user "$key:$secret" \
+  # The bucket every test and bench may use (each also makes its own as it
+  # needs), then a signed read of it: the start is done only when a real
+  # request with the new user's keys succeeds (a just-created user may be
+  # refused for a moment: retried until the deadline).
+  wait_for "creating bucket shardpoint (a signed PUT)" \
+    signed PUT "http://127.0.0.1:$rgw_port/shardpoint" >/dev/null
+  wait_for "listing bucket shardpoint (a signed GET)" \
+    signed GET "http://127.0.0.1:$rgw_port/shardpoint?list-type=2" >/dev/null
+}
+
+# curl METHOD URL signed with the new user's keys ($key, $secret); succeeds on
+# HTTP 2xx. (curl signs SigV4 but needs the payload hash given: that of the
+# empty body.)
+signed() {
+  local code
+  code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X "$1" \
+    --aws-sigv4 "aws:amz:us-east-1:s3" --user "$key:$secret" \
     -H "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" \
-    "http://127.0.0.1:$rgw_port/shardpoint" >/dev/null || fail "creating bucket shardpoint failed"
+    "$2")
+  echo "$code"
+  [[ "$code" == 2* ]]
+}
+
+# wait_for WHAT CMD...: runs CMD every 0.2 s until it succeeds (printing its
+# last output) or the try's deadline ($deadline, SECONDS) passes: then fails
+# naming WHAT and CMD's last output. A daemon that exits meanwhile (seen under
+# load: the OSD aborts on "wrong fsid") fails the try at once.
+wait_for() {
+  local what=$1 last="" i pid names=(mon osd radosgw)
+  shift
+  while :; do
+    if last=$("$@" 2>&1); then echo "$last"; return 0; fi
+    i=0
+    while read -r pid; do
+      kill -0 "$pid" 2>/dev/null || fail "${names[$i]} (pid $pid) exited while waiting for $what"
+      i=$((i + 1))
+    done < "$dir/pids"
+    [ "$SECONDS" -lt "$deadline" ] ||
+      fail "$what did not succeed within ${RADOSGW_START_TIMEOUT:-120} s (last answer: '${last:-none}')"
+    sleep 0.2
+  done
 }
 
 case "$cmd" in
