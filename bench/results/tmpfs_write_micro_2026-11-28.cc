@@ -1,6 +1,8 @@
-// tmpfs_write_micro: write 200 MiB into tmpfs several ways; CPU s of this thread (median of 5).
-// g++ -O2 -march=native -o micro bench/results/tmpfs_write_micro_2026-11-28.cc -lxxhash && ./micro
-// /dev/shm (not built by CMake: a one-off measurement behind docs/local-tier.md, Measured)
+// tmpfs_write_micro: writes 200 MiB into tmpfs several ways; CPU seconds of
+// this thread, median of 5. Not built by CMake: the one-off measurement
+// behind docs/local-tier.md (Measured). Build and run:
+//   g++ -O2 -march=native -o micro tmpfs_write_micro_2026-11-28.cc -lxxhash
+//   ./micro /dev/shm
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
