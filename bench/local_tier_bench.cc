@@ -13,6 +13,11 @@
 //   memcpy       each rank copies its tensors into memory it touched before
 //   local save   LocalSave: the local write (Save through the node storage)
 //                and the replication (r = 1), apart
+//   recycled     LocalSave as the TieredManager runs it (keep_local 2): from
+//                the third rep on, written over the tmpfs pages of the
+//                checkpoint retention removes next (src/local/recycle.h),
+//                under L_recycle; CPU seconds and write/replicate wall
+//                beside the fresh LocalSave of the same rep
 //   local write  the local write alone, as LocalSave's step 1 does it (Save
 //                to the node's root, buffered, no preallocation, not
 //                fsynced): wall, CPU seconds and minor page faults
@@ -50,6 +55,7 @@
 #include "bench/bench_common.h"
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/local_tier.h"
+#include "src/local/local_save.h"
 #include "tests/testing/transformer.h"
 
 namespace fs = std::filesystem;
@@ -211,6 +217,7 @@ int main(int argc, char** argv) {
   std::vector<double> staging_s, wo_s, wo_cpu, wo_flt, memcpy_cpu;
   std::vector<double> save_cpu, rec_cpu, load_cpu, step_alone, step_during, rec_flt, load_flt;
   std::vector<double> orec_s, oload_s, orec_cpu, oload_cpu;
+  std::vector<double> rsave_s, rsave_cpu, rwrite_s, rrepl_s, fresh_cpu;  // reps >= 2
   uint64_t peer = 0, persistent = 0;
   for (int rep = 0; rep < f.reps; ++rep) {
     const int64_t it = rep;
@@ -237,6 +244,26 @@ int main(int argc, char** argv) {
     save_cpu.push_back(Cpu() - cpu);
     write_s.push_back(w);
     repl_s.push_back(rp);
+    // The manager's local save: over the pages of iteration rep - 2.
+    cpu = Cpu();
+    const double rs = Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
+      sp::LocalTierOptions o = options(comm.rank());
+      o.local_root = local_root + "_recycle/node" + std::to_string(comm.rank() / 2);
+      const sp::internal_local::RecyclePolicy keep2{2, {}};
+      const auto t = Clock::now();
+      SP_ASSIGN_OR_RETURN(
+          sp::LocalSaveStats st,
+          sp::internal_local::LocalSaveWith(states[comm.rank()].state, it, comm, o, &keep2));
+      if (comm.rank() == 0) w = st.save.seconds, rp = st.replicate_seconds;
+      return Since(t);
+    });
+    if (rep >= 2) {
+      rsave_s.push_back(rs);
+      rsave_cpu.push_back(Cpu() - cpu);
+      rwrite_s.push_back(w);
+      rrepl_s.push_back(rp);
+      fresh_cpu.push_back(save_cpu.back());
+    }
     // The local write alone (step 1 of LocalSave, without its collectives).
     cpu = Cpu();
     double flt0 = Faults();
@@ -331,12 +358,20 @@ int main(int argc, char** argv) {
     fs::remove_all(local_root);
     if (!f.keep) fs::remove_all(dir);
   }
+  fs::remove_all(local_root + "_recycle");
   using sp::bench::Median;
   const double gib = total / double(1ull << 30);
   std::printf("memcpy of the state         %8.3f s  %6.2f GiB/s (%.3f CPU s)\n", Median(memcpy_s),
               gib / Median(memcpy_s), Median(memcpy_cpu));
   std::printf("local save (sync)           %8.3f s  %6.2f GiB/s (write %.3f s, replicate %.3f s)\n",
               Median(save_s), gib / Median(save_s), Median(write_s), Median(repl_s));
+  if (!rsave_s.empty()) {
+    std::printf(
+        "local save, recycled pages  %8.3f s  (write %.3f s, replicate %.3f s; %.3f CPU s, the "
+        "fresh local save of the same reps %.3f CPU s; %zu reps)\n",
+        Median(rsave_s), Median(rwrite_s), Median(rrepl_s), Median(rsave_cpu), Median(fresh_cpu),
+        rsave_s.size());
+  }
   std::printf(
       "local write alone           %8.3f s  (%.3f CPU s, %.0f minor faults; all ranks): "
       "CPU / memcpy's %.2fx\n",

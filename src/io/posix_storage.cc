@@ -24,6 +24,7 @@
 
 #include "shardpoint/storage.h"
 #include "src/io/errno_status.h"
+#include "src/io/overwrite_open.h"
 #include "src/io/remove_tree.h"
 
 namespace shardpoint {
@@ -374,15 +375,24 @@ std::string ParentDir(const std::string& path) {
   return end == std::string::npos ? "/" : path.substr(0, end + 1);
 }
 
-class PosixStorage : public Storage {
+class PosixStorage : public Storage, public internal_io::OverwriteOpener {
  public:
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         const WriteFileOptions& options) override {
+    return Open(path, options.direct, O_TRUNC);
+  }
+
+  Result<std::unique_ptr<WritableFile>> OpenForOverwrite(const std::string& path) override {
+    return Open(path, false, 0);
+  }
+
+ private:
+  // `trunc`: O_TRUNC, or 0 to keep the file's bytes.
+  Result<std::unique_ptr<WritableFile>> Open(const std::string& path, bool direct, int trunc) {
     // O_NOFOLLOW: never write through a link planted where a file goes.
     // O_NONBLOCK: a FIFO there fails (ENXIO) or is refused below instead of
     // blocking the open until some reader appears.
-    const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
-    bool direct = options.direct;
+    const int flags = O_WRONLY | O_CREAT | trunc | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
     int fd = -1;
     if (direct) {
       fd = ::open(path.c_str(), flags | O_DIRECT, 0644);
@@ -400,6 +410,7 @@ class PosixStorage : public Storage {
     return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd, direct));
   }
 
+ public:
   Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
     SP_ASSIGN_OR_RETURN(const int fd, OpenRegularForReading(path));
     return std::unique_ptr<ReadableFile>(new PosixReadableFile(path, fd));

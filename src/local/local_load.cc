@@ -164,6 +164,12 @@ struct Recovery {
   std::deque<std::string> kept_objects;
   Arrived arrived;   // units that reached this rank in the current round
   std::string self;  // units this rank reads for itself in the round
+  // Write positions in the round's messages and in `self`: the buffers are
+  // sized for the round up front (Reserve) and written in place, so that
+  // bytes a round reuses are not zero-filled first (std::string::resize
+  // fills only what it grows).
+  std::vector<size_t> out_at;
+  size_t self_at = 0;
 };
 
 // Notes a verified unit that reached this rank: a tensor unit is placed
@@ -300,13 +306,20 @@ void PlaceLocal(Recovery& x, const internal_plan::LoadPlan& plan, const State& s
 // bytes when ok.
 constexpr size_t kHeader = 9;
 
-void AppendHeader(std::string* out, uint32_t unit, int source, bool ok) {
+// Copies n bytes to the message to rank r at its write position.
+void Put(Recovery& x, std::vector<std::string>* send, int r, const void* data, size_t n) {
+  std::memcpy((*send)[r].data() + x.out_at[r], data, n);
+  x.out_at[r] += n;
+}
+
+void PutHeader(Recovery& x, std::vector<std::string>* send, int r, uint32_t unit, int source,
+               bool ok) {
   char h[kHeader];
   const uint32_t src = static_cast<uint32_t>(source);
   std::memcpy(h, &unit, 4);
   std::memcpy(h + 4, &src, 4);
   h[8] = ok ? 1 : 0;
-  out->append(h, kHeader);
+  Put(x, send, r, h, kHeader);
 }
 
 // Reads transfer tr's unit (checked) where it is first wanted: straight
@@ -319,26 +332,27 @@ Status ReadForTransfer(Recovery& x, const Transfer& tr, FileCache& files,
   const int me = x.comm.rank();
   const auto other =
       std::find_if(tr.receivers.begin(), tr.receivers.end(), [&](int r) { return r != me; });
-  if (other == tr.receivers.end()) {  // this rank is the only receiver
-    const size_t at = x.self.size();
-    x.self.resize(at + unit.nbytes);  // reserved (Reserve): no reallocation
-    Status read = ReadUnitInto(files, x.m, unit, x.self.data() + at);
-    if (read.ok()) Arrive(x, tr.unit, x.self.data() + at);
-    *bytes = x.self.data() + at;
+  if (other == tr.receivers.end()) {       // this rank is the only receiver
+    char* at = x.self.data() + x.self_at;  // sized for the round (Reserve)
+    Status read = ReadUnitInto(files, x.m, unit, at);
+    if (read.ok()) {
+      x.self_at += unit.nbytes;
+      Arrive(x, tr.unit, at);
+    }
+    *bytes = at;
     return read;
   }
-  std::string* buf = &(*send)[*other];
-  const size_t header = buf->size();
-  AppendHeader(buf, tr.unit, tr.source, true);
-  const size_t at = buf->size();
-  buf->resize(at + unit.nbytes);  // reserved (Reserve): no reallocation
-  Status read = ReadUnitInto(files, x.m, unit, buf->data() + at);
+  std::string& buf = (*send)[*other];
+  const size_t header = x.out_at[*other];
+  PutHeader(x, send, *other, tr.unit, tr.source, true);
+  char* at = buf.data() + x.out_at[*other];  // sized for the round (Reserve)
+  Status read = ReadUnitInto(files, x.m, unit, at);
   if (!read.ok()) {
-    buf->resize(at);
-    (*buf)[header + 8] = 0;
+    buf[header + 8] = 0;
     return read;
   }
-  *bytes = buf->data() + at;
+  x.out_at[*other] += unit.nbytes;
+  *bytes = at;
   return read;
 }
 
@@ -371,8 +385,8 @@ Status Serve(Recovery& x, const Transfer& tr, FileCache& node_files, FileCache& 
       if (read.ok() && first != tr.receivers.end()) Arrive(x, tr.unit, bytes);
       continue;
     }
-    AppendHeader(&(*send)[*r], tr.unit, tr.source, read.ok());
-    if (read.ok()) (*send)[*r].append(bytes, unit.nbytes);
+    PutHeader(x, send, *r, tr.unit, tr.source, read.ok());
+    if (read.ok()) Put(x, send, *r, bytes, unit.nbytes);
   }
   return OkStatus();
 }
@@ -412,7 +426,8 @@ Status Receive(Recovery& x, const std::vector<std::string>& recv,
 }
 
 // The bytes this rank sends each other rank in one round, and reads for
-// itself: reserved before the round, so the buffers grow in place.
+// itself: the buffers sized before the round, so they never reallocate
+// within it (`arrived` points into them).
 void Reserve(Recovery& x, const std::vector<Transfer>& transfers, const std::vector<size_t>& round,
              std::vector<std::string>* send) {
   std::vector<size_t> bytes(send->size(), 0);
@@ -420,10 +435,19 @@ void Reserve(Recovery& x, const std::vector<Transfer>& transfers, const std::vec
     if (transfers[i].server != x.comm.rank()) continue;
     for (int r : transfers[i].receivers) bytes[r] += kHeader + x.ut.units[transfers[i].unit].nbytes;
   }
-  for (size_t r = 0; r < bytes.size(); ++r) (*send)[r].reserve(bytes[r]);
-  x.self.clear();
-  x.self.reserve(bytes[x.comm.rank()]);
+  // Sized, not cleared: what a buffer had from the last round is written
+  // over; only growth is zero-filled. Seal() cuts them to what was written.
+  for (size_t r = 0; r < bytes.size(); ++r) (*send)[r].resize(bytes[r]);
+  x.out_at.assign(bytes.size(), 0);
+  if (x.self.size() < bytes[x.comm.rank()]) x.self.resize(bytes[x.comm.rank()]);
+  x.self_at = 0;
   x.arrived.clear();
+}
+
+// After this rank served its part of a round: each message cut to what was
+// written into it (a failed read writes only its header).
+void Seal(Recovery& x, std::vector<std::string>* send) {
+  for (size_t r = 0; r < send->size(); ++r) (*send)[r].resize(x.out_at[r]);
 }
 
 Status LostError(const Recovery& x, const std::vector<uint32_t>& lost, bool persistent) {
@@ -456,7 +480,6 @@ Status RunPasses(Recovery& x, const LocalTierOptions& o) {
     Status s;
     std::vector<std::string> send(x.comm.size()), recv;  // buffers reused by every round
     for (const std::vector<size_t>& round : PackRounds(x.ut, transfers, o.round_bytes)) {
-      for (std::string& b : send) b.clear();
       Reserve(x, transfers, round, &send);
       for (size_t i : round) {
         if (transfers[i].server != me || !s.ok()) continue;
@@ -464,6 +487,7 @@ Status RunPasses(Recovery& x, const LocalTierOptions& o) {
           return Serve(x, transfers[i], node_files, pers_files, &send, &newly_bad);
         });
       }
+      Seal(x, &send);
       SP_RETURN_IF_ERROR(x.comm.AllToAll(send, &recv));
       if (s.ok())
         s = Guarded("local load: receiving", [&] { return Receive(x, recv, &newly_bad); });

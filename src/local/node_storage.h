@@ -6,11 +6,21 @@
 // the collective save and load, which agree on one directory name for every
 // rank, work unchanged. It also drops Sync and SyncDir: the local tier is
 // memory, not durable (a node's memory lost is what the replicas are for),
-// so nothing waits for fsync. Thread-safe as its base.
+// so nothing waits for fsync.
+//
+// With TakeSpares (a local save writing over an old checkpoint's pages,
+// recycle.h), each data file created under the save's data directory is
+// first a spare file renamed into place (one of the same name where there is
+// one), opened without truncation (internal_io::OverwriteOpener of the base)
+// and truncated on Close to the bytes written: its tmpfs pages are reused.
+// Thread-safe as its base.
 #pragma once
 
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "shardpoint/storage.h"
 
@@ -37,8 +47,21 @@ class RootedStorage : public StorageWrapper {
   Result<std::vector<std::string>> ListDir(const std::string& path) override;
   Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override;
 
+  // From now on, files created directly under `data_dir` take spares from
+  // `spare_dir` (both node paths) where the base storage can overwrite.
+  void TakeSpares(std::string spare_dir, std::string data_dir);
+  // How many spare files were taken (for the tests and the bench).
+  int spares_taken() const;
+
  private:
+  // A spare renamed to `path` (mapped), or false where none is left.
+  Result<bool> TakeSpare(const std::string& path);
+
   std::string root_;
+  std::string spare_dir_, data_dir_;  // empty: no spares
+  mutable std::mutex mu_;
+  std::optional<std::vector<std::string>> spares_;  // listed on first use
+  int taken_ = 0;
 };
 
 }  // namespace shardpoint::internal_local

@@ -11,6 +11,7 @@
 #include "src/io/resources.h"
 #include "src/local/drain.h"
 #include "src/local/inventory.h"
+#include "src/local/local_save.h"
 #include "src/local/node_storage.h"
 #include "src/local/replica_map.h"
 #include "src/local/topology.h"
@@ -225,14 +226,19 @@ Result<TieredStep> TieredManager::Save(const State& state, int64_t iteration, Co
   if (!local_due && !(pers_due && options_.drain)) return step;
   step.local = true;
   step.persistent = step.persistent || pers_due;
+  // The local save writes into the pages of the checkpoint that retention
+  // removes after it (recycle.h).
+  internal_local::RecyclePolicy recycle{options_.keep_local, {}};
+  if (std::optional<int64_t> d = draining()) recycle.busy.push_back(*d);
   if (saver != nullptr) {
-    SP_ASSIGN_OR_RETURN(step.handle,
-                        LocalSaveAsync(*saver, state, iteration, comm, options_.local));
+    SP_ASSIGN_OR_RETURN(step.handle, internal_local::LocalSaveAsyncWith(
+                                         *saver, state, iteration, comm, options_.local, &recycle));
     pending_ = step.handle;
     if (pers_due) drain_after_ = iteration;
     return step;
   }
-  SP_RETURN_IF_ERROR(LocalSave(state, iteration, comm, options_.local).status());
+  SP_RETURN_IF_ERROR(
+      internal_local::LocalSaveWith(state, iteration, comm, options_.local, &recycle).status());
   if (pers_due) SP_RETURN_IF_ERROR(StartDrain(iteration, comm));
   SP_RETURN_IF_ERROR(RetainLocal(comm));
   return step;

@@ -13,6 +13,7 @@
 
 #include "shardpoint/object_store.h"
 #include "shardpoint/storage.h"
+#include "src/io/overwrite_open.h"
 #include "src/objstore/s3_storage.h"
 
 namespace shardpoint {
@@ -24,7 +25,8 @@ bool IsS3(const std::string& path) { return path.starts_with("s3://"); }
 
 class DispatchStorage : public Storage,
                         public internal_io::PreferredReadSize,
-                        public internal_io::WholeFileRead {
+                        public internal_io::WholeFileRead,
+                        public internal_io::OverwriteOpener {
  public:
   DispatchStorage() = default;
   // With the object store given: no lazy set-up from the environment.
@@ -107,6 +109,14 @@ class DispatchStorage : public Storage,
   Result<std::optional<std::string>> ReadWholeFile(const std::string& path) override {
     SP_ASSIGN_OR_RETURN(Storage * s, For(path));
     return internal_io::ReadFileIfPresent(s, path);
+  }
+  // POSIX paths only: an object has no bytes to write over.
+  Result<std::unique_ptr<WritableFile>> OpenForOverwrite(const std::string& path) override {
+    auto* posix = dynamic_cast<internal_io::OverwriteOpener*>(PosixFileStorage());
+    if (IsS3(path) || posix == nullptr) {
+      return FailedPreconditionError("open " + path + " to write over it: not a POSIX file");
+    }
+    return posix->OpenForOverwrite(path);
   }
 
  private:

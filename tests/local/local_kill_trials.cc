@@ -9,7 +9,11 @@
 // The saver saves iterations 1, 2, ... (MAX, default unbounded), each the
 // reference model of seed = iteration, and prints "BEGIN <it>" as it calls
 // LocalSave and "ACK <it>" once LocalSave returned (replicas verified, every
-// node's replica map written). Trials alternate two kinds of kill:
+// node's replica map written). It saves as the TieredManager does with
+// keep_local 2 (src/local/recycle.h): save 3 writes over the pages of
+// iteration 1 (moved aside as spares in its step 0), so the kills land in
+// a save that recycles an older checkpoint. Trials alternate two kinds of
+// kill:
 //   * time: save 2 is timed (BEGIN to ACK); save 3 is killed at a random
 //     moment after its BEGIN, uniform over that time, so the kill lands in
 //     the local write or in the replication in proportion to their length;
@@ -42,6 +46,7 @@
 #include <vector>
 
 #include "shardpoint/local_tier.h"
+#include "src/local/local_save.h"
 #include "tests/testing/transformer.h"
 
 namespace sp = shardpoint;
@@ -88,7 +93,10 @@ int RunSaver(const std::string& dir, int64_t max) {
     std::printf("BEGIN %lld\n", static_cast<long long>(it));
     std::fflush(stdout);
     for (sp::Status st : sp::RunThreadRanks(kRanks, [&](sp::Comm& comm) {
-           return sp::LocalSave(s[comm.rank()].state, it, comm, Options(dir, comm.rank())).status();
+           const sp::internal_local::RecyclePolicy keep2{2, {}};
+           return sp::internal_local::LocalSaveWith(s[comm.rank()].state, it, comm,
+                                                    Options(dir, comm.rank()), &keep2)
+               .status();
          })) {
       if (!st.ok()) {
         std::fprintf(stderr, "saver: %s\n", st.ToString().c_str());

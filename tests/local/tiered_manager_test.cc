@@ -6,15 +6,19 @@
 #include "shardpoint/tiered_manager.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 
 #include "src/checkpoint/commit.h"
+#include "src/local/node_storage.h"
+#include "src/local/recycle.h"
 #include "src/local/units.h"
 #include "src/source/manifest_read.h"
 #include "tests/local/local_fixture.h"
@@ -293,6 +297,85 @@ TEST_F(TieredManagerTest, ACorruptedLocalCopyIsNeverDrainedIntoACommittedCheckpo
   }
   EXPECT_FALSE(Exists(Persistent() + "/iter_0000002/manifest"));
   EXPECT_FALSE(Exists(Persistent() + "/iter_0000002/data/0.safetensors"));
+}
+
+// Per data file of a node's local checkpoint: (inode, size).
+std::map<std::string, std::pair<ino_t, off_t>> DataFiles(const std::string& dir) {
+  std::map<std::string, std::pair<ino_t, off_t>> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/data")) {
+    struct stat st;
+    EXPECT_EQ(::stat(e.path().c_str(), &st), 0);
+    out[e.path().filename()] = {st.st_ino, st.st_size};
+  }
+  return out;
+}
+
+TEST_F(TieredManagerTest, ALocalSaveWritesOverThePagesOfTheCheckpointRetentionRemoves) {
+  base_.local_every = 1;
+  base_.persistent_every = 0;
+  base_.keep_local = 2;
+  Run({1, 2}, /*flush=*/true);
+  // Iteration 1's files, made longer than any new one: the tail must go.
+  std::vector<std::map<std::string, std::pair<ino_t, off_t>>> old(4);
+  for (int n = 0; n < 4; ++n) {
+    old[n] = DataFiles(NodeRoot(n) + "/iter_0000001");
+    ASSERT_EQ(old[n].size(), 4u) << n;  // its 2 ranks' files and 2 replicas
+    for (const auto& [name, f] : old[n]) {
+      std::filesystem::resize_file(NodeRoot(n) + "/iter_0000001/data/" + name, f.second + 12345);
+    }
+  }
+  Run({3}, /*flush=*/true);
+  for (int n = 0; n < 4; ++n) {
+    EXPECT_FALSE(Exists(NodeRoot(n) + "/iter_0000001")) << n;
+    EXPECT_FALSE(Exists(NodeRoot(n) + "/iter_0000003/spare")) << n;
+    auto now = DataFiles(NodeRoot(n) + "/iter_0000003");
+    auto kept = DataFiles(NodeRoot(n) + "/iter_0000002");
+    ASSERT_EQ(now.size(), 4u) << n;
+    for (const auto& [name, f] : now) {
+      EXPECT_EQ(f.first, old[n][name].first) << "node " << n << " " << name << ": a new inode";
+      EXPECT_EQ(f.second, kept[name].second) << "node " << n << " " << name;
+    }
+  }
+  std::vector<TieredResume> rs = Resume();  // bit for bit (checked there)
+  ASSERT_EQ(rs.size(), 6u);
+  EXPECT_EQ(rs[0].iteration, 3);
+  EXPECT_TRUE(rs[0].from_local);
+}
+
+// A job killed while it wrote over the spares (moved there, the first file
+// half overwritten with other bytes): the newest complete one resumes, and
+// the next save cleans up.
+TEST_F(TieredManagerTest, AJobKilledWhileWritingOverSparesResumesTheNewestComplete) {
+  base_.local_every = 1;
+  base_.persistent_every = 0;
+  base_.keep_local = 2;
+  Run({1, 2}, /*flush=*/true);
+  for (int n = 0; n < 4; ++n) {
+    internal_local::RootedStorage node(DefaultStorage(), NodeRoot(n));
+    ASSERT_TRUE(node.CreateDirs("/iter_0000003/data").ok());
+    ASSERT_TRUE(internal_local::MoveToSpare(&node, 1, "/iter_0000003").ok());
+    Result<std::vector<std::string>> spares = node.ListDir("/iter_0000003/spare");
+    ASSERT_TRUE(spares.ok() && !spares->empty()) << n;
+    const std::string name = "/iter_0000003/data/" + spares->front();
+    ASSERT_TRUE(node.Rename("/iter_0000003/spare/" + spares->front(), name).ok());
+    FILE* f = std::fopen(node.Map(name).c_str(), "r+");
+    ASSERT_NE(f, nullptr);
+    std::fputs("overwritten by the killed save", f);
+    std::fclose(f);
+  }
+  std::vector<TieredResume> rs = Resume();
+  ASSERT_EQ(rs.size(), 6u);
+  EXPECT_EQ(rs[0].iteration, 2);
+  EXPECT_TRUE(rs[0].from_local);
+  EXPECT_EQ(Sum(rs, &LoadResult::bytes_persistent), 0u);
+  Run({3}, /*flush=*/true);
+  rs = Resume();
+  ASSERT_EQ(rs.size(), 6u);
+  EXPECT_EQ(rs[0].iteration, 3);
+  for (int n = 0; n < 4; ++n) {
+    EXPECT_FALSE(Exists(NodeRoot(n) + "/iter_0000001")) << n;
+    EXPECT_FALSE(Exists(NodeRoot(n) + "/iter_0000003/spare")) << n;
+  }
 }
 
 TEST_F(TieredManagerTest, BadScheduleIsInvalidArgument) {
