@@ -219,6 +219,7 @@ Result<Manifest> MergeShards(ManifestIndex index,
       Shards::ReleaseIfDone(*sh);
     }
     t.key = std::move(e.key);
+    std::vector<TensorPart>().swap(e.parts);  // its memory serves the records that follow
   }
   m.objects.reserve(index.num_objects());
   for (const ObjectRun& run : index.objects) {
