@@ -1,6 +1,8 @@
 // The index's objects held as runs (ManifestIndex::AddObject): what a
 // loading rank decodes for 65,536 RNG objects is a few hundred runs, and the
-// index bytes, a partial merge and a whole merge are what they were.
+// index bytes, a partial merge and a whole merge are what they were; and
+// MergeShards, which frees a shard once its records are taken, still names
+// an index that puts a record in a shard already taken.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -108,6 +110,27 @@ TEST(ManifestIndexObjectsTest, AnObjectOutOfOrderIsStillDataLossNamingIt) {
   EXPECT_NE(idx.status().message().find("object 'rng' index [2] is not after the previous"),
             std::string::npos)
       << idx.status().message();
+}
+
+TEST(ManifestIndexObjectsTest, AShardTakenAgainAfterItWasFreedIsDataLossNamingIt) {
+  Manifest m = CanonicalFileOrder(ObjectsManifest());
+  TensorRecord second = m.tensors[0];
+  second.key = "x";
+  m.tensors.push_back(second);  // "w", "x": one record a shard with shard_bytes 1
+  const SplitResult split = SplitManifest(m, 1);
+  ManifestIndex bad = split.index;
+  ASSERT_NE(bad.tensors[0].parts[0].shard, bad.tensors[1].parts[0].shard);
+  bad.tensors[1].parts[0].shard = bad.tensors[0].parts[0].shard;
+  std::vector<std::pair<uint32_t, std::string>> all;
+  for (size_t s = 0; s < split.shards.size(); ++s) all.emplace_back(s, split.shards[s]);
+  Result<Manifest> merged = MergeShards(bad, all, kDir);
+  ASSERT_EQ(merged.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(merged.status().message().find("data/manifest.shards shard 0 (bytes [0, "),
+            std::string::npos)
+      << merged.status().message();
+  EXPECT_NE(merged.status().message().find("does not hold tensor 'x' where the index puts it"),
+            std::string::npos)
+      << merged.status().message();
 }
 
 }  // namespace
