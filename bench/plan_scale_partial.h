@@ -27,6 +27,7 @@ struct PartialLoad {
   uint64_t overlap_bytes = 0;    // of those, the chunks overlapping its boxes
   double decode_s = 0, plan_s = 0;
   double skeleton_s = 0;  // of decode_s: MergeShards with no shard (every key's skeleton)
+  std::vector<std::pair<uint32_t, std::string>> have;  // the shards read (for --rank-dir)
   double ratio() const { return double(read) / double(need_bytes); }
 };
 
@@ -90,6 +91,7 @@ inline PartialLoad LoadFromKeyShards(const internal_format::Manifest& whole,
   }
   out.decode_s = e - d;
   out.plan_s = f - p0;
+  out.have = std::move(have);
   return out;
 }
 

@@ -4,11 +4,14 @@
 //   plan_scale_sampled [--tp 8 --pp 16 --dp 512] [--load-tp 4 --load-pp 4 --load-dp 256]
 //                      [--experts 64 --ep 64 --load-ep 64] [--dp-samples 4] (+ model flags)
 //                      [--shard-kb 64 --part-kb 16] [--manifest-cache FILE]
+//                      [--rank-dir DIR]
 //
 // --shard-kb, --part-kb: the manifest's shard size and the size of the parts
 // larger records are cut into (format v4).
 // --manifest-cache: write the modelled manifest to FILE; if FILE exists,
 // only the load figures are computed, from it (for trying part sizes).
+// --rank-dir: write the index and what each sampled loading rank reads to
+// DIR, for plan_scale_rank (bench/plan_scale_rank_dir.h).
 //
 // The owners' side is computed for EVERY rank: each key's owner (XXH3 mod N)
 // receives the shares of every rank holding the key (each rank's RNG object
@@ -50,6 +53,7 @@
 
 #include "bench/plan_scale_model.h"
 #include "bench/plan_scale_partial.h"
+#include "bench/plan_scale_rank_dir.h"
 #include "src/format/manifest.h"
 #include "src/format/manifest_index.h"
 #include "src/plan/dist_plan.h"
@@ -84,6 +88,7 @@ struct Setup {
   Model m;
   Layout save{8, 16, 512, 1, true}, load{4, 4, 256, 1, true};
   int dp_samples = 4;
+  std::string rank_dir;  // --rank-dir
   std::vector<Param> params;
   std::vector<KeySpec> keys;
 };
@@ -317,6 +322,7 @@ void LoadRank(const Setup& s, const Manifest& whole, const Manifest& decoded,
   const PartialLoad p = LoadFromKeyShards(whole, index, split, regions, lp);
   const double ratio = p.ratio();
   const double ms = 1e3 * ((b - a) + index_secs + p.decode_s + p.plan_s);
+  if (!s.rank_dir.empty()) WriteRank(s.rank_dir, r, p.have, lp.bytes, lp.pieces.size());
   *worst_ratio = std::max(*worst_ratio, ratio);
   *worst_ms = std::max(*worst_ms, ms);
   std::printf(
@@ -344,6 +350,7 @@ void LoadFigures(const Setup& s, Manifest whole, uint64_t shard_bytes, uint64_t 
   std::string().swap(bytes);
   SplitResult split = SplitManifest(whole, shard_bytes, part_bytes);
   const std::string index_bytes = EncodeIndex(split.index);
+  if (!s.rank_dir.empty()) WriteWhole(s.rank_dir + "/index", index_bytes);
   double x1 = Now();
   ManifestIndex index = Check(DecodeIndex(index_bytes, "bench"), "DecodeIndex");
   double x2 = Now();
@@ -406,6 +413,8 @@ int main(int argc, char** argv) {
       shard_bytes = uint64_t(IntFlag(argc, argv, i)) << 10;
     } else if (std::string(argv[i]) == "--part-kb") {
       part_bytes = uint64_t(IntFlag(argc, argv, i)) << 10;
+    } else if (std::string(argv[i]) == "--rank-dir" && i + 1 < argc) {
+      s.rank_dir = argv[++i];
     } else if (std::string(argv[i]) == "--manifest-cache" && i + 1 < argc) {
       cache = argv[++i];
     } else {

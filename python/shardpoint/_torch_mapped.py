@@ -12,6 +12,7 @@ tensor: only the bytes of this rank's shards are read."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -38,6 +39,25 @@ def _placements(path: Any, md: Any, mapping_spec: Any, variables: Any,
             str(path), sphf.mapping(mapping_spec), dict(variables or {}), storage):
         out.setdefault((hf, state), []).append((key, shapes[key], hf_shape, off, bo, bs))
     return out
+
+
+def _read_once(path: Any, mapping_spec: Any, variables: Any, storage_options: Any,
+               comm: Any) -> tuple[dict, dict]:
+    """The checkpoint's user metadata and ``_placements`` (collective): rank 0
+    reads the manifest (its metadata, then place_in_hf's) and broadcasts both, so
+    the storage sees one rank's metadata reads whatever the rank count (issue 41);
+    a failure there is every rank's, with the same class and message."""
+    from shardpoint._once import from_rank0
+    from shardpoint._read import metadata
+
+    def read() -> bytes:
+        md = metadata(path, storage_options=storage_options)
+        placed = _placements(path, md, mapping_spec, variables, storage_options)
+        return json.dumps([md.metadata or {},
+                           [[hf, state, v] for (hf, state), v in placed.items()]]).encode()
+
+    user_md, placed = json.loads(from_rank0(comm, read))
+    return user_md, {(hf, state): v for hf, state, v in placed}
 
 
 def _stored_step(md: dict) -> int | None:
@@ -159,7 +179,6 @@ def load_mapped(ts: Any, path: Any, mapping_spec: Any, *, variables: Any = None,
     import torch
 
     from shardpoint._checkpoint import load as _load
-    from shardpoint._read import metadata
     from shardpoint.torch import _allowed, _apply_state, _get, _named, _Structure
     from shardpoint._torch_optim import forget_state, has_state
     opts = _named(ts.optimizers, "optim")
@@ -171,11 +190,9 @@ def load_mapped(ts: Any, path: Any, mapping_spec: Any, *, variables: Any = None,
     kwargs.pop("allow_missing_keys", None)
     try:
         sd = ts.state_dict(allow_dry_step=True, init_state=True)
-        so = kwargs.get("storage_options")
-        md = metadata(path, storage_options=so)  # read once, here
-        user_md = md.metadata or {}
-        todo, copies, missing = _load_dict(_targets(sd, opts, master_params),
-                                           _placements(path, md, mapping_spec, variables, so),
+        user_md, placed = _read_once(path, mapping_spec, variables,
+                                     kwargs.get("storage_options"), ts.comm)
+        todo, copies, missing = _load_dict(_targets(sd, opts, master_params), placed,
                                            allow_missing, _not_rebuilt(user_md))
         result = _load(todo, path, ts.comm, allow_missing_keys=False, **kwargs)
     except BaseException:

@@ -6,6 +6,7 @@
 #include <optional>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include "src/base/bytes.h"
 #include "src/base/checked.h"
@@ -130,6 +131,55 @@ void AddParts(const Manifest& m, const TensorRecord& t, uint64_t shard_bytes, ui
 
 }  // namespace
 
+bool NextIndex(const Shape& grid, Shape* index) {
+  for (size_t d = index->size(); d-- > 0;) {
+    if (++(*index)[d] < grid[d]) return true;
+    (*index)[d] = 0;
+  }
+  return false;
+}
+
+namespace {
+
+// Whether `next` is the index after `prev` in row-major order inside `grid`
+// (all three of the same rank), without building it.
+bool Follows(const Shape& grid, const Shape& prev, const Shape& next) {
+  size_t d = prev.size();
+  while (d > 0 && prev[d - 1] + 1 >= grid[d - 1]) --d;  // trailing dimensions at their last
+  if (d == 0) return false;                             // `prev` is the grid's last index
+  --d;
+  for (size_t i = 0; i < d; ++i) {
+    if (next[i] != prev[i]) return false;
+  }
+  if (next[d] != prev[d] + 1) return false;
+  for (size_t i = d + 1; i < next.size(); ++i) {
+    if (next[i] != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+uint64_t ManifestIndex::num_objects() const {
+  uint64_t n = 0;
+  for (const ObjectRun& r : objects) n += r.count;
+  return n;
+}
+
+void ManifestIndex::AddObject(const std::string& key, const Shape& index, const Shape& grid,
+                              uint32_t shard) {
+  if (!objects.empty()) {
+    ObjectRun& r = objects.back();
+    if (r.shard == shard && r.key == key && r.grid == grid && index.size() == grid.size() &&
+        Follows(grid, r.last, index)) {
+      r.last = index;
+      ++r.count;
+      return;
+    }
+  }
+  objects.push_back({key, grid, index, index, 1, shard});
+}
+
 uint64_t TensorEntry::num_chunks() const {
   uint64_t n = 0;
   for (const TensorPart& p : parts) n += p.num_chunks;
@@ -173,7 +223,7 @@ SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes, uint64_t part
     ObjectRecord r = o;
     r.file = b.files.Add(m.files[o.file]);
     b.bytes += ObjectBytes(o);
-    idx.objects.push_back({o.key, o.index, o.grid, static_cast<uint32_t>(shards.size() - 1)});
+    idx.AddObject(o.key, o.index, o.grid, static_cast<uint32_t>(shards.size() - 1));
     b.m.objects.push_back(std::move(r));
   }
   for (ShardBuilder& b : shards) {
@@ -218,14 +268,17 @@ std::string EncodeIndex(const ManifestIndex& index) {
       w.Dims(p.span.shape);
     }
   }
-  w.U64(index.objects.size());
-  for (const ObjectEntry& o : index.objects) {
-    w.Str(o.key);
-    w.U8(static_cast<uint8_t>(o.index.size()));
-    w.Dims(o.index);
-    w.U8(static_cast<uint8_t>(o.grid.size()));
-    w.Dims(o.grid);
-    w.U32(o.shard);
+  w.U64(index.num_objects());
+  for (const ObjectRun& o : index.objects) {
+    Shape at = o.first;
+    for (uint64_t i = 0; i < o.count; ++i, NextIndex(o.grid, &at)) {
+      w.Str(o.key);
+      w.U8(static_cast<uint8_t>(at.size()));
+      w.Dims(at);
+      w.U8(static_cast<uint8_t>(o.grid.size()));
+      w.Dims(o.grid);
+      w.U32(o.shard);
+    }
   }
   w.U8(index.has_common ? 1 : 0);
   w.Blob(index.has_common ? std::string_view(index.common) : std::string_view());
@@ -255,7 +308,7 @@ class IndexDecoder : public FieldReader {
   }
   Status Tensor(TensorEntry* t);
   Status Parts(TensorEntry* t);
-  Status Object(ObjectEntry* o);
+  Status Objects(ManifestIndex* idx);
 
   uint64_t num_shards_ = 0;
   uint32_t version_ = kIndexVersion;
@@ -314,9 +367,26 @@ Status IndexDecoder::Parts(TensorEntry* t) {
   return OkStatus();
 }
 
-Status IndexDecoder::Object(ObjectEntry* o) {
-  SP_RETURN_IF_ERROR(ObjectHead(&o->key, &o->index, &o->grid));
-  return Shard([&] { return "object '" + o->key + "'"; }, &o->shard);
+// Every object entry, read into the same few buffers and kept as runs
+// (ManifestIndex::AddObject): no heap allocation per object.
+Status IndexDecoder::Objects(ManifestIndex* idx) {
+  uint64_t n;
+  SP_RETURN_IF_ERROR(Count(kMinObject, "object", &n));
+  std::string key, prev_key;
+  Shape index, grid, prev_index;
+  for (uint64_t i = 0; i < n; ++i) {
+    uint32_t shard;
+    SP_RETURN_IF_ERROR(ObjectHead(&key, &index, &grid));
+    SP_RETURN_IF_ERROR(Shard([&] { return "object '" + key + "'"; }, &shard));
+    if (i > 0 && !(std::tie(prev_key, prev_index) < std::tie(key, index))) {
+      return Error("object '" + key + "' index " + ShapeToString(index) +
+                   " is not after the previous object (sorted by (key, index), unique)");
+    }
+    idx->AddObject(key, index, grid, shard);
+    std::swap(key, prev_key);
+    std::swap(index, prev_index);
+  }
+  return OkStatus();
 }
 
 Status IndexDecoder::Run(ManifestIndex* idx) {
@@ -353,17 +423,7 @@ Status IndexDecoder::Run(ManifestIndex* idx) {
                    "' (keys must be sorted and unique)");
     }
   }
-  SP_RETURN_IF_ERROR(Count(kMinObject, "object", &n));
-  idx->objects.resize(n);
-  for (uint64_t i = 0; i < n; ++i) {
-    const ObjectEntry& o = idx->objects[i];
-    SP_RETURN_IF_ERROR(Object(&idx->objects[i]));
-    if (i > 0 && !(std::tie(idx->objects[i - 1].key, idx->objects[i - 1].index) <
-                   std::tie(o.key, o.index))) {
-      return Error("object '" + o.key + "' index " + ShapeToString(o.index) +
-                   " is not after the previous object (sorted by (key, index), unique)");
-    }
-  }
+  SP_RETURN_IF_ERROR(Objects(idx));
   return Tail(&idx->has_common, &idx->common, &idx->metadata_json);
 }
 
@@ -406,7 +466,7 @@ void AddObjectShards(const ManifestIndex& index, const std::vector<std::string>&
   for (const std::string& k : object_keys) {
     auto it =
         std::lower_bound(index.objects.begin(), index.objects.end(), k,
-                         [](const ObjectEntry& o, const std::string& key) { return o.key < key; });
+                         [](const ObjectRun& o, const std::string& key) { return o.key < key; });
     for (; it != index.objects.end() && it->key == k; ++it) out.push_back(it->shard);
   }
   std::sort(out.begin(), out.end());

@@ -68,19 +68,32 @@ struct TensorEntry {
   uint64_t num_chunks() const;
 };
 
-struct ObjectEntry {
+// Objects held in memory as runs: objects of one key and grid, in one shard,
+// whose indices follow each other in row-major order (the index format
+// lists every object; a run is only how the index holds them, so that the
+// 65,536 RNG objects of as many ranks are a few hundred runs, not 65,536
+// entries of two heap vectors each, docs/format.md section 3.2).
+struct ObjectRun {
   std::string key;
-  Shape index;
   Shape grid;
+  Shape first;  // the first object's index (empty when the grid is)
+  Shape last;   // the last one's
+  uint64_t count = 0;
   uint32_t shard = 0;
 };
+// The index after `index` in row-major order inside `grid` (false past the end).
+bool NextIndex(const Shape& grid, Shape* index);
 
 struct ManifestIndex {
   uint32_t version = kIndexVersion;  // 3: one part per tensor (EncodeIndex writes it so)
   uint64_t block_size = kDefaultBlockSize;
   std::vector<ShardRef> shards;
   std::vector<TensorEntry> tensors;  // sorted by key, unique
-  std::vector<ObjectEntry> objects;  // sorted by (key, index), unique
+  std::vector<ObjectRun> objects;    // sorted by (key, index), unique
+  uint64_t num_objects() const;
+  // Appends the object (`key`, `index`, `grid`) in `shard` after the last:
+  // to the last run where it follows it, else as a new run.
+  void AddObject(const std::string& key, const Shape& index, const Shape& grid, uint32_t shard);
   bool has_common = false;
   std::string common;
   std::string metadata_json;

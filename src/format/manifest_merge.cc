@@ -1,5 +1,7 @@
 // MergeShards: a manifest from a v3 or v4 index and some of its shards
 // (src/format/manifest_index.h).
+#include <algorithm>
+#include <map>
 #include <unordered_map>
 #include <utility>
 
@@ -19,6 +21,7 @@ struct OpenShard {
   size_t next_tensor = 0;
   size_t next_object = 0;
   std::vector<uint32_t> global_file;  // shard file number -> merged file number
+  bool finished = false;              // every record taken, and their memory freed
 };
 
 Result<OpenShard> OpenOne(const ManifestIndex& index, uint32_t s, std::string_view bytes,
@@ -49,6 +52,59 @@ Result<OpenShard> OpenOne(const ManifestIndex& index, uint32_t s, std::string_vi
   }
   return out;
 }
+
+// The shards given, each checked and decoded when a record of it is first
+// taken and freed once all of its records are: a loading rank's few hundred
+// decoded shards never live at once (a fresh process pays for every page it
+// touches first).
+class Shards {
+ public:
+  Shards(const ManifestIndex& index, const std::vector<std::pair<uint32_t, std::string>>& have,
+         const std::string& dir)
+      : index_(index), dir_(dir) {
+    for (const auto& [s, bytes] : have) {
+      bytes_[s] = &bytes;
+      max_chunks_ += bytes.size() / 44;  // a chunk record's fixed fields
+    }
+  }
+  bool empty() const { return bytes_.empty(); }
+  // The chunks of `e`'s parts in the shards given (a bound on the index's
+  // word: each chunk record takes 44 bytes or more).
+  uint64_t ChunksGiven(const TensorEntry& e) const {
+    uint64_t n = 0;
+    for (const TensorPart& p : e.parts) {
+      if (bytes_.count(p.shard)) n += std::min(p.num_chunks, max_chunks_);
+    }
+    return std::min(n, max_chunks_);
+  }
+  // Shard `s` opened (nullptr when it was not given).
+  Result<OpenShard*> Get(uint32_t s) {
+    auto it = open_.find(s);
+    if (it != open_.end()) return &it->second;
+    auto b = bytes_.find(s);
+    if (b == bytes_.end()) return static_cast<OpenShard*>(nullptr);
+    SP_ASSIGN_OR_RETURN(OpenShard sh, OpenOne(index_, s, *b->second, dir_));
+    return &open_.emplace(s, std::move(sh)).first->second;
+  }
+  static void ReleaseIfDone(OpenShard& sh) {
+    if (sh.finished || sh.next_tensor != sh.m.tensors.size() ||
+        sh.next_object != sh.m.objects.size()) {
+      return;
+    }
+    sh.finished = true;
+    std::vector<TensorRecord>().swap(sh.m.tensors);
+    std::vector<ObjectRecord>().swap(sh.m.objects);
+  }
+  // Every shard given: opened (checked) and holding no record left untaken.
+  Status CheckAllTaken();
+
+ private:
+  const ManifestIndex& index_;
+  const std::string& dir_;
+  std::map<uint32_t, const std::string*> bytes_;
+  uint64_t max_chunks_ = 0;
+  std::unordered_map<uint32_t, OpenShard> open_;
+};
 
 Status Mismatch(const OpenShard& sh, const std::string& what) {
   return DataLossError("manifest shard '" + sh.name + "': " + what);
@@ -87,16 +143,52 @@ Status TakePart(const TensorEntry& e, size_t p, OpenShard& sh, FileFn& file, Ten
   return OkStatus();
 }
 
+// Appends the objects of `run` to `out`: from its shard where that is
+// open (after checking that the shard holds them where the index puts
+// them), else their skeleton (key, index, grid; location 0).
+template <typename FileFn>
+Status TakeRun(const ObjectRun& run, Shards& shards, FileFn& file, std::vector<ObjectRecord>* out) {
+  OpenShard* open = nullptr;
+  if (!shards.empty()) {
+    SP_ASSIGN_OR_RETURN(open, shards.Get(run.shard));
+  }
+  Shape at = run.first;
+  for (uint64_t i = 0; i < run.count; ++i, NextIndex(run.grid, &at)) {
+    if (open == nullptr) {
+      ObjectRecord& o = out->emplace_back();
+      o.key = run.key, o.index = at, o.grid = run.grid;
+      continue;
+    }
+    OpenShard& sh = *open;
+    if (sh.next_object >= sh.m.objects.size() || sh.m.objects[sh.next_object].key != run.key ||
+        sh.m.objects[sh.next_object].index != at || sh.m.objects[sh.next_object].grid != run.grid) {
+      return Mismatch(sh, "does not hold object '" + run.key + "' index " + ShapeToString(at) +
+                              " where the index puts it");
+    }
+    ObjectRecord& o = out->emplace_back(std::move(sh.m.objects[sh.next_object++]));
+    o.file = file(sh, o.file);
+  }
+  if (open != nullptr) Shards::ReleaseIfDone(*open);
+  return OkStatus();
+}
+
+Status Shards::CheckAllTaken() {
+  for (const auto& [s, bytes] : bytes_) {
+    SP_ASSIGN_OR_RETURN(OpenShard * sh, Get(s));
+    if (!sh->finished &&
+        (sh->next_tensor != sh->m.tensors.size() || sh->next_object != sh->m.objects.size())) {
+      return Mismatch(*sh, "holds records the index does not put in it");
+    }
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 Result<Manifest> MergeShards(ManifestIndex index,
                              const std::vector<std::pair<uint32_t, std::string>>& have,
                              const std::string& dir) {
-  std::unordered_map<uint32_t, OpenShard> open;
-  for (const auto& [s, bytes] : have) {
-    SP_ASSIGN_OR_RETURN(OpenShard sh, OpenOne(index, s, bytes, dir));
-    open.insert_or_assign(s, std::move(sh));
-  }
+  Shards shards(index, have, dir);
   Manifest m;
   m.version = index.version;  // what was read; it encodes as version 2
   m.block_size = index.block_size;
@@ -119,37 +211,21 @@ Result<Manifest> MergeShards(ManifestIndex index,
     TensorEntry& e = index.tensors[i];
     TensorRecord& t = m.tensors[i];
     t.dtype = e.dtype, t.shape = e.shape;
-    for (size_t p = 0; p < e.parts.size(); ++p) {
-      auto it = open.find(e.parts[p].shard);
-      if (it == open.end()) continue;
-      SP_RETURN_IF_ERROR(TakePart(e, p, it->second, file, &t));
+    if (!shards.empty()) t.chunks.reserve(shards.ChunksGiven(e));
+    for (size_t p = 0; p < e.parts.size() && !shards.empty(); ++p) {
+      SP_ASSIGN_OR_RETURN(OpenShard * sh, shards.Get(e.parts[p].shard));
+      if (sh == nullptr) continue;
+      SP_RETURN_IF_ERROR(TakePart(e, p, *sh, file, &t));
+      Shards::ReleaseIfDone(*sh);
     }
     t.key = std::move(e.key);
+    std::vector<TensorPart>().swap(e.parts);  // its memory serves the records that follow
   }
-  m.objects.resize(index.objects.size());
-  for (size_t i = 0; i < index.objects.size(); ++i) {
-    ObjectEntry& e = index.objects[i];
-    ObjectRecord& o = m.objects[i];
-    auto it = open.empty() ? open.end() : open.find(e.shard);
-    if (it == open.end()) {
-      o.key = std::move(e.key), o.index = std::move(e.index), o.grid = std::move(e.grid);
-      continue;
-    }
-    OpenShard& sh = it->second;
-    if (sh.next_object >= sh.m.objects.size() || sh.m.objects[sh.next_object].key != e.key ||
-        sh.m.objects[sh.next_object].index != e.index ||
-        sh.m.objects[sh.next_object].grid != e.grid) {
-      return Mismatch(sh, "does not hold object '" + e.key + "' index " + ShapeToString(e.index) +
-                              " where the index puts it");
-    }
-    o = std::move(sh.m.objects[sh.next_object++]);
-    o.file = file(sh, o.file);
+  m.objects.reserve(index.num_objects());
+  for (const ObjectRun& run : index.objects) {
+    SP_RETURN_IF_ERROR(TakeRun(run, shards, file, &m.objects));
   }
-  for (const auto& [s, sh] : open) {
-    if (sh.next_tensor != sh.m.tensors.size() || sh.next_object != sh.m.objects.size()) {
-      return Mismatch(sh, "holds records the index does not put in it");
-    }
-  }
+  SP_RETURN_IF_ERROR(shards.CheckAllTaken());
   return m;
 }
 
