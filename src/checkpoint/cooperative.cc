@@ -10,6 +10,8 @@
 #include "src/base/guard.h"
 #include "src/checkpoint/piece_message.h"
 #include "src/comm/agreed.h"
+#include "src/comm/shm_exchange.h"
+#include "src/comm/transport.h"
 #include "src/geometry/convert.h"
 #include "src/geometry/view_range.h"
 #include "src/io/thread_pool.h"
@@ -17,7 +19,7 @@
 #include "src/plan/span_assignment.h"
 
 using shardpoint::internal_base::Guarded;
-using shardpoint::internal_comm::AllToAllAgreed;
+using shardpoint::internal_comm::ShmExchange;
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::VerifyBlock;
@@ -207,6 +209,25 @@ std::vector<std::vector<int>> GroupsByRound(const std::vector<ChunkNeeds>& chunk
   return out;
 }
 
+// Spans [r0, r1) of a round, and the bytes they send.
+struct Round {
+  size_t r0, r1;
+  uint64_t send;
+};
+
+// The most bytes each rank sends in one round.
+std::vector<uint64_t> RoundSends(const std::vector<Span>& spans, const std::vector<Round>& rounds,
+                                 int n) {
+  std::vector<uint64_t> most(static_cast<size_t>(n), 0);
+  for (const Round& r : rounds) {
+    std::vector<uint64_t> sends(static_cast<size_t>(n), 0);
+    for (size_t i = r.r0; i < r.r1; ++i)
+      sends[static_cast<size_t>(spans[i].reader)] += spans[i].send;
+    for (int q = 0; q < n; ++q) most[q] = std::max(most[q], sends[q]);
+  }
+  return most;
+}
+
 }  // namespace
 
 Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, DataFiles* files,
@@ -233,10 +254,6 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
   for (const Span& sp : spans) all_sends += sp.send;
   const uint64_t round_bytes =
       std::min(cooperative_round_bytes, std::max(all_sends / 8, uint64_t{8} << 20));
-  struct Round {
-    size_t r0, r1;
-    uint64_t send;
-  };
   std::vector<Round> rounds;
   for (size_t r0 = 0; r0 < spans.size();) {
     Round r{r0, r0, 0};
@@ -246,6 +263,13 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
     }
     rounds.push_back(r);
     r0 = r.r1;
+  }
+  // Same-node ranks' bytes move through shared memory where the Comm's own
+  // transport does not (src/comm/shm_exchange.h); each rank's segment half
+  // holds the most it sends in one round.
+  std::unique_ptr<ShmExchange> shm;
+  if (internal_comm::WantsShmExchange(comm)) {
+    SP_ASSIGN_OR_RETURN(shm, ShmExchange::Open(comm, RoundSends(spans, rounds, n), {}));
   }
   // Each group is announced after the round that completes it (no piece: first).
   std::vector<int64_t> chunk_last(chunks.size(), -1);
@@ -308,11 +332,17 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
           std::make_unique<Ahead>(pool, [&read_round, &r, skip, out] { read_round(r, skip, out); });
     }
     if (rounds[i].send > 0) {
-      SP_RETURN_IF_ERROR(AllToAllAgreed(comm, pending, &cur->send, &recv));
+      Status unpacked;
+      if (shm) {
+        SP_RETURN_IF_ERROR(shm->AllToAllAgreed(comm, pending, &cur->send, &recv, &unpacked));
+      } else {
+        SP_RETURN_IF_ERROR(internal_comm::AllToAllAgreed(comm, pending, &cur->send, &recv));
+      }
       spare = std::move(cur->send);
-      pending = Guarded("cooperative load: placing received bytes", [&] {
-        return PlaceRound(m, plan, chunks, spans, rounds[i].r0, rounds[i].r1, me, recv, stats);
-      });
+      pending =
+          !unpacked.ok() ? unpacked : Guarded("cooperative load: placing received bytes", [&] {
+            return PlaceRound(m, plan, chunks, spans, rounds[i].r0, rounds[i].r1, me, recv, stats);
+          });
     }
     // Round i's bytes are placed. Its groups are announced once the next
     // round's reads are done too: with no read in flight, a callback may
