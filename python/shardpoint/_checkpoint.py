@@ -638,7 +638,7 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     _wait_until_comm_idle(comm)
     allow_missing = (not strict) if allow_missing_keys is None else bool(allow_missing_keys)
     if cooperative is None:
-        cooperative = type(comm) is _C.Comm  # a C++ comm, not a Python subclass
+        cooperative = True  # over a Python comm same-node bytes move through shared memory
     # a key the checkpoint lacks keeps its values: only then are device values
     # copied in first; the groups reuse host memory where announced in order
     # (not cooperative: C++ runs a one-rank load alone whatever the option)

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string_view>
 #include <tuple>
 #include <utility>
 
@@ -147,7 +148,7 @@ Status ReadRound(const Manifest& m, const LoadPlan& plan, const std::vector<Chun
 // from byte 1).
 Status PlaceRound(const Manifest& m, const LoadPlan& plan, const std::vector<ChunkNeeds>& chunks,
                   const std::vector<Span>& spans, size_t r0, size_t r1, int me,
-                  const std::vector<std::string>& recv, CooperativeStats* stats) {
+                  const std::vector<std::string_view>& recv, CooperativeStats* stats) {
   std::vector<uint64_t> at(recv.size(), 1);
   std::vector<char> scratch;
   for (size_t i = r0; i < r1; ++i) {
@@ -155,7 +156,7 @@ Status PlaceRound(const Manifest& m, const LoadPlan& plan, const std::vector<Chu
     if (sp.reader == me) continue;
     const ChunkNeeds& cn = chunks[sp.chunk];
     const Shape& cs = m.tensors[cn.tensor].chunks[cn.chunk].box.shape;
-    const std::string& from = recv[sp.reader];
+    const std::string_view from = recv[sp.reader];
     for (const Need& need : cn.needs) {
       if (need.rank != me) continue;
       const auto [fa, fb] = FlatIn(cs, cn, need, sp.a, sp.b);
@@ -307,6 +308,7 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
   // refilled by later rounds: fresh memory for every round costs page faults
   // on each copy (on a VM whose host took freed pages back, seconds per GiB).
   std::vector<std::string> spare, recv;
+  std::vector<std::string_view> views;  // the payloads, in recv or in peers' segments
   // This rank's first failure (reading or placing), not yet every rank's: it
   // travels in the status byte of the next exchange (one collective per round,
   // not an agreement beside each exchange), else in the agreement at the end.
@@ -334,14 +336,16 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
     if (rounds[i].send > 0) {
       Status unpacked;
       if (shm) {
-        SP_RETURN_IF_ERROR(shm->AllToAllAgreed(comm, pending, &cur->send, &recv, &unpacked));
+        SP_RETURN_IF_ERROR(
+            shm->AllToAllAgreed(comm, pending, &cur->send, &recv, &unpacked, &views));
       } else {
         SP_RETURN_IF_ERROR(internal_comm::AllToAllAgreed(comm, pending, &cur->send, &recv));
+        views.assign(recv.begin(), recv.end());
       }
       spare = std::move(cur->send);
       pending =
           !unpacked.ok() ? unpacked : Guarded("cooperative load: placing received bytes", [&] {
-            return PlaceRound(m, plan, chunks, spans, rounds[i].r0, rounds[i].r1, me, recv, stats);
+            return PlaceRound(m, plan, chunks, spans, rounds[i].r0, rounds[i].r1, me, views, stats);
           });
     }
     // Round i's bytes are placed. Its groups are announced once the next

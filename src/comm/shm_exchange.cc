@@ -186,21 +186,29 @@ int ShmExchange::shm_peers() const {
 }
 
 Status ShmExchange::AllToAllAgreed(Comm& comm, const Status& local, std::vector<std::string>* send,
-                                   std::vector<std::string>* recv, Status* unpack) {
+                                   std::vector<std::string>* recv, Status* unpack,
+                                   std::vector<std::string_view>* views) {
   *unpack = OkStatus();
-  if (shm_peers() == 0) return internal_comm::AllToAllAgreed(comm, local, send, recv);
+  if (shm_peers() == 0) {
+    SP_RETURN_IF_ERROR(internal_comm::AllToAllAgreed(comm, local, send, recv));
+    if (views) views->assign(recv->begin(), recv->end());
+    return OkStatus();
+  }
   const size_t n = shm_.size();
   const uint64_t half = own_ ? own_->half : 0, base = (turn_++ % 2) * half;
   uint64_t used = 0;
   std::vector<std::string> wire(n);
   for (size_t r = 0; r < n; ++r) {
     std::string& p = (*send)[r];
-    const uint64_t len = p.empty() ? 0 : p.size() - 1;
-    if (shm_[r] && local.ok() && len > 0 && len <= half - used) {
-      std::memcpy(own_->addr + base + used, p.data() + 1, len);
+    // The payload goes with its status byte (0), so that a receiver may
+    // use it in place (views).
+    const uint64_t len = p.size();
+    if (shm_[r] && local.ok() && len > 1 && len <= half - used) {
+      p[0] = '\0';
+      std::memcpy(own_->addr + base + used, p.data(), len);
       wire[r] = Place(base + used, len);
       used = std::min(half, RoundUp(used + len, 64));
-      shm_bytes_ += len;
+      shm_bytes_ += len - 1;
       continue;
     }
     if (shm_[r]) {
@@ -214,20 +222,23 @@ Status ShmExchange::AllToAllAgreed(Comm& comm, const Status& local, std::vector<
     if (wire[r].size() > (*send)[r].size()) wire[r].swap((*send)[r]);  // keep the big buffers
   }
   SP_RETURN_IF_ERROR(agreed);
+  if (views) views->assign(recv->begin(), recv->end());
   for (size_t r = 0; r < n; ++r) {
     if (!shm_[r]) continue;
-    Status s = Unpack(static_cast<int>(r), &(*recv)[r]);
+    Status s = Unpack(static_cast<int>(r), &(*recv)[r], views ? &(*views)[r] : nullptr);
     if (!s.ok() && unpack->ok()) *unpack = std::move(s);
   }
   return OkStatus();
 }
 
 // Rank r's payload to this rank, from its place or inline, with the status
-// byte first.
-Status ShmExchange::Unpack(int r, std::string* got) {
+// byte first: in *got, or where `view` is given, in *view (in the sender's
+// segment, or in *got).
+Status ShmExchange::Unpack(int r, std::string* got, std::string_view* view) {
   const size_t kPlaceSize = 2 + 2 * sizeof(uint64_t);
   if (got->size() >= 2 && (*got)[1] == kInline) {
     got->erase(1, 1);
+    if (view) *view = *got;
     return OkStatus();
   }
   const Mapping* m = peer_[r].get();
@@ -237,14 +248,17 @@ Status ShmExchange::Unpack(int r, std::string* got) {
     std::memcpy(&len, got->data() + 2 + sizeof(offset), sizeof(len));
   }
   if (got->size() != kPlaceSize || (*got)[1] != kPlace || m == nullptr || offset > m->size ||
-      len > m->size - offset) {
+      len > m->size - offset || len == 0 || m->addr[offset] != '\0') {
     return InternalError(
         "shared-memory exchange: rank " + std::to_string(r) + " sent a malformed place (" +
         std::to_string(got->size()) + " bytes; offset " + std::to_string(offset) + ", length " +
         std::to_string(len) + " in a segment of " + std::to_string(m ? m->size : 0) + ")");
   }
-  got->resize(1 + len);
-  std::memcpy(&(*got)[1], m->addr + offset, len);
+  if (view) {
+    *view = std::string_view(m->addr + offset, len);
+  } else {
+    got->assign(m->addr + offset, len);
+  }
   return OkStatus();
 }
 

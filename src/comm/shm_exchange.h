@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shardpoint/comm.h"
@@ -67,9 +68,13 @@ class ShmExchange {
   // strings of *send keep their memory, their content is spent). Returns the
   // agreed status; when OK, (*recv)[r] holds rank r's payload with the status
   // byte first, and *unpack is this rank's failure to take a peer's bytes
-  // (not yet agreed).
+  // (not yet agreed). With `views`, the payloads that came through shared
+  // memory are not copied: (*views)[r] is rank r's payload (status byte
+  // first) in r's segment or in (*recv)[r], valid until this rank enters the
+  // next exchange (the sender writes that half again only in the one after).
   Status AllToAllAgreed(Comm& comm, const Status& local, std::vector<std::string>* send,
-                        std::vector<std::string>* recv, Status* unpack);
+                        std::vector<std::string>* recv, Status* unpack,
+                        std::vector<std::string_view>* views = nullptr);
 
   // Ranks whose payloads move through shared memory (0: the Comm alone).
   int shm_peers() const;
@@ -78,7 +83,7 @@ class ShmExchange {
  private:
   struct Mapping;
   ShmExchange() = default;
-  Status Unpack(int r, std::string* got);
+  Status Unpack(int r, std::string* got, std::string_view* view);
 
   int me_ = 0;
   std::vector<char> shm_;  // shm_[r]: rank r's payloads to this rank go through shared memory
