@@ -137,7 +137,11 @@ Result<std::unique_ptr<ShmExchange>> ShmExchange::Open(Comm& comm,
     }
   }
   if (!any) return ex;
-  auto half = [&](int r) { return RoundUp(std::min(capacity[r], o.max_half), 4096); };
+  // Room for each payload's status byte and alignment too.
+  auto half = [&](int r) {
+    const uint64_t room = capacity[r] == 0 ? 0 : capacity[r] + 64 * static_cast<uint64_t>(n);
+    return RoundUp(std::min(room, o.max_half), 4096);
+  };
   auto path = [&](int r) {
     return o.dir + "/shardpoint-" + peers[0].token + "-" + std::to_string(r);
   };

@@ -54,8 +54,9 @@ struct ShmOptions {
 class ShmExchange {
  public:
   // Collective. `capacity[r]`: the most bytes rank r sends (all its payloads
-  // together) in one exchange, the same vector on every rank; a half holds
-  // min(capacity, max_half) bytes. Returns the exchange, or a failure of the
+  // together, status bytes aside) in one exchange, the same vector on every
+  // rank; a half holds that (with room for status bytes and alignment), at
+  // most max_half bytes. Returns the exchange, or a failure of the
   // Comm; a segment that cannot be created or opened only turns it off.
   static Result<std::unique_ptr<ShmExchange>> Open(Comm& comm,
                                                    const std::vector<uint64_t>& capacity,
