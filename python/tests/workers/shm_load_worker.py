@@ -5,7 +5,8 @@ in row shards, then load it in column strips (every rank needs a part of
 every saved block) with sp.load's defaults. Each checks its strip bit for
 bit; rank 0 prints the bytes all ranks read through read(), the needed
 bytes and the largest all_to_all_buffer payload (the blocks between ranks of
-one node move through shared memory, not through gloo). Prints "ok <rank>".
+one node move through shared memory, not through gloo); then the same for a
+TP=2 x DP=2 load (row halves) and its number of exchanges. Prints "ok <rank>".
 """
 
 import os
@@ -21,9 +22,11 @@ N = 1024  # 4 MiB of f32 (1 MiB verified blocks)
 
 class Sized(sp.TorchDistributedComm):
     largest = 0
+    calls = 0
 
     def all_to_all_buffer(self, send, counts):
         Sized.largest = max(Sized.largest, len(send))
+        Sized.calls += 1
         return super().all_to_all_buffer(send, counts)
 
 
@@ -41,9 +44,19 @@ def main():
     assert torch.equal(strip, g[:, rank * cols:(rank + 1) * cols]), rank
     read = comm.all_gather(str(r.bytes_read).encode())
     largest = comm.all_gather(str(Sized.largest).encode())
+    # TP=2 x DP=2: row halves, each held by two ranks. Reading alone puts
+    # each needed byte through read() once: no exchange.
+    Sized.calls = 0
+    half = torch.zeros(N // 2, N)
+    r2 = sp.load({"w": sp.chunk("w", half, [N, N], 0, rank // 2, 2)}, path, comm)
+    assert torch.equal(half, g[(rank // 2) * (N // 2):(rank // 2 + 1) * (N // 2)]), rank
+    read2 = comm.all_gather(str(r2.bytes_read).encode())
+    calls2 = comm.all_gather(str(Sized.calls).encode())
     if rank == 0:
         print("read", sum(int(b) for b in read), "needed", N * N * 4,
               "largest", max(int(b) for b in largest), flush=True)
+        print("tp_dp_read", sum(int(b) for b in read2), "needed", 2 * N * N * 4,
+              "exchanges", sum(int(b) for b in calls2), flush=True)
     dist.barrier()
     dist.destroy_process_group()
     print(f"ok {rank}", flush=True)
