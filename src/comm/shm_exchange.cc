@@ -251,8 +251,8 @@ Status ShmExchange::Unpack(int r, std::string* got, std::string_view* view) {
     std::memcpy(&offset, got->data() + 2, sizeof(offset));
     std::memcpy(&len, got->data() + 2 + sizeof(offset), sizeof(len));
   }
-  if (got->size() != kPlaceSize || (*got)[1] != kPlace || m == nullptr || offset > m->size ||
-      len > m->size - offset || len == 0 || m->addr[offset] != '\0') {
+  if (got->size() != kPlaceSize || (*got)[1] != kPlace || m == nullptr || m->addr == nullptr ||
+      offset > m->size || len > m->size - offset || len == 0 || m->addr[offset] != '\0') {
     return InternalError(
         "shared-memory exchange: rank " + std::to_string(r) + " sent a malformed place (" +
         std::to_string(got->size()) + " bytes; offset " + std::to_string(offset) + ", length " +
