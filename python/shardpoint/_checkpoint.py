@@ -602,11 +602,13 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     object bytes as stored, undecoded. ``cooperative`` (the same on every
     rank): each checksummed block that several ranks need bytes of is read
     and verified by one of them, which sends the others their bytes over the
-    comm; default None = on for the C++ comms (single, thread
-    comms), off for comms implemented in Python (the torch.distributed and
-    mpi4py adapters, subclasses): gloo's all_to_all over loopback TCP moves
-    0.2-0.46 GB/s per rank on the 2-core machine measured, well below
-    re-reading blocks from the shared page cache (docs/performance.md,
+    comm; default None = on. Over a comm implemented in Python (the
+    torch.distributed and mpi4py adapters, subclasses) the blocks between
+    ranks of one node move through shared memory (/dev/shm; the comm
+    carries only statuses and places; where segments cannot be shared, the
+    comm carries them), and the exchange runs only where reading alone would
+    put more than 1.05 bytes through read() per needed byte (a load cut along
+    another dim); elsewhere every rank reads alone (docs/performance.md,
     *The block exchange over Python comms*). ``read_slice_bytes``: bytes read at once per I/O
     thread (default 1 MiB, one checksum block). ``prefetch_bytes``: the reads
     of a file are announced to the storage in windows of this size, one ahead,
@@ -638,7 +640,7 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     _wait_until_comm_idle(comm)
     allow_missing = (not strict) if allow_missing_keys is None else bool(allow_missing_keys)
     if cooperative is None:
-        cooperative = type(comm) is _C.Comm  # a C++ comm, not a Python subclass
+        cooperative = True  # over a Python comm same-node bytes move through shared memory
     # a key the checkpoint lacks keeps its values: only then are device values
     # copied in first; the groups reuse host memory where announced in order
     # (not cooperative: C++ runs a one-rank load alone whatever the option)

@@ -108,10 +108,11 @@ def test_ranks_reading_strips_alone_read_buffered(tmp_path):
 
 
 def test_python_comms_exchange_blocks_in_small_rounds(tmp_path):
-    # Over a comm written in Python the block exchange stays off by default and,
-    # when turned on, moves its blocks in rounds of at most 16 MiB (fresh
-    # memory per round in a new process); the C++ comms keep the exchange and
-    # C++'s 256 MiB rounds; an explicit value wins everywhere.
+    # Over a comm written in Python the block exchange is on by default (its
+    # same-node bytes move through shared memory: test_shm_exchange.py) and
+    # moves its blocks in rounds of at most 16 MiB (fresh memory per round in
+    # a new process); the C++ comms keep C++'s 256 MiB rounds; an explicit
+    # value wins everywhere.
     from conftest import run_ranks
     from test_comm_conformance import PyThreadBufferComm
     from test_comm import PyThreadGroup
@@ -131,9 +132,9 @@ def test_python_comms_exchange_blocks_in_small_rounds(tmp_path):
         return seen[0]
 
     python_comm = PyThreadBufferComm(PyThreadGroup(1), 0)
-    assert options(python_comm) == (False, 16 << 20)
+    assert options(python_comm) == (True, 16 << 20)
     assert options(sp.single()) == (True, 256 << 20)
-    assert options(python_comm, cooperative_round_bytes=1 << 20) == (False, 1 << 20)
+    assert options(python_comm, cooperative_round_bytes=1 << 20) == (True, 1 << 20)
     with pytest.raises(ValueError, match="cooperative_round_bytes"):
         options(python_comm, cooperative_round_bytes=-1)
 

@@ -4,12 +4,15 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string_view>
 #include <tuple>
 #include <utility>
 
 #include "src/base/guard.h"
 #include "src/checkpoint/piece_message.h"
 #include "src/comm/agreed.h"
+#include "src/comm/shm_exchange.h"
+#include "src/comm/transport.h"
 #include "src/geometry/convert.h"
 #include "src/geometry/view_range.h"
 #include "src/io/thread_pool.h"
@@ -17,7 +20,7 @@
 #include "src/plan/span_assignment.h"
 
 using shardpoint::internal_base::Guarded;
-using shardpoint::internal_comm::AllToAllAgreed;
+using shardpoint::internal_comm::ShmExchange;
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::VerifyBlock;
@@ -145,7 +148,7 @@ Status ReadRound(const Manifest& m, const LoadPlan& plan, const std::vector<Chun
 // from byte 1).
 Status PlaceRound(const Manifest& m, const LoadPlan& plan, const std::vector<ChunkNeeds>& chunks,
                   const std::vector<Span>& spans, size_t r0, size_t r1, int me,
-                  const std::vector<std::string>& recv, CooperativeStats* stats) {
+                  const std::vector<std::string_view>& recv, CooperativeStats* stats) {
   std::vector<uint64_t> at(recv.size(), 1);
   std::vector<char> scratch;
   for (size_t i = r0; i < r1; ++i) {
@@ -153,7 +156,7 @@ Status PlaceRound(const Manifest& m, const LoadPlan& plan, const std::vector<Chu
     if (sp.reader == me) continue;
     const ChunkNeeds& cn = chunks[sp.chunk];
     const Shape& cs = m.tensors[cn.tensor].chunks[cn.chunk].box.shape;
-    const std::string& from = recv[sp.reader];
+    const std::string_view from = recv[sp.reader];
     for (const Need& need : cn.needs) {
       if (need.rank != me) continue;
       const auto [fa, fb] = FlatIn(cs, cn, need, sp.a, sp.b);
@@ -207,6 +210,25 @@ std::vector<std::vector<int>> GroupsByRound(const std::vector<ChunkNeeds>& chunk
   return out;
 }
 
+// Spans [r0, r1) of a round, and the bytes they send.
+struct Round {
+  size_t r0, r1;
+  uint64_t send;
+};
+
+// The most bytes each rank sends in one round.
+std::vector<uint64_t> RoundSends(const std::vector<Span>& spans, const std::vector<Round>& rounds,
+                                 int n) {
+  std::vector<uint64_t> most(static_cast<size_t>(n), 0);
+  for (const Round& r : rounds) {
+    std::vector<uint64_t> sends(static_cast<size_t>(n), 0);
+    for (size_t i = r.r0; i < r.r1; ++i)
+      sends[static_cast<size_t>(spans[i].reader)] += spans[i].send;
+    for (int q = 0; q < n; ++q) most[q] = std::max(most[q], sends[q]);
+  }
+  return most;
+}
+
 }  // namespace
 
 Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, DataFiles* files,
@@ -233,10 +255,6 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
   for (const Span& sp : spans) all_sends += sp.send;
   const uint64_t round_bytes =
       std::min(cooperative_round_bytes, std::max(all_sends / 8, uint64_t{8} << 20));
-  struct Round {
-    size_t r0, r1;
-    uint64_t send;
-  };
   std::vector<Round> rounds;
   for (size_t r0 = 0; r0 < spans.size();) {
     Round r{r0, r0, 0};
@@ -246,6 +264,13 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
     }
     rounds.push_back(r);
     r0 = r.r1;
+  }
+  // Same-node ranks' bytes move through shared memory where the Comm's own
+  // transport does not (src/comm/shm_exchange.h); each rank's segment half
+  // holds the most it sends in one round.
+  std::unique_ptr<ShmExchange> shm;
+  if (internal_comm::WantsShmExchange(comm)) {
+    SP_ASSIGN_OR_RETURN(shm, ShmExchange::Open(comm, RoundSends(spans, rounds, n), {}));
   }
   // Each group is announced after the round that completes it (no piece: first).
   std::vector<int64_t> chunk_last(chunks.size(), -1);
@@ -283,6 +308,7 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
   // refilled by later rounds: fresh memory for every round costs page faults
   // on each copy (on a VM whose host took freed pages back, seconds per GiB).
   std::vector<std::string> spare, recv;
+  std::vector<std::string_view> views;  // the payloads, in recv or in peers' segments
   // This rank's first failure (reading or placing), not yet every rank's: it
   // travels in the status byte of the next exchange (one collective per round,
   // not an agreement beside each exchange), else in the agreement at the end.
@@ -308,11 +334,19 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
           std::make_unique<Ahead>(pool, [&read_round, &r, skip, out] { read_round(r, skip, out); });
     }
     if (rounds[i].send > 0) {
-      SP_RETURN_IF_ERROR(AllToAllAgreed(comm, pending, &cur->send, &recv));
+      Status unpacked;
+      if (shm) {
+        SP_RETURN_IF_ERROR(
+            shm->AllToAllAgreed(comm, pending, &cur->send, &recv, &unpacked, &views));
+      } else {
+        SP_RETURN_IF_ERROR(internal_comm::AllToAllAgreed(comm, pending, &cur->send, &recv));
+        views.assign(recv.begin(), recv.end());
+      }
       spare = std::move(cur->send);
-      pending = Guarded("cooperative load: placing received bytes", [&] {
-        return PlaceRound(m, plan, chunks, spans, rounds[i].r0, rounds[i].r1, me, recv, stats);
-      });
+      pending =
+          !unpacked.ok() ? unpacked : Guarded("cooperative load: placing received bytes", [&] {
+            return PlaceRound(m, plan, chunks, spans, rounds[i].r0, rounds[i].r1, me, views, stats);
+          });
     }
     // Round i's bytes are placed. Its groups are announced once the next
     // round's reads are done too: with no read in flight, a callback may

@@ -7,8 +7,10 @@
 #include "src/base/guard.h"
 #include "src/checkpoint/cooperative.h"
 #include "src/checkpoint/direct_choice.h"
+#include "src/checkpoint/exchange_choice.h"
 #include "src/checkpoint/reader.h"
 #include "src/checkpoint/requests.h"
+#include "src/comm/transport.h"
 #include "src/geometry/view.h"
 #include "src/io/read_size.h"
 #include "src/plan/load_plan.h"
@@ -225,11 +227,18 @@ Result<LoadResult> LoadFromSource(State& state, const Status& index_status, cons
         SP_ASSIGN_OR_RETURN(std::vector<Region> regions, BuildRegions(state.tensors));
         return PlanLoad(m, regions, options.allow_shape_mismatch);
       });
-  const bool cooperative = !execute && options.cooperative && comm.size() > 1;
+  bool cooperative = !execute && options.cooperative && comm.size() > 1;
   // A cooperative load, and `execute`, exchange blocks: every rank must be in
   // it. Reading alone, a rank whose plan failed skips its reads, and the
   // error goes into the final agreement.
   if (cooperative || execute) SP_RETURN_IF_ERROR(AgreeOnStatus(comm, plan.status()));
+  // Over a Comm of Python's, only where reading alone would read more than
+  // the needed bytes (src/checkpoint/exchange_choice.h).
+  if (cooperative && internal_comm::WantsShmExchange(comm)) {
+    SP_ASSIGN_OR_RETURN(
+        cooperative,
+        ExchangeSavesReads(comm, m, *plan, options.verify_checksums && src.has_checksums));
+  }
   s = plan.status();
   if (s.ok()) {
     for (const View& v : plan->zero_fill) ZeroFill(v);

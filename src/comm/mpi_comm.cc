@@ -30,6 +30,8 @@
 #include <utility>
 #include <vector>
 
+#include "src/comm/transport.h"
+
 namespace shardpoint {
 namespace internal_comm {
 namespace {
@@ -111,7 +113,7 @@ std::string Casualties(const std::vector<Peer>& peers, int me) {
   return out.empty() ? "MPI does not say which rank" : out;
 }
 
-class MpiComm final : public Comm {
+class MpiComm final : public Comm, public MemoryTransport {
  public:
   MpiComm(MPI_Comm comm, int rank, int size, std::chrono::milliseconds deadline,
           std::vector<Peer> peers)

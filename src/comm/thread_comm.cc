@@ -4,6 +4,8 @@
 #include <thread>
 #include <utility>
 
+#include "src/comm/transport.h"
+
 namespace shardpoint {
 namespace internal_comm {
 namespace {
@@ -28,7 +30,7 @@ bool HasRoot(CollectiveOp op) {
   return op == CollectiveOp::kGather || op == CollectiveOp::kBroadcast;
 }
 
-class ThreadComm final : public Comm {
+class ThreadComm final : public Comm, public MemoryTransport {
  public:
   ThreadComm(std::shared_ptr<ThreadGroup> group, int rank)
       : group_(std::move(group)), rank_(rank) {}
