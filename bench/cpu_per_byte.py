@@ -148,7 +148,7 @@ def bench_dir(directory, args):
                 else:
                     sd = {f"w{i}": sp.row_parallel(f"w{i}", a, [side, side], r, world)
                           for i, a in enumerate(dst[r])}
-                sp.load(sd, os.path.join(path, "ck"), comm, direct_io=direct)
+                sp.load(sd, os.path.join(path, "ck"), comm, direct_io=direct, **args.load_kw)
 
             rec = measure(lambda: run_ranks(world, rank))
             for r in range(world):
@@ -218,11 +218,14 @@ def main():
                    help="';'-separated, first the one the loads read: " + "; ".join(SAVES))
     p.add_argument("--ops", default="same;other_dim", help="loads: same;other_dim")
     p.add_argument("--no-fio", dest="fio", action="store_false")
+    p.add_argument("--cooperative", choices=("default", "on", "off"), default="default",
+                   help="the loads' block exchange (sp.load cooperative=); default: sp.load's")
     p.add_argument("--warm", action="store_true",
                    help="keep the page cache (loads right after the save) instead of dropping it")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     global DROP
+    args.load_kw = {} if args.cooperative == "default" else {"cooperative": args.cooperative == "on"}
     DROP = not args.warm
     args.side = int((args.gib * 2**30 / 4 / args.tensors) ** 0.5) // (4 * args.ranks) * 4 * args.ranks
     dirs = [d for d in args.dirs.split(",") if d]
