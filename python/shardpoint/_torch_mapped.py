@@ -173,6 +173,20 @@ def _load_dict(targets: list, placed: dict, allow_missing: bool,
     return todo, copies, missing
 
 
+def _every_ranks_error(comm: Any, error: Exception | None) -> None:
+    """Collective: if any rank's ``error`` is set, every rank raises: that rank
+    its own error, the others one of its class naming the first failed rank and
+    its message (a rank that failed alone must not leave the others waiting in
+    the load's collectives)."""
+    mine = b"" if error is None else json.dumps([type(error).__name__, str(error)]).encode()
+    failed = [(r, json.loads(e)) for r, e in enumerate(comm.all_gather(mine)) if e]
+    if error is not None:
+        raise error
+    if failed:
+        r, (name, message) = failed[0]
+        raise getattr(_C, name, _C.Error)(f"rank {r}: {message} (nothing was loaded)")
+
+
 def load_mapped(ts: Any, path: Any, mapping_spec: Any, *, variables: Any = None,
                 master_params: bool = False, step: int | None = None, **kwargs: Any) -> Any:
     """TrainState.load(mapping=...); see its docstring."""
@@ -192,8 +206,13 @@ def load_mapped(ts: Any, path: Any, mapping_spec: Any, *, variables: Any = None,
         sd = ts.state_dict(allow_dry_step=True, init_state=True)
         user_md, placed = _read_once(path, mapping_spec, variables,
                                      kwargs.get("storage_options"), ts.comm)
-        todo, copies, missing = _load_dict(_targets(sd, opts, master_params), placed,
-                                           allow_missing, _not_rebuilt(user_md))
+        failed = None
+        try:
+            todo, copies, missing = _load_dict(_targets(sd, opts, master_params), placed,
+                                               allow_missing, _not_rebuilt(user_md))
+        except _C.Error as e:
+            failed = e
+        _every_ranks_error(ts.comm, failed)
         result = _load(todo, path, ts.comm, allow_missing_keys=False, **kwargs)
     except BaseException:
         for (_, o), keep in zip(opts, before):

@@ -60,3 +60,34 @@ def test_mapped_load_reads_the_manifest_on_rank_0_only(monkeypatch):
                 assert torch.equal(opt.state[prm][s], local(expected(name, j), kind, r, 2)), (
                     name, s, r)
             assert float(opt.state[prm]["step"]) == 3
+
+
+def test_a_rank_whose_parameter_the_checkpoint_lacks_fails_every_rank():
+    """Rank 1's model has a parameter the checkpoint does not hold: both ranks
+    raise NotFoundError naming it (rank 0's names rank 1), within seconds;
+    before, rank 1 raised alone and rank 0 waited in the load's collectives."""
+    comms = sp.thread_comms(2)
+    path = os.path.join(FIXTURES, "megatron_dpr_torch_dist")
+    errors = {}
+
+    def rank(r):
+        try:
+            model, plan = llama(r, 2)
+            if r == 1:
+                model.extra = torch.nn.Parameter(torch.zeros(3))
+            ts = TrainState(model, torch.optim.Adam(model.parameters()), layouts=plan,
+                            comm=comms[r], rng=False)
+            ts.load(path, mapping="megatron_llama", variables=GQA)
+        except BaseException as e:  # noqa: BLE001 - checked below
+            errors[r] = e
+
+    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a rank still waits"
+    lacks = "'model.extra': the checkpoint holds 0 of its 3 elements under the mapping"
+    assert isinstance(errors[1], _C.NotFoundError) and lacks in str(errors[1])
+    assert isinstance(errors[0], _C.NotFoundError)
+    assert str(errors[0]).startswith("rank 1: " + lacks), errors[0]
