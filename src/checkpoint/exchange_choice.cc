@@ -5,23 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "src/geometry/flat_range.h"
+
 namespace shardpoint::internal_checkpoint {
 
 using internal_format::ChunkRecord;
+using internal_geometry::RowMajorIndex;
 using internal_plan::ReadPiece;
-
-namespace {
-
-// Row-major flat index of `at` in `shape`.
-uint64_t Flat(const Shape& shape, const Shape& at) {
-  uint64_t f = 0;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    f = f * static_cast<uint64_t>(shape[d]) + static_cast<uint64_t>(at[d]);
-  }
-  return f;
-}
-
-}  // namespace
 
 uint64_t BytesReadAlone(const internal_format::Manifest& m, const internal_plan::LoadPlan& plan,
                         bool verify) {
@@ -37,8 +27,8 @@ uint64_t BytesReadAlone(const internal_format::Manifest& m, const internal_plan:
     }
     Shape last = p.in_chunk.offset;
     for (size_t d = 0; d < last.size(); ++d) last[d] += p.in_chunk.shape[d] - 1;
-    const uint64_t a = Flat(c.box.shape, p.in_chunk.offset) * es;
-    const uint64_t b = (Flat(c.box.shape, last) + 1) * es;
+    const uint64_t a = static_cast<uint64_t>(RowMajorIndex(c.box.shape, p.in_chunk.offset)) * es;
+    const uint64_t b = static_cast<uint64_t>(RowMajorIndex(c.box.shape, last) + 1) * es;
     const uint64_t chunk_bytes = static_cast<uint64_t>(c.box.num_elements()) * es;
     const uint64_t blocks = std::min(chunk_bytes, (b + unit - 1) / unit * unit) - a / unit * unit;
     total += std::max(blocks, p.nbytes);
