@@ -340,7 +340,7 @@ class AsyncSaver:
                  huge_pages: bool = False) -> None:
         self._saver = _C.AsyncSaver(int(max_staging_bytes), bool(huge_pages))
         self._plan_cache = _C.SavePlanCache()
-        self._last = None
+        self._last: SaveHandle | None = None
         _live_savers.add(self)
         if reserve is not None:
             self.reserve(reserve)

@@ -44,14 +44,17 @@ class _NothingToResume(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class TierStep:
-    """What a ``save`` of a manager with a local tier did: ``local`` (a local
-    checkpoint taken), ``persistent`` (a persistent one saved or its drain
-    started), ``committed`` (the iteration of a drain that committed in this
-    call, else None)."""
+    """What a ``save`` or ``save_async`` of a manager with a local tier did:
+    ``local`` (a local checkpoint taken, or started), ``persistent`` (a
+    persistent one saved or its drain started), ``committed`` (the iteration
+    of a drain that committed in this call, else None), ``handle`` (with
+    ``save_async``: the SaveHandle of the local save running in the background,
+    else None)."""
 
     local: bool
     persistent: bool
     committed: int | None
+    handle: SaveHandle | None = dataclasses.field(default=None, compare=False)
 
 
 class CheckpointManager:
@@ -102,7 +105,9 @@ class CheckpointManager:
                 int(drain_bytes_per_second), int(keep_local), int(keep_last), bool(lock),
                 storage_for(storage_options))
             self._m = self._t.persistent
+            self._local_root = os.fspath(local_root)
         self._last: SaveHandle | None = None
+        self._saver: AsyncSaver | None = None  # of the async local save in flight
 
     @property
     def tiered(self) -> bool:
@@ -148,19 +153,27 @@ class CheckpointManager:
         m.mark_committed(int(iteration), self._comm)
         return stats
 
-    def _tier_save(self, state_dict: dict, iteration: int, *, common: Any = None,
-                   metadata: dict | None = None, allow_pickle: bool = False) -> TierStep:
+    def _tier_save(self, state_dict: dict, iteration: int, *, saver: AsyncSaver | None = None,
+                   common: Any = None, metadata: dict | None = None,
+                   allow_pickle: bool = False) -> TierStep:
         self._manager()
-        _wait_until_comm_idle(self._comm)
+        _wait_until_comm_idle(self._comm)  # the manager's own async save too
         staging = DeviceStaging(load=False)
         try:
             st, owners, _ = _build(state_dict, load=False, allow_pickle=allow_pickle,
                                    common=common, metadata=metadata, staging=staging)
-            local, persistent, committed = self._t.save(st, iteration, self._comm)
-            del owners
+            local, persistent, committed, h = self._t.save(
+                st, iteration, self._comm, saver._saver if saver is not None else None)
+            del owners  # staged (async) or written: the caller's memory is free
         finally:
             staging.release()
-        return TierStep(local, persistent, committed)
+        handle: SaveHandle | None = None
+        if h is not None and saver is not None:
+            handle = SaveHandle(h, self._comm, f"{self._local_root}/iter_{iteration:07d}")
+            saver._last = handle  # other collectives on this Comm wait for it
+            self._last = handle
+            self._saver = saver  # outlives the save in flight
+        return TierStep(local, persistent, committed, handle)
 
     def flush(self) -> int | None:
         """With a local tier: waits for the drain in flight and commits it (collective).
@@ -172,17 +185,19 @@ class CheckpointManager:
         return self._t.flush(self._comm)
 
     def save_async(self, state_dict: dict, iteration: int, *, saver: AsyncSaver | None = None,
-                   **kwargs: Any) -> SaveHandle:
+                   **kwargs: Any) -> Any:
         """``shardpoint.save_async`` into ``path_for(iteration)``; ``latest`` and
         retention follow in the background once the save committed. ``saver``:
-        an AsyncSaver (default: the process's own). Returns a SaveHandle. Not with
-        a local tier (``save`` there writes memory and drains in the background)."""
+        an AsyncSaver (default: the process's own). Returns a SaveHandle.
+        With a local tier: ``save``'s schedule, the local checkpoint written
+        and replicated in ``saver``'s background thread after the staging copy
+        (the only stall); returns a TierStep whose ``handle`` is that save's
+        SaveHandle (None when no local checkpoint was due). The next collective
+        call on the manager's Comm waits for it first."""
         m = self._manager()
-        if self._t is not None:
-            raise _C.FailedPreconditionError(
-                "save_async: this manager has a local tier; use save (a local checkpoint "
-                "is a write to memory, the persistent one drains in the background)")
         saver = saver if saver is not None else default_saver()
+        if self._t is not None:
+            return self._tier_save(state_dict, int(iteration), saver=saver, **kwargs)
         it = int(iteration)
         handle = saver._submit(
             state_dict, self.path_for(it), self._comm,

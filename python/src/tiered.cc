@@ -7,6 +7,7 @@
 
 #include "python/src/bindings.h"
 #include "python/src/errors.h"
+#include "shardpoint/async_save.h"
 #include "shardpoint/tiered_manager.h"
 
 namespace py = pybind11;
@@ -48,12 +49,18 @@ void RegisterTiered(py::module_& m) {
       .def("draining", &TieredManager::draining)
       .def(
           "save",
-          [](TieredManager& t, const State& state, int64_t iteration, Comm& comm) {
-            TieredStep s = Unwrap(t.Save(state, iteration, comm));
+          [](TieredManager& t, const State& state, int64_t iteration, Comm& comm,
+             std::optional<AsyncSaver*> saver) {
+            // With `saver` the local save runs in its background thread
+            // (the Python manager keeps the saver alive and waits for the
+            // handle before the Comm's next collective).
+            TieredStep s = Unwrap(t.Save(state, iteration, comm, saver.value_or(nullptr)));
+            std::optional<SaveHandle> handle;
+            if (s.handle.valid()) handle = s.handle;
             // A C++ tuple: converted once the GIL is held again.
-            return std::make_tuple(s.local, s.persistent, s.committed);
+            return std::make_tuple(s.local, s.persistent, s.committed, handle);
           },
-          py::arg("state"), py::arg("iteration"), py::arg("comm"),
+          py::arg("state"), py::arg("iteration"), py::arg("comm"), py::arg("saver") = std::nullopt,
           py::call_guard<py::gil_scoped_release>())
       .def(
           "flush", [](TieredManager& t, Comm& comm) { return Unwrap(t.Flush(comm)); },

@@ -79,6 +79,40 @@ def test_schedule_drain_and_resume_from_either_tier(tmp_path):
         assert res.bytes_local == res.bytes_peer == 0 and res.bytes_persistent > 0
 
 
+def test_save_async_with_a_local_tier_saves_what_it_was_given(tmp_path):
+    """save_async through a tiered manager: the caller overwrites its tensor as
+    soon as the call returns; the local checkpoints, the drained persistent one
+    and a recovery after a lost node hold the values of the call."""
+    def rank(r, comm):
+        saver = sp.AsyncSaver()
+        steps = []
+        with manager(tmp_path, comm, 2, local_every=1, persistent_every=2) as m:
+            shard = np.empty((2, 6), np.float32)
+            for it in [1, 2, 3]:
+                shard[:] = FULL[2 * r:2 * r + 2] * it
+                steps.append(m.save_async({"w": sp.ShardedTensor("w", shard, (8, 6), (2 * r, 0))},
+                                          it, saver=saver, common={"it": it}))
+                shard[:] = -1  # staged: the save no longer reads it
+            stats = steps[-1].handle.wait()
+            committed = m.flush()
+        return steps, stats, committed
+
+    for steps, stats, committed in run_ranks(4, rank):
+        assert [(s.local, s.persistent) for s in steps] == [(True, False), (True, True),
+                                                            (True, False)]
+        assert all(isinstance(s.handle, sp.SaveHandle) for s in steps)
+        assert stats.bytes_written > 0
+        assert committed == 2 or steps[2].committed == 2
+    out = np.zeros((8, 6), np.float32)
+    sp.load({"w": out}, tmp_path / "persistent" / "iter_0000002")
+    np.testing.assert_array_equal(out, FULL * 2)
+    shutil.rmtree(node_root(tmp_path, 1))  # node 1's memory lost
+    for r, (it, res, out) in enumerate(resume_job(tmp_path)):
+        assert it == 3 and res.common == {"it": 3}
+        np.testing.assert_array_equal(out, FULL[:, 3 * r:3 * r + 3] * 3)
+        assert res.bytes_persistent == 0
+
+
 def test_nothing_to_resume_is_none(tmp_path):
     for it, res, _ in resume_job(tmp_path):
         assert it is None and res is None
