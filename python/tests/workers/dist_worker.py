@@ -105,6 +105,17 @@ def run(comm, rank, world, out):
         assert np.array_equal(x, G[:, rank * (4 // world):(rank + 1) * (4 // world)]), name
         assert r.unexpected_keys == ["rng"], r.unexpected_keys
         assert r.common == ({"world": world} if name == "sync" else None)
+    # a manager with a local tier saves in the background over the same comm
+    local[:] = G.reshape(world, -1, 4)[rank]
+    with sp.CheckpointManager(os.path.join(out, "tiers"), comm, node_id=f"n{rank}",
+                              local_root=os.path.join(out, f"node{rank}")) as m:
+        step = m.save_async(sd, 5)
+        local[:] = -1
+        assert step.local and step.persistent and step.handle.wait().bytes_written > 0
+        assert m.flush() == 5
+    x = np.zeros((12, 4), dtype=np.float32)
+    sp.load({"w": x}, os.path.join(out, "tiers", "iter_0000005"), comm, strict=False)
+    assert np.array_equal(x, G)
     # an error on one rank is an error on every rank
     bad = np.zeros(3, dtype=np.float64 if rank == 0 else np.float32)
     try:
