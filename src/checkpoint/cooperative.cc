@@ -131,10 +131,13 @@ Status ReadRound(const Manifest& m, const LoadPlan& plan, const std::vector<Chun
       }
     }
     if (pass == 0) {
+      std::vector<uint64_t> payload(static_cast<size_t>(n));
       for (int r = 0; r < n; ++r) {
-        out[r] = send->Resize(r, 1 + size[r]);
+        payload[r] = 1 + size[r];
         *sent += size[r];
       }
+      send->Layout(payload);
+      for (int r = 0; r < n; ++r) out[r] = send->payload(r);
     }
   }
   std::vector<const ReadPiece*> own;
@@ -275,7 +278,9 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
     SP_ASSIGN_OR_RETURN(shm, ShmExchange::Open(comm, RoundSends(spans, rounds, n), {}));
   }
   // The thread comms: payloads in raw memory, placed from the senders' own.
+  // A set of payloads holds the most this rank sends in a round, and status bytes.
   auto* const views_comm = shm ? nullptr : dynamic_cast<internal_comm::ViewAllToAll*>(&comm);
+  const uint64_t raw_bytes = views_comm ? RoundSends(spans, rounds, n)[me] + n : 0;
   // Each group is announced after the round that completes it (no piece: first).
   std::vector<int64_t> chunk_last(chunks.size(), -1);
   for (size_t ri = 0; ri < rounds.size(); ++ri) {
@@ -299,7 +304,7 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
     Status status;
   };
   auto read_round = [&](const Round& r, bool skip, Reads* out) {
-    out->send.Init(n, views_comm != nullptr);
+    out->send.Init(n, raw_bytes);
     if (skip) return;
     out->status = Guarded("cooperative load: reading", [&] {
       return ReadRound(m, plan, chunks, spans, r.r0, r.r1, me, n, files, pool, options, &out->send,

@@ -1,40 +1,53 @@
 #include "src/checkpoint/cooperative_exchange.h"
 
+#include <algorithm>
+
 #include "src/comm/agreed.h"
 
 namespace shardpoint::internal_checkpoint {
 
-void SendBuffers::Init(int n, bool raw) {
-  raw_ = raw;
-  if (raw) {
-    raws_.resize(static_cast<size_t>(n));
-  } else {
+void SendBuffers::Init(int n, uint64_t raw_bytes) {
+  raw_ = raw_bytes > 0;
+  if (!raw_) {
     strings_.resize(static_cast<size_t>(n));
+    return;
   }
+  // Allocated once; Layout grows it only past raw_bytes.
+  if (all_.capacity() < raw_bytes) all_.Resize(raw_bytes);
+  at_.assign(static_cast<size_t>(n) + 1, 0);
 }
 
-char* SendBuffers::Resize(int r, uint64_t n) {
-  if (raw_) return raws_[static_cast<size_t>(r)].Resize(n);
-  std::string& s = strings_[static_cast<size_t>(r)];
-  s.resize(n);
-  return s.data();
+void SendBuffers::Layout(const std::vector<uint64_t>& sizes) {
+  if (!raw_) {
+    for (size_t r = 0; r < sizes.size(); ++r) strings_[r].resize(sizes[r]);
+    return;
+  }
+  at_.assign(sizes.size() + 1, 0);
+  for (size_t r = 0; r < sizes.size(); ++r) at_[r + 1] = at_[r] + sizes[r];
+  const size_t keep = all_.capacity();
+  all_.Resize(std::max<size_t>(keep, at_.back()));
 }
 
 Status SendBuffers::ExchangeViews(
     internal_comm::ViewAllToAll& comm, const Status& local,
     const std::function<Status(const std::vector<std::string_view>&)>& place, Status* placed) {
   std::string failure;
-  std::vector<std::string_view> send(raws_.size());
-  if (!local.ok()) failure = internal_comm::FailurePayload(local);
-  for (size_t r = 0; r < raws_.size(); ++r) {
-    if (!local.ok()) {
+  const size_t n = at_.size() - 1;
+  // Every payload holds its status byte once Layout ran (the round was read).
+  Status mine = local;
+  for (size_t r = 0; r < n && mine.ok(); ++r) {
+    if (at_[r + 1] == at_[r])
+      mine = InternalError("cooperative load: a payload without its layout");
+  }
+  std::vector<std::string_view> send(n);
+  if (!mine.ok()) failure = internal_comm::FailurePayload(mine);
+  for (size_t r = 0; r < n; ++r) {
+    if (!mine.ok()) {
       send[r] = failure;
       continue;
     }
-    internal_io::RawBuffer& b = raws_[r];
-    if (b.size() == 0) b.Resize(1);
-    b.data()[0] = '\0';
-    send[r] = std::string_view(b.data(), b.size());
+    all_.data()[at_[r]] = '\0';
+    send[r] = std::string_view(all_.data() + at_[r], at_[r + 1] - at_[r]);
   }
   return comm.AllToAllViews(send, [&](const std::vector<std::string_view>& recv) {
     SP_RETURN_IF_ERROR(internal_comm::AgreedPayloads(recv));

@@ -3,12 +3,13 @@
 //
 // A round packs each rank's bytes into its payload from byte 1 (byte 0: the
 // status byte, src/comm/agreed.h AllToAllAgreed). The payloads are kept
-// from round to round (two sets, used by turns). Over the thread comms they
-// are raw memory, never zero-filled (a std::string grows by a memset right
-// before every byte is packed), and the receivers place straight from the
-// senders' memory inside the collective (ViewAllToAll): no copy into
-// receive buffers. Over any other Comm they are strings, as its AllToAll
-// takes them.
+// from round to round (two sets, used by turns). Over the thread comms a
+// set is one raw buffer holding the payloads back to back, allocated once
+// for the most a rank sends in a round and never zero-filled (a std::string
+// grows by a memset right before every byte is packed, and fresh memory
+// costs page faults), and the receivers place straight from the senders'
+// memory inside the collective (ViewAllToAll): no copy into receive
+// buffers. Over any other Comm they are strings, as its AllToAll takes them.
 #pragma once
 
 #include <cstdint>
@@ -25,11 +26,13 @@ namespace shardpoint::internal_checkpoint {
 
 class SendBuffers {
  public:
-  // One payload per rank of `n`; raw memory (for ExchangeViews) or strings.
-  void Init(int n, bool raw);
-  // Makes rank r's payload n bytes long and returns it; its content is
-  // unspecified (raw) or zero-filled where it grew (strings).
-  char* Resize(int r, uint64_t n);
+  // One payload per rank of `n`; raw memory (for ExchangeViews) of at least
+  // `raw_bytes` (all payloads of a round together), or strings (raw_bytes 0).
+  void Init(int n, uint64_t raw_bytes);
+  // Makes rank r's payload sizes[r] bytes long, for every r; their content
+  // is unspecified (raw) or zero-filled where a string grew.
+  void Layout(const std::vector<uint64_t>& sizes);
+  char* payload(int r) { return raw_ ? all_.data() + at_[r] : strings_[r].data(); }
   // The strings, for a Comm's AllToAll. REQUIRES: not raw.
   std::vector<std::string>* strings() { return &strings_; }
 
@@ -45,7 +48,8 @@ class SendBuffers {
 
  private:
   bool raw_ = false;
-  std::vector<internal_io::RawBuffer> raws_;
+  internal_io::RawBuffer all_;
+  std::vector<uint64_t> at_;  // raw: payload r is bytes [at_[r], at_[r + 1]) of all_
   std::vector<std::string> strings_;
 };
 
