@@ -253,6 +253,9 @@ Ranges NeededRanges(const Manifest& m, const std::vector<PieceRuns>& prs) {
 class DirectStaging {
  public:
   explicit DirectStaging(const ReadableFile* file) : file_(file) {}
+  ~DirectStaging() { internal_io::Shelve(std::move(buf_)); }
+  DirectStaging(const DirectStaging&) = delete;
+  DirectStaging& operator=(const DirectStaging&) = delete;
   // Aligned bounds around file bytes [at, at + n).
   Result<std::pair<uint64_t, uint64_t>> Bounds(uint64_t at, uint64_t n) {
     constexpr uint64_t kA = kDirectIoAlignment;
@@ -268,16 +271,18 @@ class DirectStaging {
   }
   // At least 2 MiB: a RawBuffer of that size is one aligned huge page, which
   // an O_DIRECT read pins as one piece instead of 512 (a fifth of a direct
-  // load's CPU went to pinning 4 KiB pages in this VM).
+  // load's CPU went to pinning 4 KiB pages in this VM). Taken from the
+  // shelf of buffers that earlier tasks and loads touched already.
   char* Memory(uint64_t n) {
-    thread_local RawBuffer buf;
-    if (buf.capacity() < n) buf.Resize(std::max<uint64_t>(n, uint64_t{2} << 20));
-    return buf.data();
+    if (buf_.capacity() == 0) buf_ = internal_io::TakeShelved();
+    if (buf_.capacity() < n) buf_.Resize(std::max<uint64_t>(n, uint64_t{2} << 20));
+    return buf_.data();
   }
 
  private:
   const ReadableFile* file_;
   uint64_t size_ = UINT64_MAX;
+  RawBuffer buf_;
 };
 
 Status RunTask(const Manifest& m, const ReadTask& t,

@@ -46,5 +46,26 @@ TEST(RawBuffer, LargeBuffersAreWholeAlignedHugePages) {
   std::memset(b.Resize(100), 2, 100);
 }
 
+TEST(RawBuffer, TheShelfKeepsTouchedBuffersForTheNextTaker) {
+  // The shelf is the process's: other buffers may be on it too.
+  RawBuffer b;
+  char* p = b.Resize(size_t{2} << 20);
+  std::memset(p, 7, b.size());
+  Shelve(std::move(b));
+  RawBuffer big;
+  char* q = big.Resize(kMaxShelvedBytes + 1);  // too large to keep
+  Shelve(std::move(big));
+  bool found = false;
+  for (RawBuffer t = TakeShelved(); t.capacity() > 0; t = TakeShelved()) {
+    EXPECT_NE(t.data(), q);
+    if (t.data() != p) continue;
+    found = true;
+    EXPECT_EQ(t.capacity(), size_t{2} << 20);
+    EXPECT_EQ(t.data()[12345], 7);  // its bytes as left: no zero-fill
+  }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(TakeShelved().capacity(), 0u);
+}
+
 }  // namespace
 }  // namespace shardpoint::internal_io
