@@ -23,7 +23,8 @@ O_DIRECT (W jobs, 1 MiB requests): its GB/s and CPU s/GiB (usr + sys).
 `--saves` adds save variants (O_DIRECT against buffered writes + fsync,
 staging buffer sizes, I/O threads per rank), each timed like a load; the
 first one named writes the checkpoint that the loads read.
-`--json FILE` keeps every record.
+`--json FILE` keeps every record. `--perf PREFIX` records each load with
+`perf record -g` (attached for the load only) into PREFIX.<op>.<rep>.data.
 """
 
 import argparse
@@ -54,6 +55,7 @@ def counters():
 
 
 DROP = True  # --warm: the page cache is kept (a load right after the save)
+PERF = None  # --perf: the prefix of the perf.data files of the loads
 
 
 def drop_caches():
@@ -86,11 +88,19 @@ def run_ranks(world, fn):
         raise errors[0]
 
 
-def measure(fn):
+def measure(fn, perf_to=None):
     drop_caches()
+    perf = None
+    if perf_to:
+        perf = subprocess.Popen(["perf", "record", "-q", "-g", "-p", str(os.getpid()), "-o",
+                                 perf_to], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)  # attached
     u0, s0, c0, n0, t0 = counters()
     fn()
     u1, s1, c1, n1, t1 = counters()
+    if perf:
+        perf.send_signal(2)
+        perf.wait()
     return dict(cpu=u1 - u0 + s1 - s0, sys=s1 - s0, rchar=c1 - c0, syscr=n1 - n0, wall=t1 - t0)
 
 
@@ -135,7 +145,7 @@ def bench_dir(directory, args):
                 sp.save(sd, os.path.join(path, "ck"), comm, overwrite=True, **kw)
             run_ranks(world, rank)
 
-        def load(op, direct):
+        def load(op, direct, rep):
             dst = {}
             for r in range(world):
                 shape = (rows, side) if op == "same" else (side, cols)
@@ -150,7 +160,8 @@ def bench_dir(directory, args):
                           for i, a in enumerate(dst[r])}
                 sp.load(sd, os.path.join(path, "ck"), comm, direct_io=direct, **args.load_kw)
 
-            rec = measure(lambda: run_ranks(world, rank))
+            perf_to = f"{PERF}.{op}_{'direct' if direct else 'buffered'}.{rep}.data" if PERF else None
+            rec = measure(lambda: run_ranks(world, rank), perf_to)
             for r in range(world):
                 for i, a in enumerate(dst[r]):
                     want = (full[i][r * rows:(r + 1) * rows] if op == "same"
@@ -168,7 +179,7 @@ def bench_dir(directory, args):
                 saves[1:][:rep % max(1, len(saves) - 1)] + saves[:1]
             order = saves_now + loads[rep % len(loads):] + loads[:rep % len(loads)]
             for name, what in order:
-                rec = measure(lambda: save(**what[1])) if what[0] == "save" else load(*what)
+                rec = measure(lambda: save(**what[1])) if what[0] == "save" else load(*what, rep)
                 rec.update(dir=directory, op=name, rep=rep, gib=gib,
                            loadavg=os.getloadavg()[0])
                 records.append(rec)
@@ -222,10 +233,16 @@ def main():
                    help="the loads' block exchange (sp.load cooperative=); default: sp.load's")
     p.add_argument("--warm", action="store_true",
                    help="keep the page cache (loads right after the save) instead of dropping it")
+    p.add_argument("--no-verify", dest="verify", action="store_false",
+                   help="loads with verify_checksums=False (what hashing costs)")
     p.add_argument("--json", default=None)
+    p.add_argument("--perf", default=None, help="record each load with perf into PREFIX.*.data")
     args = p.parse_args()
-    global DROP
+    global DROP, PERF
+    PERF = args.perf
     args.load_kw = {} if args.cooperative == "default" else {"cooperative": args.cooperative == "on"}
+    if not args.verify:
+        args.load_kw["verify_checksums"] = False
     DROP = not args.warm
     args.side = int((args.gib * 2**30 / 4 / args.tensors) ** 0.5) // (4 * args.ranks) * 4 * args.ranks
     dirs = [d for d in args.dirs.split(",") if d]

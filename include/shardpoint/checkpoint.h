@@ -95,9 +95,9 @@ struct LoadOptions : Resources {
   // written without one. Default false: it is a missing key "<common>".
   bool common_optional = false;
   // Verify every byte the load returns: each read covers whole checksummed
-  // blocks (1 MiB in format v2; the whole chunk in v1 checkpoints) and each
-  // block is checked before its bytes are placed. Default true; false reads
-  // only the needed bytes, unchecked.
+  // blocks (1 MiB in format v2; the whole chunk in v1 checkpoints), each
+  // checked as it is placed (a mismatch fails the load). Default true; false
+  // reads only the needed bytes, unchecked.
   bool verify_checksums = true;
   // The largest read request, per I/O thread: stored bytes are read (and
   // hashed) in requests of at most this size, so load memory does not grow

@@ -9,12 +9,14 @@
 #include <utility>
 
 #include "src/base/guard.h"
+#include "src/checkpoint/cooperative_exchange.h"
 #include "src/checkpoint/piece_message.h"
 #include "src/comm/agreed.h"
 #include "src/comm/shm_exchange.h"
 #include "src/comm/transport.h"
 #include "src/geometry/convert.h"
 #include "src/geometry/view_range.h"
+#include "src/io/raw_buffer.h"
 #include "src/io/thread_pool.h"
 #include "src/plan/load_plan.h"
 #include "src/plan/span_assignment.h"
@@ -87,19 +89,20 @@ Status DecodePlans(const Manifest& m, const std::vector<std::string>& all, bool 
 }
 
 // Rank `me`'s reads of spans [r0, r1): its own pieces' bytes in the spans it
-// reads, and the other ranks' parts packed into send[rank], in span order,
-// then each rank's plan order, from byte 1 (byte 0 carries the status:
+// reads, and the other ranks' parts packed into rank r's payload, in span
+// order, then each rank's plan order, from byte 1 (byte 0 carries the status:
 // AllToAllAgreed).
 Status ReadRound(const Manifest& m, const LoadPlan& plan, const std::vector<ChunkNeeds>& chunks,
-                 const std::vector<Span>& spans, size_t r0, size_t r1, int me, DataFiles* files,
-                 ThreadPool* pool, const ReadOptions& options, std::vector<std::string>* send,
+                 const std::vector<Span>& spans, size_t r0, size_t r1, int me, int n,
+                 DataFiles* files, ThreadPool* pool, const ReadOptions& options, SendBuffers* send,
                  ReadStats* read, uint64_t* sent) {
   std::vector<ChunkSpan> mine;
   std::vector<PiecePart> parts;
   std::set<size_t> own_chunks;
-  std::vector<uint64_t> size(send->size(), 0);
+  std::vector<uint64_t> size(static_cast<size_t>(n), 0);
+  std::vector<char*> out(static_cast<size_t>(n), nullptr);
   for (int pass = 0; pass < 2; ++pass) {
-    std::vector<uint64_t> at(send->size(), 1);
+    std::vector<uint64_t> at(static_cast<size_t>(n), 1);
     for (size_t i = r0; i < r1; ++i) {
       const Span& sp = spans[i];
       if (sp.reader != me) continue;
@@ -122,17 +125,19 @@ Status ReadRound(const Manifest& m, const LoadPlan& plan, const std::vector<Chun
           p.in_chunk = need.in_chunk;
           p.src_dtype = p.dst_dtype = dtype;
           p.nbytes = bytes;
-          parts.push_back(
-              PiecePart{std::move(p), sp.a, sp.b, fa, (*send)[need.rank].data() + at[need.rank]});
+          parts.push_back(PiecePart{std::move(p), sp.a, sp.b, fa, out[need.rank] + at[need.rank]});
           at[need.rank] += bytes;
         }
       }
     }
     if (pass == 0) {
-      for (size_t r = 0; r < send->size(); ++r) {
-        (*send)[r].resize(1 + size[r]);
+      std::vector<uint64_t> payload(static_cast<size_t>(n));
+      for (int r = 0; r < n; ++r) {
+        payload[r] = 1 + size[r];
         *sent += size[r];
       }
+      send->Layout(payload);
+      for (int r = 0; r < n; ++r) out[r] = send->payload(r);
     }
   }
   std::vector<const ReadPiece*> own;
@@ -150,7 +155,7 @@ Status PlaceRound(const Manifest& m, const LoadPlan& plan, const std::vector<Chu
                   const std::vector<Span>& spans, size_t r0, size_t r1, int me,
                   const std::vector<std::string_view>& recv, CooperativeStats* stats) {
   std::vector<uint64_t> at(recv.size(), 1);
-  std::vector<char> scratch;
+  internal_io::RawBuffer scratch;
   for (size_t i = r0; i < r1; ++i) {
     const Span& sp = spans[i];
     if (sp.reader == me) continue;
@@ -169,9 +174,9 @@ Status PlaceRound(const Manifest& m, const LoadPlan& plan, const std::vector<Chu
       const ReadPiece& p = plan.pieces[need.piece];
       const char* src = from.data() + at[sp.reader];
       if (p.src_dtype != p.dst_dtype) {
-        scratch.resize(static_cast<size_t>(fb - fa) * DTypeSize(p.dst_dtype));
-        ConvertElements(p.src_dtype, src, p.dst_dtype, scratch.data(), fb - fa);
-        src = scratch.data();
+        char* conv = scratch.Resize(static_cast<size_t>(fb - fa) * DTypeSize(p.dst_dtype));
+        ConvertElements(p.src_dtype, src, p.dst_dtype, conv, fb - fa);
+        src = conv;
       }
       ScatterFlatRange(p.dst, fa, fb, src);
       at[sp.reader] += bytes;
@@ -272,6 +277,10 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
   if (internal_comm::WantsShmExchange(comm)) {
     SP_ASSIGN_OR_RETURN(shm, ShmExchange::Open(comm, RoundSends(spans, rounds, n), {}));
   }
+  // The thread comms: payloads in raw memory, placed from the senders' own.
+  // A set of payloads holds the most this rank sends in a round, and status bytes.
+  auto* const views_comm = shm ? nullptr : dynamic_cast<internal_comm::ViewAllToAll*>(&comm);
+  const uint64_t raw_bytes = views_comm ? RoundSends(spans, rounds, n)[me] + n : 0;
   // Each group is announced after the round that completes it (no piece: first).
   std::vector<int64_t> chunk_last(chunks.size(), -1);
   for (size_t ri = 0; ri < rounds.size(); ++ri) {
@@ -289,16 +298,16 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
   // failed reads no more (`skip`): it only takes part in the collectives
   // until its error is every rank's.
   struct Reads {
-    std::vector<std::string> send;
+    SendBuffers send;
     ReadStats read;
     uint64_t sent = 0;
     Status status;
   };
   auto read_round = [&](const Round& r, bool skip, Reads* out) {
-    out->send.resize(n);
+    out->send.Init(n, raw_bytes);
     if (skip) return;
     out->status = Guarded("cooperative load: reading", [&] {
-      return ReadRound(m, plan, chunks, spans, r.r0, r.r1, me, files, pool, options, &out->send,
+      return ReadRound(m, plan, chunks, spans, r.r0, r.r1, me, n, files, pool, options, &out->send,
                        &out->read, &out->sent);
     });
   };
@@ -307,7 +316,8 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
   // The send buffers of the round exchanged last and the receive buffers,
   // refilled by later rounds: fresh memory for every round costs page faults
   // on each copy (on a VM whose host took freed pages back, seconds per GiB).
-  std::vector<std::string> spare, recv;
+  SendBuffers spare;
+  std::vector<std::string> recv;
   std::vector<std::string_view> views;  // the payloads, in recv or in peers' segments
   // This rank's first failure (reading or placing), not yet every rank's: it
   // travels in the status byte of the next exchange (one collective per round,
@@ -334,19 +344,28 @@ Status CooperativeLoad(const Manifest& m, const LoadPlan& plan, Comm& comm, Data
           std::make_unique<Ahead>(pool, [&read_round, &r, skip, out] { read_round(r, skip, out); });
     }
     if (rounds[i].send > 0) {
+      auto place = [&](const std::vector<std::string_view>& got) {
+        return Guarded("cooperative load: placing received bytes", [&] {
+          return PlaceRound(m, plan, chunks, spans, rounds[i].r0, rounds[i].r1, me, got, stats);
+        });
+      };
       Status unpacked;
-      if (shm) {
-        SP_RETURN_IF_ERROR(
-            shm->AllToAllAgreed(comm, pending, &cur->send, &recv, &unpacked, &views));
+      if (views_comm) {
+        Status placed;
+        SP_RETURN_IF_ERROR(cur->send.ExchangeViews(*views_comm, pending, place, &placed));
+        pending = placed;
       } else {
-        SP_RETURN_IF_ERROR(internal_comm::AllToAllAgreed(comm, pending, &cur->send, &recv));
-        views.assign(recv.begin(), recv.end());
+        if (shm) {
+          SP_RETURN_IF_ERROR(
+              shm->AllToAllAgreed(comm, pending, cur->send.strings(), &recv, &unpacked, &views));
+        } else {
+          SP_RETURN_IF_ERROR(
+              internal_comm::AllToAllAgreed(comm, pending, cur->send.strings(), &recv));
+          views.assign(recv.begin(), recv.end());
+        }
+        pending = !unpacked.ok() ? unpacked : place(views);
       }
       spare = std::move(cur->send);
-      pending =
-          !unpacked.ok() ? unpacked : Guarded("cooperative load: placing received bytes", [&] {
-            return PlaceRound(m, plan, chunks, spans, rounds[i].r0, rounds[i].r1, me, views, stats);
-          });
     }
     // Round i's bytes are placed. Its groups are announced once the next
     // round's reads are done too: with no read in flight, a callback may

@@ -14,7 +14,7 @@
 // the least loaded preferred reader, else the least loaded one; so reads stay
 // contiguous (few large requests) and each rank reads about 1/N. Bytes move
 // in rounds: each rank reads its spans of a round (verifying every block
-// before placing bytes), keeps its own bytes and packs the other ranks'
+// as it places its bytes), keeps its own bytes and packs the other ranks'
 // (their pieces' elements inside the span, in flat order); one AllToAll
 // moves them, with the sender's status in the first byte of each payload,
 // while the next round's reads run on another thread. A round's

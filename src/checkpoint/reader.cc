@@ -11,6 +11,7 @@
 #include "src/geometry/view_range.h"
 #include "src/io/aligned_buffer.h"
 #include "src/io/path.h"
+#include "src/io/raw_buffer.h"
 #include "src/plan/read_tasks.h"
 
 using shardpoint::internal_format::Checksum64;
@@ -21,10 +22,10 @@ using shardpoint::internal_format::TensorRecord;
 using shardpoint::internal_format::VerifyBlock;
 using shardpoint::internal_geometry::ConvertElements;
 using shardpoint::internal_geometry::ScatterFlatRange;
-using shardpoint::internal_io::AlignedBuffer;
 using shardpoint::internal_io::JoinPath;
 using shardpoint::internal_io::kDirectIoAlignment;
 using shardpoint::internal_io::ParallelFor;
+using shardpoint::internal_io::RawBuffer;
 using shardpoint::internal_plan::BuildReadTasks;
 using shardpoint::internal_plan::ChunkReads;
 using shardpoint::internal_plan::LoadPlan;
@@ -107,16 +108,35 @@ uint64_t BlockSum(const ChunkRecord& c, uint64_t k) {
   return c.block_sums.empty() ? c.checksum : c.block_sums[k];
 }
 
+// The pieces in which a staged block is hashed and placed: small enough
+// that a piece hashed is still in the core's cache when it is copied out
+// (each staged byte comes from memory once), large enough to keep the
+// per-piece work small.
+constexpr uint64_t kFusedPiece = uint64_t{128} << 10;
+
 // Verifies the whole blocks of chunk c in chunk-relative bytes [a, b) held
-// at `mem` (a and b on block boundaries, or b the chunk's end).
+// at `mem` (a and b on block boundaries, or b the chunk's end), fused with
+// their placing: each block is hashed in pieces of kFusedPiece bytes and
+// place(pa, pb, piece) is called for each piece right after it is hashed.
+// A block that does not match fails the load; the bytes of it placed by
+// then are a failed load's (the load returns DataLoss, never them).
+template <typename Place>
 Status VerifyBlocks(const Manifest& m, int64_t tensor, int64_t chunk, uint64_t a, uint64_t b,
-                    const char* mem) {
+                    const char* mem, Place place) {
   const ChunkRecord& c = m.tensors[tensor].chunks[chunk];
   const uint64_t block = VerifyBlock(m, c);
+  const uint64_t es = DTypeSize(m.tensors[tensor].dtype);
+  const uint64_t piece = std::max(es, kFusedPiece / es * es);
+  thread_local ChecksumState sum;
   for (uint64_t at = a; at < b; at += block) {
     const uint64_t n = std::min(block, b - at);
-    const uint64_t got = Checksum64(mem + (at - a), n);
-    const uint64_t want = BlockSum(c, at / block);
+    sum.Reset();
+    for (uint64_t p = at; p < at + n; p += piece) {
+      const uint64_t k = std::min(piece, at + n - p);
+      sum.Update(mem + (p - a), k);
+      place(p, p + k, mem + (p - a));
+    }
+    const uint64_t got = sum.Digest(), want = BlockSum(c, at / block);
     if (got != want)
       return ChecksumMismatch(ChunkName(m, tensor, chunk), c.offset + at, n, want, got);
   }
@@ -175,7 +195,7 @@ void ForRunsIn(const Manifest& m, const PieceRuns& pr, uint64_t a, uint64_t b, F
 // Places the bytes of chunk-relative range [a, b), held at `mem`, that `pr`
 // needs. a and b are multiples of the element size.
 void Scatter(const Manifest& m, const PieceRuns& pr, uint64_t a, uint64_t b, const char* mem,
-             std::vector<char>* scratch) {
+             RawBuffer* scratch) {
   const ReadPiece& p = *pr.p;
   const uint64_t es = DTypeSize(p.src_dtype);
   ForRunsIn(m, pr, a, b, [&](uint64_t from, uint64_t to, int64_t flat) {
@@ -191,9 +211,9 @@ void Scatter(const Manifest& m, const PieceRuns& pr, uint64_t a, uint64_t b, con
       return;
     }
     if (p.src_dtype != p.dst_dtype) {
-      scratch->resize(count * DTypeSize(p.dst_dtype));
-      ConvertElements(p.src_dtype, src, p.dst_dtype, scratch->data(), count);
-      src = scratch->data();
+      char* conv = scratch->Resize(count * DTypeSize(p.dst_dtype));
+      ConvertElements(p.src_dtype, src, p.dst_dtype, conv, count);
+      src = conv;
     }
     ScatterFlatRange(p.dst, flat, flat + count, src);
   });
@@ -233,6 +253,9 @@ Ranges NeededRanges(const Manifest& m, const std::vector<PieceRuns>& prs) {
 class DirectStaging {
  public:
   explicit DirectStaging(const ReadableFile* file) : file_(file) {}
+  ~DirectStaging() { internal_io::Shelve(std::move(buf_)); }
+  DirectStaging(const DirectStaging&) = delete;
+  DirectStaging& operator=(const DirectStaging&) = delete;
   // Aligned bounds around file bytes [at, at + n).
   Result<std::pair<uint64_t, uint64_t>> Bounds(uint64_t at, uint64_t n) {
     constexpr uint64_t kA = kDirectIoAlignment;
@@ -246,15 +269,20 @@ class DirectStaging {
     }
     return std::make_pair(lo, hi);
   }
+  // At least 2 MiB: a RawBuffer of that size is one aligned huge page, which
+  // an O_DIRECT read pins as one piece instead of 512 (a fifth of a direct
+  // load's CPU went to pinning 4 KiB pages in this VM). Taken from the
+  // shelf of buffers that earlier tasks and loads touched already.
   char* Memory(uint64_t n) {
-    thread_local AlignedBuffer buf;
-    if (buf.size() < n) buf = AlignedBuffer((n + (uint64_t{1} << 20) - 1) >> 20 << 20);
-    return buf.data();
+    if (buf_.capacity() == 0) buf_ = internal_io::TakeShelved();
+    if (buf_.capacity() < n) buf_.Resize(std::max<uint64_t>(n, uint64_t{2} << 20));
+    return buf_.data();
   }
 
  private:
   const ReadableFile* file_;
   uint64_t size_ = UINT64_MAX;
+  RawBuffer buf_;
 };
 
 Status RunTask(const Manifest& m, const ReadTask& t,
@@ -262,7 +290,7 @@ Status RunTask(const Manifest& m, const ReadTask& t,
                const std::vector<std::vector<PieceRuns>>& groups, DataFiles* files,
                const ReadOptions& options, ReadStats* stats) {
   SP_ASSIGN_OR_RETURN(const ReadableFile* file, files->Get(t.file));
-  thread_local std::vector<char> staging, scratch;
+  thread_local RawBuffer staging, scratch;
   const bool direct = file->direct();
   DirectStaging direct_staging(file);
   const ReadSegment& s0 = t.segs[0];
@@ -301,8 +329,7 @@ Status RunTask(const Manifest& m, const ReadTask& t,
       return read(at, n, *mem);
     }
     if (!direct) {
-      staging.resize(n);
-      *mem = staging.data();
+      *mem = staging.Resize(n);
       return read(at, n, *mem);
     }
     SP_ASSIGN_OR_RETURN(const auto bounds, direct_staging.Bounds(at, n));
@@ -339,10 +366,13 @@ Status RunTask(const Manifest& m, const ReadTask& t,
   SP_RETURN_IF_ERROR(fetch(t.begin, s0.a, t.end - t.begin, &mem));
   for (const ReadSegment& seg : t.segs) {
     const char* at = mem + (seg.file_at - t.begin);
-    if (options.verify_checksums) {
-      SP_RETURN_IF_ERROR(VerifyBlocks(m, seg.tensor, seg.chunk, seg.a, seg.b, at));
+    if (!options.verify_checksums) {
+      scatter(seg, seg.a, seg.b, at);
+      continue;
     }
-    scatter(seg, seg.a, seg.b, at);
+    SP_RETURN_IF_ERROR(VerifyBlocks(
+        m, seg.tensor, seg.chunk, seg.a, seg.b, at,
+        [&](uint64_t a, uint64_t b, const char* piece) { scatter(seg, a, b, piece); }));
   }
   return OkStatus();
 }

@@ -5,7 +5,9 @@
 // result is read in requests of at most a slice, in parallel, straight into
 // destination memory where one contiguous destination takes a whole request,
 // else into a bounded staging buffer and scattered from memory. Every block
-// is verified before its bytes are placed (unless verification is off).
+// is verified as its bytes are placed, hashed and placed in 128 KiB pieces
+// (unless verification is off): a mismatch fails the load (DataLoss naming
+// the block), whose destinations may then hold bytes of the failed block.
 #pragma once
 
 #include <atomic>
@@ -92,7 +94,7 @@ struct PiecePart {
 // Reads `spans` (whole verification blocks when verifying; else only the
 // bytes some piece or part needs inside them) and places their bytes: into
 // the destinations of the `own` pieces (only their bytes inside the spans)
-// and into the parts. Every block is verified before its bytes are placed.
+// and into the parts. Every block is verified as its bytes are placed.
 // stats->needed counts the bytes inside the spans that a piece or part
 // needs, once each.
 Status ExecuteSpans(const internal_format::Manifest& m,

@@ -85,6 +85,16 @@ Status AllToAllAgreed(Comm& comm, const Status& local, std::vector<std::string>*
   return OkStatus();
 }
 
+std::string FailurePayload(const Status& local) { return Encode(local, {}); }
+
+Status AgreedPayloads(const std::vector<std::string_view>& got) {
+  for (size_t r = 0; r < got.size(); ++r) {
+    if (!got[r].empty() && got[r][0] == '\0') continue;
+    return Decode(static_cast<int>(r), std::string(got[r]), true, nullptr);
+  }
+  return OkStatus();
+}
+
 Status GatherAgreed(Comm& comm, const Status& local, std::string_view mine, int root,
                     std::vector<std::string>* all) {
   std::vector<std::string> got;

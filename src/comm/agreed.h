@@ -30,6 +30,13 @@ Status AllGatherAgreed(Comm& comm, const Status& local, std::string_view mine,
 Status AllToAllAgreed(Comm& comm, const Status& local, std::vector<std::string>* send,
                       std::vector<std::string>* recv);
 
+// AllToAllAgreed's payload rules, for an exchange over caller-owned memory
+// (the thread comms' AllToAllViews): what a rank sends to every rank in place
+// of its payloads when `local` failed (its code byte and message), and the
+// agreed status of the payloads received (OK when every byte 0 is 0).
+std::string FailurePayload(const Status& local);
+Status AgreedPayloads(const std::vector<std::string_view>& got);
+
 // Only `root` learns the outcome: it returns the agreed status and, when OK,
 // all[r] = rank r's payload. Other ranks return OK unless the exchange failed,
 // so the root must tell them (BroadcastStatus) before anyone acts on it.

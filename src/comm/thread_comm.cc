@@ -30,7 +30,7 @@ bool HasRoot(CollectiveOp op) {
   return op == CollectiveOp::kGather || op == CollectiveOp::kBroadcast;
 }
 
-class ThreadComm final : public Comm, public MemoryTransport {
+class ThreadComm final : public Comm, public MemoryTransport, public ViewAllToAll {
  public:
   ThreadComm(std::shared_ptr<ThreadGroup> group, int rank)
       : group_(std::move(group)), rank_(rank) {}
@@ -83,16 +83,26 @@ class ThreadComm final : public Comm, public MemoryTransport {
   Status AllToAll(const std::vector<std::string>& send, std::vector<std::string>* recv) override {
     const bool ok = static_cast<int>(send.size()) == size() && recv != nullptr;
     SP_RETURN_IF_ERROR(group_->Arrive(rank_, CollectiveOp::kAllToAll, 0, {}, ok ? &send : nullptr));
-    Status s;
-    for (int r = 0; r < size() && s.ok(); ++r) {
-      if (group_->parts(r) == nullptr) {
-        s = InvalidArgumentError("AllToAll: rank " + std::to_string(r) + " passed " +
-                                 "bad arguments (one payload per rank and an output)");
-      }
-    }
+    Status s = PartsStatus();
     if (s.ok()) {
       recv->resize(size());
-      for (int r = 0; r < size(); ++r) (*recv)[r] = (*group_->parts(r))[rank_];
+      for (int r = 0; r < size(); ++r) (*recv)[r].assign(group_->part(r, rank_));
+    }
+    group_->Leave();
+    return s;
+  }
+
+  Status AllToAllViews(
+      const std::vector<std::string_view>& send,
+      const std::function<Status(const std::vector<std::string_view>&)>& use) override {
+    const bool ok = static_cast<int>(send.size()) == size();
+    SP_RETURN_IF_ERROR(
+        group_->Arrive(rank_, CollectiveOp::kAllToAll, 0, {}, nullptr, ok ? &send : nullptr));
+    Status s = PartsStatus();
+    if (s.ok()) {
+      std::vector<std::string_view> recv(size());
+      for (int r = 0; r < size(); ++r) recv[r] = group_->part(r, rank_);
+      s = use(recv);  // the peers' memory stays valid until Leave
     }
     group_->Leave();
     return s;
@@ -103,6 +113,17 @@ class ThreadComm final : public Comm, public MemoryTransport {
     if (root < 0 || root >= size()) {
       return InvalidArgumentError("root " + std::to_string(root) + " out of range for " +
                                   std::to_string(size()) + " ranks");
+    }
+    return OkStatus();
+  }
+
+  // After an AllToAll's Arrive: an error if any rank passed bad arguments.
+  Status PartsStatus() const {
+    for (int r = 0; r < size(); ++r) {
+      if (!group_->has_parts(r)) {
+        return InvalidArgumentError("AllToAll: rank " + std::to_string(r) + " passed " +
+                                    "bad arguments (one payload per rank and an output)");
+      }
     }
     return OkStatus();
   }
@@ -181,11 +202,12 @@ void ThreadGroup::ExpireLocked(int rank, CollectiveOp op) {
 }
 
 Status ThreadGroup::Arrive(int rank, CollectiveOp op, int root, std::string_view mine,
-                           const std::vector<std::string>* parts) {
+                           const std::vector<std::string>* parts,
+                           const std::vector<std::string_view>* views) {
   const auto start = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mu_);
   SP_RETURN_IF_ERROR(BrokenLocked());
-  slots_[rank] = Slot{mine, parts, op, root, /*arrived=*/true};
+  slots_[rank] = Slot{mine, parts, views, op, root, /*arrived=*/true};
   if (++arrived_ == n_) {
     // Ranks that disagree on the collective would read slots they do not
     // understand; the sequence is broken for good, so poison instead.

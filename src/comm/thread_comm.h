@@ -19,6 +19,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string_view>
@@ -52,12 +53,17 @@ class ThreadGroup {
   // Returns OK once every rank has arrived with the same op and root; the
   // caller then reads slot(i) and must call Leave(). On error the caller must
   // not call Leave().
-  // `parts` (AllToAll only): one payload per rank, or null when the caller's
-  // arguments were bad (readers then fail).
+  // `parts` or `views` (AllToAll only): one payload per rank, or neither
+  // when the caller's arguments were bad (readers then fail).
   Status Arrive(int rank, CollectiveOp op, int root, std::string_view mine,
-                const std::vector<std::string>* parts = nullptr);
+                const std::vector<std::string>* parts = nullptr,
+                const std::vector<std::string_view>* views = nullptr);
   std::string_view slot(int rank) const { return slots_[rank].data; }
-  const std::vector<std::string>* parts(int rank) const { return slots_[rank].parts; }
+  // Whether rank r passed its AllToAll payloads, and its payload to rank `to`.
+  bool has_parts(int r) const { return slots_[r].parts || slots_[r].views; }
+  std::string_view part(int r, int to) const {
+    return slots_[r].parts ? std::string_view((*slots_[r].parts)[to]) : (*slots_[r].views)[to];
+  }
   // Waits until every rank has finished reading this round.
   void Leave();
 
@@ -65,6 +71,7 @@ class ThreadGroup {
   struct Slot {
     std::string_view data;
     const std::vector<std::string>* parts = nullptr;
+    const std::vector<std::string_view>* views = nullptr;
     CollectiveOp op = CollectiveOp::kBarrier;
     int root = 0;
     bool arrived = false;  // in the current round
@@ -91,6 +98,22 @@ class ThreadGroup {
   int left_ = 0;        // ranks that finished reading in the current round
   bool ready_ = false;  // all ranks arrived; slots are readable
   Status poison_;
+};
+
+// The thread comms' AllToAll without copies (internal: every Comm of
+// MakeThreadComms also derives from this class; a cooperative load finds it
+// by dynamic_cast). send[r] goes to rank r. Once every rank has arrived,
+// use(recv) runs with recv[r] = rank r's payload to this rank: a view of
+// r's memory, valid only during the call (no rank returns, so no rank
+// touches its send memory, before every rank's `use` has returned). Returns
+// use's status, or the collective's failure (then `use` is not called).
+// Ranks may mix it with AllToAll in one collective.
+class ViewAllToAll {
+ public:
+  virtual ~ViewAllToAll() = default;
+  virtual Status AllToAllViews(
+      const std::vector<std::string_view>& send,
+      const std::function<Status(const std::vector<std::string_view>&)>& use) = 0;
 };
 
 // The Comms of `group`, comms[i] being rank i. Destroying a Comm departs its

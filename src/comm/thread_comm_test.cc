@@ -10,6 +10,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -51,6 +52,71 @@ TEST(ThreadComm, AllToAllWithTheWrongPayloadCountNamesTheRank) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
     EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.ToString();
   }
+}
+
+TEST(ThreadComm, AllToAllViewsMixWithAllToAllAndStayValidDuringUse) {
+  // Ranks 0 and 2 pass views of their own memory, rank 1 strings, over 3
+  // collectives; each `use` sees every payload addressed to it, and each
+  // rank rewrites its send memory right after the collective returns, so a
+  // view read after a peer's return would see the next round's bytes.
+  RunOk(3, [](Comm& comm) -> Status {
+    auto* views = dynamic_cast<ViewAllToAll*>(&comm);
+    EXPECT_NE(views, nullptr);
+    const int me = comm.rank();
+    std::vector<std::string> own(3), got;
+    for (int round = 0; round < 3; ++round) {
+      for (int to = 0; to < 3; ++to) {
+        own[to] = std::to_string(round) + ":" + std::to_string(me) + "->" + std::to_string(to);
+      }
+      auto want = [&](int from) {
+        return std::to_string(round) + ":" + std::to_string(from) + "->" + std::to_string(me);
+      };
+      if (me == 1) {
+        SP_RETURN_IF_ERROR(comm.AllToAll(own, &got));
+        for (int r = 0; r < 3; ++r) EXPECT_EQ(got[r], want(r));
+      } else {
+        const std::vector<std::string_view> send(own.begin(), own.end());
+        int calls = 0;
+        SP_RETURN_IF_ERROR(
+            views->AllToAllViews(send, [&](const std::vector<std::string_view>& recv) {
+              ++calls;
+              std::this_thread::sleep_for(std::chrono::milliseconds(5));  // peers wait for it
+              for (int r = 0; r < 3; ++r) EXPECT_EQ(recv[r], want(r));
+              return OkStatus();
+            }));
+        EXPECT_EQ(calls, 1);
+      }
+      for (std::string& s : own) s.assign(s.size(), '#');  // the memory is spent
+    }
+    return OkStatus();
+  });
+}
+
+TEST(ThreadComm, AllToAllViewsReturnUsesStatusAndNameABadRank) {
+  std::vector<Status> all = RunThreadRanks(3, [](Comm& comm) {
+    std::vector<std::string_view> send(comm.rank() == 2 ? 1 : 3);
+    bool called = false;
+    Status s = dynamic_cast<ViewAllToAll&>(comm).AllToAllViews(
+        send, [&](const std::vector<std::string_view>&) {
+          called = true;
+          return OkStatus();
+        });
+    EXPECT_FALSE(called);
+    return s;
+  });
+  for (const Status& s : all) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find("rank 2"), std::string::npos) << s.ToString();
+  }
+  all = RunThreadRanks(2, [](Comm& comm) {
+    std::vector<std::string_view> send(2, "x");
+    return dynamic_cast<ViewAllToAll&>(comm).AllToAllViews(
+        send, [&](const std::vector<std::string_view>&) {
+          return comm.rank() == 1 ? DataLossError("placing") : OkStatus();
+        });
+  });
+  EXPECT_TRUE(all[0].ok()) << all[0].ToString();
+  EXPECT_EQ(all[1].code(), StatusCode::kDataLoss) << all[1].ToString();
 }
 
 TEST(ThreadComm, GatherNonRootMayPassNull) {

@@ -16,6 +16,8 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "shardpoint/checkpoint.h"
@@ -685,6 +687,107 @@ TEST_F(BlockChecksumTest, VerifyAnnouncesItsReadsAhead) {
   o.prefetch_bytes = 1 << 20;
   r = VerifyCheckpoint(dir_, o);
   ASSERT_TRUE(r.ok() && r->ok()) << (r.ok() ? r->faults.size() : 0);
+}
+
+// A Comm that forwards to a thread comm but is neither a MemoryTransport nor
+// its copy-free AllToAll (ViewAllToAll): a cooperative load over it packs its
+// payloads into strings and exchanges them through AllToAll.
+class ForwardingComm : public Comm {
+ public:
+  explicit ForwardingComm(Comm& c) : c_(c) {}
+  int rank() const override { return c_.rank(); }
+  int size() const override { return c_.size(); }
+  Status AllGather(std::string_view mine, std::vector<std::string>* all) override {
+    return c_.AllGather(mine, all);
+  }
+  Status Gather(std::string_view mine, int root, std::vector<std::string>* all) override {
+    return c_.Gather(mine, root, all);
+  }
+  Status Broadcast(std::string* data, int root) override { return c_.Broadcast(data, root); }
+  Status Barrier() override { return c_.Barrier(); }
+  Status AllToAll(const std::vector<std::string>& send, std::vector<std::string>* recv) override {
+    return c_.AllToAll(send, recv);
+  }
+
+ private:
+  Comm& c_;
+};
+
+TEST_F(BlockChecksumTest, RoundsReusingBuffersOfEverySizeLoadBitForBit) {
+  // Rounds of at most 96 KiB of sends (spans of up to 24 KiB): dozens of
+  // rounds whose payload to each rank grows and shrinks, each set of send
+  // buffers reused every other round. Over the thread comms (raw buffers,
+  // placed from the sender's memory) and over a Comm that takes strings:
+  // bit for bit, the same bytes received, every needed block read once.
+  uint64_t stored = 0;
+  for (const TensorRecord& t : manifest_.tensors) {
+    for (const ChunkRecord& c : t.chunks) stored += c.nbytes;
+  }
+  for (int dim = 1; dim < 3; ++dim) {
+    for (auto [parts, world] : {std::pair{3, 3}, {2, 4}}) {
+      std::vector<uint64_t> received(2);
+      for (int wrapped = 0; wrapped < 2; ++wrapped) {
+        SCOPED_TRACE("dim " + std::to_string(dim) + " parts " + std::to_string(parts) + " world " +
+                     std::to_string(world) + (wrapped ? " strings" : " views"));
+        std::vector<TestRank> dst(world);
+        for (int r = 0; r < world; ++r) Build(&dst[r], dim, r % parts, parts, false);
+        std::vector<LoadResult> res(world);
+        const std::vector<Status> st = RunThreadRanks(world, [&](Comm& comm) -> Status {
+          LoadOptions o;
+          o.cooperative = true;
+          o.cooperative_round_bytes = 96 << 10;
+          ForwardingComm fwd(comm);
+          Comm& c = wrapped ? static_cast<Comm&>(fwd) : comm;
+          SP_ASSIGN_OR_RETURN(res[comm.rank()], Load(dst[comm.rank()].state, dir_, c, o));
+          return OkStatus();
+        });
+        uint64_t read = 0;
+        for (int r = 0; r < world; ++r) {
+          ASSERT_TRUE(st[r].ok()) << st[r].ToString();
+          EXPECT_TRUE(Loaded(dst[r])) << "rank " << r;
+          read += res[r].bytes_read;
+          received[wrapped] += res[r].bytes_received;
+        }
+        EXPECT_EQ(read, stored);
+      }
+      EXPECT_GT(received[0], 0u);
+      EXPECT_EQ(received[0], received[1]);
+    }
+  }
+}
+
+TEST_F(BlockChecksumTest, FlipInALaterPieceOfAStagedBlockFailsNamingTheBlock) {
+  // A block is hashed and placed in 128 KiB pieces: a byte flipped in its
+  // second piece, and its last byte, still fail every load that reads the
+  // block (same layout, other dim, cooperative; buffered and direct) with
+  // DataLoss naming the key, chunk, file and the block's range.
+  const TensorRecord& t = manifest_.tensors[0];  // "a": chunks of 1.25 MiB
+  const ChunkRecord& c = t.chunks[0];
+  ASSERT_GT(c.nbytes, manifest_.block_size);
+  const std::string range = "bytes [" + std::to_string(c.offset) + ", " +
+                            std::to_string(c.offset + manifest_.block_size) + ")";
+  for (uint64_t rel : {(uint64_t{128} << 10) + 4097, manifest_.block_size - 1}) {
+    SCOPED_TRACE("byte " + std::to_string(rel));
+    FlipByte(manifest_.files[c.file], c.offset + rel);
+    for (bool direct : {false, true}) {
+      for (auto [dim, parts, world] : {std::tuple{0, 2, 2}, {1, 3, 3}, {1, 2, 4}}) {
+        SCOPED_TRACE(std::string(direct ? "direct" : "buffered") + " dim " + std::to_string(dim) +
+                     " world " + std::to_string(world));
+        std::vector<TestRank> dst(world);
+        for (int r = 0; r < world; ++r) Build(&dst[r], dim, r % parts, parts, false);
+        LoadOptions o;
+        o.direct_io = direct;
+        o.cooperative = world > parts;
+        const Status s = LoadRanks(StatesOf(dst), dir_, o);
+        ASSERT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+        EXPECT_NE(s.message().find("tensor 'a' chunk 0"), std::string::npos) << s.message();
+        EXPECT_NE(s.message().find(manifest_.files[c.file]), std::string::npos) << s.message();
+        EXPECT_NE(s.message().find(range), std::string::npos) << s.message() << " want " << range;
+      }
+    }
+    FlipByte(manifest_.files[c.file], c.offset + rel);  // restore
+  }
+  ASSERT_TRUE(LoadAlong(1, 3, 3, false).ok());
 }
 
 }  // namespace
