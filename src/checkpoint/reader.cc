@@ -108,35 +108,16 @@ uint64_t BlockSum(const ChunkRecord& c, uint64_t k) {
   return c.block_sums.empty() ? c.checksum : c.block_sums[k];
 }
 
-// The pieces in which a staged block is hashed and placed: small enough
-// that a piece hashed is still in the core's cache when it is copied out
-// (each staged byte comes from memory once), large enough to keep the
-// per-piece work small.
-constexpr uint64_t kFusedPiece = uint64_t{128} << 10;
-
 // Verifies the whole blocks of chunk c in chunk-relative bytes [a, b) held
-// at `mem` (a and b on block boundaries, or b the chunk's end), fused with
-// their placing: each block is hashed in pieces of kFusedPiece bytes and
-// place(pa, pb, piece) is called for each piece right after it is hashed.
-// A block that does not match fails the load; the bytes of it placed by
-// then are a failed load's (the load returns DataLoss, never them).
-template <typename Place>
+// at `mem` (a and b on block boundaries, or b the chunk's end).
 Status VerifyBlocks(const Manifest& m, int64_t tensor, int64_t chunk, uint64_t a, uint64_t b,
-                    const char* mem, Place place) {
+                    const char* mem) {
   const ChunkRecord& c = m.tensors[tensor].chunks[chunk];
   const uint64_t block = VerifyBlock(m, c);
-  const uint64_t es = DTypeSize(m.tensors[tensor].dtype);
-  const uint64_t piece = std::max(es, kFusedPiece / es * es);
-  thread_local ChecksumState sum;
   for (uint64_t at = a; at < b; at += block) {
     const uint64_t n = std::min(block, b - at);
-    sum.Reset();
-    for (uint64_t p = at; p < at + n; p += piece) {
-      const uint64_t k = std::min(piece, at + n - p);
-      sum.Update(mem + (p - a), k);
-      place(p, p + k, mem + (p - a));
-    }
-    const uint64_t got = sum.Digest(), want = BlockSum(c, at / block);
+    const uint64_t got = Checksum64(mem + (at - a), n);
+    const uint64_t want = BlockSum(c, at / block);
     if (got != want)
       return ChecksumMismatch(ChunkName(m, tensor, chunk), c.offset + at, n, want, got);
   }
@@ -366,13 +347,10 @@ Status RunTask(const Manifest& m, const ReadTask& t,
   SP_RETURN_IF_ERROR(fetch(t.begin, s0.a, t.end - t.begin, &mem));
   for (const ReadSegment& seg : t.segs) {
     const char* at = mem + (seg.file_at - t.begin);
-    if (!options.verify_checksums) {
-      scatter(seg, seg.a, seg.b, at);
-      continue;
+    if (options.verify_checksums) {
+      SP_RETURN_IF_ERROR(VerifyBlocks(m, seg.tensor, seg.chunk, seg.a, seg.b, at));
     }
-    SP_RETURN_IF_ERROR(VerifyBlocks(
-        m, seg.tensor, seg.chunk, seg.a, seg.b, at,
-        [&](uint64_t a, uint64_t b, const char* piece) { scatter(seg, a, b, piece); }));
+    scatter(seg, seg.a, seg.b, at);
   }
   return OkStatus();
 }

@@ -757,10 +757,9 @@ TEST_F(BlockChecksumTest, RoundsReusingBuffersOfEverySizeLoadBitForBit) {
 }
 
 TEST_F(BlockChecksumTest, FlipInALaterPieceOfAStagedBlockFailsNamingTheBlock) {
-  // A block is hashed and placed in 128 KiB pieces: a byte flipped in its
-  // second piece, and its last byte, still fail every load that reads the
-  // block (same layout, other dim, cooperative; buffered and direct) with
-  // DataLoss naming the key, chunk, file and the block's range.
+  // A byte flipped past the first 128 KiB of a block, and its last byte,
+  // fail every load that reads the block (same layout, other dim, cooperative; buffered and direct)
+  // with DataLoss naming the key, chunk, file and the block's range.
   const TensorRecord& t = manifest_.tensors[0];  // "a": chunks of 1.25 MiB
   const ChunkRecord& c = t.chunks[0];
   ASSERT_GT(c.nbytes, manifest_.block_size);

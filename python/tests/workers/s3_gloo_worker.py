@@ -28,6 +28,11 @@ def main():
           "rank_value": sp.ShardedObject("rank_value", {"rank": rank}, (rank,), (world,))}
     sp.save(sd, path, sp.TorchDistributedComm(), common={"step": 7})
     print(f"saved {rank}", flush=True)
+    # as every gloo worker does: torch 1.13's gloo threads, left to the
+    # interpreter's exit, once aborted rank 0 ("terminate called without an
+    # active exception") after its save had returned
+    import torch.distributed as dist
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
