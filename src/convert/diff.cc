@@ -3,6 +3,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #include "shardpoint/hf.h"
 #include "src/convert/read_box.h"
@@ -38,11 +39,32 @@ struct Job {
   int64_t begin, end;
 };
 
+// Opens both sides. A Megatron checkpoint's args (its source_vars) are the
+// defaults of the HF model it is compared with, below that model's own
+// config.json and --set: a Megatron checkpoint and its export (which has no
+// config.json) compare without --set, as the export ran without it.
+Result<std::pair<MappedSource, MappedSource>> OpenPair(Storage* storage, const std::string& a_dir,
+                                                       const std::string& b_dir,
+                                                       const HfMapping& mapping,
+                                                       const internal_hf::Vars& vars) {
+  Result<MappedSource> a = OpenSource(storage, a_dir, mapping, vars);
+  if (a.ok()) {
+    SP_ASSIGN_OR_RETURN(MappedSource b, OpenSource(storage, b_dir, mapping, vars, a->source_vars));
+    return std::make_pair(std::move(*a), std::move(b));
+  }
+  // A may be the HF side, needing B's variables.
+  Result<MappedSource> b = OpenSource(storage, b_dir, mapping, vars);
+  if (!b.ok() || b->source_vars.empty()) return a.status();
+  SP_ASSIGN_OR_RETURN(MappedSource a2, OpenSource(storage, a_dir, mapping, vars, b->source_vars));
+  return std::make_pair(std::move(a2), std::move(*b));
+}
+
 Result<DiffReport> Diff(const std::string& a_dir, const std::string& b_dir,
                         const HfMapping& mapping, const DiffOptions& options, CallResources& res) {
   Storage* storage = res.storage();
-  SP_ASSIGN_OR_RETURN(MappedSource a, OpenSource(storage, a_dir, mapping, options.variables));
-  SP_ASSIGN_OR_RETURN(MappedSource b, OpenSource(storage, b_dir, mapping, options.variables));
+  SP_ASSIGN_OR_RETURN(auto ab, OpenPair(storage, a_dir, b_dir, mapping, options.variables));
+  MappedSource& a = ab.first;
+  MappedSource& b = ab.second;
   DiffReport report;
   std::vector<Job> jobs;
   size_t i = 0, j = 0;

@@ -85,17 +85,40 @@ class StridedFile : public ReadableFile {
   // The storage bytes of elements [need.lo, need.hi]: the cached span if it
   // holds them, else read with an eighth more ahead (the runs of a part of a
   // permuted tensor have spans sliding forward by a few elements), up to the
-  // whole span.
+  // whole span. A span that overlaps or touches the cached one reads only
+  // what the cache lacks and keeps the union: the requests of one part come
+  // from the I/O threads in any order, and the slices of a `.t()` matrix's
+  // rows each span almost the whole storage, so reading each afresh read the
+  // storage once per slice.
   Result<Cached> Span(ElementSpan need) const {
     std::lock_guard<std::mutex> lock(mu_);
     if (cache_.bytes && cache_.span.lo <= need.lo && need.hi <= cache_.span.hi) return cache_;
     need.hi = std::min(whole_.hi, need.hi + (need.hi - need.lo) / 8 + 1);
+    const bool extend =
+        cache_.bytes && need.lo <= cache_.span.hi + 1 && cache_.span.lo <= need.hi + 1;
+    const ElementSpan span =
+        extend ? ElementSpan{std::min(need.lo, cache_.span.lo), std::max(need.hi, cache_.span.hi)}
+               : need;
     const uint64_t es = v_.element_size;
-    auto bytes = std::make_shared<std::string>((need.hi - need.lo + 1) * es, '\0');
-    SP_RETURN_IF_ERROR(base_->ReadAt(v_.storage_offset + need.lo * es, bytes->size(), bytes->data())
-                           .WithContext("'" + name_ + "'"));
-    cache_ = Cached{need, std::move(bytes)};
+    auto bytes = std::make_shared<std::string>((span.hi - span.lo + 1) * es, '\0');
+    const ElementSpan have = extend ? cache_.span : ElementSpan{span.hi + 1, span.hi};
+    if (extend) {
+      std::memcpy(bytes->data() + (have.lo - span.lo) * es, cache_.bytes->data(),
+                  cache_.bytes->size());
+    }
+    SP_RETURN_IF_ERROR(ReadElements(span, span.lo, have.lo, bytes.get()));
+    SP_RETURN_IF_ERROR(ReadElements(span, have.hi + 1, span.hi + 1, bytes.get()));
+    cache_ = Cached{span, std::move(bytes)};
     return cache_;
+  }
+
+  // Storage elements [lo, hi) into their place in `bytes`, which holds `span`.
+  Status ReadElements(ElementSpan span, uint64_t lo, uint64_t hi, std::string* bytes) const {
+    if (lo >= hi) return OkStatus();
+    const uint64_t es = v_.element_size;
+    return base_
+        ->ReadAt(v_.storage_offset + lo * es, (hi - lo) * es, bytes->data() + (lo - span.lo) * es)
+        .WithContext("'" + name_ + "'");
   }
 
   // Row-major elements [e0, e1) of the tensor, packed into out: box by box

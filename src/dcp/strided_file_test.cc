@@ -146,6 +146,36 @@ TEST(StridedFileTest, ReadsTheStorageOnceAndBandsAlone) {
   }
 }
 
+// The slices of a part come from the I/O threads in any order. The rows of
+// a `.t()` matrix each span almost its whole storage; read last slice first,
+// each slice missed the span cached by the one before and read the storage
+// again (4 slices: 4x). Overlapping spans now read what the cache lacks.
+TEST(StridedFileTest, SlicesInAnyOrderReadTheStorageOnce) {
+  const StridedView v = View({64, 128}, {1, 64}, 0, 64 * 128, 4);
+  const std::string file = StorageFile(v.storage_offset, v.storage_elements, 4);
+  const std::string want = Reference(v, file);
+  CountingFile base(file);
+  std::unique_ptr<ReadableFile> f = OpenStridedView(v, &base, "view");
+  const uint64_t slice = 8 * 128 * 4;  // rows [8i, 8i + 8) of the band rows [0, 32)
+  std::string got(4 * slice, '\0');
+  for (uint64_t i = 4; i-- > 0;) {
+    ASSERT_TRUE(f->ReadAt(i * slice, slice, got.data() + i * slice).ok());
+  }
+  EXPECT_EQ(got, want.substr(0, got.size()));
+  EXPECT_EQ(base.read(), 64u * 128 * 4);  // the storage once, no more
+  // Disjoint spans still replace the cache: the view reads what it needs.
+  const StridedView p = View({4, 12, 16}, {192, 1, 12}, 0, 4 * 192, 4);
+  const std::string pfile = StorageFile(p.storage_offset, p.storage_elements, 4);
+  CountingFile pbase(pfile);
+  std::unique_ptr<ReadableFile> pf = OpenStridedView(p, &pbase, "view");
+  std::string band(192 * 4, '\0');
+  for (uint64_t b : {3, 0}) {
+    ASSERT_TRUE(pf->ReadAt(b * 192 * 4, band.size(), band.data()).ok());
+    EXPECT_EQ(band, Reference(p, pfile).substr(b * 192 * 4, band.size()));
+  }
+  EXPECT_EQ(pbase.read(), (192 + (192 + 191 / 8 + 1)) * 4);
+}
+
 TEST(StridedFileTest, ChecksBoundsAndStrides) {
   EXPECT_TRUE(CheckStridedView(View({3, 4}, {1, 3}, 0, 12, 4), "x").ok());
   Status s = CheckStridedView(View({3, 4}, {1, 3}, 1, 12, 4), "'w'");

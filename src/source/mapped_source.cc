@@ -53,7 +53,8 @@ Manifest BuildHfManifest(const HfDirIndex& idx, const std::vector<MappedKey>& ma
 namespace {
 
 Result<MappedSource> SourceFromHfIndex(HfDirIndex idx, const std::string& dir,
-                                       const HfMapping& mapping, const Vars& explicit_vars) {
+                                       const HfMapping& mapping, const Vars& explicit_vars,
+                                       const Vars& source_vars = {}) {
   MappedSource s;
   s.dir = dir;
   s.checkpoint_kind = CheckpointKind::kHfModel;
@@ -63,7 +64,7 @@ Result<MappedSource> SourceFromHfIndex(HfDirIndex idx, const std::string& dir,
   s.has_objects = false;
   s.hf = true;
   s.config_json = idx.config_json;
-  SP_ASSIGN_OR_RETURN(Vars vars, ResolveVars(mapping, idx.config_json, explicit_vars));
+  SP_ASSIGN_OR_RETURN(Vars vars, ResolveVars(mapping, idx.config_json, explicit_vars, source_vars));
   std::vector<HfMeta> metas;
   metas.reserve(idx.tensors.size());
   for (const auto& t : idx.tensors) metas.push_back(t.meta);
@@ -87,7 +88,7 @@ std::string ConfigFromMetadata(const std::string& metadata_json) {
 }
 
 Result<MappedSource> OpenSource(Storage* storage, const std::string& dir, const HfMapping& mapping,
-                                const Vars& explicit_vars) {
+                                const Vars& explicit_vars, const Vars& source_vars) {
   SP_ASSIGN_OR_RETURN(std::optional<std::string> top, ManifestReadWhole(storage, dir));
   if (top) {  // an object store: the manifest in one GET, no kind detection's HEAD
     MappedSource s;
@@ -97,14 +98,15 @@ Result<MappedSource> OpenSource(Storage* storage, const std::string& dir, const 
     return s;
   }
   SP_ASSIGN_OR_RETURN(CheckpointKind kind, DetectCheckpointKind(dir, storage));
-  return OpenSource(storage, dir, kind, mapping, explicit_vars);
+  return OpenSource(storage, dir, kind, mapping, explicit_vars, source_vars);
 }
 
 Result<MappedSource> OpenSource(Storage* storage, const std::string& dir, CheckpointKind kind,
-                                const HfMapping& mapping, const Vars& explicit_vars) {
+                                const HfMapping& mapping, const Vars& explicit_vars,
+                                const Vars& source_vars) {
   if (kind == CheckpointKind::kHfModel) {
     SP_ASSIGN_OR_RETURN(HfDirIndex idx, ScanHfDir(storage, dir));
-    return SourceFromHfIndex(std::move(idx), dir, mapping, explicit_vars);
+    return SourceFromHfIndex(std::move(idx), dir, mapping, explicit_vars, source_vars);
   }
   MappedSource s;
   SP_ASSIGN_OR_RETURN(static_cast<Source&>(s), OpenCheckpointSource(storage, dir, kind));

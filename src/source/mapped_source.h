@@ -41,10 +41,14 @@ internal_format::Manifest BuildHfManifest(const HfDirIndex& idx,
 // already decided: an HF model under `mapping` here, a shardpoint checkpoint
 // or a PyTorch DCP directory through OpenCheckpointSource. Variables: see
 // ResolveVars.
+// `source_vars`: variables another source states (the Megatron checkpoint
+// an HF model is compared with), below the HF model's own config.json.
 Result<MappedSource> OpenSource(Storage* storage, const std::string& dir, const HfMapping& mapping,
-                                const internal_hf::Vars& explicit_vars);
+                                const internal_hf::Vars& explicit_vars,
+                                const internal_hf::Vars& source_vars = {});
 Result<MappedSource> OpenSource(Storage* storage, const std::string& dir, CheckpointKind kind,
-                                const HfMapping& mapping, const internal_hf::Vars& explicit_vars);
+                                const HfMapping& mapping, const internal_hf::Vars& explicit_vars,
+                                const internal_hf::Vars& source_vars = {});
 
 // An HF model read by one process and broadcast (LoadFromHf): the raw
 // headers, file names and config.json as bytes (ReadHfHeaders), and the

@@ -523,16 +523,21 @@ TEST(DcpCliTest, ExportHfMegatronMoeUnstacksLayersAndExperts) {
   check("model.norm.weight", [&](int64_t k) { return src(8, k); });
   check("lm_head.weight", [&](int64_t k) { return src(9, k); });
 
-  // HF -> keys through the same rules (the export has no config.json: the
-  // sizes by --set): the experts stacked back under the layers equal the
+  // HF -> keys through the same rules, with no --set either (the export has
+  // no config.json: the checkpoint's args give the HF side's sizes, in either
+  // argument order): the experts stacked back under the layers equal the
   // checkpoint's bit for bit; only the vocabulary keys differ, cut to 6 rows.
-  CliRun d = RunCli("diff " + dir + " " + out +
-                    " --mapping megatron_moe --set num_attention_heads=2"
-                    " --set num_key_value_heads=1 --set vocab_size=6");
-  EXPECT_EQ(d.exit_code, 1) << d.out;
-  EXPECT_THAT(d.out, HasSubstr("8 equal, 0 different, 2 mismatched, 0 only in A, 0 only in B"));
-  EXPECT_THAT(d.out, HasSubstr("embedding.word_embeddings.weight  (shape [8, 4] vs [6, 4])"));
-  EXPECT_THAT(d.out, HasSubstr("output_layer.weight  (shape [8, 4] vs [6, 4])"));
+  for (const std::string& args : {dir + " " + out, out + " " + dir}) {
+    CliRun d = RunCli("diff " + args + " --mapping megatron_moe");
+    EXPECT_EQ(d.exit_code, 1) << d.out;
+    EXPECT_THAT(d.out, HasSubstr("8 equal, 0 different, 2 mismatched, 0 only in A, 0 only in B"));
+    EXPECT_THAT(d.out, HasSubstr("embedding.word_embeddings.weight  (shape ["));
+    EXPECT_THAT(d.out, HasSubstr("output_layer.weight  (shape ["));
+  }
+  // An explicit --set still wins over the args: 2 groups do not fit.
+  CliRun set =
+      RunCli("diff " + dir + " " + out + " --mapping megatron_moe --set num_key_value_heads=2");
+  EXPECT_EQ(set.exit_code, 2) << set.out;
   std::filesystem::remove_all(out);
 }
 
