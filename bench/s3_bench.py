@@ -26,10 +26,18 @@ for bit against the saved bytes.
 
 Modelled remote store: the gateway here is CPU-bound on loopback, so the
 same runs are also priced for a remote store of --latency-ms per request and
---gbps per client: time = bytes / bandwidth + requests x latency / requests in
-flight (each tool's concurrency, but no more than the requests made: each
-request waits at least one latency). Modelled, from the measured request counts,
-not measured. The load average is printed with the figures (a loaded machine
+--gbps per client: time = bytes / bandwidth + latency x round trips on the
+critical path. A tool's requests come in dependent phases (boto3's upload:
+CreateMultipartUpload, then the parts, then CompleteMultipartUpload; its
+download_file: a HeadObject, then the ranged GETs; shardpoint's save: the
+directory LIST, the creates, the parts, the completes, then the manifest's
+conditional PUT; its load: the manifest GET, then the ranged GETs); a phase of
+n requests at a concurrency of c costs ceil(n / c) round trips. The phases'
+request counts must add up to the requests counted in the gateway's log, or
+the run fails. The formula before 2026-11-28g (requests x latency / requests in
+flight, as if every request could be in flight at once) is printed beside it:
+it priced boto3's HEAD-then-GET and a multipart upload's three steps as one
+round trip. Modelled, from the measured request counts, not measured. The load average is printed with the figures (a loaded machine
 makes wall times noise; CPU seconds and request counts hold).
 """
 
@@ -84,7 +92,38 @@ class Gateway:
         return (int(fields[11]) + int(fields[12])) / tick
 
 
-def measure(gw, label, nbytes, in_flight, fn, rows, model):
+def round_trips(phases, in_flight):
+    """Round trips on the critical path: each dependent phase of n requests
+    at a concurrency of in_flight takes ceil(n / in_flight) of them."""
+    return sum(-(-n // max(1, min(in_flight, n))) for n in phases if n > 0)
+
+
+def multipart(files, before=0, after=0):
+    """Phases of a save of `files` objects: `before` requests first, then
+    one PUT per object (an object of one part) or a multipart upload of
+    each (the creates, the parts, the completes), then `after` requests."""
+
+    def phases(reqs):
+        data = reqs - before - after
+        mid = [files] if data == files else [files, data - 2 * files, files]
+        return [before] + mid + [after]
+
+    return phases
+
+
+def then(first):
+    """Phases of a load: `first` requests (shardpoint's manifest GET,
+    boto3's HeadObjects), then every GET in flight."""
+    return lambda reqs: [first, reqs - first]
+
+
+def sequential(procs):
+    """Phases of `procs` single-connection processes side by side (s3cmd):
+    each request waits for the one before it in its process."""
+    return lambda reqs: [procs] * (reqs // procs) + [reqs % procs]
+
+
+def measure(gw, label, nbytes, in_flight, fn, rows, model, phases):
     # the gateway writes its log lines after answering: let them land
     time.sleep(0.3)
     r0, g0, c0, k0 = gw.requests(), gw.cpu(), cpu_self(), cpu_children()
@@ -101,15 +140,23 @@ def measure(gw, label, nbytes, in_flight, fn, rows, model):
     # bench/network_storage.h). The formula before 2026-11-28f divided by
     # the concurrency alone, so 12 requests at a concurrency of 64 cost under
     # a fifth of one latency; kept as model_old_gbs for comparison.
-    modelled = nbytes / bw + reqs * latency_s / max(1, min(in_flight, reqs))
-    modelled_old = nbytes / bw + reqs * latency_s / max(1, in_flight)
+    # phases: the request count of each dependent phase, given the total
+    # counted (a tool whose counts do not add up fails the run: the model
+    # then prices requests that were not made, or misses some).
+    ph = phases(reqs)
+    assert sum(ph) == reqs, f"{label}: phases {ph} do not add up to the {reqs} requests counted"
+    trips = round_trips(ph, in_flight)
+    modelled = nbytes / bw + trips * latency_s
+    modelled_old = nbytes / bw + reqs * latency_s / max(1, min(in_flight, reqs))
     row = dict(label=label, gbs=nbytes / wall / 1e9, wall=wall, reqs=reqs, reqs_gib=reqs / gib,
                cpu_gib=client / gib, gw_cpu_gib=(gw.cpu() - g0) / gib, in_flight=in_flight,
+               phases=ph, trips=trips,
                model_gbs=nbytes / modelled / 1e9, model_old_gbs=nbytes / modelled_old / 1e9)
     rows.append(row)
     print(f"  {label:<34} {row['gbs']:6.3f} GB/s  {reqs:5d} req ({row['reqs_gib']:7.1f}/GiB)  "
           f"client CPU {row['cpu_gib']:6.2f} s/GiB  gateway CPU {row['gw_cpu_gib']:6.2f} s/GiB  "
-          f"modelled remote {row['model_gbs']:6.3f} GB/s (old formula "
+          f"phases {ph} = {trips} round trips, modelled remote {row['model_gbs']:6.3f} GB/s (old "
+          f"formula "
           f"{row['model_old_gbs']:6.3f})", flush=True)
     return row
 
@@ -137,7 +184,8 @@ def shardpoint_runs(sp, env, opts, bucket, shards, ranks, gw, rows, model):
     path = first + "-warm-up"
     run(ranks, save)
     path = first
-    measure(gw, "shardpoint save", nbytes, inflight, lambda: run(ranks, save), rows, model)
+    measure(gw, "shardpoint save", nbytes, inflight, lambda: run(ranks, save), rows, model,
+            multipart(ranks, before=1, after=1))
     outs = [np.empty_like(s) for s in shards]
 
     def load(rank, comm):
@@ -150,7 +198,7 @@ def shardpoint_runs(sp, env, opts, bucket, shards, ranks, gw, rows, model):
     run(ranks, load)
 
     measure(gw, "shardpoint load (same layout)", nbytes, inflight, lambda: run(ranks, load), rows,
-            model)
+            model, then(1))
     assert all(np.array_equal(a, b) for a, b in zip(outs, shards)), "load differs"
     outs = [np.empty_like(s) for s in shards]
 
@@ -161,7 +209,7 @@ def shardpoint_runs(sp, env, opts, bucket, shards, ranks, gw, rows, model):
                 storage_options=opts, read_slice_bytes=16 << 20)
 
     measure(gw, "shardpoint load (16 MiB GETs)", nbytes, inflight, lambda: run(ranks, load16),
-            rows, model)
+            rows, model, then(1))
     assert all(np.array_equal(a, b) for a, b in zip(outs, shards)), "load differs"
     outs = [np.empty_like(s) for s in shards]
 
@@ -176,7 +224,7 @@ def shardpoint_runs(sp, env, opts, bucket, shards, ranks, gw, rows, model):
 
     try:
         measure(gw, "shardpoint load (1 MiB GETs, before)", nbytes, inflight,
-                lambda: run(ranks, load1), rows, model)
+                lambda: run(ranks, load1), rows, model, then(1))
     finally:
         del os.environ["SHARDPOINT_S3_READ_BYTES"]
     assert all(np.array_equal(a, b) for a, b in zip(outs, shards)), "load differs"
@@ -190,7 +238,7 @@ def shardpoint_runs(sp, env, opts, bucket, shards, ranks, gw, rows, model):
 
     if g.shape[1] % m == 0:
         measure(gw, f"shardpoint load ({ranks}->{m} resharded)", nbytes, m * 4,
-                lambda: run(m, reshard), rows, model)
+                lambda: run(m, reshard), rows, model, then(1))
         assert all(np.array_equal(routs[r], g[:, r * cols:(r + 1) * cols]) for r in range(m))
     del per
 
@@ -215,7 +263,7 @@ def boto3_runs(env, bucket, blobs, gw, rows, model):
                                                              Config=cfg), zip(keys, blobs)))
 
         r = measure(gw, f"boto3 upload (concurrency {conc})", nbytes, conc * len(blobs), up,
-                    rows, model)
+                    rows, model, multipart(len(blobs)))
         best_up = r if best_up is None or r["gbs"] > best_up["gbs"] else best_up
         got = [io.BytesIO() for _ in blobs]
 
@@ -225,7 +273,7 @@ def boto3_runs(env, bucket, blobs, gw, rows, model):
                             zip(keys, got)))
 
         r = measure(gw, f"boto3 download (concurrency {conc})", nbytes, conc * len(blobs), down,
-                    rows, model)
+                    rows, model, then(len(blobs)))
         assert all(g.getvalue() == b for g, b in zip(got, blobs)), "boto3 download differs"
         best_down = r if best_down is None or r["gbs"] > best_down["gbs"] else best_down
     return best_up, best_down
@@ -249,11 +297,13 @@ def s3cmd_runs(env, bucket, files, tmp, gw, rows, model):
 
     measure(gw, "s3cmd put", nbytes, len(files),
             lambda: each(lambda i, p: ["s3cmd", "-c", cfg, "-q", "put", p,
-                                       f"s3://{bucket}/bench/s3cmd-{i}"]), rows, model)
+                                       f"s3://{bucket}/bench/s3cmd-{i}"]), rows, model,
+            sequential(len(files)))
     outs = [p + ".s3cmd" for p in files]
     measure(gw, "s3cmd get", nbytes, len(files),
             lambda: each(lambda i, p: ["s3cmd", "-c", cfg, "-q", "--force", "get",
-                                       f"s3://{bucket}/bench/s3cmd-{i}", outs[i]]), rows, model)
+                                       f"s3://{bucket}/bench/s3cmd-{i}", outs[i]]), rows, model,
+            sequential(len(files)))
     for a, b in zip(files, outs):
         assert open(a, "rb").read() == open(b, "rb").read(), "s3cmd get differs"
 
@@ -268,8 +318,11 @@ def curl_runs(env, bucket, files, gw, rows, model, range_bytes=16 << 20):
     for i, p in enumerate(files):
         put += sign + ["-T", p, f"{base}{i}", "--next"]
     put = put[:-1]
+    # curl knows the keys and sizes beforehand: every request in one phase
+    # (the raw bound; a user would need the sizes from a listing or a HEAD).
     measure(gw, f"curl parallel PUT ({len(files)} objects)", nbytes, len(files),
-            lambda: subprocess.run(put, check=True, stdout=subprocess.DEVNULL), rows, model)
+            lambda: subprocess.run(put, check=True, stdout=subprocess.DEVNULL), rows, model,
+            lambda reqs: [reqs])
     get = ["curl", "-sf", "--no-progress-meter", "-Z", "--parallel-max", "16"]
     parts = []
     for i, p in enumerate(files):
@@ -281,7 +334,8 @@ def curl_runs(env, bucket, files, gw, rows, model, range_bytes=16 << 20):
                            f"{base}{i}", "--next"]
     get = get[:-1]
     measure(gw, f"curl parallel ranged GET ({len(parts)} x 16 MiB)", nbytes, 16,
-            lambda: subprocess.run(get, check=True, stdout=subprocess.DEVNULL), rows, model)
+            lambda: subprocess.run(get, check=True, stdout=subprocess.DEVNULL), rows, model,
+            lambda reqs: [reqs])
     for p, off, out in parts:
         with open(p, "rb") as f:
             f.seek(off)
@@ -351,6 +405,7 @@ def main():
                     f.write(f"{r['label']}\t{r['gbs']:.4f} GB/s\t{r['reqs']} req\t"
                             f"{r['reqs_gib']:.1f} req/GiB\t{r['cpu_gib']:.3f} client CPU s/GiB\t"
                             f"{r['gw_cpu_gib']:.3f} gateway CPU s/GiB\t"
+                            f"{r['phases']} phases\t{r['trips']} round trips\t"
                             f"{r['model_gbs']:.4f} GB/s modelled remote\t"
                             f"{r['model_old_gbs']:.4f} GB/s modelled (old formula)\n")
                 f.write(tail + "\n")

@@ -120,6 +120,7 @@ mon data = $dir/mon
 rgw frontends = beast endpoint=127.0.0.1:$rgw_port
 rgw data = $dir/rgw
 rgw thread pool size = 64
+rgw dns name = localhost
 CONF
   export CEPH_CONF="$conf"
   monmaptool --create --clobber --fsid "$fsid" --addv a "[v1:127.0.0.1:$mon_port]" "$dir/monmap" >/dev/null

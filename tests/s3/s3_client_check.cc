@@ -73,6 +73,33 @@ TEST_F(S3ClientCheck, PutGetRangeHeadListDelete) {
   EXPECT_TRUE(c->DeleteObject(kBucket, key).ok());  // absent: fine
 }
 
+// Virtual-hosted addressing: the bucket in the Host name, the key alone in
+// the path. radosgw.sh names the gateway `localhost` (rgw dns name) and curl
+// resolves every *.localhost to the loopback, so "client-check.localhost"
+// reaches it without DNS; a client that put the bucket in the path too, or
+// not in the Host, would write or read another key.
+TEST_F(S3ClientCheck, VirtualHostedAddressingPutsTheBucketInTheHost) {
+  S3Options o = Options();
+  const size_t at = o.endpoint.find("127.0.0.1");
+  ASSERT_NE(at, std::string::npos) << o.endpoint;
+  o.endpoint.replace(at, 9, "localhost");
+  o.addressing = S3Addressing::kVirtualHosted;
+  auto vc = Client(o);
+  const std::string data = Bytes(70000, 3);
+  ASSERT_TRUE(vc->PutObject(kBucket, "vhost/a b.bin", data).ok());
+  Result<std::string> got = Client()->GetObject(kBucket, "vhost/a b.bin");  // path style
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, data);
+  std::string part(100, '\0');
+  ASSERT_TRUE(vc->GetRange(kBucket, "vhost/a b.bin", 500, part.size(), part.data()).ok());
+  EXPECT_EQ(part, data.substr(500, 100));
+  Result<S3Listing> list = vc->List(kBucket, "vhost/", "/");
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ(list->objects.size(), 1u);
+  EXPECT_EQ(list->objects[0].key, "vhost/a b.bin");
+  ASSERT_TRUE(vc->DeleteObject(kBucket, "vhost/a b.bin").ok());
+}
+
 TEST_F(S3ClientCheck, ListFollowsContinuationTokens) {
   auto c = Client();
   for (int i = 0; i < 5; ++i) {
