@@ -57,6 +57,13 @@ Status GetCount(ByteReader& in, uint64_t* n, size_t min_item_bytes, const std::s
   return OkStatus();
 }
 
+Status GetU32(ByteReader& in, uint64_t* v) {
+  uint32_t x;
+  SP_RETURN_IF_ERROR(in.U32(&x));
+  *v = x;
+  return OkStatus();
+}
+
 std::string HashText(uint64_t h) {
   char buf[19];
   std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(h));
@@ -99,7 +106,7 @@ std::string EncodeShareContribution(const Contribution& c, const std::vector<int
     PutVarint(w, id_of[i]);
     for (int64_t x : r.box.offset) PutVarint(w, static_cast<uint64_t>(x));
     for (int64_t x : r.box.shape) PutVarint(w, static_cast<uint64_t>(x));
-    PutVarint(w, static_cast<uint64_t>(region_index[i]));
+    w.U32(static_cast<uint32_t>(region_index[i]));  // a rank holds < 2^32 regions
   }
   PutVarint(w, c.objects.size());
   for (size_t i = 0; i < c.objects.size(); ++i) {
@@ -108,7 +115,7 @@ std::string EncodeShareContribution(const Contribution& c, const std::vector<int
     w.Ints(o.index);
     w.Ints(o.grid);
     w.U64(o.nbytes);
-    PutVarint(w, static_cast<uint64_t>(object_index[i]));
+    w.U32(static_cast<uint32_t>(object_index[i]));
   }
   return std::move(w.str());
 }
@@ -146,7 +153,7 @@ Result<ShareContribution> DecodeShareContribution(std::string_view bytes, int ra
   }
   ShareContribution s;
   uint64_t nregions;
-  SP_RETURN_IF_ERROR(GetCount(in, &nregions, 2, what));
+  SP_RETURN_IF_ERROR(GetCount(in, &nregions, 5, what));
   s.c.regions.resize(nregions);
   s.region_index.resize(nregions);
   for (size_t i = 0; i < nregions; ++i) {
@@ -163,10 +170,10 @@ Result<ShareContribution> DecodeShareContribution(std::string_view bytes, int ra
     r.box.shape.resize(ndim);
     for (int64_t& x : r.box.offset) SP_RETURN_IF_ERROR(GetVarint(in, &x));
     for (int64_t& x : r.box.shape) SP_RETURN_IF_ERROR(GetVarint(in, &x));
-    SP_RETURN_IF_ERROR(GetVarint(in, &s.region_index[i]));
+    SP_RETURN_IF_ERROR(GetU32(in, &s.region_index[i]));
   }
   uint64_t nobjects;
-  SP_RETURN_IF_ERROR(GetCount(in, &nobjects, 15, what));
+  SP_RETURN_IF_ERROR(GetCount(in, &nobjects, 18, what));
   s.c.objects.resize(nobjects);
   s.object_index.resize(nobjects);
   for (size_t i = 0; i < nobjects; ++i) {
@@ -175,7 +182,7 @@ Result<ShareContribution> DecodeShareContribution(std::string_view bytes, int ra
     SP_RETURN_IF_ERROR(in.Ints(&o.index));
     SP_RETURN_IF_ERROR(in.Ints(&o.grid));
     SP_RETURN_IF_ERROR(in.U64(&o.nbytes));
-    SP_RETURN_IF_ERROR(GetVarint(in, &s.object_index[i]));
+    SP_RETURN_IF_ERROR(GetU32(in, &s.object_index[i]));
   }
   SP_RETURN_IF_ERROR(in.ExpectEnd());
   return s;

@@ -11,12 +11,14 @@
 //   key     u8 1, str name, u8 dtype, u8 ndim, ndim x var   (designated)
 //           u8 0, u64 name hash, u8 dtype, u8 ndim, ndim x var
 //   var n | n x (var key index, ndim x var offset, ndim x var shape,
-//                var the region's index on the sender)
-//   var m | m x (str key, ints index, ints grid, u64 nbytes, var its index)
+//                u32 the region's index on the sender)
+//   var m | m x (str key, ints index, ints grid, u64 nbytes, u32 its index)
 //
-// var: a LEB128 varint (varint.h). A share whose key its sender does not
-// name takes about 20 bytes, not 80 + 100: an owner receives one from each
-// of a key's holders (4,096 at 65,536 ranks).
+// var: a LEB128 varint (varint.h); the indices are fixed-width, so a share's
+// size does not depend on where the region lies in its sender's list (the
+// bench generates owners' inboxes key by key). A share whose key its sender
+// does not name takes about 30 bytes, not 170: an owner receives one from
+// each of a key's holders (4,096 at 65,536 ranks).
 #pragma once
 
 #include <cstdint>
