@@ -60,6 +60,24 @@ ShareIndex IndexShares(const Contribution& mine, int n) {
 
 using Share = ShareContribution;  // names resolved by PlanOwnedKeys
 
+// Removes the regions whose name no share carried (ResolveNames failed).
+void DropUnnamed(Share* share) {
+  size_t out = 0, u = 0;
+  for (size_t i = 0; i < share->c.regions.size(); ++i) {
+    const bool unnamed = u < share->unnamed.size() && share->unnamed[u].first == i;
+    u += unnamed ? 1 : 0;
+    if (unnamed && share->c.regions[i].key.empty()) continue;
+    if (out != i) {
+      share->c.regions[out] = std::move(share->c.regions[i]);
+      share->region_index[out] = share->region_index[i];
+    }
+    ++out;
+  }
+  share->c.regions.resize(out);
+  share->region_index.resize(out);
+  share->unnamed.clear();
+}
+
 // The global planner's checks over the owned keys, in its order (phase 0:
 // each region in (rank, index) order; 1: tiling by key; 2: objects).
 std::optional<PlanError> CheckOwned(const std::vector<std::pair<int, Share>>& shares, Manifest* m,
@@ -171,8 +189,12 @@ Result<OwnerOutcome> PlanOwnedKeys(const std::vector<std::pair<int, std::string_
   std::vector<std::pair<int, ShareContribution*>> bodies;
   for (auto& [s, share] : shares) bodies.emplace_back(s, &share);
   if (std::optional<Status> st = ResolveNames(bodies)) {
-    // Sorted before the named keys' tiling: with no name, no finer position.
-    out.error_reply = EncodeErrorReply(PlanError{1, 0, 0, "", *st});
+    // Sorted after every region error and before the named keys' tiling:
+    // with no name, no finer position. The other keys are still checked.
+    PlanError nameless{1, 0, 0, "", *st};
+    for (auto& [s, share] : shares) DropUnnamed(&share);
+    std::optional<PlanError> e = CheckOwned(shares, &m, &pieces);
+    out.error_reply = EncodeErrorReply(e && *e < nameless ? *e : nameless);
     return out;
   }
   if (std::optional<PlanError> e = CheckOwned(shares, &m, &pieces)) {

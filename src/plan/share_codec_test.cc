@@ -120,5 +120,23 @@ TEST(ShareCodecTest, AKeyNoHolderNamesStillFailsNamingItsHashAndRanks) {
   EXPECT_THAT(dist.status().message(), ::testing::HasSubstr(hash));
 }
 
+// A nameless key and a dtype mismatch of another key at the same owner: the
+// mismatch (a region error) comes first, as in PlanSave.
+TEST(ShareCodecTest, AnotherKeysRegionErrorAtTheSameOwnerStillComesFirst) {
+  constexpr int kRanks = 4;
+  std::string other;
+  for (int i = 0; other.empty(); ++i) {
+    std::string k = "w" + std::to_string(i);
+    if (KeyOwner(k, kRanks) == KeyOwner(kLong, kRanks)) other = k;
+  }
+  std::vector<Contribution> ranks =
+      Holders({R(kLong, 2), R(kLong, 4), R(other, 0), R(other, 2, {8, 4}, DType::kF16)});
+  Result<SavePlan> global = PlanSave(ranks, true);
+  Result<SavePlan> dist = PlanSaveDistributed(ranks, true);
+  ASSERT_FALSE(global.ok());
+  EXPECT_EQ(Outcome(dist), Outcome(global));
+  EXPECT_THAT(dist.status().message(), ::testing::HasSubstr("tensor '" + other + "'"));
+}
+
 }  // namespace
 }  // namespace shardpoint::internal_plan
