@@ -1,7 +1,6 @@
 // Distributed save planning, steps 1-3 (dist_plan.h). Messages:
 //
-//   share   u32 'SPS2' | blob EncodeContribution(the subset) |
-//           u64 n, n x u32 region index | u64 m, m x u32 object index
+//   share   share_codec.h (a key's name only from its designated holders)
 //   reply   u32 'SPR1' | u8 0 | u64 n, n x (u64 chunk, u8 role) | u64 m, m x u8 role
 //           u32 'SPR1' | u8 1 | u8 phase, u64 rank, u64 index, str key, u8 code, str message
 //   skeleton  u64 t, t x (str key, u8 dtype, ints shape, u64 c, c x (ints offset, ints shape))
@@ -21,9 +20,8 @@
 #include "src/geometry/flat_range.h"
 #include "src/plan/dist_plan_codec.h"
 #include "src/plan/key_group.h"
+#include "src/plan/share_codec.h"
 
-using shardpoint::internal_base::ByteReader;
-using shardpoint::internal_base::ByteWriter;
 using shardpoint::internal_format::EncodeDataFileHeader;
 using shardpoint::internal_format::kDataDir;
 using shardpoint::internal_format::Manifest;
@@ -35,9 +33,7 @@ using shardpoint::internal_geometry::RowMajorIndex;
 namespace shardpoint::internal_plan {
 namespace {
 
-constexpr uint32_t kShareMagic = 0x32535053;  // "SPS2"
-
-uint64_t KeyHash(std::string_view key) { return XXH3_64bits(key.data(), key.size()); }
+uint64_t KeyHash(std::string_view key) { return KeyNameHash(key); }
 
 // The region and object indices this rank sends each owner, ascending.
 struct ShareIndex {
@@ -62,38 +58,24 @@ ShareIndex IndexShares(const Contribution& mine, int n) {
   return s;
 }
 
-struct Share {
-  Contribution sub;
-  std::vector<uint64_t> region_index, object_index;
-};
+using Share = ShareContribution;  // names resolved by PlanOwnedKeys
 
-Result<Share> DecodeShare(std::string_view bytes, int sender) {
-  ByteReader in(bytes, "plan share from rank " + std::to_string(sender));
-  uint32_t magic;
-  SP_RETURN_IF_ERROR(in.U32(&magic));
-  if (magic != kShareMagic) {
-    return DataLossError("plan share from rank " + std::to_string(sender) + ": bad magic");
-  }
-  std::string blob;
-  SP_RETURN_IF_ERROR(in.Blob(&blob));
-  Share s;
-  SP_ASSIGN_OR_RETURN(s.sub, DecodeContribution(blob, sender));
-  for (auto* v : {&s.region_index, &s.object_index}) {
-    uint64_t n;
-    SP_RETURN_IF_ERROR(in.Count(&n, 4));
-    v->resize(n);
-    for (uint64_t& x : *v) {
-      uint32_t i;
-      SP_RETURN_IF_ERROR(in.U32(&i));
-      x = i;
+// Removes the regions whose name no share carried (ResolveNames failed).
+void DropUnnamed(Share* share) {
+  size_t out = 0, u = 0;
+  for (size_t i = 0; i < share->c.regions.size(); ++i) {
+    const bool unnamed = u < share->unnamed.size() && share->unnamed[u].first == i;
+    u += unnamed ? 1 : 0;
+    if (unnamed && share->c.regions[i].key.empty()) continue;
+    if (out != i) {
+      share->c.regions[out] = std::move(share->c.regions[i]);
+      share->region_index[out] = share->region_index[i];
     }
+    ++out;
   }
-  if (s.region_index.size() != s.sub.regions.size() ||
-      s.object_index.size() != s.sub.objects.size()) {
-    return DataLossError("plan share from rank " + std::to_string(sender) + ": counts differ");
-  }
-  SP_RETURN_IF_ERROR(in.ExpectEnd());
-  return s;
+  share->c.regions.resize(out);
+  share->region_index.resize(out);
+  share->unnamed.clear();
 }
 
 // The global planner's checks over the owned keys, in its order (phase 0:
@@ -102,7 +84,7 @@ std::optional<PlanError> CheckOwned(const std::vector<std::pair<int, Share>>& sh
                                     std::vector<Piece>* pieces) {
   std::unordered_map<std::string, KeyGroup> groups;
   for (const auto& [s, share] : shares) {
-    const auto& regions = share.sub.regions;
+    const auto& regions = share.c.regions;
     for (size_t j = 0; j < regions.size(); ++j) {
       Status st = AddRegion(regions[j], s, static_cast<int64_t>(j), &groups[regions[j].key]);
       if (!st.ok()) return PlanError{0, static_cast<uint64_t>(s), share.region_index[j], "", st};
@@ -117,7 +99,7 @@ std::optional<PlanError> CheckOwned(const std::vector<std::pair<int, Share>>& sh
   }
   ObjectGroups objects;
   for (const auto& [s, share] : shares) {
-    const auto& objs = share.sub.objects;
+    const auto& objs = share.c.objects;
     for (size_t j = 0; j < objs.size(); ++j) {
       Status st = AddObject(objs[j], s, static_cast<int64_t>(j), &objects);
       if (!st.ok()) return PlanError{2, static_cast<uint64_t>(s), share.object_index[j], "", st};
@@ -186,14 +168,7 @@ std::vector<std::string> EncodeShares(const Contribution& mine, int n) {
     Contribution sub;
     for (int64_t i : index.regions[o]) sub.regions.push_back(mine.regions[i]);
     for (int64_t i : index.objects[o]) sub.objects.push_back(mine.objects[i]);
-    ByteWriter w;
-    w.U32(kShareMagic);
-    w.Blob(EncodeContribution(sub));
-    for (const auto* v : {&index.regions[o], &index.objects[o]}) {
-      w.U64(v->size());
-      for (int64_t i : *v) w.U32(static_cast<uint32_t>(i));  // a rank holds < 2^32 regions
-    }
-    out[o] = std::move(w.str());
+    out[o] = EncodeShareContribution(sub, index.regions[o], index.objects[o]);
   }
   return out;
 }
@@ -203,7 +178,7 @@ Result<OwnerOutcome> PlanOwnedKeys(const std::vector<std::pair<int, std::string_
   shares.reserve(received.size());
   for (const auto& [s, bytes] : received) {
     if (bytes.empty()) continue;
-    SP_ASSIGN_OR_RETURN(Share share, DecodeShare(bytes, s));
+    SP_ASSIGN_OR_RETURN(Share share, DecodeShareContribution(bytes, s));
     shares.emplace_back(s, std::move(share));
   }
   std::sort(shares.begin(), shares.end(),
@@ -211,14 +186,25 @@ Result<OwnerOutcome> PlanOwnedKeys(const std::vector<std::pair<int, std::string_
   Manifest m;
   std::vector<Piece> pieces;
   OwnerOutcome out;
+  std::vector<std::pair<int, ShareContribution*>> bodies;
+  for (auto& [s, share] : shares) bodies.emplace_back(s, &share);
+  if (std::optional<Status> st = ResolveNames(bodies)) {
+    // Sorted after every region error and before the named keys' tiling:
+    // with no name, no finer position. The other keys are still checked.
+    PlanError nameless{1, 0, 0, "", *st};
+    for (auto& [s, share] : shares) DropUnnamed(&share);
+    std::optional<PlanError> e = CheckOwned(shares, &m, &pieces);
+    out.error_reply = EncodeErrorReply(e && *e < nameless ? *e : nameless);
+    return out;
+  }
   if (std::optional<PlanError> e = CheckOwned(shares, &m, &pieces)) {
     out.error_reply = EncodeErrorReply(*e);
     return out;
   }
   std::unordered_map<int, ReplyRoles> roles;
   for (const auto& [s, share] : shares) {
-    roles[s].regions.assign(share.sub.regions.size(), {0, kRoleNone});
-    roles[s].objects.assign(share.sub.objects.size(), kRoleNone);
+    roles[s].regions.assign(share.c.regions.size(), {0, kRoleNone});
+    roles[s].objects.assign(share.c.objects.size(), kRoleNone);
   }
   AssignRoles(pieces, m, &roles);
   for (const auto& [s, share] : shares) out.replies.emplace_back(s, EncodeRoleReply(roles[s]));
