@@ -159,7 +159,7 @@ void ModelRecords(const std::map<int, Contribution>& subs, const OwnerOutcome& o
   for (size_t i = 0; i < sk.tensors.size(); ++i) at[sk.tensors[i].key] = i;
   for (const auto& [s, bytes] : out.replies) {
     ReplyRoles roles;
-    if (Check(DecodeReply(bytes, 0, &roles), "DecodeReply")) Die("plan error in a reply");
+    if (!Check(DecodeReply(bytes, 0, &roles), "DecodeReply").empty()) Die("plan error in a reply");
     const Contribution& c = subs.at(s);
     for (size_t j = 0; j < roles.regions.size(); ++j) {
       if (roles.regions[j].second != kRoleWrite) continue;

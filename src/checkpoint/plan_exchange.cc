@@ -15,6 +15,8 @@ using shardpoint::internal_plan::EncodeShares;
 using shardpoint::internal_plan::InvalidatePlan;
 using shardpoint::internal_plan::LocalPlan;
 using shardpoint::internal_plan::LocalPlanKey;
+using shardpoint::internal_plan::NameErrorReplies;
+using shardpoint::internal_plan::NamesHeld;
 using shardpoint::internal_plan::OwnerOutcome;
 using shardpoint::internal_plan::PlanKey;
 using shardpoint::internal_plan::PlanLocal;
@@ -23,6 +25,7 @@ using shardpoint::internal_plan::Replies;
 using shardpoint::internal_plan::SavePlan;
 using shardpoint::internal_plan::StoreGlobalPlan;
 using shardpoint::internal_plan::StoreLocalPlan;
+using shardpoint::internal_plan::UnnamedInReplies;
 
 namespace shardpoint::internal_checkpoint {
 namespace {
@@ -132,6 +135,17 @@ Status PlanSaveCollective(Comm& comm, const Result<Contribution>& mine, SavePlan
   SP_RETURN_IF_ERROR(AllToAllAgreed(
       comm, replies.status(), replies.ok() ? std::move(*replies) : std::vector<std::string>(n),
       &received, traffic));
+
+  // 2b. On the error path only, where an owner's error names a key by a
+  // placeholder (no share named it): its holders tell every rank the name.
+  if (std::vector<uint64_t> unnamed = UnnamedInReplies(received); !unnamed.empty()) {
+    std::vector<std::string> held;
+    const std::string names = NamesHeld(*mine, unnamed);
+    traffic->sent += names.size();
+    SP_RETURN_IF_ERROR(comm.AllGather(names, &held));
+    for (const std::string& h : held) traffic->received += h.size();
+    SP_RETURN_IF_ERROR(NameErrorReplies(held, &received));
+  }
 
   // 3. This rank's plan, or the plan error every rank shares.
   Result<LocalPlan> lp = Guarded("save: planning", [&]() {

@@ -4,7 +4,9 @@
 //      its cache; a gather to rank 0 and a broadcast tell every rank whether
 //      all hit (one byte each way);
 //   1. shares to the keys' owners (all-to-all);
-//   2. the owners' replies, or their plan errors to every rank (all-to-all).
+//   2. the owners' replies, or their plan errors to every rank (all-to-all);
+//      on the error path only, where an error names a key no share named
+//      (dist_plan.h), an all-gather of its holders' names renames it.
 // A rank whose step fails sends its error to every rank instead of its
 // payloads, and every rank returns the lowest failing rank's error prefixed
 // "rank R: " (AllGatherAgreed's rule), so no rank hangs.

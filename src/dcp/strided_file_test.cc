@@ -66,6 +66,18 @@ StridedView View(Shape size, Shape stride, uint64_t first, uint64_t elements, ui
   return v;
 }
 
+// A view opened over its storage file, counting what it reads there.
+struct OpenView {
+  explicit OpenView(const StridedView& v)
+      : file(StorageFile(v.storage_offset, v.storage_elements, v.element_size)),
+        want(Reference(v, file)),
+        base(file),
+        f(OpenStridedView(v, &base, "view")) {}
+  const std::string file, want;  // want: the view's bytes, row-major
+  CountingFile base;
+  std::unique_ptr<ReadableFile> f;
+};
+
 // Random layouts (permuted dims, gaps, zero strides, offsets) read in random
 // byte ranges, unaligned ones included, equal the element-by-element gather.
 TEST(StridedFileTest, RandomViewsReadLikeTheReference) {
@@ -89,10 +101,9 @@ TEST(StridedFileTest, RandomViewsReadLikeTheReference) {
     const uint64_t first = rng() % 4;
     StridedView v = View(size, stride, first, first + extent + rng() % 3, es);
     ASSERT_TRUE(CheckStridedView(v, "x").ok()) << CheckStridedView(v, "x").ToString();
-    const std::string file = StorageFile(v.storage_offset, v.storage_elements, es);
-    const std::string want = Reference(v, file);
-    CountingFile base(file);
-    std::unique_ptr<ReadableFile> f = OpenStridedView(v, &base, "view");
+    OpenView t(v);
+    const std::string& want = t.want;
+    ReadableFile* f = t.f.get();
     ASSERT_EQ(*f->Size(), want.size());
     for (int k = 0; k < 6; ++k) {
       const uint64_t a = rng() % (want.size() + 1);
@@ -113,36 +124,29 @@ TEST(StridedFileTest, RandomViewsReadLikeTheReference) {
 // its storage once, in one request; a read of elements that lie in a band of
 // the storage reads that band (and an eighth ahead) alone.
 TEST(StridedFileTest, ReadsTheStorageOnceAndBandsAlone) {
-  const StridedView v = View({64, 48}, {1, 64}, 0, 64 * 48, 4);
-  const std::string file = StorageFile(v.storage_offset, v.storage_elements, 4);
-  const std::string want = Reference(v, file);
   {
-    CountingFile base(file);
-    std::unique_ptr<ReadableFile> f = OpenStridedView(v, &base, "view");
-    std::string got(want.size(), '\0');
-    for (uint64_t a = 0; a < want.size(); a += 1024) {
-      ASSERT_TRUE(f->ReadAt(a, std::min<uint64_t>(1024, want.size() - a), got.data() + a).ok());
+    OpenView t(View({64, 48}, {1, 64}, 0, 64 * 48, 4));
+    std::string got(t.want.size(), '\0');
+    for (uint64_t a = 0; a < t.want.size(); a += 1024) {
+      ASSERT_TRUE(t.f->ReadAt(a, std::min<uint64_t>(1024, t.want.size() - a), got.data() + a).ok());
     }
-    EXPECT_EQ(got, want);
-    EXPECT_EQ(base.read(), 64u * 48 * 4);
-    EXPECT_EQ(base.requests(), 1u);
+    EXPECT_EQ(got, t.want);
+    EXPECT_EQ(t.base.read(), 64u * 48 * 4);
+    EXPECT_EQ(t.base.requests(), 1u);
   }
   {
     // A (4, 16, 12) storage permuted to (4, 12, 16): the view's [2] is the
     // storage's [2], 192 contiguous elements, and is all that is read.
-    const StridedView p = View({4, 12, 16}, {192, 1, 12}, 0, 4 * 192, 4);
-    const std::string pfile = StorageFile(p.storage_offset, p.storage_elements, 4);
-    CountingFile base(pfile);
-    std::unique_ptr<ReadableFile> f = OpenStridedView(p, &base, "view");
+    OpenView t(View({4, 12, 16}, {192, 1, 12}, 0, 4 * 192, 4));
     std::string got(192 * 4, '\0');
-    ASSERT_TRUE(f->ReadAt(2 * 192 * 4, got.size(), got.data()).ok());
-    EXPECT_EQ(got, Reference(p, pfile).substr(2 * 192 * 4, got.size()));
-    EXPECT_EQ(base.read(), (192 + 191 / 8 + 1) * 4);  // the band and an eighth ahead
+    ASSERT_TRUE(t.f->ReadAt(2 * 192 * 4, got.size(), got.data()).ok());
+    EXPECT_EQ(got, t.want.substr(2 * 192 * 4, got.size()));
+    EXPECT_EQ(t.base.read(), (192 + 191 / 8 + 1) * 4);  // the band and an eighth ahead
     // The next elements' runs, each 16 elements of the band, hit that read.
     for (int i = 0; i < 12; ++i) {
-      ASSERT_TRUE(f->ReadAt((2 * 192 + 16 * i) * 4, 64, got.data()).ok());
+      ASSERT_TRUE(t.f->ReadAt((2 * 192 + 16 * i) * 4, 64, got.data()).ok());
     }
-    EXPECT_EQ(base.requests(), 1u);
+    EXPECT_EQ(t.base.requests(), 1u);
   }
 }
 
@@ -151,29 +155,22 @@ TEST(StridedFileTest, ReadsTheStorageOnceAndBandsAlone) {
 // each slice missed the span cached by the one before and read the storage
 // again (4 slices: 4x). Overlapping spans now read what the cache lacks.
 TEST(StridedFileTest, SlicesInAnyOrderReadTheStorageOnce) {
-  const StridedView v = View({64, 128}, {1, 64}, 0, 64 * 128, 4);
-  const std::string file = StorageFile(v.storage_offset, v.storage_elements, 4);
-  const std::string want = Reference(v, file);
-  CountingFile base(file);
-  std::unique_ptr<ReadableFile> f = OpenStridedView(v, &base, "view");
+  OpenView t(View({64, 128}, {1, 64}, 0, 64 * 128, 4));
   const uint64_t slice = 8 * 128 * 4;  // rows [8i, 8i + 8) of the band rows [0, 32)
   std::string got(4 * slice, '\0');
   for (uint64_t i = 4; i-- > 0;) {
-    ASSERT_TRUE(f->ReadAt(i * slice, slice, got.data() + i * slice).ok());
+    ASSERT_TRUE(t.f->ReadAt(i * slice, slice, got.data() + i * slice).ok());
   }
-  EXPECT_EQ(got, want.substr(0, got.size()));
-  EXPECT_EQ(base.read(), 64u * 128 * 4);  // the storage once, no more
+  EXPECT_EQ(got, t.want.substr(0, got.size()));
+  EXPECT_EQ(t.base.read(), 64u * 128 * 4);  // the storage once, no more
   // Disjoint spans still replace the cache: the view reads what it needs.
-  const StridedView p = View({4, 12, 16}, {192, 1, 12}, 0, 4 * 192, 4);
-  const std::string pfile = StorageFile(p.storage_offset, p.storage_elements, 4);
-  CountingFile pbase(pfile);
-  std::unique_ptr<ReadableFile> pf = OpenStridedView(p, &pbase, "view");
+  OpenView p(View({4, 12, 16}, {192, 1, 12}, 0, 4 * 192, 4));
   std::string band(192 * 4, '\0');
   for (uint64_t b : {3, 0}) {
-    ASSERT_TRUE(pf->ReadAt(b * 192 * 4, band.size(), band.data()).ok());
-    EXPECT_EQ(band, Reference(p, pfile).substr(b * 192 * 4, band.size()));
+    ASSERT_TRUE(p.f->ReadAt(b * 192 * 4, band.size(), band.data()).ok());
+    EXPECT_EQ(band, p.want.substr(b * 192 * 4, band.size()));
   }
-  EXPECT_EQ(pbase.read(), (192 + (192 + 191 / 8 + 1)) * 4);
+  EXPECT_EQ(p.base.read(), (192 + (192 + 191 / 8 + 1)) * 4);
 }
 
 TEST(StridedFileTest, ChecksBoundsAndStrides) {

@@ -170,6 +170,11 @@ Result<SavePlan> PlanSaveDistributed(const std::vector<Contribution>& ranks, boo
     for (auto& [s, bytes] : out.replies) replies[s].emplace_back(o, std::move(bytes));
     skeletons[o] = std::move(out.skeleton);
   }
+  if (std::vector<uint64_t> unnamed = UnnamedInReplies(errors); !unnamed.empty()) {
+    std::vector<std::string> held;
+    for (const Contribution& c : ranks) held.push_back(NamesHeld(c, unnamed));
+    SP_RETURN_IF_ERROR(NameErrorReplies(held, &errors));
+  }
   std::vector<std::string> structures(n);
   if (local) local->resize(n);
   for (int r = 0; r < n; ++r) {

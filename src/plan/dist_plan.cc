@@ -2,7 +2,9 @@
 //
 //   share   share_codec.h (a key's name only from its designated holders)
 //   reply   u32 'SPR1' | u8 0 | u64 n, n x (u64 chunk, u8 role) | u64 m, m x u8 role
-//           u32 'SPR1' | u8 1 | u8 phase, u64 rank, u64 index, str key, u8 code, str message
+//           u32 'SPR1' | u8 1 | u64 e, e x (u8 phase, u64 rank, u64 index, str key,
+//                                             u8 code, str message)
+//   names   u64 k, k x (u64 name hash, str name)      (on the error path only)
 //   skeleton  u64 t, t x (str key, u8 dtype, ints shape, u64 c, c x (ints offset, ints shape))
 //             u64 o, o x (str key, ints index, ints grid, u64 nbytes)
 #include "src/plan/dist_plan.h"
@@ -22,6 +24,8 @@
 #include "src/plan/key_group.h"
 #include "src/plan/share_codec.h"
 
+using shardpoint::internal_base::ByteReader;
+using shardpoint::internal_base::ByteWriter;
 using shardpoint::internal_format::EncodeDataFileHeader;
 using shardpoint::internal_format::kDataDir;
 using shardpoint::internal_format::Manifest;
@@ -79,34 +83,43 @@ void DropUnnamed(Share* share) {
 }
 
 // The global planner's checks over the owned keys, in its order (phase 0:
-// each region in (rank, index) order; 1: tiling by key; 2: objects).
-std::optional<PlanError> CheckOwned(const std::vector<std::pair<int, Share>>& shares, Manifest* m,
-                                    std::vector<Piece>* pieces) {
+// each region in (rank, index) order; 1: tiling by key; 2: objects). The
+// first error, and in phase 1 also every unnamed key's (UnnamedKey), since
+// its name, once known, may sort first.
+std::vector<PlanError> CheckOwned(const std::vector<std::pair<int, Share>>& shares, Manifest* m,
+                                  std::vector<Piece>* pieces) {
   std::unordered_map<std::string, KeyGroup> groups;
   for (const auto& [s, share] : shares) {
     const auto& regions = share.c.regions;
     for (size_t j = 0; j < regions.size(); ++j) {
       Status st = AddRegion(regions[j], s, static_cast<int64_t>(j), &groups[regions[j].key]);
-      if (!st.ok()) return PlanError{0, static_cast<uint64_t>(s), share.region_index[j], "", st};
+      if (!st.ok()) return {PlanError{0, static_cast<uint64_t>(s), share.region_index[j], "", st}};
     }
   }
   std::vector<const std::string*> keys;
   for (const auto& [key, g] : groups) keys.push_back(&key);
   std::sort(keys.begin(), keys.end(), [](auto* a, auto* b) { return *a < *b; });
+  std::vector<PlanError> errors;
+  bool named_failed = false;
   for (const std::string* key : keys) {
+    const bool unnamed = IsUnnamedKey(*key);
+    if (named_failed && !unnamed) continue;
     Status st = PlanTensor(*key, groups[*key], m, pieces);
-    if (!st.ok()) return PlanError{1, 0, 0, *key, st};
+    if (st.ok()) continue;
+    errors.push_back(PlanError{1, 0, 0, *key, st});
+    named_failed = named_failed || !unnamed;
   }
+  if (!errors.empty()) return errors;
   ObjectGroups objects;
   for (const auto& [s, share] : shares) {
     const auto& objs = share.c.objects;
     for (size_t j = 0; j < objs.size(); ++j) {
       Status st = AddObject(objs[j], s, static_cast<int64_t>(j), &objects);
-      if (!st.ok()) return PlanError{2, static_cast<uint64_t>(s), share.object_index[j], "", st};
+      if (!st.ok()) return {PlanError{2, static_cast<uint64_t>(s), share.object_index[j], "", st}};
     }
   }
   FinishObjects(objects, m, pieces);
-  return std::nullopt;
+  return {};
 }
 
 // dist_plan.h's writer choice; the roles go into `roles` (per sender: its
@@ -189,16 +202,16 @@ Result<OwnerOutcome> PlanOwnedKeys(const std::vector<std::pair<int, std::string_
   std::vector<std::pair<int, ShareContribution*>> bodies;
   for (auto& [s, share] : shares) bodies.emplace_back(s, &share);
   if (std::optional<Status> st = ResolveNames(bodies)) {
-    // Sorted after every region error and before the named keys' tiling:
-    // with no name, no finer position. The other keys are still checked.
-    PlanError nameless{1, 0, 0, "", *st};
+    // Two names with one hash: sorted after every region error and before
+    // the named keys' tiling. The other keys are still checked.
+    PlanError clash{1, 0, 0, "", *st};
     for (auto& [s, share] : shares) DropUnnamed(&share);
-    std::optional<PlanError> e = CheckOwned(shares, &m, &pieces);
-    out.error_reply = EncodeErrorReply(e && *e < nameless ? *e : nameless);
+    std::vector<PlanError> e = CheckOwned(shares, &m, &pieces);
+    out.error_reply = EncodeErrorReply({!e.empty() && e[0] < clash ? e[0] : clash});
     return out;
   }
-  if (std::optional<PlanError> e = CheckOwned(shares, &m, &pieces)) {
-    out.error_reply = EncodeErrorReply(*e);
+  if (std::vector<PlanError> e = CheckOwned(shares, &m, &pieces); !e.empty()) {
+    out.error_reply = EncodeErrorReply(e);
     return out;
   }
   std::unordered_map<int, ReplyRoles> roles;
@@ -243,8 +256,10 @@ Status CollectRoles(const Contribution& mine, const Replies& replies, int n,
   for (const auto& [o, bytes] : replies) {
     if (bytes.empty()) continue;
     if (o < 0 || o >= n) return DataLossError("plan reply from rank " + std::to_string(o));
-    SP_ASSIGN_OR_RETURN(std::optional<PlanError> e, DecodeReply(bytes, o, &roles[o]));
-    if (e && (!first || *e < *first)) first = std::move(e);
+    SP_ASSIGN_OR_RETURN(std::vector<PlanError> errors, DecodeReply(bytes, o, &roles[o]));
+    for (PlanError& e : errors) {
+      if (!first || e < *first) first = std::move(e);
+    }
     got[o] = true;
   }
   if (first) return first->status;
@@ -323,6 +338,62 @@ Result<LocalPlan> PlanLocal(const Contribution& mine, const Replies& replies, in
   lp.path = std::string(kDataDir) + "/" + std::to_string(rank) + ".safetensors";
   lp.structure = structure.Finish();
   return lp;
+}
+
+std::vector<uint64_t> UnnamedInReplies(const std::vector<std::string>& replies) {
+  std::vector<uint64_t> out;
+  for (const std::string& bytes : replies) {
+    ReplyRoles roles;
+    Result<std::vector<PlanError>> errors = DecodeReply(bytes, 0, &roles);
+    if (bytes.empty() || !errors.ok()) continue;  // PlanLocal reports a malformed reply
+    for (const PlanError& e : *errors) {
+      for (uint64_t h : UnnamedKeysIn(e.key)) out.push_back(h);
+      for (uint64_t h : UnnamedKeysIn(e.status.message())) out.push_back(h);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::string NamesHeld(const Contribution& mine, const std::vector<uint64_t>& hashes) {
+  std::unordered_map<uint64_t, const std::string*> held;
+  for (const RegionDesc& r : mine.regions) {
+    const uint64_t h = KeyHash(r.key);
+    if (std::binary_search(hashes.begin(), hashes.end(), h)) held.try_emplace(h, &r.key);
+  }
+  ByteWriter w;
+  w.U64(held.size());
+  for (const auto& [h, name] : held) w.U64(h), w.Str(*name);
+  return std::move(w.str());
+}
+
+Status NameErrorReplies(const std::vector<std::string>& held, std::vector<std::string>* replies) {
+  std::unordered_map<uint64_t, std::string> names;
+  for (size_t r = 0; r < held.size(); ++r) {
+    ByteReader in(held[r], "plan names from rank " + std::to_string(r));
+    uint64_t k;
+    SP_RETURN_IF_ERROR(in.Count(&k, 12));
+    for (uint64_t i = 0; i < k; ++i) {
+      uint64_t h;
+      std::string name;
+      SP_RETURN_IF_ERROR(in.U64(&h));
+      SP_RETURN_IF_ERROR(in.Str(&name));
+      names.try_emplace(h, std::move(name));
+    }
+    SP_RETURN_IF_ERROR(in.ExpectEnd());
+  }
+  for (std::string& bytes : *replies) {
+    ReplyRoles roles;
+    Result<std::vector<PlanError>> errors = DecodeReply(bytes, 0, &roles);
+    if (bytes.empty() || !errors.ok() || errors->empty()) continue;
+    for (PlanError& e : *errors) {
+      e.key = NameUnnamedKeys(std::move(e.key), names);
+      e.status = Status(e.status.code(), NameUnnamedKeys(e.status.message(), names));
+    }
+    bytes = EncodeErrorReply(*errors);
+  }
+  return OkStatus();
 }
 
 }  // namespace shardpoint::internal_plan

@@ -62,6 +62,17 @@ struct OwnerOutcome {
 };
 Result<OwnerOutcome> PlanOwnedKeys(const Replies& received);
 
+// The error path's names round (plan_exchange.cc, step 2b): a key no share
+// named reaches its owner's errors as a placeholder (share_codec.h), so the
+// holders send every rank its name and each rank renames the errors before
+// taking the first. UnnamedInReplies: the placeholders' hashes in the
+// replies (every rank receives the same errors, so all agree whether to run
+// the round); NamesHeld: the names this rank holds of those hashes;
+// NameErrorReplies: renames the error replies from every rank's NamesHeld.
+std::vector<uint64_t> UnnamedInReplies(const std::vector<std::string>& replies);
+std::string NamesHeld(const Contribution& mine, const std::vector<uint64_t>& hashes);
+Status NameErrorReplies(const std::vector<std::string>& held, std::vector<std::string>* replies);
+
 // This rank's part of the plan: its data file (file.items' source is the
 // region or object index; record is -1; file 0 where it writes) and what it
 // sends rank 0.

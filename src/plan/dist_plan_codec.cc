@@ -76,20 +76,23 @@ std::string EncodeRoleReply(const ReplyRoles& roles) {
   return std::move(w.str());
 }
 
-std::string EncodeErrorReply(const PlanError& e) {
+std::string EncodeErrorReply(const std::vector<PlanError>& errors) {
   ByteWriter w;
   w.U32(kReplyMagic);
   w.U8(1);
-  w.U8(e.phase);
-  w.U64(e.rank);
-  w.U64(e.index);
-  w.Str(e.key);
-  w.U8(static_cast<uint8_t>(e.status.code()));
-  w.Str(e.status.message());
+  w.U64(errors.size());
+  for (const PlanError& e : errors) {
+    w.U8(e.phase);
+    w.U64(e.rank);
+    w.U64(e.index);
+    w.Str(e.key);
+    w.U8(static_cast<uint8_t>(e.status.code()));
+    w.Str(e.status.message());
+  }
   return std::move(w.str());
 }
 
-Result<std::optional<PlanError>> DecodeReply(std::string_view bytes, int owner, ReplyRoles* roles) {
+Result<std::vector<PlanError>> DecodeReply(std::string_view bytes, int owner, ReplyRoles* roles) {
   ByteReader in(bytes, "plan reply from rank " + std::to_string(owner));
   uint32_t magic;
   uint8_t kind;
@@ -99,19 +102,24 @@ Result<std::optional<PlanError>> DecodeReply(std::string_view bytes, int owner, 
     return DataLossError("plan reply from rank " + std::to_string(owner) + ": bad magic");
   }
   if (kind == 1) {
-    PlanError e;
-    uint8_t code;
-    std::string message;
-    SP_RETURN_IF_ERROR(in.U8(&e.phase));
-    SP_RETURN_IF_ERROR(in.U64(&e.rank));
-    SP_RETURN_IF_ERROR(in.U64(&e.index));
-    SP_RETURN_IF_ERROR(in.Str(&e.key));
-    SP_RETURN_IF_ERROR(in.U8(&code));
-    SP_RETURN_IF_ERROR(in.Str(&message));
+    uint64_t count;
+    SP_RETURN_IF_ERROR(in.Count(&count, 26));
+    if (count == 0) return DataLossError("plan reply: an error reply without an error");
+    std::vector<PlanError> errors(count);
+    for (PlanError& e : errors) {
+      uint8_t code;
+      std::string message;
+      SP_RETURN_IF_ERROR(in.U8(&e.phase));
+      SP_RETURN_IF_ERROR(in.U64(&e.rank));
+      SP_RETURN_IF_ERROR(in.U64(&e.index));
+      SP_RETURN_IF_ERROR(in.Str(&e.key));
+      SP_RETURN_IF_ERROR(in.U8(&code));
+      SP_RETURN_IF_ERROR(in.Str(&message));
+      if (code == 0) return DataLossError("plan reply: an error without a code");
+      e.status = Status(static_cast<StatusCode>(code), std::move(message));
+    }
     SP_RETURN_IF_ERROR(in.ExpectEnd());
-    if (code == 0) return DataLossError("plan reply: an error without a code");
-    e.status = Status(static_cast<StatusCode>(code), std::move(message));
-    return std::optional<PlanError>(std::move(e));
+    return errors;
   }
   uint64_t n, m;
   SP_RETURN_IF_ERROR(in.Count(&n, 9));
@@ -124,7 +132,7 @@ Result<std::optional<PlanError>> DecodeReply(std::string_view bytes, int owner, 
   roles->objects.resize(m);
   for (uint8_t& role : roles->objects) SP_RETURN_IF_ERROR(in.U8(&role));
   SP_RETURN_IF_ERROR(in.ExpectEnd());
-  return std::optional<PlanError>();
+  return std::vector<PlanError>();
 }
 
 std::string EncodeSkeleton(const Manifest& m) {

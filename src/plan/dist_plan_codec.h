@@ -41,9 +41,11 @@ struct PlanError {
 };
 
 std::string EncodeRoleReply(const ReplyRoles& roles);
-std::string EncodeErrorReply(const PlanError& e);
-// Fills *roles, or returns the error the owner sent.
-Result<std::optional<PlanError>> DecodeReply(std::string_view bytes, int owner, ReplyRoles* roles);
+// The errors an owner met that may come first in PlanError order (several
+// only where a key's name is a placeholder: UnnamedKey in share_codec.h).
+std::string EncodeErrorReply(const std::vector<PlanError>& errors);
+// Fills *roles and returns no error, or returns the errors the owner sent.
+Result<std::vector<PlanError>> DecodeReply(std::string_view bytes, int owner, ReplyRoles* roles);
 
 // An owner's records (tensors with chunk boxes, objects), locations unset.
 std::string EncodeSkeleton(const internal_format::Manifest& m);

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
-#include <set>
 #include <unordered_map>
 
 #include "src/base/bytes.h"
@@ -19,6 +19,8 @@ namespace shardpoint::internal_plan {
 namespace {
 
 constexpr uint32_t kMagic = 0x33535053;  // "SPS3"
+// UnnamedKey's form: a control character no sane key starts with.
+constexpr std::string_view kUnnamed = "\x1fname hash ", kUnnamedEnd = "\x1f";
 
 struct Entry {
   const RegionDesc* first;
@@ -203,27 +205,46 @@ std::optional<Status> ResolveNames(const std::vector<std::pair<int, ShareContrib
       if (!fresh && *it->second != key) clashes[it->first] = std::minmax(*it->second, key);
     }
   }
-  std::map<uint64_t, std::set<int>> missing;
   for (const auto& [rank, s] : shares) {
     for (const auto& [i, h] : s->unnamed) {
-      auto it = names.find(h);
-      if (it == names.end()) {
-        missing[h].insert(rank);
-        continue;
-      }
       if (auto c = clashes.find(h); c != clashes.end()) {
         return InvalidArgumentError("tensors '" + c->second.first + "' and '" + c->second.second +
                                     "' have the same name hash " + HashText(h) + ": rename one");
       }
-      s->c.regions[i].key = *it->second;
+      auto it = names.find(h);
+      s->c.regions[i].key = it != names.end() ? *it->second : UnnamedKey(h);
     }
   }
-  if (missing.empty()) return std::nullopt;
-  const auto& [h, ranks] = *missing.begin();
-  return InvalidArgumentError(
-      "the tensor whose name hashes to " + HashText(h) + " (held by " +
-      RanksToString(std::vector<int>(ranks.begin(), ranks.end())) +
-      "): no rank holds a box at its origin, so its boxes do not cover the tensor");
+  return std::nullopt;
+}
+
+std::string UnnamedKey(uint64_t hash) {
+  return std::string(kUnnamed) + HashText(hash) + std::string(kUnnamedEnd);
+}
+
+bool IsUnnamedKey(std::string_view key) { return key.substr(0, kUnnamed.size()) == kUnnamed; }
+
+std::vector<uint64_t> UnnamedKeysIn(std::string_view text) {
+  std::vector<uint64_t> out;
+  for (size_t at = text.find(kUnnamed); at != std::string_view::npos;
+       at = text.find(kUnnamed, at + 1)) {
+    const std::string_view hex = text.substr(at + kUnnamed.size(), 18);
+    if (hex.size() < 18 || text.substr(at + kUnnamed.size() + 18, 1) != kUnnamedEnd) continue;
+    out.push_back(std::strtoull(std::string(hex).c_str(), nullptr, 16));
+  }
+  return out;
+}
+
+std::string NameUnnamedKeys(std::string text,
+                            const std::unordered_map<uint64_t, std::string>& names) {
+  for (const auto& [h, name] : names) {
+    const std::string placeholder = UnnamedKey(h);
+    for (size_t at = text.find(placeholder); at != std::string::npos;
+         at = text.find(placeholder, at + name.size())) {
+      text.replace(at, placeholder.size(), name);
+    }
+  }
+  return text;
 }
 
 }  // namespace shardpoint::internal_plan

@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -53,8 +54,20 @@ struct ShareContribution {
 Result<ShareContribution> DecodeShareContribution(std::string_view bytes, int rank);
 
 // Fills the unnamed regions' keys from the names the shares (sender rank,
-// share) carry. A hash no share names, or one two names share, is returned
-// as the InvalidArgument status to report; nullopt when every region is named.
+// share) carry, or, for a hash no share names, with UnnamedKey(hash): such a
+// key has no box at its origin, so its tiling check fails, and the error
+// names the placeholder until the holders' names replace it (dist_plan.h,
+// NameErrorReplies). A hash two names share is returned as the
+// InvalidArgument status to report; nullopt otherwise.
 std::optional<Status> ResolveNames(const std::vector<std::pair<int, ShareContribution*>>& shares);
+
+// A placeholder for the name of the key with this name hash.
+std::string UnnamedKey(uint64_t hash);
+bool IsUnnamedKey(std::string_view key);
+// The hashes of the placeholders in `text`, in order.
+std::vector<uint64_t> UnnamedKeysIn(std::string_view text);
+// `text` with every placeholder whose hash `names` holds replaced by the name.
+std::string NameUnnamedKeys(std::string text,
+                            const std::unordered_map<uint64_t, std::string>& names);
 
 }  // namespace shardpoint::internal_plan

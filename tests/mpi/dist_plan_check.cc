@@ -1,9 +1,9 @@
 // Distributed save planning under mpirun: each key's regions are checked by
 // the key's owner, and every rank fails with the error the all-gather planner
 // (PlanSave over every rank's contribution) gives, naming the same ranks:
-// an overlap, a collision of two ranks' boxes, disagreeing replicas (dtype,
-// and bytes with verify_replicas); a good save still loads back bit for bit.
-// Run: mpirun --allow-run-as-root --oversubscribe -np 3 build-test/dist_plan_check
+// an overlap, a collision of two ranks' boxes, a gap at a key's origin, disagreeing replicas
+// (dtype, and bytes with verify_replicas); a good save still loads back bit for bit. Run: mpirun
+// --allow-run-as-root --oversubscribe -np 3 build-test/dist_plan_check
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -107,6 +107,12 @@ TEST(DistPlan, ErrorsAreTheAllGatherPlannersOnEveryRank) {
   std::vector<Tensor> collision = Good(rank, n);
   if (rank == last) collision.push_back(Part("k0", 2, 0, 2, 3, 0.f));
   ExpectGlobalError(*world, std::move(collision), root + "/collision");
+
+  // A gap at the origin: rank 0's rows of "w" start one row late, so no
+  // rank sends the key's name to its owner; the error still names "w".
+  std::vector<Tensor> gap = Good(rank, n);
+  if (rank == 0) gap[0] = Part("w", 2 * n, 1, 1, 4, 0.f);
+  ExpectGlobalError(*world, std::move(gap), root + "/gap");
 
   // A replica that disagrees on dtype.
   std::vector<Tensor> dtype = Good(rank, n);
