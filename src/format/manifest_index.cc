@@ -122,11 +122,12 @@ void AddParts(const Manifest& m, const TensorRecord& t, uint64_t shard_bytes, ui
       r.chunks.back().file = b.files.Add(m.files[t.chunks[j].file]);
       ++j;
     } while (j < t.chunks.size() && bytes < part_bytes);
-    e.parts.push_back({static_cast<uint32_t>(shards.size() - 1), j - i, Span(t, i, j)});
+    e.AddPart(static_cast<uint32_t>(shards.size() - 1), j - i, Span(t, i, j));
     b.m.tensors.push_back(std::move(r));
     b.bytes = std::max(shard_bytes, bytes);
     i = j;
   }
+  if (e.parts.size() == 1) e.spans.clear();  // the whole tensor
 }
 
 }  // namespace
@@ -180,6 +181,20 @@ void ManifestIndex::AddObject(const std::string& key, const Shape& index, const 
   objects.push_back({key, grid, index, index, 1, shard});
 }
 
+Box TensorEntry::span(size_t p) const {
+  if (spans.empty()) return Box::Whole(shape);
+  const size_t r = shape.size();
+  const auto at = spans.begin() + static_cast<ptrdiff_t>(2 * r * p);
+  const auto mid = at + static_cast<ptrdiff_t>(r);
+  return Box(Shape(at, mid), Shape(mid, mid + static_cast<ptrdiff_t>(r)));
+}
+
+void TensorEntry::AddPart(uint32_t shard, uint64_t n, const Box& box) {
+  parts.push_back({shard, n});
+  spans.insert(spans.end(), box.offset.begin(), box.offset.end());
+  spans.insert(spans.end(), box.shape.begin(), box.shape.end());
+}
+
 uint64_t TensorEntry::num_chunks() const {
   uint64_t n = 0;
   for (const TensorPart& p : parts) n += p.num_chunks;
@@ -203,7 +218,7 @@ SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes, uint64_t part
     return shards.back();
   };
   for (const TensorRecord& t : m.tensors) {
-    TensorEntry& e = idx.tensors.emplace_back(TensorEntry{t.key, t.dtype, t.shape, {}});
+    TensorEntry& e = idx.tensors.emplace_back(TensorEntry{t.key, t.dtype, t.shape, {}, {}});
     if (TensorBytes(t) > shard_bytes && t.chunks.size() > 1) {
       AddParts(m, t, shard_bytes, part_bytes, shards, e);
       continue;
@@ -212,8 +227,7 @@ SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes, uint64_t part
     TensorRecord r = t;
     for (ChunkRecord& c : r.chunks) c.file = b.files.Add(m.files[c.file]);
     b.bytes += TensorBytes(t);
-    e.parts.push_back(
-        {static_cast<uint32_t>(shards.size() - 1), t.chunks.size(), Box::Whole(t.shape)});
+    e.parts.push_back({static_cast<uint32_t>(shards.size() - 1), t.chunks.size()});
     b.m.tensors.push_back(std::move(r));
   }
   bool first_object = true;
@@ -260,12 +274,12 @@ std::string EncodeIndex(const ManifestIndex& index) {
       continue;
     }
     w.U32(static_cast<uint32_t>(t.parts.size()));
-    for (const TensorPart& p : t.parts) {
-      w.U32(p.shard);
-      w.U64(p.num_chunks);
+    const size_t r = t.shape.size();
+    for (size_t i = 0; i < t.parts.size(); ++i) {
+      w.U32(t.parts[i].shard);
+      w.U64(t.parts[i].num_chunks);
       if (t.parts.size() == 1) continue;
-      w.Dims(p.span.offset);
-      w.Dims(p.span.shape);
+      for (size_t d = 0; d < 2 * r; ++d) w.I64(t.spans.at(2 * r * i + d));
     }
   }
   w.U64(index.num_objects());
@@ -319,7 +333,6 @@ Status IndexDecoder::Tensor(TensorEntry* t) {
   auto what = [&] { return "tensor '" + t->key + "'"; };
   if (version_ == kIndexVersionV3) {
     TensorPart& p = t->parts.emplace_back();
-    p.span = Box::Whole(t->shape);
     SP_RETURN_IF_ERROR(Shard(what, &p.shard));
     if (!r_.Int(&p.num_chunks).ok()) return Truncated(what() + " chunk count");
     return OkStatus();
@@ -340,6 +353,7 @@ Status IndexDecoder::Parts(TensorEntry* t) {
                  "remaining " + std::to_string(r_.left()) + " bytes");
   }
   t->parts.resize(n);
+  if (n > 1) t->spans.resize(2 * rank * n);  // one allocation for every span
   uint64_t total = 0;
   for (uint32_t i = 0; i < n; ++i) {
     TensorPart& p = t->parts[i];
@@ -349,17 +363,13 @@ Status IndexDecoder::Parts(TensorEntry* t) {
     std::optional<uint64_t> sum = internal_base::CheckedAdd(total, p.num_chunks);
     if (!sum) return Error(what() + " chunk counts overflow");
     total = *sum;
-    if (n == 1) {
-      p.span = Box::Whole(t->shape);
-      continue;
-    }
-    if (!r_.Dims(rank, &p.span.offset).ok() || !r_.Dims(rank, &p.span.shape).ok()) {
-      return Truncated(part() + " span");
-    }
+    if (n == 1) continue;  // the whole tensor
+    int64_t* span = t->spans.data() + 2 * rank * i;
+    if (!r_.Raw(span, 16 * rank).ok()) return Truncated(part() + " span");
     for (size_t d = 0; d < rank; ++d) {
-      const int64_t off = p.span.offset[d], ext = p.span.shape[d];
+      const int64_t off = span[d], ext = span[rank + d];
       if (off < 0 || ext < 0 || off > t->shape[d] || ext > t->shape[d] - off) {
-        return Error(part() + " span " + p.span.ToString() + " lies outside shape " +
+        return Error(part() + " span " + t->span(i).ToString() + " lies outside shape " +
                      ShapeToString(t->shape));
       }
     }
@@ -494,17 +504,18 @@ std::vector<uint32_t> ShardsForBoxes(const ManifestIndex& index,
   for (const KeyBoxes& kb : tensors) {
     const TensorEntry* e = FindEntry(index, kb.key);
     if (e == nullptr) continue;
-    for (const TensorPart& p : e->parts) {
+    for (size_t p = 0; p < e->parts.size(); ++p) {
       bool meets = e->parts.size() == 1;
+      const Box span = meets ? Box() : e->span(p);
       for (size_t i = 0; !meets && i < kb.boxes.size(); ++i) {
-        if (kb.boxes[i].offset.size() != p.span.offset.size()) {
+        if (kb.boxes[i].offset.size() != span.offset.size()) {
           meets = true;  // a shape mismatch: the load names it; read everything
           break;
         }
-        std::optional<Box> both = Intersect(kb.boxes[i], p.span);
+        std::optional<Box> both = Intersect(kb.boxes[i], span);
         meets = both.has_value() && !both->empty();
       }
-      if (meets) out.push_back(p.shard);
+      if (meets) out.push_back(e->parts[p].shard);
     }
   }
   AddObjectShards(index, object_keys, out);

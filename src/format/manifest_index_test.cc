@@ -194,7 +194,8 @@ TEST(ManifestIndexTest, ABadPartIsDataLossNamingIt) {
   ASSERT_LT(k, split.index.tensors.size());
   const std::string key = split.index.tensors[k].key;
   ManifestIndex bad = split.index;
-  bad.tensors[k].parts[1].span.shape[0] = bad.tensors[k].shape[0] + 1;
+  const size_t rank = bad.tensors[k].shape.size();
+  bad.tensors[k].spans[2 * rank + rank] = bad.tensors[k].shape[0] + 1;  // part 1's extent 0
   EXPECT_NE(DecodeIndex(EncodeIndex(bad), "m")
                 .status()
                 .message()
@@ -202,7 +203,7 @@ TEST(ManifestIndexTest, ABadPartIsDataLossNamingIt) {
             std::string::npos);
   bad = split.index;
   TensorPart& p = bad.tensors[k].parts[1];
-  p.span.shape[0] = 0;
+  bad.tensors[k].spans[2 * rank + rank] = 0;
   Result<Manifest> r = MergeShards(bad, All(split), kDir);
   EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(r.status().message().find("shard " + std::to_string(p.shard) + " (bytes"),

@@ -124,7 +124,7 @@ Status TakePart(const TensorEntry& e, size_t p, OpenShard& sh, FileFn& file, Ten
   if (r.dtype != e.dtype || r.shape != e.shape || r.chunks.size() != e.parts[p].num_chunks) {
     return Mismatch(sh, what + " differs from the index (dtype, shape or chunk count)");
   }
-  const Box& span = e.parts[p].span;
+  const Box span = e.span(p);
   for (ChunkRecord& c : r.chunks) {
     for (size_t d = 0; d < span.offset.size(); ++d) {
       if (c.box.offset[d] < span.offset[d] ||
@@ -219,7 +219,8 @@ Result<Manifest> MergeShards(ManifestIndex index,
       Shards::ReleaseIfDone(*sh);
     }
     t.key = std::move(e.key);
-    std::vector<TensorPart>().swap(e.parts);  // its memory serves the records that follow
+    std::vector<TensorPart>().swap(e.parts);  // their memory serves the records that follow
+    std::vector<int64_t>().swap(e.spans);
   }
   m.objects.reserve(index.num_objects());
   for (const ObjectRun& run : index.objects) {
