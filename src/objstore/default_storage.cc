@@ -164,6 +164,7 @@ Result<std::unique_ptr<Storage>> MakeObjectStoreStorage(const ObjectStoreOptions
   o.access_key_id = options.access_key_id;
   o.secret_access_key = options.secret_access_key;
   o.session_token = options.session_token;
+  o.ca_bundle = options.ca_bundle;
   SP_ASSIGN_OR_RETURN(o, internal_objstore::ResolveS3Options(std::move(o)));
   SP_ASSIGN_OR_RETURN(std::unique_ptr<internal_objstore::S3Client> client,
                       internal_objstore::S3Client::Make(o));
