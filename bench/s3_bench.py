@@ -30,8 +30,9 @@ same runs are also priced for a remote store of --latency-ms per request and
 critical path. A tool's requests come in dependent phases (boto3's upload:
 CreateMultipartUpload, then the parts, then CompleteMultipartUpload; its
 download_file: a HeadObject, then the ranged GETs; shardpoint's save: the
-directory LIST, the creates, the parts, the completes, then the manifest's
-conditional PUT; its load: the manifest GET, then the ranged GETs); a phase of
+creates with the directory LIST beside them, the parts, the completes, then
+the manifest's conditional PUT (before 2026-11-28h the LIST went first: one
+more round trip); its load: the manifest GET, then the ranged GETs); a phase of
 n requests at a concurrency of c costs ceil(n / c) round trips. The phases'
 request counts must add up to the requests counted in the gateway's log, or
 the run fails. The formula before 2026-11-28g (requests x latency / requests in
@@ -98,14 +99,16 @@ def round_trips(phases, in_flight):
     return sum(-(-n // max(1, min(in_flight, n))) for n in phases if n > 0)
 
 
-def multipart(files, before=0, after=0):
+def multipart(files, before=0, after=0, beside=0):
     """Phases of a save of `files` objects: `before` requests first, then
     one PUT per object (an object of one part) or a multipart upload of
-    each (the creates, the parts, the completes), then `after` requests."""
+    each (the creates, the parts, the completes), then `after` requests.
+    `beside` requests go out with the creates (shardpoint's directory LIST,
+    src/checkpoint/held_save.h); a one-part object's PUT waits for them."""
 
     def phases(reqs):
-        data = reqs - before - after
-        mid = [files] if data == files else [files, data - 2 * files, files]
+        data = reqs - before - after - beside
+        mid = [beside, files] if data == files else [files + beside, data - 2 * files, files]
         return [before] + mid + [after]
 
     return phases
@@ -185,7 +188,7 @@ def shardpoint_runs(sp, env, opts, bucket, shards, ranks, gw, rows, model):
     run(ranks, save)
     path = first
     measure(gw, "shardpoint save", nbytes, inflight, lambda: run(ranks, save), rows, model,
-            multipart(ranks, before=1, after=1))
+            multipart(ranks, beside=1, after=1))
     outs = [np.empty_like(s) for s in shards]
 
     def load(rank, comm):

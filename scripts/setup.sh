@@ -13,6 +13,7 @@ PKGS=(build-essential cmake g++ libgtest-dev libgmock-dev libbenchmark-dev libxx
       libcurl4-openssl-dev libssl-dev  # the S3 client (src/objstore): HTTP and SigV4's HMAC-SHA256
       ceph-mon ceph-osd radosgw        # tests/s3/radosgw.sh: a real S3 server (Ceph radosgw) for the tests
       curl                             # tests/s3/radosgw.sh makes the test bucket; bench/s3_bench.py's raw-curl peer
+      openssl                          # tests/s3/radosgw.sh: the throwaway CA and certificate of the https port
       python3-boto3 s3cmd)             # bench/s3_bench.py: the peers shardpoint is measured against
 missing=()
 for p in "${PKGS[@]}"; do

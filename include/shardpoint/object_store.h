@@ -36,6 +36,10 @@ struct ObjectStoreOptions {
   std::string access_key_id;
   std::string secret_access_key;
   std::string session_token;
+  // PEM file of the CA(s) an https:// endpoint's certificate must chain to
+  // (a private CA). Empty: AWS_CA_BUNDLE, the profile's ca_bundle, else the
+  // system's store. An untrusted certificate is FailedPrecondition.
+  std::string ca_bundle;
 };
 
 // A Storage that sends "s3://" paths to an object store set up from

@@ -21,16 +21,17 @@ void RegisterStorage(py::module_& m) {
   m.def(
       "object_store_storage",
       [](std::string endpoint, std::string region, std::string addressing, std::string profile,
-         std::string access_key_id, std::string secret_access_key, std::string session_token) {
+         std::string access_key_id, std::string secret_access_key, std::string session_token,
+         std::string ca_bundle) {
         ObjectStoreOptions o{std::move(endpoint),      std::move(region),
                              std::move(addressing),    std::move(profile),
                              std::move(access_key_id), std::move(secret_access_key),
-                             std::move(session_token)};
+                             std::move(session_token), std::move(ca_bundle)};
         return std::shared_ptr<Storage>(Unwrap(MakeObjectStoreStorage(o)));
       },
       py::arg("endpoint") = "", py::arg("region") = "", py::arg("addressing") = "",
       py::arg("profile") = "", py::arg("access_key_id") = "", py::arg("secret_access_key") = "",
-      py::arg("session_token") = "");
+      py::arg("session_token") = "", py::arg("ca_bundle") = "");
   // A whole file's bytes through a storage (None: the default, which also
   // dispatches s3:// paths): what Python needs of files it parses itself,
   // such as a plain DCP directory's .metadata.

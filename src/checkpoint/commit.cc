@@ -21,7 +21,8 @@
 // manifest appears whole, after its data, and of two writers racing for the
 // same directory exactly one commits (the other gets FailedPrecondition).
 // Object stores cannot rename, so step 4 does not exist there: an overwrite
-// is refused in PrepareDirectory before any data is written. There
+// is refused in PrepareDirectory before any data is visible (the save runs
+// it beside the uploads and completes none before it: held_save.h). There
 // PrepareDirectory is one listing of the directory (a manifest? data left by
 // a crashed save?): the swap's leftovers and manifest.tmp cannot exist.
 // A crash before 3 leaves data files without a manifest: no checkpoint, and

@@ -30,6 +30,7 @@
 #include "src/base/guard.h"
 #include "src/checkpoint/checksum_message.h"
 #include "src/checkpoint/commit.h"
+#include "src/checkpoint/held_save.h"
 #include "src/checkpoint/plan_exchange.h"
 #include "src/checkpoint/replica_check.h"
 #include "src/checkpoint/writer.h"
@@ -340,8 +341,14 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   Storage* storage = res.storage();
   const int rank = comm.rank();
 
-  SP_RETURN_IF_ERROR(AgreeOnWriteDir(dir, comm, options, storage, write_dir_out));
-  const std::string write_dir = *write_dir_out;
+  // An object store checks the directory while the ranks upload (held_save.h).
+  internal_checkpoint::HeldSave held(storage, dir, options.overwrite, rank);
+  if (held.active()) {
+    held.Start();
+  } else {
+    SP_RETURN_IF_ERROR(AgreeOnWriteDir(dir, comm, options, storage, write_dir_out));
+  }
+  const std::string write_dir = held.active() ? dir : *write_dir_out;
 
   // 2. The plan: this rank's part, or the plan error every rank shares (a
   // rank-local failure, such as running out of memory, is agreed in step 4).
@@ -371,6 +378,9 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
       comm, s, s.ok() ? CommitMessage(*planned.local, planned.cached, sums, block_sums) : "", 0,
       &all);
   block_sums.clear();
+  if (held.active() && (rank == 0 || gathered.ok())) {
+    SP_RETURN_IF_ERROR(held.Settle(comm, &gathered, write_dir_out));
+  }
   std::string previous;  // an overwrite's previous checkpoint, removed after the commit
   Totals totals;
   if (rank == 0 && gathered.ok()) {

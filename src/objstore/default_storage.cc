@@ -26,7 +26,8 @@ bool IsS3(const std::string& path) { return path.starts_with("s3://"); }
 class DispatchStorage : public Storage,
                         public internal_io::PreferredReadSize,
                         public internal_io::WholeFileRead,
-                        public internal_io::OverwriteOpener {
+                        public internal_io::OverwriteOpener,
+                        public internal_io::HeldCompletes {
  public:
   DispatchStorage() = default;
   // With the object store given: no lazy set-up from the environment.
@@ -110,6 +111,16 @@ class DispatchStorage : public Storage,
     SP_ASSIGN_OR_RETURN(Storage * s, For(path));
     return internal_io::ReadFileIfPresent(s, path);
   }
+  // s3:// paths only (FindHeldCompletes asks only where SupportsRename is false).
+  void HoldCompletes(const std::string& dir) override {
+    Result<Storage*> s = For(dir);
+    if (s.ok() && IsS3(dir)) static_cast<S3Storage*>(*s)->HoldCompletes(dir);
+  }
+  Status ReleaseCompletes(const std::string& dir, bool complete) override {
+    if (!IsS3(dir)) return OkStatus();
+    SP_ASSIGN_OR_RETURN(Storage * s, For(dir));
+    return static_cast<S3Storage*>(s)->ReleaseCompletes(dir, complete);
+  }
   // POSIX paths only: an object has no bytes to write over.
   Result<std::unique_ptr<WritableFile>> OpenForOverwrite(const std::string& path) override {
     auto* posix = dynamic_cast<internal_io::OverwriteOpener*>(PosixFileStorage());
@@ -164,6 +175,7 @@ Result<std::unique_ptr<Storage>> MakeObjectStoreStorage(const ObjectStoreOptions
   o.access_key_id = options.access_key_id;
   o.secret_access_key = options.secret_access_key;
   o.session_token = options.session_token;
+  o.ca_bundle = options.ca_bundle;
   SP_ASSIGN_OR_RETURN(o, internal_objstore::ResolveS3Options(std::move(o)));
   SP_ASSIGN_OR_RETURN(std::unique_ptr<internal_objstore::S3Client> client,
                       internal_objstore::S3Client::Make(o));

@@ -186,6 +186,19 @@ Result<S3Listing> S3Client::List(const std::string& bucket, const std::string& p
   return listing;
 }
 
+Result<std::vector<std::string>> S3Client::ListMultipartUploads(const std::string& bucket,
+                                                                const std::string& prefix) {
+  Request r = NewRequest("ListMultipartUploads", "GET", bucket, "");
+  r.query = {{"uploads", ""}, {"prefix", prefix}};
+  SP_ASSIGN_OR_RETURN(Response response, Send(r));
+  if (!Ok(response)) return S3ErrorStatus(r, response);
+  std::vector<std::string> keys;
+  for (const std::string& u : XmlElements(response.body, "Upload")) {
+    keys.push_back(XmlElement(u, "Key"));
+  }
+  return keys;
+}
+
 Status S3Client::DeleteObject(const std::string& bucket, const std::string& key) {
   Request r = NewRequest("DeleteObject", "DELETE", bucket, key);
   SP_ASSIGN_OR_RETURN(Response response, Send(r));

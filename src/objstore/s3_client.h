@@ -94,6 +94,10 @@ class S3Client {
                                  const std::vector<std::string>& etags);
   Status AbortMultipartUpload(const std::string& bucket, const std::string& key,
                               const std::string& upload_id);
+  // The keys of the multipart uploads begun and neither completed nor aborted
+  // under `prefix` (the first 1000): what an abandoned save would leave.
+  Result<std::vector<std::string>> ListMultipartUploads(const std::string& bucket,
+                                                        const std::string& prefix);
 
   struct Request;
   struct Response;

@@ -8,10 +8,14 @@
 // jitter"), while attempts < max_attempts and the time since the first
 // attempt plus the delay stays within retry_total_ms. Every request carries
 // its whole body in memory, so a retry resends exactly the same bytes.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -133,6 +137,11 @@ Result<std::unique_ptr<S3Client>> S3Client::Make(const S3Options& options) {
   if (s.hostport.empty() || s.hostport.find('/') != std::string::npos) {
     return InvalidArgumentError("S3 endpoint '" + endpoint + "' must be scheme://host[:port]");
   }
+  if (!options.ca_bundle.empty() && ::access(options.ca_bundle.c_str(), R_OK) != 0) {
+    return InvalidArgumentError(
+        "S3 CA bundle '" + options.ca_bundle +
+        "' (ca_bundle, AWS_CA_BUNDLE) cannot be read: " + std::strerror(errno));
+  }
   s.virtual_hosted = options.addressing == S3Addressing::kVirtualHosted ||
                      (options.addressing == S3Addressing::kAuto && options.endpoint.empty());
   s.rng.seed(
@@ -245,6 +254,10 @@ Result<S3Client::Response> S3Client::SendOnce(Handle* handle, const Request& req
   // Large socket reads and writes: a 16 MiB body in 32 reads, not 1024.
   curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, 512L << 10);
   curl_easy_setopt(curl, CURLOPT_UPLOAD_BUFFERSIZE, 1L << 20);
+  // A private CA (S3Options::ca_bundle); else libcurl's default store. The
+  // peer and host are always verified: an untrusted certificate is an error.
+  if (!options_.ca_bundle.empty())
+    curl_easy_setopt(curl, CURLOPT_CAINFO, options_.ca_bundle.c_str());
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, list);
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnBody);
@@ -280,6 +293,12 @@ Result<S3Client::Response> S3Client::SendOnce(Handle* handle, const Request& req
     response.status = 0;
     response.curl_error = std::string(curl_easy_strerror(response.curl)) +
                           (error[0] != '\0' ? std::string(": ") + error : "");
+    if (response.curl == CURLE_PEER_FAILED_VERIFICATION) {
+      response.curl_error = "the TLS certificate of " + s.scheme + "://" + host +
+                            " is not trusted (" + response.curl_error +
+                            "); give the CA that signed it in AWS_CA_BUNDLE or the profile's "
+                            "ca_bundle (ObjectStoreOptions::ca_bundle)";
+    }
   }
   return response;
 }

@@ -90,6 +90,7 @@ Result<S3Options> ResolveS3Options(S3Options o) {
   FillIfEmpty(&o.region, Env("AWS_DEFAULT_REGION"));
   FillIfEmpty(&o.endpoint, Env("AWS_ENDPOINT_URL_S3"));
   FillIfEmpty(&o.endpoint, Env("AWS_ENDPOINT_URL"));
+  FillIfEmpty(&o.ca_bundle, Env("AWS_CA_BUNDLE"));
 
   std::string credentials_file = Env("AWS_SHARED_CREDENTIALS_FILE");
   std::string config_file = Env("AWS_CONFIG_FILE");
@@ -111,6 +112,7 @@ Result<S3Options> ResolveS3Options(S3Options o) {
   }
   if (config.contains("region")) FillIfEmpty(&o.region, config.at("region"));
   if (config.contains("endpoint_url")) FillIfEmpty(&o.endpoint, config.at("endpoint_url"));
+  if (config.contains("ca_bundle")) FillIfEmpty(&o.ca_bundle, config.at("ca_bundle"));
   FillIfEmpty(&o.region, "us-east-1");
   while (!o.endpoint.empty() && o.endpoint.back() == '/') o.endpoint.pop_back();
   if (!o.endpoint.empty() && !o.endpoint.starts_with("http://") &&

@@ -6,7 +6,7 @@
 // SDKs do, so a user's existing setup works unchanged: explicit options, then
 // the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
 // AWS_SESSION_TOKEN, AWS_REGION / AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_S3 /
-// AWS_ENDPOINT_URL, AWS_PROFILE), then the profile's entries in
+// AWS_ENDPOINT_URL, AWS_CA_BUNDLE, AWS_PROFILE), then the profile's entries in
 // ~/.aws/credentials and ~/.aws/config (AWS_SHARED_CREDENTIALS_FILE,
 // AWS_CONFIG_FILE move them). Secrets are never put in a message.
 #pragma once
@@ -34,6 +34,10 @@ struct S3Options {
   std::string session_token;
   std::string profile;  // empty: AWS_PROFILE, else "default"
   S3Addressing addressing = S3Addressing::kAuto;
+  // PEM file of the certificate authorities an https:// endpoint's
+  // certificate must chain to (a private CA). Empty: AWS_CA_BUNDLE, the
+  // profile's ca_bundle, else the system's store.
+  std::string ca_bundle;
 
   // Connections kept open and requests in flight at most (a pool of libcurl
   // handles). Default 16.

@@ -12,6 +12,10 @@ Status S3ErrorStatus(const S3Client::Request& request, const S3Client::Response&
   const std::string what = request.op + " " + S3Uri(request.bucket, request.key);
   const std::string tries =
       response.attempts > 1 ? " (after " + std::to_string(response.attempts) + " attempts)" : "";
+  if (response.status == 0 && response.curl == CURLE_PEER_FAILED_VERIFICATION) {
+    // Not the network: the endpoint's certificate; retrying cannot help.
+    return FailedPreconditionError(what + ": " + response.curl_error);
+  }
   if (response.status == 0) {
     return IOError(what + ": " + response.curl_error + tries);
   }

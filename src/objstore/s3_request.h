@@ -47,7 +47,8 @@ struct S3Client::Handle {
 std::string S3Uri(const std::string& bucket, const std::string& key);
 
 // The Status of a final (not retried) response that is not a success:
-// NotFound, IOError "permission denied", FailedPrecondition, or IOError,
+// NotFound, IOError "permission denied", FailedPrecondition (also an
+// https:// endpoint whose certificate is not trusted), or IOError,
 // each naming op, object, HTTP status, S3 code and message, and attempts.
 Status S3ErrorStatus(const S3Client::Request& request, const S3Client::Response& response);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <optional>
 
@@ -24,19 +25,23 @@ std::string AsPrefix(std::string key) {
 
 // Writes go straight into their part's buffer (S3Upload's part window), in
 // any order and from any number of threads; Sync completes the upload.
+// Under a hold (S3Storage::HoldCompletes), Sync sends the parts and hands the
+// upload to the storage, which completes or aborts it at the release.
 class S3WritableFile : public WritableFile {
  public:
-  S3WritableFile(S3Client* client, std::string path, std::string bucket, std::string key,
+  S3WritableFile(S3Storage* storage, std::string path, std::string bucket, std::string key,
                  std::shared_ptr<PartPool> pool)
-      : path_(std::move(path)),
-        upload_(client, std::move(bucket), std::move(key), std::move(pool)) {}
+      : storage_(storage),
+        path_(std::move(path)),
+        upload_(std::make_shared<S3Upload>(storage->client(), std::move(bucket), std::move(key),
+                                           std::move(pool))) {}
 
   Status WriteAt(uint64_t offset, const void* data, size_t n) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       SP_RETURN_IF_ERROR(CheckOpen("write"));
     }
-    return upload_.WriteAt(offset, data, n);  // copies outside any lock
+    return upload_->WriteAt(offset, data, n);  // copies outside any lock
   }
 
   // Sets the size the object will have: bytes below it never written are
@@ -44,23 +49,30 @@ class S3WritableFile : public WritableFile {
   Status Truncate(uint64_t size) override {
     std::lock_guard<std::mutex> lock(mu_);
     SP_RETURN_IF_ERROR(CheckOpen("truncate"));
-    const uint64_t written = upload_.size();
+    const uint64_t written = upload_->size();
     if (size < written) {
       return InvalidArgumentError("truncate " + path_ + " to " + std::to_string(size) +
                                   " bytes: an object can only be extended (" +
                                   std::to_string(written) + " bytes written)");
     }
-    upload_.ExtendTo(size);
+    upload_->ExtendTo(size);
     return OkStatus();
   }
 
-  // Completes the upload: the object now exists, whole.
+  // Completes the upload: the object now exists, whole. Under a hold: every
+  // part sent, the complete left to the release.
   Status Sync() override {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return OkStatus();
     SP_RETURN_IF_ERROR(CheckOpen("sync"));
     finished_ = true;
-    return upload_.Finish();
+    if (!storage_->Holding(path_)) return upload_->Finish();
+    Status sent = upload_->SendParts();
+    if (!sent.ok()) {
+      finished_ = false;  // Close aborts it
+      return sent;
+    }
+    return storage_->Hold(path_, upload_);
   }
 
   // Without Sync the object is abandoned (a POSIX file would be there
@@ -69,7 +81,7 @@ class S3WritableFile : public WritableFile {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return OkStatus();
     closed_ = true;
-    if (!finished_) return upload_.Abort();
+    if (!finished_) return upload_->Abort();
     return OkStatus();
   }
 
@@ -85,8 +97,9 @@ class S3WritableFile : public WritableFile {
   }
 
   std::mutex mu_;
+  S3Storage* const storage_;
   const std::string path_;
-  S3Upload upload_;
+  const std::shared_ptr<S3Upload> upload_;
   bool finished_ = false;
   bool closed_ = false;
 };
@@ -151,13 +164,58 @@ S3Storage::S3Storage(std::unique_ptr<S3Client> client)
       lease_ms_(client_->options().lease_ms) {}
 S3Storage::~S3Storage() = default;
 
+void S3Storage::HoldCompletes(const std::string& dir) {
+  std::lock_guard<std::mutex> lock(held_mu_);
+  ++held_[AsPrefix(dir)].holders;
+}
+
+Status S3Storage::ReleaseCompletes(const std::string& dir, bool complete) {
+  std::vector<std::shared_ptr<S3Upload>> uploads;
+  {
+    std::lock_guard<std::mutex> lock(held_mu_);
+    auto it = held_.find(AsPrefix(dir));
+    if (it == held_.end()) return OkStatus();
+    uploads.swap(it->second.uploads);
+    if (--it->second.holders <= 0) held_.erase(it);
+  }
+  // One round trip for all: each complete (or abort) on its own thread.
+  std::vector<std::future<Status>> done;
+  for (auto& u : uploads) {
+    done.push_back(std::async(std::launch::async,
+                              [&u, complete] { return complete ? u->Finish() : u->Abort(); }));
+  }
+  Status first;
+  for (auto& d : done) {
+    Status s = d.get();
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+bool S3Storage::Holding(const std::string& path) {
+  std::lock_guard<std::mutex> lock(held_mu_);
+  for (const auto& [prefix, held] : held_) {
+    if (path.starts_with(prefix)) return true;
+  }
+  return false;
+}
+
+Status S3Storage::Hold(const std::string& path, std::shared_ptr<S3Upload> upload) {
+  std::lock_guard<std::mutex> lock(held_mu_);
+  for (auto& [prefix, held] : held_) {
+    if (!path.starts_with(prefix)) continue;
+    held.uploads.push_back(std::move(upload));
+    return OkStatus();
+  }
+  return FailedPreconditionError("sync " + path + ": the hold on its directory ended");
+}
+
 Result<std::unique_ptr<WritableFile>> S3Storage::NewWritableFile(const std::string& path,
                                                                  const WriteFileOptions&) {
   std::string bucket, key;
   SP_RETURN_IF_ERROR(ParseS3Path(path, &bucket, &key));
   if (key.empty()) return InvalidArgumentError("'" + path + "' names a bucket, not an object");
-  return std::unique_ptr<WritableFile>(
-      new S3WritableFile(client_.get(), path, bucket, key, parts_));
+  return std::unique_ptr<WritableFile>(new S3WritableFile(this, path, bucket, key, parts_));
 }
 
 Result<std::unique_ptr<ReadableFile>> S3Storage::NewReadableFile(const std::string& path) {

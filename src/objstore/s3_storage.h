@@ -20,16 +20,23 @@
 //     the commit point of a save.
 //   * Rename and Exchange do not exist (SupportsRename() is false).
 //   * RemoveFile and RemoveAll delete objects (RemoveAll lists first).
+//   * HoldCompletes (src/io/held_completes.h): while a save checks its
+//     directory, Sync of a file under it sends every part but does not
+//     complete; ReleaseCompletes completes (or aborts) them, in parallel.
 //   * LockFile is a lease: a lock object created with a conditional PUT,
 //     holding its owner and an expiry, renewed by a background thread every
 //     lease/3 while held, and taken over by another job only once expired.
 // Thread-safe.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "shardpoint/storage.h"
+#include "src/io/held_completes.h"
 #include "src/io/read_size.h"
 #include "src/io/whole_file.h"
 #include "src/objstore/s3_client.h"
@@ -41,9 +48,12 @@ namespace shardpoint::internal_objstore {
 // InvalidArgument naming the path if it is not one.
 Status ParseS3Path(const std::string& path, std::string* bucket, std::string* key);
 
+class S3Upload;
+
 class S3Storage : public Storage,
                   public internal_io::PreferredReadSize,
-                  public internal_io::WholeFileRead {
+                  public internal_io::WholeFileRead,
+                  public internal_io::HeldCompletes {
  public:
   explicit S3Storage(std::unique_ptr<S3Client> client);
   ~S3Storage() override;
@@ -76,6 +86,13 @@ class S3Storage : public Storage,
   // A manifest or index read whole: one GET (S3Client::GetObject), no HEAD.
   bool ReadsWholeFiles(const std::string&) override { return true; }
   Result<std::optional<std::string>> ReadWholeFile(const std::string& path) override;
+  void HoldCompletes(const std::string& dir) override;
+  Status ReleaseCompletes(const std::string& dir, bool complete) override;
+
+  // For its writable files: whether a hold covers `path`, and taking a synced
+  // upload into it (FailedPrecondition if the hold ended meanwhile).
+  bool Holding(const std::string& path);
+  Status Hold(const std::string& path, std::shared_ptr<S3Upload> upload);
 
  private:
   const std::unique_ptr<S3Client> client_;
@@ -83,6 +100,15 @@ class S3Storage : public Storage,
   // save writes into pages it already has.
   const std::shared_ptr<PartPool> parts_;
   int lease_ms_;
+  // Holds by directory prefix ("s3://b/dir/"): how many holders, and the
+  // uploads synced under it, each waiting for its complete. Destroyed first:
+  // an upload never released is aborted while the client still exists.
+  struct HeldDir {
+    int holders = 0;
+    std::vector<std::shared_ptr<S3Upload>> uploads;
+  };
+  std::mutex held_mu_;
+  std::map<std::string, HeldDir> held_;
 };
 
 }  // namespace shardpoint::internal_objstore

@@ -266,6 +266,25 @@ Status S3Upload::FinishLocked(bool if_none_match) {
   if (if_none_match) {
     return InvalidArgumentError("upload " + Uri() + ": a conditional create must fit in one part");
   }
+  SP_RETURN_IF_ERROR(SendPartsLocked());
+  SP_RETURN_IF_ERROR(client_->CompleteMultipartUpload(bucket_, key_, upload_id_, etags_));
+  done_ = true;
+  return OkStatus();
+}
+
+Status S3Upload::SendParts() {
+  std::lock_guard<std::mutex> lock(mu_);
+  SP_RETURN_IF_ERROR(error_);
+  if (done_) return FailedPreconditionError("send " + Uri() + ": the upload is finished");
+  if (upload_id_.empty() && std::max(end_, size_) <= part_size_) return OkStatus();  // one PUT
+  Status s = SendPartsLocked();
+  if (!s.ok() && error_.ok()) error_ = s;
+  return s;
+}
+
+// Every part sent (again a no-op once done) and answered; etags_ complete.
+Status S3Upload::SendPartsLocked() {
+  const uint64_t size = std::max(end_, size_);
   const uint64_t parts = (size + part_size_ - 1) / part_size_;
   for (uint64_t index = base_; index < parts; ++index) {
     SP_RETURN_IF_ERROR(SendReady());  // the window reaches `index`: its held writes are placed
@@ -277,8 +296,6 @@ Status S3Upload::FinishLocked(bool if_none_match) {
   }
   while (first_in_flight_ < in_flight_.size()) SP_RETURN_IF_ERROR(WaitOldest());
   etags_.resize(parts);
-  SP_RETURN_IF_ERROR(client_->CompleteMultipartUpload(bucket_, key_, upload_id_, etags_));
-  done_ = true;
   return OkStatus();
 }
 

@@ -57,6 +57,10 @@ class S3Upload {
   // (FailedPrecondition if the key exists; single-PUT objects only, which is
   // what commit objects are).
   Status Finish(bool if_none_match = false);
+  // Finish without its last step: sends every part and waits for them, but
+  // does not complete the upload (nothing visible yet; Finish or Abort
+  // follows). An object that fits in one part is one PUT: nothing is sent.
+  Status SendParts();
   // Abandons the upload (its parts are deleted on the server).
   Status Abort();
 
@@ -92,6 +96,7 @@ class S3Upload {
   Status WaitOldest();
   Status FillHoles(uint64_t index, Part& part, size_t n);
   Status FinishLocked(bool if_none_match);
+  Status SendPartsLocked();
 
   S3Client* const client_;
   const std::string bucket_;

@@ -14,8 +14,9 @@
 #                          says which step and why, prints its logs and is
 #                          tried once more from nothing
 #   radosgw.sh env DIR     print the exports (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
-#                          AWS_SECRET_ACCESS_KEY, AWS_REGION, SHARDPOINT_S3_BUCKET)
-#                          for `eval`
+#                          AWS_SECRET_ACCESS_KEY, AWS_REGION, SHARDPOINT_S3_BUCKET,
+#                          and the same gateway's TLS port: SHARDPOINT_S3_HTTPS_ENDPOINT
+#                          with its throwaway CA, SHARDPOINT_S3_CA_BUNDLE) for `eval`
 #   radosgw.sh stop DIR    stop exactly the processes `start` recorded in
 #                          DIR/pids, then remove DIR
 #
@@ -63,7 +64,7 @@ print_env() {
 }
 
 start() {
-  for b in ceph-mon ceph-osd radosgw radosgw-admin ceph monmaptool curl; do
+  for b in ceph-mon ceph-osd radosgw radosgw-admin ceph monmaptool curl openssl; do
     command -v "$b" >/dev/null || { echo "radosgw.sh: $b not installed (scripts/setup.sh installs it)" >&2; exit 77; }
   done
   local try rc
@@ -87,10 +88,12 @@ start_once() {
   dir=$(cd "$dir" && pwd)
   mkdir -p "$dir/run" "$dir/log" "$dir/mon" "$dir/osd0" "$dir/rgw"
   : > "$dir/pids"
-  local fsid mon_port rgw_port conf
+  local fsid mon_port rgw_port tls_port conf
   fsid=$(uuidgen)
   mon_port=$(free_port)
   rgw_port=$(free_port)
+  tls_port=$(free_port)
+  make_tls "$dir/tls"
   conf="$dir/ceph.conf"
   cat > "$conf" <<CONF
 [global]
@@ -117,7 +120,7 @@ memstore device bytes = 8589934592
 osd data = $dir/osd\$id
 mon data = $dir/mon
 [client.rgw]
-rgw frontends = beast endpoint=127.0.0.1:$rgw_port
+rgw frontends = beast endpoint=127.0.0.1:$rgw_port ssl_endpoint=127.0.0.1:$tls_port ssl_certificate=$dir/tls/server.pem ssl_private_key=$dir/tls/server.key
 rgw data = $dir/rgw
 rgw thread pool size = 64
 rgw dns name = localhost
@@ -149,6 +152,8 @@ export AWS_ACCESS_KEY_ID=$key
 export AWS_SECRET_ACCESS_KEY=$secret
 export AWS_REGION=us-east-1
 export SHARDPOINT_S3_BUCKET=shardpoint
+export SHARDPOINT_S3_HTTPS_ENDPOINT=https://127.0.0.1:$tls_port
+export SHARDPOINT_S3_CA_BUNDLE=$dir/tls/ca.pem
 ENV
   # The bucket every test and bench may use (each also makes its own as it
   # needs), then a signed read of it: the start is done only when a real
@@ -158,6 +163,22 @@ ENV
     signed PUT "http://127.0.0.1:$rgw_port/shardpoint" >/dev/null
   wait_for "listing bucket shardpoint (a signed GET)" \
     signed GET "http://127.0.0.1:$rgw_port/shardpoint?list-type=2" >/dev/null
+  wait_for "listing bucket shardpoint over https (the CA given)" \
+    signed GET "https://127.0.0.1:$tls_port/shardpoint?list-type=2" --cacert "$dir/tls/ca.pem" >/dev/null
+}
+
+# make_tls DIR: a throwaway CA (DIR/ca.pem) and a server certificate it signs
+# for 127.0.0.1 and localhost (DIR/server.pem, DIR/server.key): the https://
+# port of the same gateway. EC keys: milliseconds to make.
+make_tls() {
+  mkdir -p "$1"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+    -subj "/CN=shardpoint test CA" -keyout "$1/ca.key" -out "$1/ca.pem" 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+    -subj "/CN=127.0.0.1" -keyout "$1/server.key" -out "$1/server.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > "$1/ext.cnf"
+  openssl x509 -req -in "$1/server.csr" -CA "$1/ca.pem" -CAkey "$1/ca.key" -CAcreateserial \
+    -days 2 -extfile "$1/ext.cnf" -out "$1/server.pem" 2>/dev/null
 }
 
 # curl METHOD URL signed with the new user's keys ($key, $secret); succeeds on
@@ -168,7 +189,7 @@ signed() {
   code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X "$1" \
     --aws-sigv4 "aws:amz:us-east-1:s3" --user "$key:$secret" \
     -H "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" \
-    "$2")
+    "${@:3}" "$2")
   echo "$code"
   [[ "$code" == 2* ]]
 }
