@@ -260,7 +260,7 @@ def save(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     ``storage_options``: endpoint, region, addressing and credentials for an
     ``s3://`` path (``endpoint_url``, ``region_name``, ``addressing_style``,
     ``profile_name``, ``aws_access_key_id``, ``aws_secret_access_key``,
-    ``aws_session_token``; default: the AWS environment and profiles).
+    ``aws_session_token``, ``ca_bundle``; default: the AWS environment and profiles).
     Returns the ``SaveStats``. The GIL is released while it runs.
     """
     comm = comm if comm is not None else default_comm()

@@ -24,6 +24,7 @@ _KEYS = {
     "aws_access_key_id": "access_key_id",
     "aws_secret_access_key": "secret_access_key",
     "aws_session_token": "session_token",
+    "ca_bundle": "ca_bundle",  # an https endpoint's CA file (botocore's AWS_CA_BUNDLE)
 }
 
 _storages: dict[tuple, Any] = {}

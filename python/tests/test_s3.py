@@ -122,6 +122,21 @@ def test_async_save_and_errors(opts, url):
     assert "permission denied" in str(e.value) and "not-the-secret" not in str(e.value)
 
 
+@needs_server
+def test_https_with_the_ca_bundle_option_and_untrusted_without(opts, url):
+    https = dict(opts, endpoint_url=SERVER["SHARDPOINT_S3_HTTPS_ENDPOINT"],
+                 ca_bundle=SERVER["SHARDPOINT_S3_CA_BUNDLE"])
+    g = _g(64, 512, 9)
+    sp.save({"x": g}, f"{url}/tls", sp.single(), storage_options=https)
+    out = np.zeros_like(g)
+    sp.load({"x": out}, f"{url}/tls", sp.single(), storage_options=https)
+    assert np.array_equal(out, g)
+    untrusted = dict(https)
+    del untrusted["ca_bundle"]
+    with pytest.raises(sp.FailedPreconditionError, match="is not trusted"):
+        sp.metadata(f"{url}/tls", storage_options=untrusted)
+
+
 def test_storage_options_are_checked():
     with pytest.raises(sp.InvalidArgumentError, match="unknown key.*'endpoint'"):
         sp.metadata("s3://b/p", storage_options={"endpoint": "http://127.0.0.1:1"})
