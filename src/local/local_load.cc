@@ -14,10 +14,12 @@
 //      the same transfers (recover_plan.h) and runs them in rounds of one
 //      AllToAll: a server reads each unit from its node's copy (or the
 //      persistent checkpoint) straight into its message and checks it
-//      there; a receiver checks it again in the receive buffer and places
-//      it from there into its tensors, in the round it arrives (send and
-//      receive buffers are reused by every round: a pass's memory is one
-//      round's messages). A unit that fails on either side marks that copy
+//      there; a receiver checks it again where it arrives and places it
+//      from there into its tensors, in the round it arrives: between
+//      thread ranks in the sender's message itself (ViewAllToAll, no copy
+//      by the Comm), else in the Comm's receive buffer (send and receive
+//      buffers are reused by every round: a pass's memory is one round's
+//      messages). A unit that fails on either side marks that copy
 //      bad; the ranks all-gather the copies marked bad and plan again for
 //      the units they failed, until none fails or no copy is left (a
 //      DataLoss error naming the unit);   (all-gather, AllToAll per round,
