@@ -2,7 +2,7 @@
 // persistent checkpoint, in one run.
 //
 //   local_tier_bench [--dir DIR] [--gib N] [--ranks R] [--reps K] [--io-threads T]
-//                    [--local-root L] [--round-mib M] [--keep]
+//                    [--local-root L] [--round-mib M] [--drop-caches] [--keep]
 //
 // R ranks (threads, R even) are R/2 "nodes" of 2, each with its own local
 // root L/node<i> (default /dev/shm/shardpoint_bench); they hold a
@@ -29,7 +29,10 @@
 //   persistent   Save to DIR (O_DIRECT where possible, fsynced)
 //   recover      node 1's root wiped, LocalLoad into TP=2, DP=R/2 again
 //   load         Load of DIR, its data files evicted from the page cache
-//                first (POSIX_FADV_DONTNEED), so it reads the disk
+//                first (POSIX_FADV_DONTNEED), so it reads the disk; with
+//                --drop-caches the whole page cache is dropped first too
+//                (sync, then 3 > /proc/sys/vm/drop_caches: a restart's
+//                cold cache, the manifest and the binary's pages included)
 //   other        recover and load again, into TP=1, DP=R
 //   step         every rank runs a fixed "training step" (arithmetic over
 //                64 KiB) in a loop, alone and then while a LocalSaveAsync
@@ -85,7 +88,18 @@ ModelConfig ScaleModel(uint64_t target) {
   }
 }
 
+// --drop-caches: Evict also drops the whole page cache, as a restart of
+// the machine meets it (`echo 3 > /proc/sys/vm/drop_caches`, root only).
+bool g_drop_caches = false;
+
 void Evict(const std::string& dir) {
+  if (g_drop_caches) {
+    ::sync();
+    FILE* f = std::fopen("/proc/sys/vm/drop_caches", "w");
+    if (f == nullptr || std::fputs("3\n", f) < 0 || std::fclose(f) != 0) {
+      sp::bench::Die(kProgram, "--drop-caches: cannot write /proc/sys/vm/drop_caches");
+    }
+  }
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     if (!e.is_regular_file()) continue;
     const int fd = ::open(e.path().c_str(), O_RDONLY);
@@ -167,6 +181,10 @@ int main(int argc, char** argv) {
   sp::bench::Flags f = sp::bench::ParseFlags(
       kProgram, {"/tmp/shardpoint_local_bench", 0.5, 4, 3, 2, false}, argc, argv,
       [&](const std::string& flag, const std::function<std::string()>& value) {
+        if (flag == "--drop-caches") {
+          g_drop_caches = true;
+          return true;
+        }
         if (flag == "--round-mib") {
           round_mib = std::stoull(value());
           return true;
@@ -175,7 +193,7 @@ int main(int argc, char** argv) {
         local_root = value();
         return true;
       },
-      " [--local-root L] [--round-mib M]");
+      " [--local-root L] [--round-mib M] [--drop-caches]");
   if (f.ranks % 2 != 0) sp::bench::Die(kProgram, "--ranks must be even (nodes of 2)");
   const ParallelConfig layout{2, 1, f.ranks / 2, true};
   const ParallelConfig other{1, 1, f.ranks, true};  // the other layout: TP=1, DP=R

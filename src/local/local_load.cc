@@ -14,10 +14,12 @@
 //      the same transfers (recover_plan.h) and runs them in rounds of one
 //      AllToAll: a server reads each unit from its node's copy (or the
 //      persistent checkpoint) straight into its message and checks it
-//      there; a receiver checks it again in the receive buffer and places
-//      it from there into its tensors, in the round it arrives (send and
-//      receive buffers are reused by every round: a pass's memory is one
-//      round's messages). A unit that fails on either side marks that copy
+//      there; a receiver checks it again where it arrives and places it
+//      from there into its tensors, in the round it arrives: between
+//      thread ranks in the sender's message itself (ViewAllToAll, no copy
+//      by the Comm), else in the Comm's receive buffer (send and receive
+//      buffers are reused by every round: a pass's memory is one round's
+//      messages). A unit that fails on either side marks that copy
 //      bad; the ranks all-gather the copies marked bad and plan again for
 //      the units they failed, until none fails or no copy is left (a
 //      DataLoss error naming the unit);   (all-gather, AllToAll per round,
@@ -31,15 +33,20 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "shardpoint/local_tier.h"
 #include "src/base/bytes.h"
 #include "src/base/guard.h"
 #include "src/checkpoint/load_source.h"
 #include "src/comm/agreed.h"
+#include "src/comm/thread_comm.h"
 #include "src/format/checksum.h"
 #include "src/io/path.h"
 #include "src/local/inventory.h"
@@ -393,10 +400,10 @@ Status Serve(Recovery& x, const Transfer& tr, FileCache& node_files, FileCache& 
 
 // Step 4, what this rank received in a round: each unit checked in the
 // receive buffer (reused by every round), then placed from there.
-Status Receive(Recovery& x, const std::vector<std::string>& recv,
+Status Receive(Recovery& x, const std::vector<std::string_view>& recv,
                std::vector<std::pair<int, uint32_t>>* newly_bad) {
   for (size_t s = 0; s < recv.size(); ++s) {
-    const std::string& in = recv[s];
+    const std::string_view in = recv[s];
     for (size_t at = 0; at < in.size();) {
       if (in.size() - at < kHeader) {
         return DataLossError("local tier units from rank " + std::to_string(s) + ": truncated");
@@ -422,6 +429,25 @@ Status Receive(Recovery& x, const std::vector<std::string>& recv,
       Arrive(x, u, bytes);
     }
   }
+  return OkStatus();
+}
+
+// One round's AllToAll; `take` runs on what this rank received. Thread
+// ranks (the thread comms' ViewAllToAll) read it in place, in the senders'
+// messages, valid only while `take` runs: the lost bytes are not copied by
+// the Comm. Other Comms copy into *recv, reused by every round.
+Status ExchangeRound(Comm& comm, const std::vector<std::string>& send,
+                     std::vector<std::string>* recv,
+                     const std::function<void(const std::vector<std::string_view>&)>& take) {
+  if (auto* views = dynamic_cast<internal_comm::ViewAllToAll*>(&comm)) {
+    const std::vector<std::string_view> out(send.begin(), send.end());
+    return views->AllToAllViews(out, [&](const std::vector<std::string_view>& in) {
+      take(in);
+      return OkStatus();
+    });
+  }
+  SP_RETURN_IF_ERROR(comm.AllToAll(send, recv));
+  take(std::vector<std::string_view>(recv->begin(), recv->end()));
   return OkStatus();
 }
 
@@ -488,11 +514,14 @@ Status RunPasses(Recovery& x, const LocalTierOptions& o) {
         });
       }
       Seal(x, &send);
-      SP_RETURN_IF_ERROR(x.comm.AllToAll(send, &recv));
-      if (s.ok())
-        s = Guarded("local load: receiving", [&] { return Receive(x, recv, &newly_bad); });
-      if (s.ok())
-        s = Guarded("local load: placing", [&] { return x.placer->FromMemory(x.arrived); });
+      // Received units are checked and placed while the round's messages
+      // are readable (`arrived` points into them and into x.self).
+      SP_RETURN_IF_ERROR(ExchangeRound(x.comm, send, &recv, [&](const auto& in) {
+        if (s.ok())
+          s = Guarded("local load: receiving", [&] { return Receive(x, in, &newly_bad); });
+        if (s.ok())
+          s = Guarded("local load: placing", [&] { return x.placer->FromMemory(x.arrived); });
+      }));
     }
     ByteWriter w;
     for (const auto& [src, u] : newly_bad) {

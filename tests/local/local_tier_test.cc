@@ -9,10 +9,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <string>
 
+#include "src/comm/thread_comm.h"
 #include "src/local/units.h"
 #include "src/source/manifest_read.h"
 #include "tests/local/local_fixture.h"
@@ -27,8 +30,45 @@ using testing::ParallelConfig;
 
 using local_testing::kModel;
 
+// A thread rank's Comm that counts the bytes a rank hands to the copying
+// AllToAll and to the zero-copy AllToAllViews, forwarding both.
+class CountingComm : public Comm, public internal_comm::ViewAllToAll {
+ public:
+  CountingComm(Comm& in, std::atomic<uint64_t>* copied, std::atomic<uint64_t>* viewed)
+      : in_(in), copied_(copied), viewed_(viewed) {}
+  int rank() const override { return in_.rank(); }
+  int size() const override { return in_.size(); }
+  Status AllGather(std::string_view mine, std::vector<std::string>* all) override {
+    return in_.AllGather(mine, all);
+  }
+  Status Gather(std::string_view mine, int root, std::vector<std::string>* all) override {
+    return in_.Gather(mine, root, all);
+  }
+  Status Broadcast(std::string* data, int root) override { return in_.Broadcast(data, root); }
+  Status Barrier() override { return in_.Barrier(); }
+  Status AllToAll(const std::vector<std::string>& send, std::vector<std::string>* recv) override {
+    for (const std::string& s : send) *copied_ += s.size();
+    return in_.AllToAll(send, recv);
+  }
+  Status AllToAllViews(
+      const std::vector<std::string_view>& send,
+      const std::function<Status(const std::vector<std::string_view>&)>& use) override {
+    for (std::string_view s : send) *viewed_ += s.size();
+    return dynamic_cast<internal_comm::ViewAllToAll&>(in_).AllToAllViews(send, use);
+  }
+
+ private:
+  Comm& in_;
+  std::atomic<uint64_t>* copied_;
+  std::atomic<uint64_t>* viewed_;
+};
+
 class LocalTierTest : public local_testing::NodesTest {
  protected:
+  // Set: LoadAndCheck's ranks run through a CountingComm into these.
+  std::atomic<uint64_t>* copied_ = nullptr;
+  std::atomic<uint64_t>* viewed_ = nullptr;
+
   std::string Persistent(int64_t it) const { return root_ + "/persistent_" + std::to_string(it); }
 
   // Rank r of a job whose nodes hold `per_node` ranks each.
@@ -66,7 +106,9 @@ class LocalTierTest : public local_testing::NodesTest {
     std::vector<LoadResult> results(p.world());
     LoadOptions lo;
     lo.allow_unexpected_keys = true;
-    for (Status s : RunThreadRanks(p.world(), [&](Comm& comm) -> Status {
+    for (Status s : RunThreadRanks(p.world(), [&](Comm& thread) -> Status {
+           CountingComm counting(thread, copied_, viewed_);
+           Comm& comm = copied_ ? counting : thread;
            SP_ASSIGN_OR_RETURN(results[comm.rank()],
                                LocalLoad(dst[comm.rank()].state, it, comm,
                                          Options(comm.rank(), per_node), persistent, lo));
@@ -143,6 +185,22 @@ TEST_F(LocalTierTest, ARecoveryReadsTheNodesCopyOnce) {
   const uint64_t once = local + served;
   EXPECT_LT(counting.bytes.load(), once + once / 10)
       << "bytes read " << counting.bytes.load() << ", local " << local << ", served " << served;
+}
+
+TEST_F(LocalTierTest, ThreadRanksTakeALostNodesUnitsFromTheSendersMessagesWithoutACopy) {
+  SaveBoth(8, /*persistent=*/false);
+  ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(1)).ok());
+  std::atomic<uint64_t> copied{0}, viewed{0};
+  copied_ = &copied;
+  viewed_ = &viewed;
+  std::vector<LoadResult> rs = LoadAndCheck(8, ParallelConfig{2, 2, 2, true}, 2, "");
+  ASSERT_EQ(rs.size(), 8u);
+  const uint64_t peer = Sum(rs, &LoadResult::bytes_peer);
+  EXPECT_GT(peer, 0u);
+  // Every unit node 1's ranks received went through the zero-copy exchange
+  // (read in place in the server's message), none through the Comm's copy.
+  EXPECT_GE(viewed.load(), peer);
+  EXPECT_EQ(copied.load(), 0u);
 }
 
 TEST_F(LocalTierTest, NegativeIterationIsInvalidArgumentOnEveryRankSyncAndAsync) {
