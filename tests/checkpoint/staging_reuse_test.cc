@@ -28,9 +28,16 @@ std::vector<RawBuffer> DrainShelf() {
   return out;
 }
 
-TEST(StagingReuse, ASavesStagingBuffersGoBackToTheShelfAlignedForODirect) {
-  char tmpl[] = "./shardpoint_staging_XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
+// A directory on the build tree's disk (O_DIRECT where /tmp is tmpfs),
+// removed after the test whether it passed or not.
+class StagingReuse : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_NE(mkdtemp(dir_), nullptr); }
+  void TearDown() override { EXPECT_TRUE(DefaultStorage()->RemoveAll(dir_).ok()); }
+  char dir_[32] = "./shardpoint_staging_XXXXXX";
+};
+
+TEST_F(StagingReuse, ASavesStagingBuffersGoBackToTheShelfAlignedForODirect) {
   std::vector<float> w = testing::SeededFloats(7, 3 << 20);  // 12 MiB: many staged writes
   State s;
   s.tensors = {WholeTensor("w", DType::kF32, w.data(), {3, 1 << 20})};
@@ -39,7 +46,7 @@ TEST(StagingReuse, ASavesStagingBuffersGoBackToTheShelfAlignedForODirect) {
   so.staging_bytes = 256 << 10;
   for (const std::string dir : {"/a", "/b"}) {
     DrainShelf();
-    Result<SaveStats> saved = Save(s, std::string(tmpl) + dir, *comm, so);
+    Result<SaveStats> saved = Save(s, std::string(dir_) + dir, *comm, so);
     ASSERT_TRUE(saved.ok()) << saved.status().ToString();
     std::vector<RawBuffer> shelved = DrainShelf();
     ASSERT_EQ(shelved.size(), 3u) << dir;  // the data file's three buffers
@@ -51,9 +58,8 @@ TEST(StagingReuse, ASavesStagingBuffersGoBackToTheShelfAlignedForODirect) {
   std::vector<float> back(w.size());
   State loaded;
   loaded.tensors = {WholeTensor("w", DType::kF32, back.data(), {3, 1 << 20})};
-  ASSERT_TRUE(Load(loaded, std::string(tmpl) + "/b", *comm, LoadOptions{}).ok());
+  ASSERT_TRUE(Load(loaded, std::string(dir_) + "/b", *comm, LoadOptions{}).ok());
   EXPECT_EQ(back, w);
-  EXPECT_TRUE(DefaultStorage()->RemoveAll(tmpl).ok());
 }
 
 }  // namespace
