@@ -1,16 +1,12 @@
 #include "src/io/held_completes.h"
 
+#include "src/io/storage_facet.h"
+
 namespace shardpoint::internal_io {
 
 HeldCompletes* FindHeldCompletes(Storage* storage, const std::string& path) {
-  while (storage != nullptr) {
-    if (auto* h = dynamic_cast<HeldCompletes*>(storage)) {
-      return storage->SupportsRename(path) ? nullptr : h;
-    }
-    auto* w = dynamic_cast<StorageWrapper*>(storage);
-    storage = w != nullptr ? w->base() : nullptr;
-  }
-  return nullptr;
+  HeldCompletes* h = FindFacet<HeldCompletes>(storage);
+  return h != nullptr && !dynamic_cast<Storage*>(h)->SupportsRename(path) ? h : nullptr;
 }
 
 }  // namespace shardpoint::internal_io

@@ -2,15 +2,13 @@
 
 #include <algorithm>
 
+#include "src/io/storage_facet.h"
+
 namespace shardpoint::internal_io {
 
 uint64_t PreferredReadBytes(Storage* storage, const std::string& path) {
-  while (storage != nullptr) {
-    if (auto* p = dynamic_cast<PreferredReadSize*>(storage)) return p->PreferredReadBytes(path);
-    auto* w = dynamic_cast<StorageWrapper*>(storage);
-    storage = w != nullptr ? w->base() : nullptr;
-  }
-  return 0;
+  PreferredReadSize* p = FindFacet<PreferredReadSize>(storage);
+  return p != nullptr ? p->PreferredReadBytes(path) : 0;
 }
 
 uint64_t ReadSliceFor(Storage* storage, const std::string& path, uint64_t read_slice_bytes,
