@@ -12,6 +12,7 @@
 #include "src/io/aligned_buffer.h"
 #include "src/io/path.h"
 #include "src/io/raw_buffer.h"
+#include "src/io/staging_memory.h"
 #include "src/plan/read_tasks.h"
 
 using shardpoint::internal_format::Checksum64;
@@ -256,7 +257,7 @@ class DirectStaging {
   // shelf of buffers that earlier tasks and loads touched already.
   char* Memory(uint64_t n) {
     if (buf_.capacity() == 0) buf_ = internal_io::TakeShelved();
-    if (buf_.capacity() < n) buf_.Resize(std::max<uint64_t>(n, uint64_t{2} << 20));
+    if (buf_.capacity() < n) buf_.Resize(std::max<uint64_t>(n, internal_io::kHugePageSize));
     return buf_.data();
   }
 

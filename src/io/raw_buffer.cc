@@ -5,14 +5,15 @@
 #include <mutex>
 #include <vector>
 
+#include "src/io/staging_memory.h"
+
 namespace shardpoint::internal_io {
 
 char* RawBuffer::Allocate(size_t n, size_t* capacity) {
-  constexpr size_t kHuge = size_t{2} << 20;
   void* p = nullptr;
-  if (n >= kHuge) {
-    *capacity = (n + kHuge - 1) / kHuge * kHuge;
-    p = std::aligned_alloc(kHuge, *capacity);
+  if (n >= kHugePageSize) {
+    *capacity = (n + kHugePageSize - 1) / kHugePageSize * kHugePageSize;
+    p = std::aligned_alloc(kHugePageSize, *capacity);
 #ifdef MADV_HUGEPAGE
     if (p) (void)madvise(p, *capacity, MADV_HUGEPAGE);  // only a hint: 4 KiB pages else
 #endif
