@@ -343,9 +343,10 @@ Result<LocalPlan> PlanLocal(const Contribution& mine, const Replies& replies, in
 std::vector<uint64_t> UnnamedInReplies(const std::vector<std::string>& replies) {
   std::vector<uint64_t> out;
   for (const std::string& bytes : replies) {
+    if (!IsErrorReply(bytes)) continue;
     ReplyRoles roles;
     Result<std::vector<PlanError>> errors = DecodeReply(bytes, 0, &roles);
-    if (bytes.empty() || !errors.ok()) continue;  // PlanLocal reports a malformed reply
+    if (!errors.ok()) continue;  // PlanLocal reports a malformed reply
     for (const PlanError& e : *errors) {
       for (uint64_t h : UnnamedKeysIn(e.key)) out.push_back(h);
       for (uint64_t h : UnnamedKeysIn(e.status.message())) out.push_back(h);
@@ -384,9 +385,10 @@ Status NameErrorReplies(const std::vector<std::string>& held, std::vector<std::s
     SP_RETURN_IF_ERROR(in.ExpectEnd());
   }
   for (std::string& bytes : *replies) {
+    if (!IsErrorReply(bytes)) continue;
     ReplyRoles roles;
     Result<std::vector<PlanError>> errors = DecodeReply(bytes, 0, &roles);
-    if (bytes.empty() || !errors.ok() || errors->empty()) continue;
+    if (!errors.ok()) continue;  // PlanLocal reports a malformed reply
     for (PlanError& e : *errors) {
       e.key = NameUnnamedKeys(std::move(e.key), names);
       e.status = Status(e.status.code(), NameUnnamedKeys(e.status.message(), names));

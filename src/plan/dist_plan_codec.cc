@@ -92,6 +92,8 @@ std::string EncodeErrorReply(const std::vector<PlanError>& errors) {
   return std::move(w.str());
 }
 
+bool IsErrorReply(std::string_view bytes) { return bytes.size() > 4 && bytes[4] == 1; }
+
 Result<std::vector<PlanError>> DecodeReply(std::string_view bytes, int owner, ReplyRoles* roles) {
   ByteReader in(bytes, "plan reply from rank " + std::to_string(owner));
   uint32_t magic;

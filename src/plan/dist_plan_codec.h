@@ -44,6 +44,9 @@ std::string EncodeRoleReply(const ReplyRoles& roles);
 // The errors an owner met that may come first in PlanError order (several
 // only where a key's name is a placeholder: UnnamedKey in share_codec.h).
 std::string EncodeErrorReply(const std::vector<PlanError>& errors);
+// Whether `bytes` is an error reply (by its kind byte; DecodeReply checks
+// the rest): the roles replies need no decoding on the error path's scans.
+bool IsErrorReply(std::string_view bytes);
 // Fills *roles and returns no error, or returns the errors the owner sent.
 Result<std::vector<PlanError>> DecodeReply(std::string_view bytes, int owner, ReplyRoles* roles);
 
