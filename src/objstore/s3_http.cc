@@ -297,7 +297,8 @@ Result<S3Client::Response> S3Client::SendOnce(Handle* handle, const Request& req
       response.curl_error = "the TLS certificate of " + s.scheme + "://" + host +
                             " is not trusted (" + response.curl_error +
                             "); give the CA that signed it in AWS_CA_BUNDLE or the profile's "
-                            "ca_bundle (ObjectStoreOptions::ca_bundle)";
+                            "ca_bundle (ObjectStoreOptions::ca_bundle, the CLI's --ca-bundle, "
+                            "Python's storage_options ca_bundle)";
     }
   }
   return response;

@@ -133,6 +133,29 @@ TEST_F(S3CliCheck, FlagsReplaceTheEnvironment) {
   EXPECT_THAT(r.out, HasSubstr("--addressing-style"));
 }
 
+// --ca-bundle: the https port's certificate is signed by the fixture's
+// throwaway CA; with the flag the CLI trusts it, without it (and no
+// AWS_CA_BUNDLE) the certificate is refused as untrusted.
+TEST_F(S3CliCheck, CaBundleFlagTrustsThePrivateCa) {
+  const char* https = std::getenv("SHARDPOINT_S3_HTTPS_ENDPOINT");
+  const char* ca = std::getenv("SHARDPOINT_S3_CA_BUNDLE");
+  if (https == nullptr || ca == nullptr) GTEST_SKIP() << "no https port";
+  const std::string ck = s3_ + "/https";
+  const std::string env = "env -u AWS_CA_BUNDLE ";
+  const std::string flags = " --endpoint-url " + std::string(https) + " --ca-bundle " + ca + " ";
+  CommandResult r = Cli("convert" + flags + std::string(SP_DCP_FIXTURE) + " " + ck, env);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = Cli("verify" + flags + ck, env);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  r = Cli("inspect --endpoint-url " + std::string(https) + " " + ck, env);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("not trusted"));
+  r = Cli("inspect --endpoint-url " + std::string(https) + " --ca-bundle /nonexistent.pem " + ck,
+          env);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("/nonexistent.pem"));
+}
+
 }  // namespace
 }  // namespace shardpoint
 

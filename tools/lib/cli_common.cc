@@ -45,10 +45,15 @@ void StorageFlags::Add(CLI::App* cmd) {
                   "AWS, path with --endpoint-url")
       ->check(CLI::IsMember({"path", "virtual", "auto"}))
       ->group(group);
+  cmd->add_option("--ca-bundle", ca_bundle,
+                  "PEM file of the CA(s) an https endpoint's certificate must chain to "
+                  "(default: AWS_CA_BUNDLE, the profile's ca_bundle, else the system's)")
+      ->group(group);
 }
 
 Result<std::unique_ptr<Storage>> StorageFlags::Make() const {
-  if (endpoint.empty() && region.empty() && profile.empty() && addressing.empty()) {
+  if (endpoint.empty() && region.empty() && profile.empty() && addressing.empty() &&
+      ca_bundle.empty()) {
     return std::unique_ptr<Storage>();
   }
   ObjectStoreOptions o;
@@ -56,6 +61,7 @@ Result<std::unique_ptr<Storage>> StorageFlags::Make() const {
   o.region = region;
   o.profile = profile;
   o.addressing = addressing;
+  o.ca_bundle = ca_bundle;
   return MakeObjectStoreStorage(o);
 }
 

@@ -29,11 +29,11 @@ void AddOverwrite(CLI::App* cmd, bool& overwrite);
 // Adds --io-threads (default 4) and, hidden from --help, its old name
 // --threads (an alias: either sets `threads`).
 void AddIoThreads(CLI::App* cmd, int& threads, const std::string& what);
-// --endpoint-url, --region, --profile, --addressing-style: where s3:// paths
+// --endpoint-url, --region, --profile, --addressing-style, --ca-bundle: where s3:// paths
 // go and as whom (docs/object-store.md); what is not given comes from the AWS
 // environment and profiles. Secrets only through those, never on a command line.
 struct StorageFlags {
-  std::string endpoint, region, profile, addressing;
+  std::string endpoint, region, profile, addressing, ca_bundle;
   void Add(CLI::App* cmd);
   // The storage for a call: nullptr (DefaultStorage()) when no flag was given.
   Result<std::unique_ptr<Storage>> Make() const;
