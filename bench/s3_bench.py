@@ -16,7 +16,8 @@ of random float32) with:
     object, multipart with TransferConfig at several max_concurrency values
     (the best is reported), the objects in parallel threads;
   * s3cmd put / get of the objects (one process each, in parallel);
-  * raw curl: one parallel `curl -Z` of single PUTs, and of 16 MiB ranged GETs.
+  * raw curl: one parallel `curl -Z` of single PUTs (also with Content-MD5, the
+    check every part of shardpoint's save carries), and of 16 MiB ranged GETs.
 
 For each: GB/s (wall, decimal GB), requests per GiB (counted in the gateway's
 log: every request any of them made), client CPU seconds per GiB (this
@@ -326,6 +327,19 @@ def curl_runs(env, bucket, files, gw, rows, model, range_bytes=16 << 20):
     measure(gw, f"curl parallel PUT ({len(files)} objects)", nbytes, len(files),
             lambda: subprocess.run(put, check=True, stdout=subprocess.DEVNULL), rows, model,
             lambda reqs: [reqs])
+    # The same PUTs carrying Content-MD5, the integrity check every part of
+    # shardpoint's save carries (the server verifies it): the digests are
+    # computed in the measured run (openssl, counted as the client's CPU).
+    def put_md5():
+        md5 = [subprocess.run(f"openssl dgst -md5 -binary '{p}' | base64", shell=True, check=True,
+                              capture_output=True, text=True).stdout.strip() for p in files]
+        cmd = ["curl", "-sf", "--no-progress-meter", "-Z", "--parallel-max", "16"]
+        for i, p in enumerate(files):
+            cmd += sign + ["-H", f"Content-MD5: {md5[i]}", "-T", p, f"{base}md5-{i}", "--next"]
+        subprocess.run(cmd[:-1], check=True, stdout=subprocess.DEVNULL)
+
+    measure(gw, f"curl parallel PUT + Content-MD5 ({len(files)})", nbytes, len(files), put_md5,
+            rows, model, lambda reqs: [reqs])
     get = ["curl", "-sf", "--no-progress-meter", "-Z", "--parallel-max", "16"]
     parts = []
     for i, p in enumerate(files):
