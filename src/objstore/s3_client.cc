@@ -187,15 +187,31 @@ Result<S3Listing> S3Client::List(const std::string& bucket, const std::string& p
 }
 
 Result<std::vector<std::string>> S3Client::ListMultipartUploads(const std::string& bucket,
-                                                                const std::string& prefix) {
-  Request r = NewRequest("ListMultipartUploads", "GET", bucket, "");
-  r.query = {{"uploads", ""}, {"prefix", prefix}};
-  SP_ASSIGN_OR_RETURN(Response response, Send(r));
-  if (!Ok(response)) return S3ErrorStatus(r, response);
+                                                                const std::string& prefix,
+                                                                int max_uploads) {
   std::vector<std::string> keys;
-  for (const std::string& u : XmlElements(response.body, "Upload")) {
-    keys.push_back(XmlElement(u, "Key"));
-  }
+  std::string key_marker, id_marker;
+  bool truncated = false;
+  do {
+    Request r = NewRequest("ListMultipartUploads", "GET", bucket, "");
+    r.query = {{"uploads", ""}, {"prefix", prefix}, {"max-uploads", std::to_string(max_uploads)}};
+    if (!key_marker.empty()) r.query.emplace_back("key-marker", key_marker);
+    if (!id_marker.empty()) r.query.emplace_back("upload-id-marker", id_marker);
+    SP_ASSIGN_OR_RETURN(Response response, Send(r));
+    if (!Ok(response)) return S3ErrorStatus(r, response);
+    for (const std::string& u : XmlElements(response.body, "Upload")) {
+      keys.push_back(XmlElement(u, "Key"));
+    }
+    truncated = XmlElement(response.body, "IsTruncated") == "true";
+    std::string next_key = XmlElement(response.body, "NextKeyMarker");
+    std::string next_id = XmlElement(response.body, "NextUploadIdMarker");
+    if (truncated && next_key == key_marker && next_id == id_marker) {
+      return DataLossError("ListMultipartUploads " + S3Uri(bucket, prefix) +
+                           ": a truncated page without a new marker");
+    }
+    key_marker = std::move(next_key);
+    id_marker = std::move(next_id);
+  } while (truncated);
   return keys;
 }
 

@@ -95,9 +95,10 @@ class S3Client {
   Status AbortMultipartUpload(const std::string& bucket, const std::string& key,
                               const std::string& upload_id);
   // The keys of the multipart uploads begun and neither completed nor aborted
-  // under `prefix` (the first 1000): what an abandoned save would leave.
+  // under `prefix` (every page of `max_uploads`): what an abandoned save would leave.
   Result<std::vector<std::string>> ListMultipartUploads(const std::string& bucket,
-                                                        const std::string& prefix);
+                                                        const std::string& prefix,
+                                                        int max_uploads = 1000);
 
   struct Request;
   struct Response;

@@ -6,6 +6,9 @@
 
 #include <chrono>
 #include <random>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "src/objstore/s3_client.h"
 #include "src/objstore/s3_storage.h"
@@ -111,6 +114,29 @@ TEST_F(S3ClientCheck, ListFollowsContinuationTokens) {
   ASSERT_EQ(list->objects.size(), 5u);
   for (int i = 0; i < 5; ++i) EXPECT_EQ(list->objects[i].key, "page/" + std::to_string(i));
   EXPECT_EQ(c->stats().requests - before, 3u);  // pages of 2, 2, 1
+}
+
+// Open uploads are listed across pages (key and upload-id markers), as
+// objects are across continuation tokens; two uploads of one key included.
+TEST_F(S3ClientCheck, ListMultipartUploadsFollowsMarkers) {
+  auto c = Client();
+  std::vector<std::pair<std::string, std::string>> open;
+  for (const char* key : {"uploads/a", "uploads/b", "uploads/b", "uploads/c", "uploads/d"}) {
+    Result<std::string> id = c->CreateMultipartUpload(kBucket, key);
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    open.emplace_back(key, *id);
+  }
+  const uint64_t before = c->stats().requests;
+  Result<std::vector<std::string>> keys = c->ListMultipartUploads(kBucket, "uploads/", 2);
+  const uint64_t requests = c->stats().requests - before;
+  for (const auto& [key, id] : open) EXPECT_TRUE(c->AbortMultipartUpload(kBucket, key, id).ok());
+  ASSERT_TRUE(keys.ok()) << keys.status().ToString();
+  EXPECT_EQ(*keys, (std::vector<std::string>{"uploads/a", "uploads/b", "uploads/b", "uploads/c",
+                                             "uploads/d"}));
+  EXPECT_EQ(requests, 3u);  // pages of 2, 2, 1
+  Result<std::vector<std::string>> none = c->ListMultipartUploads(kBucket, "uploads/", 2);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_TRUE(none->empty());
 }
 
 TEST_F(S3ClientCheck, ConditionalCreateRefusesTheSecond) {
