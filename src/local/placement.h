@@ -3,6 +3,10 @@
 // pipeline's own placement (reader.h's ExecuteSpans). Nothing is kept for a
 // later pass over the data: a unit read from the node's copy is read once,
 // and a unit received is placed from the receive buffer of its round.
+// Thread-safe: a recovery places its own node's units (FromFiles, on a
+// thread of their own) while its rank places the units it receives
+// (FromMemory); the units of two calls at once must be disjoint. Both use
+// the one ThreadPool (safe for concurrent calls) and ReadStats (atomic).
 #pragma once
 
 #include <cstdint>
