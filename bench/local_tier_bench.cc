@@ -3,6 +3,7 @@
 //
 //   local_tier_bench [--dir DIR] [--gib N] [--ranks R] [--reps K] [--io-threads T]
 //                    [--local-root L] [--round-mib M] [--drop-caches] [--keep]
+//                    [--recover-only]
 //
 // R ranks (threads, R even) are R/2 "nodes" of 2, each with its own local
 // root L/node<i> (default /dev/shm/shardpoint_bench); they hold a
@@ -38,6 +39,8 @@
 //                64 KiB) in a loop, alone and then while a LocalSaveAsync
 //                (the local write and the replication) runs behind it: the
 //                slowdown replication causes a running loop (rank 0)
+// --recover-only: per rep only the local save, the persistent save, recover,
+// load and other (and their lines): for alternating binaries.
 // CPU seconds (user + system, all ranks) of the save, recovery and load,
 // and the minor page faults of the recovery and the load (fresh memory
 // touched: each costs a trap to the hypervisor in a VM).
@@ -91,6 +94,7 @@ ModelConfig ScaleModel(uint64_t target) {
 // --drop-caches: Evict also drops the whole page cache, as a restart of
 // the machine meets it (`echo 3 > /proc/sys/vm/drop_caches`, root only).
 bool g_drop_caches = false;
+bool g_recover_only = false;
 
 void Evict(const std::string& dir) {
   if (g_drop_caches) {
@@ -185,6 +189,10 @@ int main(int argc, char** argv) {
           g_drop_caches = true;
           return true;
         }
+        if (flag == "--recover-only") {
+          g_recover_only = true;
+          return true;
+        }
         if (flag == "--round-mib") {
           round_mib = std::stoull(value());
           return true;
@@ -193,7 +201,7 @@ int main(int argc, char** argv) {
         local_root = value();
         return true;
       },
-      " [--local-root L] [--round-mib M] [--drop-caches]");
+      " [--local-root L] [--round-mib M] [--drop-caches] [--recover-only]");
   if (f.ranks % 2 != 0) sp::bench::Die(kProgram, "--ranks must be even (nodes of 2)");
   const ParallelConfig layout{2, 1, f.ranks / 2, true};
   const ParallelConfig other{1, 1, f.ranks, true};  // the other layout: TP=1, DP=R
@@ -240,16 +248,18 @@ int main(int argc, char** argv) {
   for (int rep = 0; rep < f.reps; ++rep) {
     const int64_t it = rep;
     const double cpu0 = Cpu();
-    memcpy_s.push_back(Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
-      const auto t = Clock::now();
-      size_t at = 0;
-      for (const sp::LocalTensor& lt : states[comm.rank()].state.tensors) {
-        std::memcpy(copies[comm.rank()].data() + at, lt.data, sp::bench::Bytes(lt));
-        at += sp::bench::Bytes(lt);
-      }
-      return Since(t);
-    }));
-    memcpy_cpu.push_back(Cpu() - cpu0);
+    if (!g_recover_only) {
+      memcpy_s.push_back(Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
+        const auto t = Clock::now();
+        size_t at = 0;
+        for (const sp::LocalTensor& lt : states[comm.rank()].state.tensors) {
+          std::memcpy(copies[comm.rank()].data() + at, lt.data, sp::bench::Bytes(lt));
+          at += sp::bench::Bytes(lt);
+        }
+        return Since(t);
+      }));
+      memcpy_cpu.push_back(Cpu() - cpu0);
+    }
     double w = 0, rp = 0;
     double cpu = Cpu();
     save_s.push_back(Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
@@ -262,55 +272,60 @@ int main(int argc, char** argv) {
     save_cpu.push_back(Cpu() - cpu);
     write_s.push_back(w);
     repl_s.push_back(rp);
-    // The manager's local save: over the pages of iteration rep - 2.
-    cpu = Cpu();
-    const double rs = Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
-      sp::LocalTierOptions o = options(comm.rank());
-      o.local_root = local_root + "_recycle/node" + std::to_string(comm.rank() / 2);
-      const sp::internal_local::RecyclePolicy keep2{2, {}};
-      const auto t = Clock::now();
-      SP_ASSIGN_OR_RETURN(
-          sp::LocalSaveStats st,
-          sp::internal_local::LocalSaveWith(states[comm.rank()].state, it, comm, o, &keep2));
-      if (comm.rank() == 0) w = st.save.seconds, rp = st.replicate_seconds;
-      return Since(t);
-    });
-    if (rep >= 2) {
-      rsave_s.push_back(rs);
-      rsave_cpu.push_back(Cpu() - cpu);
-      rwrite_s.push_back(w);
-      rrepl_s.push_back(rp);
-      fresh_cpu.push_back(save_cpu.back());
+    if (!g_recover_only) {  // the saves' other figures
+      // The manager's local save: over the pages of iteration rep - 2.
+      cpu = Cpu();
+      const double rs = Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
+        sp::LocalTierOptions o = options(comm.rank());
+        o.local_root = local_root + "_recycle/node" + std::to_string(comm.rank() / 2);
+        const sp::internal_local::RecyclePolicy keep2{2, {}};
+        const auto t = Clock::now();
+        SP_ASSIGN_OR_RETURN(
+            sp::LocalSaveStats st,
+            sp::internal_local::LocalSaveWith(states[comm.rank()].state, it, comm, o, &keep2));
+        if (comm.rank() == 0) w = st.save.seconds, rp = st.replicate_seconds;
+        return Since(t);
+      });
+      if (rep >= 2) {
+        rsave_s.push_back(rs);
+        rsave_cpu.push_back(Cpu() - cpu);
+        rwrite_s.push_back(w);
+        rrepl_s.push_back(rp);
+        fresh_cpu.push_back(save_cpu.back());
+      }
+      // The local write alone (step 1 of LocalSave, without its collectives).
+      cpu = Cpu();
+      double flt0 = Faults();
+      wo_s.push_back(Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
+        sp::SaveOptions so;
+        so.io_threads = f.threads;
+        so.direct_io = false;
+        so.preallocate = false;
+        const auto t = Clock::now();
+        SP_RETURN_IF_ERROR(sp::Save(states[comm.rank()].state,
+                                    local_root + "/write_only_" + std::to_string(rep), comm, so)
+                               .status());
+        return Since(t);
+      }));
+      wo_cpu.push_back(Cpu() - cpu);
+      wo_flt.push_back(Faults() - flt0);
+      std::filesystem::remove_all(local_root + "/write_only_" + std::to_string(rep));
+      double stall = 0, staging = 0;
+      async_s.push_back(Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
+        const auto t = Clock::now();
+        SP_ASSIGN_OR_RETURN(sp::SaveHandle h,
+                            sp::LocalSaveAsync(*savers[comm.rank()], states[comm.rank()].state,
+                                               2 * it + 1, comm, options(comm.rank())));
+        if (comm.rank() == 0) stall = Since(t), staging = h.stall_seconds();
+        SP_RETURN_IF_ERROR(h.Wait().status());
+        return Since(t);
+      }));
+      stall_s.push_back(stall);
+      staging_s.push_back(staging);
     }
-    // The local write alone (step 1 of LocalSave, without its collectives).
-    cpu = Cpu();
-    double flt0 = Faults();
-    wo_s.push_back(Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
-      sp::SaveOptions so;
-      so.io_threads = f.threads;
-      so.direct_io = false;
-      so.preallocate = false;
-      const auto t = Clock::now();
-      SP_RETURN_IF_ERROR(sp::Save(states[comm.rank()].state,
-                                  local_root + "/write_only_" + std::to_string(rep), comm, so)
-                             .status());
-      return Since(t);
-    }));
-    wo_cpu.push_back(Cpu() - cpu);
-    wo_flt.push_back(Faults() - flt0);
-    std::filesystem::remove_all(local_root + "/write_only_" + std::to_string(rep));
-    double stall = 0, staging = 0;
-    async_s.push_back(Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
-      const auto t = Clock::now();
-      SP_ASSIGN_OR_RETURN(sp::SaveHandle h,
-                          sp::LocalSaveAsync(*savers[comm.rank()], states[comm.rank()].state,
-                                             2 * it + 1, comm, options(comm.rank())));
-      if (comm.rank() == 0) stall = Since(t), staging = h.stall_seconds();
-      SP_RETURN_IF_ERROR(h.Wait().status());
-      return Since(t);
-    }));
-    stall_s.push_back(stall);
-    staging_s.push_back(staging);
+    // The local checkpoint recovered: the async save's (the sync one's
+    // with --recover-only).
+    const int64_t rec_it = g_recover_only ? 2 * it : 2 * it + 1;
     const std::string dir = f.dir + "/iter_" + std::to_string(it);
     fs::remove_all(dir);
     pers_s.push_back(Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
@@ -323,8 +338,8 @@ int main(int argc, char** argv) {
     double flt = Faults();
     rec_s.push_back(Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
       const auto t = Clock::now();
-      SP_ASSIGN_OR_RETURN(sp::LoadResult r, sp::LocalLoad(loaded[comm.rank()].state, 2 * it + 1,
-                                                          comm, options(comm.rank()), dir));
+      SP_ASSIGN_OR_RETURN(sp::LoadResult r, sp::LocalLoad(loaded[comm.rank()].state, rec_it, comm,
+                                                          options(comm.rank()), dir));
       if (comm.rank() == 2) peer = r.bytes_peer, persistent = r.bytes_persistent;
       return Since(t);
     }));
@@ -332,12 +347,13 @@ int main(int argc, char** argv) {
     rec_flt.push_back(Faults() - flt);
     // A training loop on every rank while a local save (write + replication)
     // runs behind it: seconds per step, rank 0.
-    Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
-      auto [a, d] = StepTimes(comm, *savers[comm.rank()], states[comm.rank()].state, 1000 + it,
-                              options(comm.rank()));
-      if (comm.rank() == 0) step_alone.push_back(a), step_during.push_back(d);
-      return 0.0;
-    });
+    if (!g_recover_only)
+      Slowest(f.ranks, [&](sp::Comm& comm) -> sp::Result<double> {
+        auto [a, d] = StepTimes(comm, *savers[comm.rank()], states[comm.rank()].state, 1000 + it,
+                                options(comm.rank()));
+        if (comm.rank() == 0) step_alone.push_back(a), step_during.push_back(d);
+        return 0.0;
+      });
     Evict(dir);
     cpu = Cpu();
     flt = Faults();
@@ -356,7 +372,7 @@ int main(int argc, char** argv) {
       const auto t = Clock::now();
       sp::LoadOptions lo;
       lo.allow_unexpected_keys = true;
-      SP_RETURN_IF_ERROR(sp::LocalLoad(loaded_other[comm.rank()].state, 2 * it + 1, comm,
+      SP_RETURN_IF_ERROR(sp::LocalLoad(loaded_other[comm.rank()].state, rec_it, comm,
                                        options(comm.rank()), dir, lo)
                              .status());
       return Since(t);
@@ -379,6 +395,24 @@ int main(int argc, char** argv) {
   fs::remove_all(local_root + "_recycle");
   using sp::bench::Median;
   const double gib = total / double(1ull << 30);
+  if (g_recover_only) {
+    std::printf(
+        "recover node 1 (LocalLoad)  %8.3f s  (rank 2: %llu bytes from peers, %llu persistent)\n",
+        Median(rec_s), static_cast<unsigned long long>(peer),
+        static_cast<unsigned long long>(persistent));
+    std::printf("load persistent (cold)      %8.3f s\n", Median(load_s));
+    std::printf("CPU seconds (all ranks): recover %.3f, load persistent %.3f\n", Median(rec_cpu),
+                Median(load_cpu));
+    std::printf(
+        "other layout (TP=1, DP=%d): recover %.3f s (%.3f CPU s), load persistent (cold) "
+        "%.3f s (%.3f CPU s): recover speedup %.2fx\n",
+        f.ranks, Median(orec_s), Median(orec_cpu), Median(oload_s), Median(oload_cpu),
+        Median(oload_s) / Median(orec_s));
+    std::printf("minor page faults (all ranks): recover %.0f, load persistent %.0f\n",
+                Median(rec_flt), Median(load_flt));
+    std::printf("recover speedup %.2fx\n", Median(load_s) / Median(rec_s));
+    return 0;
+  }
   std::printf("memcpy of the state         %8.3f s  %6.2f GiB/s (%.3f CPU s)\n", Median(memcpy_s),
               gib / Median(memcpy_s), Median(memcpy_cpu));
   std::printf("local save (sync)           %8.3f s  %6.2f GiB/s (write %.3f s, replicate %.3f s)\n",

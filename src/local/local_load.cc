@@ -7,23 +7,25 @@
 //   3. the load pipeline (load_source.h) checks the requests and plans
 //      each rank's load, then runs steps 3 and 4 in place of its reads of
 //      the tensors (placement.h): each rank lists the verification units
-//      (units.h) its plan needs, and reads those its node holds once,
-//      straight into the destination tensors, every block verified; a
-//      unit that fails its checksum there is bad on that node;
-//   4. the ranks all-gather their needs and bad units; every rank computes
-//      the same transfers (recover_plan.h) and runs them in rounds of one
-//      AllToAll: a server reads each unit from its node's copy (or the
-//      persistent checkpoint) straight into its message and checks it
-//      there; a receiver checks it again where it arrives and places it
+//      (units.h) its plan needs, starts reading those its node holds on a
+//      thread of its own (once, straight into the destination tensors,
+//      every block verified; a unit that fails its checksum there is bad
+//      on that node) and all-gathers its needs;
+//   4. every rank computes the same transfers (recover_plan.h) for the
+//      units its node lacks, and runs them in rounds of one AllToAll while
+//      its own reads go on: a server reads each unit from its node's copy
+//      (or the persistent checkpoint) straight into its message and checks
+//      it there; a receiver checks it again where it arrives and places it
 //      from there into its tensors, in the round it arrives: between
 //      thread ranks in the sender's message itself (ViewAllToAll, no copy
 //      by the Comm), else in the Comm's receive buffer (send and receive
 //      buffers are reused by every round: a pass's memory is one round's
-//      messages). A unit that fails on either side marks that copy
-//      bad; the ranks all-gather the copies marked bad and plan again for
-//      the units they failed, until none fails or no copy is left (a
-//      DataLoss error naming the unit);   (all-gather, AllToAll per round,
-//                                          all-gather per pass)
+//      messages). A unit that fails on either side marks that copy bad.
+//      At the end of a pass (the first waits for the rank's own reads)
+//      the ranks all-gather the copies marked bad, those of the own reads
+//      included, and plan again for the units they failed, until none
+//      fails or no copy is left (a DataLoss error naming the unit);
+//                     (all-gather, AllToAll per round, all-gather per pass)
 //   5. the pipeline reads the objects from the node's copy with the object
 //      units received laid over it (overlay.h), verified.
 // A recovery that fails after step 3 leaves the bytes it placed in the
@@ -39,6 +41,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "shardpoint/local_tier.h"
@@ -165,7 +168,7 @@ struct Recovery {
   OverlayFiles overlay;                      // the node's copy, and the object units received
   std::unique_ptr<Manifest> persistent_manifest_checked;  // set once compared
   LoadResult result;
-  Placer* placer = nullptr;  // set by step 3
+  Placer* placer = nullptr;  // set by step 3; used by the own reads' thread too
   // Object units received (small): the pipeline reads them after the
   // exchange through `overlay`.
   std::deque<std::string> kept_objects;
@@ -275,39 +278,79 @@ Status ReadUnit(FileCache& files, const Manifest& m, const Unit& u, std::string*
   return ReadUnitInto(files, m, u, bytes->data());
 }
 
-// Step 3 on this rank: the units it needs, and those of them its node's
-// copy failed (read errors included: such a copy is no copy). The tensor
-// units its node holds are placed as they are read (once, every block
-// verified); should that fail, unit by unit, to tell the bad ones.
-void PlaceLocal(Recovery& x, const internal_plan::LoadPlan& plan, const State& state,
-                internal_checkpoint::DataFiles* files, std::vector<uint32_t>* needs,
-                std::vector<uint32_t>* bad) {
-  *needs = NeededUnits(x.m, x.ut, plan, state);
-  const int node = x.t.node_of(x.comm.rank());
-  FileCache local{x.node, x.dir, {}};
-  std::string scratch;
-  std::vector<uint32_t> tensor_units;
-  for (uint32_t u : *needs) {
-    const Unit& unit = x.ut.units[u];
-    if (!x.copies.node_holds[node][unit.file]) continue;
-    if (x.placer->IsTensor(u)) {
-      tensor_units.push_back(u);
-    } else if (ReadUnit(local, x.m, unit, &scratch).ok()) {  // read again by the pipeline
-      x.result.bytes_local += unit.nbytes;
-    } else {
-      bad->push_back(u);
+// Step 3's own-node part: the units this rank needs that its node holds,
+// read from the node's copy on a thread of their own (OwnReads) while the
+// peer rounds of pass 0 run on the rank's thread. The tensor units are
+// placed as they are read (once, every block verified); should that fail,
+// unit by unit, to tell the bad ones. Object units are only checked (the
+// pipeline reads them again).
+struct OwnOutcome {
+  Status status;              // an error other than a bad copy (an exception)
+  std::vector<uint32_t> bad;  // units whose node copy failed (read errors included: no copy)
+  uint64_t bytes_local = 0;   // verified bytes of the units that passed
+};
+
+OwnOutcome ReadOwn(const Recovery& x, internal_checkpoint::DataFiles* files,
+                   const std::vector<uint32_t>& tensor_units,
+                   const std::vector<uint32_t>& object_units) {
+  const Manifest& m = x.m;
+  const UnitTable& ut = x.ut;
+  Placer* placer = x.placer;
+  OwnOutcome out;
+  out.status = Guarded("local load: reading this node's copy", [&] {
+    FileCache local{x.node, x.dir, {}};
+    std::string scratch;
+    for (uint32_t u : object_units) {
+      if (ReadUnit(local, m, ut.units[u], &scratch).ok()) {
+        out.bytes_local += ut.units[u].nbytes;
+      } else {
+        out.bad.push_back(u);
+      }
     }
-  }
-  const bool all_ok = x.placer->FromFiles(files, tensor_units).ok();
-  for (uint32_t u : tensor_units) {
-    if (all_ok || x.placer->FromFiles(files, {u}).ok()) {
-      x.result.bytes_local += x.ut.units[u].nbytes;
-    } else {
-      bad->push_back(u);
+    const bool all_ok = placer->FromFiles(files, tensor_units).ok();
+    for (uint32_t u : tensor_units) {
+      if (all_ok || placer->FromFiles(files, {u}).ok()) {
+        out.bytes_local += ut.units[u].nbytes;
+      } else {
+        out.bad.push_back(u);
+      }
     }
-  }
-  std::sort(bad->begin(), bad->end());
+    std::sort(out.bad.begin(), out.bad.end());
+    return OkStatus();
+  });
+  return out;
 }
+
+// The own node's reads on a thread of their own, joined by Join() or the
+// destructor (everything they use must outlive this). Where no thread can
+// be made, Join() runs them.
+class OwnReads {
+ public:
+  explicit OwnReads(std::function<OwnOutcome()> fn) : fn_(std::move(fn)) {
+    try {
+      thread_ = std::thread([this] { outcome_ = fn_(); });
+    } catch (...) {  // no thread: run on the rank's thread at Join()
+    }
+  }
+  ~OwnReads() { Join(); }
+  OwnReads(const OwnReads&) = delete;
+  OwnReads& operator=(const OwnReads&) = delete;
+  // Waits for the reads (runs them, if no thread was made); their outcome.
+  const OwnOutcome& Join() {
+    if (thread_.joinable()) {
+      thread_.join();
+    } else if (fn_) {
+      outcome_ = fn_();
+    }
+    fn_ = nullptr;
+    return outcome_;
+  }
+
+ private:
+  std::function<OwnOutcome()> fn_;
+  OwnOutcome outcome_;
+  std::thread thread_;
+};
 
 // A message of the exchange: u32 unit, u32 source, u8 ok, then the unit's
 // bytes when ok.
@@ -485,13 +528,54 @@ Status LostError(const Recovery& x, const std::vector<uint32_t>& lost, bool pers
                                    : ", and no persistent checkpoint was given"));
 }
 
-// Step 4: the passes.
-Status RunPasses(Recovery& x, const LocalTierOptions& o) {
+// What a rank reports after a pass: the copies that failed in its rounds
+// (source, unit), then, after pass 0, the units its node's copy failed in
+// its own reads.
+std::string EncodeBad(const std::vector<std::pair<int, uint32_t>>& newly_bad,
+                      const std::vector<uint32_t>& own_bad) {
+  ByteWriter w;
+  w.U64(newly_bad.size());
+  for (const auto& [src, u] : newly_bad) {
+    w.U32(static_cast<uint32_t>(src));
+    w.U32(u);
+  }
+  w.U64(own_bad.size());
+  w.Raw(own_bad.data(), own_bad.size() * 4);
+  return std::move(w.str());
+}
+
+Status DecodeBad(const std::string& bytes, int rank, size_t num_units,
+                 std::vector<std::pair<int, uint32_t>>* failed, std::vector<uint32_t>* own_bad) {
+  ByteReader r(bytes, "local tier bad copies from rank " + std::to_string(rank));
+  uint64_t n = 0;
+  SP_RETURN_IF_ERROR(r.Count(&n, 8));
+  failed->resize(n);
+  for (auto& [src, u] : *failed) {
+    uint32_t s = 0;
+    SP_RETURN_IF_ERROR(r.U32(&s));
+    SP_RETURN_IF_ERROR(r.U32(&u));
+    src = static_cast<int>(s);
+  }
+  SP_RETURN_IF_ERROR(r.Count(&n, 4));
+  own_bad->resize(n);
+  SP_RETURN_IF_ERROR(r.Raw(own_bad->data(), n * 4));
+  for (uint32_t u : *own_bad) {
+    if (u >= num_units)
+      return DataLossError("local tier: rank " + std::to_string(rank) + " names unit " +
+                           std::to_string(u) + " of " + std::to_string(num_units));
+  }
+  return r.ExpectEnd();
+}
+
+// Step 4: the passes. Pass 0 runs while this rank's own reads (`own`) do,
+// and its agreement waits for them: a unit a rank's node copy failed is
+// pending for that rank in pass 1, from another copy.
+Status RunPasses(Recovery& x, const LocalTierOptions& o, OwnReads& own) {
   const bool persistent = !x.persistent_dir.empty();
   Pending pending = InitialPending(x.ut, x.t, x.copies, x.needs);
   FileCache node_files{x.node, x.dir, {}}, pers_files{x.persistent, x.persistent_dir, {}};
   const int me = x.comm.rank();
-  for (size_t pass = 0; !pending.empty(); ++pass) {
+  for (size_t pass = 0; pass == 0 || !pending.empty(); ++pass) {
     // Each pass marks at least one more copy bad, and each unit has at most
     // one copy per node and one persistent: a bound that a bug cannot pass.
     if (pass > x.t.nodes.size() + 1) {
@@ -523,28 +607,38 @@ Status RunPasses(Recovery& x, const LocalTierOptions& o) {
           s = Guarded("local load: placing", [&] { return x.placer->FromMemory(x.arrived); });
       }));
     }
-    ByteWriter w;
-    for (const auto& [src, u] : newly_bad) {
-      w.U32(static_cast<uint32_t>(src));
-      w.U32(u);
+    std::vector<uint32_t> own_bad;
+    if (pass == 0) {
+      const OwnOutcome& mine = own.Join();
+      if (s.ok()) s = mine.status;
+      own_bad = mine.bad;
+      x.result.bytes_local += mine.bytes_local;
     }
     std::vector<std::string> all;
-    SP_RETURN_IF_ERROR(internal_comm::AllGatherAgreed(x.comm, s, w.str(), &all));
-    std::set<std::pair<int, uint32_t>> found;
+    SP_RETURN_IF_ERROR(internal_comm::AllGatherAgreed(
+        x.comm, s, s.ok() ? EncodeBad(newly_bad, own_bad) : std::string(), &all));
+    std::set<std::pair<int, uint32_t>> found;  // in the rounds
+    std::map<uint32_t, std::set<int>> again;   // unit -> ranks to send it to
     for (size_t r = 0; r < all.size(); ++r) {
-      ByteReader br(all[r], "local tier bad copies from rank " + std::to_string(r));
-      while (!br.done()) {
-        uint32_t src = 0, u = 0;
-        SP_RETURN_IF_ERROR(br.U32(&src));
-        SP_RETURN_IF_ERROR(br.U32(&u));
-        found.emplace(static_cast<int>(src), u);
+      std::vector<std::pair<int, uint32_t>> failed;
+      std::vector<uint32_t> theirs;
+      SP_RETURN_IF_ERROR(
+          DecodeBad(all[r], static_cast<int>(r), x.ut.units.size(), &failed, &theirs));
+      found.insert(failed.begin(), failed.end());
+      const int node = x.t.node_of(static_cast<int>(r));
+      for (uint32_t u : theirs) {
+        x.copies.bad.emplace(node, u);
+        again[u].insert(static_cast<int>(r));
       }
     }
     x.copies.bad.insert(found.begin(), found.end());
-    pending.clear();
     for (const Transfer& tr : transfers) {
-      if (found.count({tr.source, tr.unit})) pending.emplace_back(tr.unit, tr.receivers);
+      if (found.count({tr.source, tr.unit}))
+        again[tr.unit].insert(tr.receivers.begin(), tr.receivers.end());
     }
+    pending.clear();
+    for (const auto& [u, ranks] : again)
+      pending.emplace_back(u, std::vector<int>(ranks.begin(), ranks.end()));
   }
   return OkStatus();
 }
@@ -583,23 +677,34 @@ Status FindCopies(Recovery& x, int64_t iteration) {
   return OkStatus();
 }
 
-// Step 3's exchange: every rank's needs, and the bad local copies.
+// Step 3's exchange: every rank's needs. Before it, this rank's reads of
+// its node's copy start (*own): their bad units are known only when they
+// end, and travel in pass 0's agreement (RunPasses).
 Status GatherNeeds(Recovery& x, const internal_plan::LoadPlan& plan, const State& state,
-                   internal_checkpoint::DataFiles* files) {
-  std::vector<uint32_t> needs, bad;
-  Status s = Guarded("local load: placing this node's copy", [&] {
-    PlaceLocal(x, plan, state, files, &needs, &bad);
+                   internal_checkpoint::DataFiles* own_files, std::unique_ptr<OwnReads>* own) {
+  std::vector<uint32_t> needs;
+  Status s = Guarded("local load: listing the units needed", [&] {
+    needs = NeededUnits(x.m, x.ut, plan, state);
+    const int node = x.t.node_of(x.comm.rank());
+    std::vector<uint32_t> tensor_units, object_units;
+    for (uint32_t u : needs) {
+      if (!x.copies.node_holds[node][x.ut.units[u].file]) continue;
+      (x.placer->IsTensor(u) ? tensor_units : object_units).push_back(u);
+    }
+    *own = std::make_unique<OwnReads>([&x, own_files, tensor_units = std::move(tensor_units),
+                                       object_units = std::move(object_units)] {
+      return ReadOwn(x, own_files, tensor_units, object_units);
+    });
     return OkStatus();
   });
   std::vector<std::string> all;
   SP_RETURN_IF_ERROR(
-      internal_comm::AllGatherAgreed(x.comm, s, s.ok() ? EncodeUnits(needs, bad) : "", &all));
+      internal_comm::AllGatherAgreed(x.comm, s, s.ok() ? EncodeUnits(needs, {}) : "", &all));
   x.needs.resize(all.size());
   for (size_t r = 0; r < all.size(); ++r) {
-    std::vector<uint32_t> b;
+    std::vector<uint32_t> none;
     SP_RETURN_IF_ERROR(
-        DecodeUnits(all[r], static_cast<int>(r), x.ut.units.size(), &x.needs[r], &b));
-    for (uint32_t u : b) x.copies.bad.emplace(x.t.node_of(static_cast<int>(r)), u);
+        DecodeUnits(all[r], static_cast<int>(r), x.ut.units.size(), &x.needs[r], &none));
   }
   return OkStatus();
 }
@@ -631,8 +736,12 @@ Result<LoadResult> LoadOverlay(Recovery& x, State& state, const LocalTierOptions
                       internal_checkpoint::ReadStats* stats) -> Status {
     Placer placer(x.m, x.ut, plan, x.node, x.dir, pool, read, stats);
     x.placer = &placer;
-    SP_RETURN_IF_ERROR(GatherNeeds(x, plan, state, files));
-    return RunPasses(x, tier);
+    // The own node's copy is read straight from the node, not through
+    // `files`: the overlay under it changes as object units arrive.
+    internal_checkpoint::DataFiles own_files(x.node, x.dir, &x.m);
+    std::unique_ptr<OwnReads> own;  // joined before what it uses goes
+    SP_RETURN_IF_ERROR(GatherNeeds(x, plan, state, &own_files, &own));
+    return RunPasses(x, tier, *own);
   };
   SP_ASSIGN_OR_RETURN(LoadResult r,
                       internal_checkpoint::LoadFromSource(state, OkStatus(), src, x.comm, o, res,

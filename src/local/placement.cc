@@ -1,6 +1,7 @@
 #include "src/local/placement.h"
 
 #include <algorithm>
+#include <set>
 
 #include "src/local/overlay.h"
 
@@ -23,7 +24,7 @@ Placer::Placer(const Manifest& m, const UnitTable& ut, const internal_plan::Load
       options_(options),
       stats_(stats),
       chunk_of_(ut.units.size(), {-1, -1}) {
-  for (const internal_plan::ReadPiece& p : plan.pieces) own_.push_back(&p);
+  for (const internal_plan::ReadPiece& p : plan.pieces) pieces_[{p.tensor, p.chunk}].push_back(&p);
   for (size_t t = 0; t < m.tensors.size(); ++t) {
     for (size_t c = 0; c < m.tensors[t].chunks.size(); ++c) {
       const ChunkRecord& ch = m.tensors[t].chunks[c];
@@ -50,9 +51,22 @@ std::vector<ChunkSpan> Placer::Spans(const std::vector<uint32_t>& units) const {
   return spans;
 }
 
+std::vector<const internal_plan::ReadPiece*> Placer::PiecesOf(
+    const std::vector<ChunkSpan>& spans) const {
+  std::vector<const internal_plan::ReadPiece*> out;
+  std::set<std::pair<int64_t, int64_t>> seen;
+  for (const ChunkSpan& s : spans) {
+    if (!seen.insert({s.tensor, s.chunk}).second) continue;
+    const auto it = pieces_.find({s.tensor, s.chunk});
+    if (it != pieces_.end()) out.insert(out.end(), it->second.begin(), it->second.end());
+  }
+  return out;
+}
+
 Status Placer::FromFiles(DataFiles* files, const std::vector<uint32_t>& units) {
   if (units.empty()) return OkStatus();
-  return internal_checkpoint::ExecuteSpans(m_, own_, {}, Spans(units), files, pool_, options_,
+  const std::vector<ChunkSpan> spans = Spans(units);
+  return internal_checkpoint::ExecuteSpans(m_, PiecesOf(spans), {}, spans, files, pool_, options_,
                                            stats_);
 }
 
@@ -76,7 +90,9 @@ Status Placer::FromMemory(const Arrived& units) {
   internal_checkpoint::ReadOptions o = options_;
   o.verify_checksums = false;  // each was checked where it arrived
   o.prefetch_bytes = 0;
-  return internal_checkpoint::ExecuteSpans(m_, own_, {}, Spans(ids), &files, pool_, o, stats_);
+  const std::vector<ChunkSpan> spans = Spans(ids);
+  return internal_checkpoint::ExecuteSpans(m_, PiecesOf(spans), {}, spans, &files, pool_, o,
+                                           stats_);
 }
 
 }  // namespace shardpoint::internal_local

@@ -3,9 +3,14 @@
 // pipeline's own placement (reader.h's ExecuteSpans). Nothing is kept for a
 // later pass over the data: a unit read from the node's copy is read once,
 // and a unit received is placed from the receive buffer of its round.
+// Thread-safe: a recovery places its own node's units (FromFiles, on a
+// thread of their own) while its rank places the units it receives
+// (FromMemory); the units of two calls at once must be disjoint. Both use
+// the one ThreadPool (safe for concurrent calls) and ReadStats (atomic).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,6 +45,10 @@ class Placer {
 
  private:
   std::vector<internal_checkpoint::ChunkSpan> Spans(const std::vector<uint32_t>& units) const;
+  // The plan's pieces that read the chunks of `spans`: a call plans only
+  // those (a round places a few units of a plan of many pieces).
+  std::vector<const internal_plan::ReadPiece*> PiecesOf(
+      const std::vector<internal_checkpoint::ChunkSpan>& spans) const;
 
   const internal_format::Manifest& m_;
   const UnitTable& ut_;
@@ -48,7 +57,8 @@ class Placer {
   ThreadPool* pool_;
   internal_checkpoint::ReadOptions options_;
   internal_checkpoint::ReadStats* stats_;
-  std::vector<const internal_plan::ReadPiece*> own_;
+  // The plan's pieces by (tensor, chunk).
+  std::map<std::pair<int64_t, int64_t>, std::vector<const internal_plan::ReadPiece*>> pieces_;
   std::vector<std::pair<int64_t, int64_t>> chunk_of_;  // per unit: (tensor, chunk), or -1
 };
 

@@ -10,10 +10,16 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "src/comm/thread_comm.h"
 #include "src/local/units.h"
@@ -30,12 +36,84 @@ using testing::ParallelConfig;
 
 using local_testing::kModel;
 
+// Holds the reads of data files that a rank makes off its own thread (its
+// own node's copy read alongside the peer rounds) until that rank has
+// finished a round of the exchange; after `patience` it lets them go and
+// notes that the rounds waited for those reads instead.
+class RoundGate {
+ public:
+  explicit RoundGate(int ranks) : threads_(ranks), rounds_(ranks, 0) {}
+  void Enter(int rank) {
+    std::lock_guard<std::mutex> l(mu_);
+    threads_[rank] = std::this_thread::get_id();
+  }
+  void RoundDone(int rank) {
+    std::lock_guard<std::mutex> l(mu_);
+    ++rounds_[rank];
+    cv_.notify_all();
+  }
+  // Called by every read of a data file on `rank`'s storage.
+  void Read(int rank) {
+    std::unique_lock<std::mutex> l(mu_);
+    if (std::this_thread::get_id() == threads_[rank]) return;
+    ++held_;
+    const auto patience = std::chrono::seconds(60);  // a deadlock guard, not a timing
+    if (!cv_.wait_for(l, patience, [&] { return rounds_[rank] > 0 || released_; })) {
+      released_ = true;  // the rounds wait for these reads: let every read go
+      cv_.notify_all();
+    }
+  }
+  bool rounds_waited() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return released_;
+  }
+  int held() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return held_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::thread::id> threads_;
+  std::vector<int> rounds_;
+  bool released_ = false;
+  int held_ = 0;
+};
+
+// Rank `rank`'s node storage with its data file reads passed through a gate.
+class GatedStorage : public StorageWrapper {
+ public:
+  GatedStorage(Storage* base, RoundGate* gate, int rank)
+      : StorageWrapper(base), gate_(gate), rank_(rank) {}
+  Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, base()->NewReadableFile(path));
+    if (path.find("/data/") == std::string::npos) return f;
+    return std::unique_ptr<ReadableFile>(new Gated(std::move(f), this));
+  }
+
+ private:
+  struct Gated : ReadableFileWrapper {
+    Gated(std::unique_ptr<ReadableFile> f, GatedStorage* s)
+        : ReadableFileWrapper(std::move(f)), s_(s) {}
+    Status ReadAt(uint64_t offset, size_t n, void* dst) const override {
+      s_->gate_->Read(s_->rank_);
+      return ReadableFileWrapper::ReadAt(offset, n, dst);
+    }
+    GatedStorage* s_;
+  };
+  RoundGate* gate_;
+  int rank_;
+};
+
 // A thread rank's Comm that counts the bytes a rank hands to the copying
-// AllToAll and to the zero-copy AllToAllViews, forwarding both.
+// AllToAll and to the zero-copy AllToAllViews (where counters are given),
+// and tells a gate when the rank finished a round; it forwards both.
 class CountingComm : public Comm, public internal_comm::ViewAllToAll {
  public:
-  CountingComm(Comm& in, std::atomic<uint64_t>* copied, std::atomic<uint64_t>* viewed)
-      : in_(in), copied_(copied), viewed_(viewed) {}
+  CountingComm(Comm& in, std::atomic<uint64_t>* copied, std::atomic<uint64_t>* viewed,
+               RoundGate* gate)
+      : in_(in), copied_(copied), viewed_(viewed), gate_(gate) {}
   int rank() const override { return in_.rank(); }
   int size() const override { return in_.size(); }
   Status AllGather(std::string_view mine, std::vector<std::string>* all) override {
@@ -47,20 +125,29 @@ class CountingComm : public Comm, public internal_comm::ViewAllToAll {
   Status Broadcast(std::string* data, int root) override { return in_.Broadcast(data, root); }
   Status Barrier() override { return in_.Barrier(); }
   Status AllToAll(const std::vector<std::string>& send, std::vector<std::string>* recv) override {
-    for (const std::string& s : send) *copied_ += s.size();
-    return in_.AllToAll(send, recv);
+    for (const std::string& s : send) {
+      if (copied_) *copied_ += s.size();
+    }
+    Status st = in_.AllToAll(send, recv);
+    if (gate_) gate_->RoundDone(rank());
+    return st;
   }
   Status AllToAllViews(
       const std::vector<std::string_view>& send,
       const std::function<Status(const std::vector<std::string_view>&)>& use) override {
-    for (std::string_view s : send) *viewed_ += s.size();
-    return dynamic_cast<internal_comm::ViewAllToAll&>(in_).AllToAllViews(send, use);
+    for (std::string_view s : send) {
+      if (viewed_) *viewed_ += s.size();
+    }
+    Status st = dynamic_cast<internal_comm::ViewAllToAll&>(in_).AllToAllViews(send, use);
+    if (gate_) gate_->RoundDone(rank());
+    return st;
   }
 
  private:
   Comm& in_;
   std::atomic<uint64_t>* copied_;
   std::atomic<uint64_t>* viewed_;
+  RoundGate* gate_;
 };
 
 class LocalTierTest : public local_testing::NodesTest {
@@ -68,6 +155,10 @@ class LocalTierTest : public local_testing::NodesTest {
   // Set: LoadAndCheck's ranks run through a CountingComm into these.
   std::atomic<uint64_t>* copied_ = nullptr;
   std::atomic<uint64_t>* viewed_ = nullptr;
+  // Set: each rank's node storage is its gated one, and its Comm tells the
+  // gate about its rounds.
+  RoundGate* gate_ = nullptr;
+  std::vector<std::unique_ptr<GatedStorage>> gated_;
 
   std::string Persistent(int64_t it) const { return root_ + "/persistent_" + std::to_string(it); }
 
@@ -78,6 +169,7 @@ class LocalTierTest : public local_testing::NodesTest {
     o.node_id = "node" + std::to_string(rank / per_node);
     o.round_bytes = 96 << 10;  // several rounds
     o.storage = storage_;
+    if (gate_) o.storage = gated_[rank].get();
     return o;
   }
 
@@ -107,8 +199,9 @@ class LocalTierTest : public local_testing::NodesTest {
     LoadOptions lo;
     lo.allow_unexpected_keys = true;
     for (Status s : RunThreadRanks(p.world(), [&](Comm& thread) -> Status {
-           CountingComm counting(thread, copied_, viewed_);
-           Comm& comm = copied_ ? counting : thread;
+           CountingComm counting(thread, copied_, viewed_, gate_);
+           Comm& comm = copied_ || gate_ ? counting : thread;
+           if (gate_) gate_->Enter(comm.rank());
            SP_ASSIGN_OR_RETURN(results[comm.rank()],
                                LocalLoad(dst[comm.rank()].state, it, comm,
                                          Options(comm.rank(), per_node), persistent, lo));
@@ -270,6 +363,68 @@ TEST_F(LocalTierTest, CorruptedOwnCopyIsServedByThePeerCopy) {
   ASSERT_EQ(rs.size(), 8u);
   EXPECT_EQ(Sum(rs, &LoadResult::bytes_persistent), 0u);
   EXPECT_GT(rs[2].bytes_peer, 0u);  // rank 2 reads its own file, but that block from node 2
+}
+
+// The own node's copy is read alongside the peer rounds, not before them:
+// every read of a data file off a rank's own thread is held until that rank
+// finished a round of the exchange. Before, a rank read its node's copy on
+// its own thread (and its pool's) and entered the rounds only after: no
+// read was held (held() == 0 here), or a held one never saw a round and the
+// gate let it go after its patience (rounds_waited).
+TEST_F(LocalTierTest, TheOwnNodesCopyIsReadWhileThePeerRoundsRun) {
+  SaveBoth(10, /*persistent=*/false);
+  ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(1)).ok());
+  RoundGate gate(8);
+  gate_ = &gate;
+  for (int r = 0; r < 8; ++r) {
+    gated_.push_back(std::make_unique<GatedStorage>(DefaultStorage(), &gate, r));
+  }
+  std::vector<LoadResult> rs = LoadAndCheck(10, ParallelConfig{2, 2, 2, true}, 2, "");
+  ASSERT_EQ(rs.size(), 8u);
+  EXPECT_GT(gate.held(), 0);
+  EXPECT_FALSE(gate.rounds_waited());
+  EXPECT_GT(rs[0].bytes_local, 0u);
+  EXPECT_GT(rs[2].bytes_peer, 0u);
+  EXPECT_EQ(Sum(rs, &LoadResult::bytes_persistent), 0u);
+}
+
+// A byte flipped in the own node's copy while a lost node is being served:
+// node 2's copy of rank 4's file (its replica, on node 3, is intact) is
+// found bad by the own reads only after pass 0's rounds began, and the unit
+// comes from the other copy in the next pass; bit for bit, and each rank's
+// bytes by source exact: against the same recovery of an intact copy, only
+// that unit moves from local to peer, on the ranks of node 2 that need it.
+TEST_F(LocalTierTest, AFlippedByteInTheOwnCopyFoundAlongsideThePeerRoundsComesFromThePeer) {
+  SaveBoth(12, /*persistent=*/false);
+  ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(1)).ok());
+  const std::vector<LoadResult> intact = LoadAndCheck(12, ParallelConfig{2, 2, 2, true}, 2, "");
+  ASSERT_EQ(intact.size(), 8u);
+  const std::string dir = NodeRoot(2) + "/iter_0000012";
+  const uint64_t at = FirstChunkOffset(dir, "data/4.safetensors");
+  auto m = internal_source::ReadManifest(DefaultStorage(), dir);
+  ASSERT_TRUE(m.ok());
+  uint64_t unit = 0;
+  for (const internal_local::Unit& u : internal_local::UnitsOf(*m).units) {
+    if (m->files[u.file] == "data/4.safetensors" && u.offset == at) unit = u.nbytes;
+  }
+  ASSERT_GT(unit, 0u);
+  FlipByte(dir + "/data/4.safetensors", at + 5);
+  const std::vector<LoadResult> rs = LoadAndCheck(12, ParallelConfig{2, 2, 2, true}, 2, "");
+  ASSERT_EQ(rs.size(), 8u);
+  uint64_t moved = 0;
+  for (int r = 0; r < 8; ++r) {
+    const uint64_t less = intact[r].bytes_local - rs[r].bytes_local;
+    EXPECT_TRUE(less == 0 || less == unit) << "rank " << r << ": " << less;
+    EXPECT_EQ(rs[r].bytes_peer, intact[r].bytes_peer + less) << "rank " << r;
+    EXPECT_EQ(rs[r].bytes_received, intact[r].bytes_received + less) << "rank " << r;
+    EXPECT_EQ(rs[r].bytes_persistent, 0u) << "rank " << r;
+    if (r != 4 && r != 5) {
+      EXPECT_EQ(less, 0u) << "rank " << r;  // not on node 2
+    }
+    moved += less;
+  }
+  EXPECT_EQ(intact[4].bytes_local - rs[4].bytes_local, unit);  // rank 4 reads its own file
+  EXPECT_GE(moved, unit);
 }
 
 TEST_F(LocalTierTest, CorruptedReplicaOfALostNodeFallsBackToPersistentForThatBlockOnly) {
