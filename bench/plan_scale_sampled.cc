@@ -4,7 +4,7 @@
 //   plan_scale_sampled [--tp 8 --pp 16 --dp 512] [--load-tp 4 --load-pp 4 --load-dp 256]
 //                      [--experts 64 --ep 64 --load-ep 64] [--dp-samples 4] (+ model flags)
 //                      [--shard-kb 64 --part-kb 16] [--manifest-cache FILE]
-//                      [--rank-dir DIR]
+//                      [--rank-dir DIR] [--commit-only]
 //
 // --shard-kb, --part-kb: the manifest's shard size and the size of the parts
 // larger records are cut into (format v4).
@@ -12,6 +12,7 @@
 // only the load figures are computed, from it (for trying part sizes).
 // --rank-dir: write the index and what each sampled loading rank reads to
 // DIR, for plan_scale_rank (bench/plan_scale_rank_dir.h).
+// --commit-only: the planning and commit figures only (no manifest, no load).
 //
 // The owners' side is computed for EVERY rank: each key's owner (XXH3 mod N)
 // receives the shares of every rank holding the key (each rank's RNG object
@@ -41,7 +42,10 @@
 // sum per writer (its real file order needs its PlanLocal; offsets are fixed
 // 8-byte fields, so sizes and decode times do not depend on them). Rank 0's
 // assembly is not run (it needs every rank's structure): its received bytes
-// are estimated from the sample.
+// are estimated from the sample. A rank's commit message to rank 0 is its
+// structure and its checksum message (src/checkpoint/checksum_message.h:
+// a checksum per item and per replica it holds, and each tensor item's block
+// checksums, one per MiB), with the gather's status byte.
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -54,6 +58,7 @@
 #include "bench/plan_scale_model.h"
 #include "bench/plan_scale_partial.h"
 #include "bench/plan_scale_rank_dir.h"
+#include "src/checkpoint/checksum_message.h"
 #include "src/format/manifest.h"
 #include "src/format/manifest_index.h"
 #include "src/plan/dist_plan.h"
@@ -61,6 +66,7 @@
 #include "src/plan/load_plan.h"
 
 using namespace plan_scale;
+using shardpoint::internal_checkpoint::EncodeChecksums;
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::ObjectRecord;
@@ -220,12 +226,25 @@ std::pair<double, double> MedianMax(std::vector<double> v) {
   return {v[v.size() / 2], v.back()};
 }
 
+// What the rank's commit message to rank 0 (Save's step 4) weighs: the
+// gather's status byte, its structure (a blob) and its checksum message.
+uint64_t CommitBytes(const shardpoint::internal_plan::LocalPlan& lp) {
+  const auto& rf = lp.file;
+  std::vector<uint64_t> sums(rf.items.size() + rf.replicas.size());
+  std::vector<std::vector<uint64_t>> blocks(rf.items.size());
+  const uint64_t bs = shardpoint::internal_format::kDefaultBlockSize;
+  for (size_t i = 0; i < rf.items.size(); ++i) {
+    if (!rf.items[i].is_object) blocks[i].resize((rf.items[i].nbytes + bs - 1) / bs);
+  }
+  return 1 + 8 + lp.structure.size() + EncodeChecksums(sums, blocks).size();
+}
+
 // The sampled ranks' local side: whole layout, shares (checked against the
 // generator's sizes), PlanLocal from the owners' replies.
 void RunSample(const Setup& s, const std::vector<int>& sample, Tally& t) {
   const int world = s.save.world();
   const std::string no_keys = EncodeSkeleton(Manifest{});
-  std::vector<double> local, total, structure;
+  std::vector<double> local, total, structure, commit;
   for (int r : sample) {
     std::vector<Region> regions =
         Check(BuildRegions(RankTensors(s.m, s.save, s.params, s.keys, r)), "BuildRegions");
@@ -246,13 +265,16 @@ void RunSample(const Setup& s, const std::vector<int>& sample, Tally& t) {
     local.push_back(secs);
     total.push_back(secs + t.owner_secs[r]);
     structure.push_back(static_cast<double>(lp.structure.size()));
+    commit.push_back(static_cast<double>(CommitBytes(lp)));
     std::vector<std::pair<int, std::string>>().swap(got);
   }
   auto [l_med, l_max] = MedianMax(local);
   auto [p_med, p_max] = MedianMax(total);
   auto [s_med, s_max] = MedianMax(structure);
-  double sum = 0;
+  auto [c_med, c_max] = MedianMax(commit);
+  double sum = 0, commit_sum = 0;
   for (double x : structure) sum += x;
+  for (double x : commit) commit_sum += x;
   std::printf(
       "  local side (EncodeShares + PlanLocal), %zu sampled ranks: median %.3f ms, max %.3f ms\n",
       sample.size(), 1e3 * l_med, 1e3 * l_max);
@@ -267,6 +289,10 @@ void RunSample(const Setup& s, const std::vector<int>& sample, Tally& t) {
       "  structure to rank 0: median %.1f KB, max %.1f KB; rank 0 receives ~%.1f MB "
       "(sample mean x %d ranks)\n",
       s_med / 1e3, s_max / 1e3, sum / sample.size() * world / 1e6, world);
+  std::printf(
+      "  commit message to rank 0 (status, structure, checksums): median %.1f KB, max %.1f KB; "
+      "rank 0 receives ~%.1f MB at the commit (sample mean x %d ranks)\n",
+      c_med / 1e3, c_max / 1e3, commit_sum / sample.size() * world / 1e6, world);
 }
 
 // The manifest rank 0 would assemble: files by writer rank, as AssemblePlan
@@ -405,6 +431,7 @@ int main(int argc, char** argv) {
   uint64_t part_bytes = shardpoint::internal_format::kDefaultPartBytes;
   uint64_t shard_bytes = shardpoint::internal_format::kDefaultShardBytes;
   std::string cache;
+  bool commit_only = false;
   for (int i = 1; i < argc; ++i) {
     if (ParseCommonFlag(argc, argv, i, s.m, s.save, s.load)) continue;
     if (std::string(argv[i]) == "--dp-samples") {
@@ -415,6 +442,8 @@ int main(int argc, char** argv) {
       part_bytes = uint64_t(IntFlag(argc, argv, i)) << 10;
     } else if (std::string(argv[i]) == "--rank-dir" && i + 1 < argc) {
       s.rank_dir = argv[++i];
+    } else if (std::string(argv[i]) == "--commit-only") {
+      commit_only = true;
     } else if (std::string(argv[i]) == "--manifest-cache" && i + 1 < argc) {
       cache = argv[++i];
     } else {
@@ -453,6 +482,7 @@ int main(int argc, char** argv) {
   RunSample(s, sample, t);
   double c2 = Now();
   std::printf("  (owners %.1f s, sample %.1f s)\n", c1 - c0, c2 - c1);
+  if (commit_only) return 0;
   Manifest whole = BuildManifest(t, world);
   if (!cache.empty()) {
     const std::string bytes = EncodeManifest(whole);
