@@ -43,9 +43,12 @@
 // 8-byte fields, so sizes and decode times do not depend on them). Rank 0's
 // assembly is not run (it needs every rank's structure): its received bytes
 // are estimated from the sample. A rank's commit message to rank 0 is its
-// structure and its checksum message (src/checkpoint/checksum_message.h:
-// a checksum per item and per replica it holds, and each tensor item's block
-// checksums, one per MiB), with the gather's status byte.
+// structure, its replica report (empty) and its checksum message
+// (src/checkpoint/checksum_message.h: a checksum per item, and each tensor
+// item's block checksums, one per MiB), with the gather's status byte. The
+// replica checksums' exchange with the keys' owners (verify_replicas,
+// src/checkpoint/replica_owners.h) is exact for every rank: each holder's
+// message to each owner, built from the owner's replies.
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -59,6 +62,7 @@
 #include "bench/plan_scale_partial.h"
 #include "bench/plan_scale_rank_dir.h"
 #include "src/checkpoint/checksum_message.h"
+#include "src/checkpoint/replica_owners.h"
 #include "src/format/manifest.h"
 #include "src/format/manifest_index.h"
 #include "src/plan/dist_plan.h"
@@ -67,6 +71,7 @@
 
 using namespace plan_scale;
 using shardpoint::internal_checkpoint::EncodeChecksums;
+using shardpoint::internal_checkpoint::ReplicaSumsWriter;
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::ObjectRecord;
@@ -78,7 +83,6 @@ using shardpoint::internal_plan::DecodeStructure;
 using shardpoint::internal_plan::EncodeShares;
 using shardpoint::internal_plan::EncodeSkeleton;
 using shardpoint::internal_plan::KeyOwner;
-using shardpoint::internal_plan::kRoleWrite;
 using shardpoint::internal_plan::ObjectOwner;
 using shardpoint::internal_plan::OwnerOutcome;
 using shardpoint::internal_plan::PlanLocal;
@@ -87,6 +91,7 @@ using shardpoint::internal_plan::Region;
 using shardpoint::internal_plan::Replies;
 using shardpoint::internal_plan::ReplyRoles;
 using shardpoint::internal_plan::StructureWriter;
+using shardpoint::internal_plan::WritesPiece;
 
 namespace {
 
@@ -103,7 +108,8 @@ struct Setup {
 // and for the sample its replies, skeleton and local seconds.
 struct Tally {
   std::vector<uint64_t> sent, received;
-  std::vector<uint64_t> share_sent;  // of `sent`: its shares to the owners
+  std::vector<uint64_t> share_sent;                      // of `sent`: its shares to the owners
+  std::vector<uint64_t> replica_sent, replica_received;  // the replica sums' exchange
   std::vector<double> owner_secs;
   std::vector<char> sampled;
   std::unordered_map<int, std::vector<std::pair<int, std::string>>> outbox;
@@ -168,13 +174,13 @@ void ModelRecords(const std::map<int, Contribution>& subs, const OwnerOutcome& o
     if (!Check(DecodeReply(bytes, 0, &roles), "DecodeReply").empty()) Die("plan error in a reply");
     const Contribution& c = subs.at(s);
     for (size_t j = 0; j < roles.regions.size(); ++j) {
-      if (roles.regions[j].second != kRoleWrite) continue;
+      if (!WritesPiece(roles.regions[j].second)) continue;
       ChunkRecord& ch = sk.tensors[at.at(c.regions[j].key)].chunks[roles.regions[j].first];
       ch.file = static_cast<uint32_t>(s), ch.offset = t.written[s], t.written[s] += ch.nbytes;
       t.writes[s] = 1;
     }
     for (size_t j = 0; j < roles.objects.size(); ++j) {
-      if (roles.objects[j] != kRoleWrite) continue;
+      if (!WritesPiece(roles.objects[j])) continue;
       for (ObjectRecord& o : sk.objects) {
         if (o.index == c.objects[j].index) o.file = static_cast<uint32_t>(s), t.writes[s] = 1;
       }
@@ -182,6 +188,37 @@ void ModelRecords(const std::map<int, Contribution>& subs, const OwnerOutcome& o
   }
   for (TensorRecord& r : sk.tensors) t.tensors.push_back(std::move(r));
   for (ObjectRecord& o : sk.objects) t.objects.push_back(std::move(o));
+}
+
+// The replica checksums' exchange after the writes (verify_replicas): what
+// each holder of owner o's keys sends it, from the roles the owner replied.
+// A replica's position in its holder's list is a fixed u32: sizes are exact.
+void ReplicaTraffic(const std::map<int, Contribution>& subs, const OwnerOutcome& out, int o,
+                    Tally& t) {
+  using shardpoint::internal_plan::kRoleReplica;
+  using shardpoint::internal_plan::kRoleWriteShared;
+  for (const auto& [s, bytes] : out.replies) {
+    ReplyRoles roles;
+    if (!Check(DecodeReply(bytes, 0, &roles), "DecodeReply").empty()) Die("plan error in a reply");
+    const Contribution& c = subs.at(s);
+    ReplicaSumsWriter w;
+    for (size_t j = 0; j < roles.regions.size(); ++j) {
+      const auto [chunk, role] = roles.regions[j];
+      if (role == kRoleWriteShared) w.Written(c.regions[j].key, chunk, c.regions[j].box, 0);
+      if (role == kRoleReplica) w.Replica(c.regions[j].key, chunk, 0, 0);
+    }
+    for (size_t j = 0; j < roles.objects.size(); ++j) {
+      if (roles.objects[j] == kRoleWriteShared) {
+        w.WrittenObject(c.objects[j].key, c.objects[j].index, 0);
+      }
+      if (roles.objects[j] == kRoleReplica)
+        w.ReplicaObject(c.objects[j].key, c.objects[j].index, 0, 0);
+    }
+    if (w.empty()) continue;
+    const uint64_t n = w.Finish().size();
+    t.replica_sent[s] += n;
+    t.replica_received[o] += n;
+  }
 }
 
 // Every owner in turn: its inbox generated key by key, its check timed.
@@ -212,6 +249,7 @@ void RunOwners(const Setup& s, Tally& t) {
     t.gen_secs += t0 - g0;
     if (!out.error_reply.empty()) Die("plan error at owner " + std::to_string(o));
     ModelRecords(subs, out, t);
+    ReplicaTraffic(subs, out, o, t);
     for (auto& [r, bytes] : out.replies) {
       t.sent[o] += bytes.size() + 1;
       t.received[r] += bytes.size() + 1;
@@ -230,13 +268,13 @@ std::pair<double, double> MedianMax(std::vector<double> v) {
 // gather's status byte, its structure (a blob) and its checksum message.
 uint64_t CommitBytes(const shardpoint::internal_plan::LocalPlan& lp) {
   const auto& rf = lp.file;
-  std::vector<uint64_t> sums(rf.items.size() + rf.replicas.size());
+  std::vector<uint64_t> sums(rf.items.size());
   std::vector<std::vector<uint64_t>> blocks(rf.items.size());
   const uint64_t bs = shardpoint::internal_format::kDefaultBlockSize;
   for (size_t i = 0; i < rf.items.size(); ++i) {
     if (!rf.items[i].is_object) blocks[i].resize((rf.items[i].nbytes + bs - 1) / bs);
   }
-  return 1 + 8 + lp.structure.size() + EncodeChecksums(sums, blocks).size();
+  return 1 + 8 + lp.structure.size() + 8 + EncodeChecksums(sums, blocks).size();
 }
 
 // The sampled ranks' local side: whole layout, shares (checked against the
@@ -422,6 +460,17 @@ void PlanningFigures(const Tally& t) {
                                 t.owner_secs.begin()));
   std::printf("  (generating the owners' inboxes key by key, not any rank's work: %.1f s)\n",
               t.gen_secs);
+  std::vector<double> rs(t.replica_sent.begin(), t.replica_sent.end());
+  std::vector<double> rr(t.replica_received.begin(), t.replica_received.end());
+  auto [rs_med, rs_max] = MedianMax(rs);
+  auto [rr_med, rr_max] = MedianMax(rr);
+  double total = 0;
+  for (double x : rs) total += x;
+  std::printf(
+      "replica checksums to the keys' owners (verify_replicas, after the writes), every rank "
+      "(exact):\n  sent: median %.1f KB, max %.1f KB; received: median %.1f KB, max %.1f KB; "
+      "all ranks %.1f MB\n",
+      rs_med / 1e3, rs_max / 1e3, rr_med / 1e3, rr_max / 1e3, total / 1e6);
 }
 
 }  // namespace
@@ -469,6 +518,7 @@ int main(int argc, char** argv) {
   }
   Tally t;
   t.sent.assign(world, 0), t.received.assign(world, 0), t.share_sent.assign(world, 0);
+  t.replica_sent.assign(world, 0), t.replica_received.assign(world, 0);
   t.owner_secs.assign(world, 0), t.sampled.assign(world, 0);
   t.written.assign(world, 0), t.writes.assign(world, 0);
   const std::vector<int> sample = Sample(s);

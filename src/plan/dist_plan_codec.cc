@@ -2,8 +2,8 @@
 //              u32 'SPR1' | u8 1 | u8 phase, u64 rank, u64 index, str key, u8 code, str message
 //   skeleton   u64 t, t x (str key, u8 dtype, ints shape, u64 c, c x (ints offset, ints shape))
 //              u64 o, o x (str key, ints index, ints grid, u64 nbytes)
-//   structure  u32 'SPT1' | blob skeleton | u64 k, k x str key |
-//              u64 n, n x (ref, u64 offset, u64 nbytes) | u64 m, m x ref
+//   structure  u32 'SPT2' | blob skeleton | u64 k, k x str key |
+//              u64 n, n x (ref, u64 offset, u64 nbytes)
 //              ref = u8 is_object, u32 key, then ints index (object) or u64 chunk
 #include "src/plan/dist_plan_codec.h"
 
@@ -18,7 +18,7 @@ namespace shardpoint::internal_plan {
 namespace {
 
 constexpr uint32_t kReplyMagic = 0x31525053;      // "SPR1"
-constexpr uint32_t kStructureMagic = 0x31545053;  // "SPT1"
+constexpr uint32_t kStructureMagic = 0x32545053;  // "SPT2" (SPT1 listed replicas)
 
 Status ReadSkeleton(std::string_view bytes, int rank, Manifest* m) {
   ByteReader in(bytes, "plan skeleton of rank " + std::to_string(rank));
@@ -182,12 +182,6 @@ void StructureWriter::Item(bool is_object, const std::string& key, uint64_t chun
   ++nitems_;
 }
 
-void StructureWriter::Replica(bool is_object, const std::string& key, uint64_t chunk,
-                              const Shape* index) {
-  Ref(replicas_, is_object, key, chunk, index);
-  ++nreplicas_;
-}
-
 std::string StructureWriter::Finish() {
   ByteWriter w;
   w.U32(kStructureMagic);
@@ -196,8 +190,6 @@ std::string StructureWriter::Finish() {
   w.Raw(keys_.str().data(), keys_.str().size());
   w.U64(nitems_);
   w.Raw(items_.str().data(), items_.str().size());
-  w.U64(nreplicas_);
-  w.Raw(replicas_.str().data(), replicas_.str().size());
   return std::move(w.str());
 }
 
@@ -212,7 +204,7 @@ Result<Structure> DecodeStructure(std::string_view bytes, int rank) {
   std::string skeleton;
   SP_RETURN_IF_ERROR(in.Blob(&skeleton));
   SP_RETURN_IF_ERROR(ReadSkeleton(skeleton, rank, &s.skeleton));
-  uint64_t nkeys, nitems, nreplicas;
+  uint64_t nkeys, nitems;
   SP_RETURN_IF_ERROR(in.Count(&nkeys, 4));
   s.keys.resize(nkeys);
   for (std::string& k : s.keys) SP_RETURN_IF_ERROR(in.Str(&k));
@@ -223,9 +215,6 @@ Result<Structure> DecodeStructure(std::string_view bytes, int rank) {
     SP_RETURN_IF_ERROR(in.U64(&p.offset));
     SP_RETURN_IF_ERROR(in.U64(&p.nbytes));
   }
-  SP_RETURN_IF_ERROR(in.Count(&nreplicas, 6));
-  s.replicas.resize(nreplicas);
-  for (PieceRef& p : s.replicas) SP_RETURN_IF_ERROR(ReadRef(in, nkeys, &p));
   SP_RETURN_IF_ERROR(in.ExpectEnd());
   return s;
 }
