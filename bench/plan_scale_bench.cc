@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
 
   // 4. Rank 0 assembles the plan.
   double a0 = Now();
-  SavePlan plan = Check(AssemblePlan(structures, true), "AssemblePlan");
+  SavePlan plan = Check(AssemblePlan(structures), "AssemblePlan");
   double a1 = Now();
   std::vector<std::string>().swap(structures);
   size_t chunks = 0;

@@ -4,7 +4,7 @@
 //   plan_scale_sampled [--tp 8 --pp 16 --dp 512] [--load-tp 4 --load-pp 4 --load-dp 256]
 //                      [--experts 64 --ep 64 --load-ep 64] [--dp-samples 4] (+ model flags)
 //                      [--shard-kb 64 --part-kb 16] [--manifest-cache FILE]
-//                      [--rank-dir DIR]
+//                      [--rank-dir DIR] [--commit-only]
 //
 // --shard-kb, --part-kb: the manifest's shard size and the size of the parts
 // larger records are cut into (format v4).
@@ -12,6 +12,7 @@
 // only the load figures are computed, from it (for trying part sizes).
 // --rank-dir: write the index and what each sampled loading rank reads to
 // DIR, for plan_scale_rank (bench/plan_scale_rank_dir.h).
+// --commit-only: the planning and commit figures only (no manifest, no load).
 //
 // The owners' side is computed for EVERY rank: each key's owner (XXH3 mod N)
 // receives the shares of every rank holding the key (each rank's RNG object
@@ -41,7 +42,13 @@
 // sum per writer (its real file order needs its PlanLocal; offsets are fixed
 // 8-byte fields, so sizes and decode times do not depend on them). Rank 0's
 // assembly is not run (it needs every rank's structure): its received bytes
-// are estimated from the sample.
+// are estimated from the sample. A rank's commit message to rank 0 is its
+// structure, its replica report (empty) and its checksum message
+// (src/checkpoint/checksum_message.h: a checksum per item, and each tensor
+// item's block checksums, one per MiB), with the gather's status byte. The
+// replica checksums' exchange with the keys' owners (verify_replicas,
+// src/checkpoint/replica_owners.h) is exact for every rank: each holder's
+// message to each owner, built from the owner's replies.
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -54,6 +61,8 @@
 #include "bench/plan_scale_model.h"
 #include "bench/plan_scale_partial.h"
 #include "bench/plan_scale_rank_dir.h"
+#include "src/checkpoint/checksum_message.h"
+#include "src/checkpoint/replica_owners.h"
 #include "src/format/manifest.h"
 #include "src/format/manifest_index.h"
 #include "src/plan/dist_plan.h"
@@ -61,6 +70,8 @@
 #include "src/plan/load_plan.h"
 
 using namespace plan_scale;
+using shardpoint::internal_checkpoint::EncodeChecksums;
+using shardpoint::internal_checkpoint::ReplicaSumsWriter;
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::ObjectRecord;
@@ -72,7 +83,6 @@ using shardpoint::internal_plan::DecodeStructure;
 using shardpoint::internal_plan::EncodeShares;
 using shardpoint::internal_plan::EncodeSkeleton;
 using shardpoint::internal_plan::KeyOwner;
-using shardpoint::internal_plan::kRoleWrite;
 using shardpoint::internal_plan::ObjectOwner;
 using shardpoint::internal_plan::OwnerOutcome;
 using shardpoint::internal_plan::PlanLocal;
@@ -81,6 +91,7 @@ using shardpoint::internal_plan::Region;
 using shardpoint::internal_plan::Replies;
 using shardpoint::internal_plan::ReplyRoles;
 using shardpoint::internal_plan::StructureWriter;
+using shardpoint::internal_plan::WritesPiece;
 
 namespace {
 
@@ -97,7 +108,8 @@ struct Setup {
 // and for the sample its replies, skeleton and local seconds.
 struct Tally {
   std::vector<uint64_t> sent, received;
-  std::vector<uint64_t> share_sent;  // of `sent`: its shares to the owners
+  std::vector<uint64_t> share_sent;                      // of `sent`: its shares to the owners
+  std::vector<uint64_t> replica_sent, replica_received;  // the replica sums' exchange
   std::vector<double> owner_secs;
   std::vector<char> sampled;
   std::unordered_map<int, std::vector<std::pair<int, std::string>>> outbox;
@@ -162,13 +174,13 @@ void ModelRecords(const std::map<int, Contribution>& subs, const OwnerOutcome& o
     if (!Check(DecodeReply(bytes, 0, &roles), "DecodeReply").empty()) Die("plan error in a reply");
     const Contribution& c = subs.at(s);
     for (size_t j = 0; j < roles.regions.size(); ++j) {
-      if (roles.regions[j].second != kRoleWrite) continue;
+      if (!WritesPiece(roles.regions[j].second)) continue;
       ChunkRecord& ch = sk.tensors[at.at(c.regions[j].key)].chunks[roles.regions[j].first];
       ch.file = static_cast<uint32_t>(s), ch.offset = t.written[s], t.written[s] += ch.nbytes;
       t.writes[s] = 1;
     }
     for (size_t j = 0; j < roles.objects.size(); ++j) {
-      if (roles.objects[j] != kRoleWrite) continue;
+      if (!WritesPiece(roles.objects[j])) continue;
       for (ObjectRecord& o : sk.objects) {
         if (o.index == c.objects[j].index) o.file = static_cast<uint32_t>(s), t.writes[s] = 1;
       }
@@ -176,6 +188,37 @@ void ModelRecords(const std::map<int, Contribution>& subs, const OwnerOutcome& o
   }
   for (TensorRecord& r : sk.tensors) t.tensors.push_back(std::move(r));
   for (ObjectRecord& o : sk.objects) t.objects.push_back(std::move(o));
+}
+
+// The replica checksums' exchange after the writes (verify_replicas): what
+// each holder of owner o's keys sends it, from the roles the owner replied.
+// A replica's position in its holder's list is a fixed u32: sizes are exact.
+void ReplicaTraffic(const std::map<int, Contribution>& subs, const OwnerOutcome& out, int o,
+                    Tally& t) {
+  using shardpoint::internal_plan::kRoleReplica;
+  using shardpoint::internal_plan::kRoleWriteShared;
+  for (const auto& [s, bytes] : out.replies) {
+    ReplyRoles roles;
+    if (!Check(DecodeReply(bytes, 0, &roles), "DecodeReply").empty()) Die("plan error in a reply");
+    const Contribution& c = subs.at(s);
+    ReplicaSumsWriter w;
+    for (size_t j = 0; j < roles.regions.size(); ++j) {
+      const auto [chunk, role] = roles.regions[j];
+      if (role == kRoleWriteShared) w.Written(c.regions[j].key, chunk, c.regions[j].box, 0);
+      if (role == kRoleReplica) w.Replica(c.regions[j].key, chunk, 0, 0);
+    }
+    for (size_t j = 0; j < roles.objects.size(); ++j) {
+      if (roles.objects[j] == kRoleWriteShared) {
+        w.WrittenObject(c.objects[j].key, c.objects[j].index, 0);
+      }
+      if (roles.objects[j] == kRoleReplica)
+        w.ReplicaObject(c.objects[j].key, c.objects[j].index, 0, 0);
+    }
+    if (w.empty()) continue;
+    const uint64_t n = w.Finish().size();
+    t.replica_sent[s] += n;
+    t.replica_received[o] += n;
+  }
 }
 
 // Every owner in turn: its inbox generated key by key, its check timed.
@@ -206,6 +249,7 @@ void RunOwners(const Setup& s, Tally& t) {
     t.gen_secs += t0 - g0;
     if (!out.error_reply.empty()) Die("plan error at owner " + std::to_string(o));
     ModelRecords(subs, out, t);
+    ReplicaTraffic(subs, out, o, t);
     for (auto& [r, bytes] : out.replies) {
       t.sent[o] += bytes.size() + 1;
       t.received[r] += bytes.size() + 1;
@@ -220,12 +264,25 @@ std::pair<double, double> MedianMax(std::vector<double> v) {
   return {v[v.size() / 2], v.back()};
 }
 
+// What the rank's commit message to rank 0 (Save's step 4) weighs: the
+// gather's status byte, its structure (a blob) and its checksum message.
+uint64_t CommitBytes(const shardpoint::internal_plan::LocalPlan& lp) {
+  const auto& rf = lp.file;
+  std::vector<uint64_t> sums(rf.items.size());
+  std::vector<std::vector<uint64_t>> blocks(rf.items.size());
+  const uint64_t bs = shardpoint::internal_format::kDefaultBlockSize;
+  for (size_t i = 0; i < rf.items.size(); ++i) {
+    if (!rf.items[i].is_object) blocks[i].resize((rf.items[i].nbytes + bs - 1) / bs);
+  }
+  return 1 + 8 + lp.structure.size() + 8 + EncodeChecksums(sums, blocks).size();
+}
+
 // The sampled ranks' local side: whole layout, shares (checked against the
 // generator's sizes), PlanLocal from the owners' replies.
 void RunSample(const Setup& s, const std::vector<int>& sample, Tally& t) {
   const int world = s.save.world();
   const std::string no_keys = EncodeSkeleton(Manifest{});
-  std::vector<double> local, total, structure;
+  std::vector<double> local, total, structure, commit;
   for (int r : sample) {
     std::vector<Region> regions =
         Check(BuildRegions(RankTensors(s.m, s.save, s.params, s.keys, r)), "BuildRegions");
@@ -246,13 +303,16 @@ void RunSample(const Setup& s, const std::vector<int>& sample, Tally& t) {
     local.push_back(secs);
     total.push_back(secs + t.owner_secs[r]);
     structure.push_back(static_cast<double>(lp.structure.size()));
+    commit.push_back(static_cast<double>(CommitBytes(lp)));
     std::vector<std::pair<int, std::string>>().swap(got);
   }
   auto [l_med, l_max] = MedianMax(local);
   auto [p_med, p_max] = MedianMax(total);
   auto [s_med, s_max] = MedianMax(structure);
-  double sum = 0;
+  auto [c_med, c_max] = MedianMax(commit);
+  double sum = 0, commit_sum = 0;
   for (double x : structure) sum += x;
+  for (double x : commit) commit_sum += x;
   std::printf(
       "  local side (EncodeShares + PlanLocal), %zu sampled ranks: median %.3f ms, max %.3f ms\n",
       sample.size(), 1e3 * l_med, 1e3 * l_max);
@@ -267,6 +327,10 @@ void RunSample(const Setup& s, const std::vector<int>& sample, Tally& t) {
       "  structure to rank 0: median %.1f KB, max %.1f KB; rank 0 receives ~%.1f MB "
       "(sample mean x %d ranks)\n",
       s_med / 1e3, s_max / 1e3, sum / sample.size() * world / 1e6, world);
+  std::printf(
+      "  commit message to rank 0 (status, structure, checksums): median %.1f KB, max %.1f KB; "
+      "rank 0 receives ~%.1f MB at the commit (sample mean x %d ranks)\n",
+      c_med / 1e3, c_max / 1e3, commit_sum / sample.size() * world / 1e6, world);
 }
 
 // The manifest rank 0 would assemble: files by writer rank, as AssemblePlan
@@ -396,6 +460,17 @@ void PlanningFigures(const Tally& t) {
                                 t.owner_secs.begin()));
   std::printf("  (generating the owners' inboxes key by key, not any rank's work: %.1f s)\n",
               t.gen_secs);
+  std::vector<double> rs(t.replica_sent.begin(), t.replica_sent.end());
+  std::vector<double> rr(t.replica_received.begin(), t.replica_received.end());
+  auto [rs_med, rs_max] = MedianMax(rs);
+  auto [rr_med, rr_max] = MedianMax(rr);
+  double total = 0;
+  for (double x : rs) total += x;
+  std::printf(
+      "replica checksums to the keys' owners (verify_replicas, after the writes), every rank "
+      "(exact):\n  sent: median %.1f KB, max %.1f KB; received: median %.1f KB, max %.1f KB; "
+      "all ranks %.1f MB\n",
+      rs_med / 1e3, rs_max / 1e3, rr_med / 1e3, rr_max / 1e3, total / 1e6);
 }
 
 }  // namespace
@@ -405,6 +480,7 @@ int main(int argc, char** argv) {
   uint64_t part_bytes = shardpoint::internal_format::kDefaultPartBytes;
   uint64_t shard_bytes = shardpoint::internal_format::kDefaultShardBytes;
   std::string cache;
+  bool commit_only = false;
   for (int i = 1; i < argc; ++i) {
     if (ParseCommonFlag(argc, argv, i, s.m, s.save, s.load)) continue;
     if (std::string(argv[i]) == "--dp-samples") {
@@ -415,6 +491,8 @@ int main(int argc, char** argv) {
       part_bytes = uint64_t(IntFlag(argc, argv, i)) << 10;
     } else if (std::string(argv[i]) == "--rank-dir" && i + 1 < argc) {
       s.rank_dir = argv[++i];
+    } else if (std::string(argv[i]) == "--commit-only") {
+      commit_only = true;
     } else if (std::string(argv[i]) == "--manifest-cache" && i + 1 < argc) {
       cache = argv[++i];
     } else {
@@ -440,6 +518,7 @@ int main(int argc, char** argv) {
   }
   Tally t;
   t.sent.assign(world, 0), t.received.assign(world, 0), t.share_sent.assign(world, 0);
+  t.replica_sent.assign(world, 0), t.replica_received.assign(world, 0);
   t.owner_secs.assign(world, 0), t.sampled.assign(world, 0);
   t.written.assign(world, 0), t.writes.assign(world, 0);
   const std::vector<int> sample = Sample(s);
@@ -453,6 +532,7 @@ int main(int argc, char** argv) {
   RunSample(s, sample, t);
   double c2 = Now();
   std::printf("  (owners %.1f s, sample %.1f s)\n", c1 - c0, c2 - c1);
+  if (commit_only) return 0;
   Manifest whole = BuildManifest(t, world);
   if (!cache.empty()) {
     const std::string bytes = EncodeManifest(whole);

@@ -44,8 +44,9 @@ struct SaveOptions : Resources {
   // Compare checksums of replicas of the same box and fail on a mismatch
   // (catches silent data-parallel desync, and ranks that declare the same box
   // of a key with different data). Default true: it costs one checksum pass
-  // over the replicas a rank holds but does not write; false stores one copy
-  // of each replica unchecked.
+  // over the replicas a rank holds but does not write, and one all-to-all
+  // that sends those checksums to the keys' owners, which compare them;
+  // false stores one copy of each replica unchecked. The same on every rank.
   bool verify_replicas = true;
   // Reuse the global plan while the state's structure is unchanged (see
   // plan_cache.h). Pass the same cache to every save of this rank. Default:

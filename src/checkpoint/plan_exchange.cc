@@ -159,10 +159,9 @@ Status PlanSaveCollective(Comm& comm, const Result<Contribution>& mine, SavePlan
 }
 
 Result<std::shared_ptr<const SavePlan>> GlobalPlan(const std::vector<std::string>& structures,
-                                                   bool cached, SavePlanCache* cache,
-                                                   bool list_replicas) {
+                                                   bool cached, SavePlanCache* cache) {
   if (cached) return cache->impl().plan;
-  SP_ASSIGN_OR_RETURN(SavePlan plan, AssemblePlan(structures, list_replicas));
+  SP_ASSIGN_OR_RETURN(SavePlan plan, AssemblePlan(structures));
   auto shared = std::make_shared<const SavePlan>(std::move(plan));
   if (cache) StoreGlobalPlan(*cache, shared);
   return shared;

@@ -45,7 +45,6 @@ Status PlanSaveCollective(Comm& comm, const Result<internal_plan::Contribution>&
 // Rank 0, at the commit: the global plan, from the cache where every rank
 // hit, else assembled from the gathered structures (and then cached).
 Result<std::shared_ptr<const internal_plan::SavePlan>> GlobalPlan(
-    const std::vector<std::string>& structures, bool cached, SavePlanCache* cache,
-    bool list_replicas);
+    const std::vector<std::string>& structures, bool cached, SavePlanCache* cache);
 
 }  // namespace shardpoint::internal_checkpoint

@@ -1,17 +1,12 @@
 #include "src/checkpoint/replica_check.h"
 
 #include <algorithm>
-#include <cstdio>
 
 #include "src/format/checksum.h"
 #include "src/geometry/view.h"
 
 using shardpoint::internal_format::Checksum64;
 using shardpoint::internal_format::ChecksumState;
-using shardpoint::internal_format::ChunkRecord;
-using shardpoint::internal_format::Manifest;
-using shardpoint::internal_format::ObjectRecord;
-using shardpoint::internal_format::TensorRecord;
 using shardpoint::internal_geometry::ContiguousView;
 using shardpoint::internal_geometry::StridedCopy;
 using shardpoint::internal_geometry::View;
@@ -24,12 +19,6 @@ namespace shardpoint::internal_checkpoint {
 namespace {
 
 constexpr size_t kScratchBytes = 4 << 20;
-
-std::string Hex(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 // Appends the row-major bytes of `v` to `sum`, staging through `scratch`
 // slices of dim 0 (recursing into dim 1.. when one slice is too large).
@@ -86,34 +75,6 @@ std::vector<uint64_t> ReplicaChecksums(const RankFile& rf, const std::vector<Reg
     return OkStatus();
   }).IgnoreError();
   return out;
-}
-
-Status CompareReplicas(const Manifest& m, const std::vector<RankFile>& ranks,
-                       const std::vector<std::vector<uint64_t>>& replica_sums) {
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    for (size_t i = 0; i < ranks[r].replicas.size(); ++i) {
-      const WriteItem& item = ranks[r].replicas[i];
-      const uint64_t mine = replica_sums[r][i];
-      if (item.is_object) {
-        const ObjectRecord& o = m.objects[item.record];
-        if (o.checksum == mine) continue;
-        return InvalidArgumentError("object '" + o.key + "' index " + ShapeToString(o.index) +
-                                    ": rank " + std::to_string(r) +
-                                    " holds different bytes than the rank that wrote it to '" +
-                                    m.files[o.file] + "' (checksum " + Hex(mine) + " vs " +
-                                    Hex(o.checksum) + "); replicas must be identical");
-      }
-      const TensorRecord& t = m.tensors[item.record];
-      const ChunkRecord& c = t.chunks[item.chunk];
-      if (c.checksum == mine) continue;
-      return InvalidArgumentError(
-          "tensor '" + t.key + "' box " + c.box.ToString() + ": rank " + std::to_string(r) +
-          " holds different data than the rank that wrote it to '" + m.files[c.file] +
-          "' (checksum " + Hex(mine) + " vs " + Hex(c.checksum) +
-          "); ranks that declare the same box must hold identical replicas");
-    }
-  }
-  return OkStatus();
 }
 
 }  // namespace shardpoint::internal_checkpoint

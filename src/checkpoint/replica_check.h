@@ -1,5 +1,6 @@
 // SaveOptions::verify_replicas: every rank that holds a replica it does not
-// write checksums its copy; rank 0 compares each with the writer's checksum.
+// write checksums its copy; the key's owner compares it with the writer's
+// checksum (replica_owners.h).
 // Catches data-parallel desync and ranks that wrongly claim the same box of
 // a key (e.g. two TP ranks declaring different data as one replicated box).
 #pragma once
@@ -8,7 +9,6 @@
 #include <vector>
 
 #include "shardpoint/state.h"
-#include "src/format/manifest.h"
 #include "src/io/thread_pool.h"
 #include "src/plan/save_plan.h"
 
@@ -22,11 +22,5 @@ uint64_t ChecksumView(const internal_geometry::View& v);
 std::vector<uint64_t> ReplicaChecksums(const internal_plan::RankFile& rf,
                                        const std::vector<internal_plan::Region>& regions,
                                        const State& state, ThreadPool* pool);
-
-// Rank 0, after the writers' checksums are in `m`: InvalidArgument naming the
-// key, box, both ranks and both checksums at the first replica that differs.
-Status CompareReplicas(const internal_format::Manifest& m,
-                       const std::vector<internal_plan::RankFile>& ranks,
-                       const std::vector<std::vector<uint64_t>>& replica_sums);
 
 }  // namespace shardpoint::internal_checkpoint

@@ -10,11 +10,15 @@
 //      then two all-to-alls, each carrying a failed rank's status);
 //   3. every rank lays out and writes and fsyncs its data file; a rank whose
 //      plan failed (every rank gets an owner's plan error) writes nothing and
-//      carries the error on;
-//   4. statuses, checksums and each rank's structure (the records of the
-//      keys it owns, the chunks it wrote) are gathered to rank 0, which
-//      assembles the manifest and commits (commit.cc) if every rank was OK;
-//      (gather, then broadcast the outcome with the save's totals)
+//      carries the error on; with verify_replicas, the checksums of the
+//      replicas a rank holds and of the chunks it wrote that others hold go
+//      to the keys' owners, which compare them (replica_owners.h: one
+//      all-to-all; a rank that failed sends nothing);
+//   4. statuses, checksums, each owner's replica finding and each rank's
+//      structure (the records of the keys it owns, the chunks it wrote) are
+//      gathered to rank 0, which assembles the manifest and commits
+//      (commit.cc) if every rank was OK and no owner found a replica that
+//      differs; (gather, then broadcast the outcome with the save's totals)
 // When the agreed outcome is failure, rank 0 removes what the save wrote
 // (RemoveFailedSave), so that a failed save does not keep the space it took.
 // With a SavePlanCache, step 2 is skipped, and step 4 sends no structures,
@@ -33,6 +37,7 @@
 #include "src/checkpoint/held_save.h"
 #include "src/checkpoint/plan_exchange.h"
 #include "src/checkpoint/replica_check.h"
+#include "src/checkpoint/replica_owners.h"
 #include "src/checkpoint/writer.h"
 #include "src/comm/agreed.h"
 #include "src/io/path.h"
@@ -46,9 +51,11 @@ using shardpoint::internal_base::ByteReader;
 using shardpoint::internal_base::ByteWriter;
 using shardpoint::internal_base::Guarded;
 using shardpoint::internal_checkpoint::CommitCheckpoint;
-using shardpoint::internal_checkpoint::CompareReplicas;
 using shardpoint::internal_checkpoint::DecodeChecksums;
 using shardpoint::internal_checkpoint::EncodeChecksums;
+using shardpoint::internal_checkpoint::EncodeReplicaSums;
+using shardpoint::internal_checkpoint::ExchangeReplicaSums;
+using shardpoint::internal_checkpoint::FirstMismatch;
 using shardpoint::internal_checkpoint::GlobalPlan;
 using shardpoint::internal_checkpoint::PlannedSave;
 using shardpoint::internal_checkpoint::PlanSaveCollective;
@@ -199,12 +206,13 @@ Result<Contribution> DescribeState(const State& state, int rank,
   return mine;
 }
 
-// Step 3, this rank's data file and the checksums of the replicas it holds
-// but does not write (`sums`, then `block_sums` per item written).
+// Step 3, this rank's data file (`sums` and `block_sums` per item written) and
+// the checksums of the replicas it holds but does not write (`replica_sums`).
 Status WriteRankFile(const LocalPlan& plan, int rank, const std::string& write_dir,
                      const std::vector<Region>& regions, const State& state,
                      const SaveOptions& options, CallResources& res, std::vector<uint64_t>* sums,
-                     std::vector<std::vector<uint64_t>>* block_sums) {
+                     std::vector<std::vector<uint64_t>>* block_sums,
+                     std::vector<uint64_t>* replica_sums) {
   return Guarded("save: writing rank " + std::to_string(rank) + "'s data file", [&]() -> Status {
     const RankFile& rf = plan.file;
     ThreadPool* pool = res.pool();
@@ -216,32 +224,58 @@ Status WriteRankFile(const LocalPlan& plan, int rank, const std::string& write_d
                                                       options.preallocate, kDefaultBlockSize},
                                         block_sums));
     }
-    if (!rf.replicas.empty()) {
-      std::vector<uint64_t> replica_sums = ReplicaChecksums(rf, regions, state, pool);
-      sums->insert(sums->end(), replica_sums.begin(), replica_sums.end());
-    }
+    if (!rf.replicas.empty()) *replica_sums = ReplicaChecksums(rf, regions, state, pool);
     return OkStatus();
   });
 }
 
+// Step 3b, with verify_replicas: this rank's replica checksums to the keys'
+// owners, and as an owner its finding (`report`, for rank 0). A rank that
+// failed sends nothing (its status reaches rank 0 in step 4); this fails
+// only if the exchange does.
+Status VerifyReplicas(Comm& comm, const Result<Contribution>& mine, const PlannedSave& planned,
+                      const std::vector<uint64_t>& sums, const std::vector<uint64_t>& replica_sums,
+                      Status* s, std::string* report) {
+  std::vector<std::string> send(comm.size());
+  if (s->ok()) {
+    Result<std::vector<std::string>> enc = Guarded("save: checking replicas", [&] {
+      return Result<std::vector<std::string>>(
+          EncodeReplicaSums(*mine, *planned.local, sums, replica_sums, comm.size()));
+    });
+    if (enc.ok()) {
+      send = std::move(*enc);
+    } else {
+      *s = enc.status();
+    }
+  }
+  uint64_t sent = 0, received = 0;
+  return Guarded("save: checking replicas",
+                 [&] { return ExchangeReplicaSums(comm, send, report, &sent, &received); });
+}
+
 // Step 4's message to rank 0: this rank's structure (empty when the plan was
-// cached everywhere), then its checksums.
-std::string CommitMessage(const LocalPlan& plan, bool cached, const std::vector<uint64_t>& sums,
+// cached everywhere), its replica finding as an owner, then its checksums.
+std::string CommitMessage(const LocalPlan& plan, bool cached, const std::string& report,
+                          const std::vector<uint64_t>& sums,
                           const std::vector<std::vector<uint64_t>>& block_sums) {
   ByteWriter w;
   w.Blob(cached ? std::string_view() : std::string_view(plan.structure));
+  w.Blob(report);
   std::string out = std::move(w.str());
   out += EncodeChecksums(sums, block_sums);
   return out;
 }
 
-// Rank 0: splits each gathered message into structures and checksums.
-Status SplitCommitMessages(std::vector<std::string>& gathered,
-                           std::vector<std::string>* structures) {
+// Rank 0: splits each gathered message into structures, replica reports
+// and checksums.
+Status SplitCommitMessages(std::vector<std::string>& gathered, std::vector<std::string>* structures,
+                           std::vector<std::string>* reports) {
   structures->resize(gathered.size());
+  reports->resize(gathered.size());
   for (size_t r = 0; r < gathered.size(); ++r) {
     ByteReader in(gathered[r], "save: commit message of rank " + std::to_string(r));
     SP_RETURN_IF_ERROR(in.Blob(&(*structures)[r]));
+    SP_RETURN_IF_ERROR(in.Blob(&(*reports)[r]));
     gathered[r].erase(0, in.pos());
   }
   return OkStatus();
@@ -249,24 +283,22 @@ Status SplitCommitMessages(std::vector<std::string>& gathered,
 
 // Step 4 on rank 0: this save's manifest (its own copy: the plan may be the
 // cache's, shared by later saves) with every rank's checksums from
-// `gathered`, the replicas compared, then the commit. `previous` receives an
-// overwrite's previous checkpoint, removed after the outcome is agreed.
+// `gathered`, the owners' replica findings (`reports`: the first mismatch
+// fails the save), then the commit. `previous` receives an overwrite's
+// previous checkpoint, removed after the outcome is agreed.
 Status CommitOnRank0(const SavePlan& plan, const std::vector<std::string>& gathered,
-                     const State& state, Storage* storage, const std::string& dir,
-                     const std::string& write_dir, std::string* previous) {
+                     const std::vector<std::string>& reports, const State& state, Storage* storage,
+                     const std::string& dir, const std::string& write_dir, std::string* previous) {
   return Guarded("save: committing '" + dir + "'", [&]() -> Status {
     Manifest m = plan.manifest;
-    std::vector<std::vector<uint64_t>> replica_sums(gathered.size());
     for (size_t r = 0; r < gathered.size(); ++r) {
       const RankFile& file = plan.ranks[r];
       std::vector<std::vector<uint64_t>> blocks;
-      SP_ASSIGN_OR_RETURN(std::vector<uint64_t> got,
-                          DecodeChecksums(gathered[r], file.items.size() + file.replicas.size(),
-                                          static_cast<int>(r), &blocks));
+      SP_ASSIGN_OR_RETURN(std::vector<uint64_t> got, DecodeChecksums(gathered[r], file.items.size(),
+                                                                     static_cast<int>(r), &blocks));
       ApplyChecksums(file, got, blocks, &m);
-      replica_sums[r].assign(got.begin() + file.items.size(), got.end());
     }
-    SP_RETURN_IF_ERROR(CompareReplicas(m, plan.ranks, replica_sums));
+    SP_RETURN_IF_ERROR(FirstMismatch(reports));
     m.has_common = state.common.has_value();
     if (m.has_common) m.common = *state.common;
     m.metadata_json = state.metadata_json;
@@ -364,18 +396,26 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
       std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
 
   // 3. A rank whose plan failed writes nothing and carries the error on.
-  std::vector<uint64_t> sums;
+  std::vector<uint64_t> sums, replica_sums;
   std::vector<std::vector<uint64_t>> block_sums;
   if (s.ok()) {
     s = WriteRankFile(*planned.local, rank, write_dir, *regions, state, options, res, &sums,
-                      &block_sums);
+                      &block_sums, &replica_sums);
   }
 
-  // 4. Commit (rank 0 assembles the plan, then compares replicas, with
-  // verify_replicas).
+  // 3b. With verify_replicas (and more than one rank), the keys' owners
+  // compare the replicas.
+  std::string report;
+  if (options.verify_replicas && comm.size() > 1) {
+    SP_RETURN_IF_ERROR(VerifyReplicas(comm, mine, planned, sums, replica_sums, &s, &report));
+  }
+
+  // 4. Commit (rank 0 assembles the plan, takes the owners' first replica
+  // mismatch, if any, and commits).
   std::vector<std::string> all;
   Status gathered = GatherAgreed(
-      comm, s, s.ok() ? CommitMessage(*planned.local, planned.cached, sums, block_sums) : "", 0,
+      comm, s,
+      s.ok() ? CommitMessage(*planned.local, planned.cached, report, sums, block_sums) : "", 0,
       &all);
   block_sums.clear();
   if (held.active() && (rank == 0 || gathered.ok())) {
@@ -385,13 +425,12 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   Totals totals;
   if (rank == 0 && gathered.ok()) {
     Status committed = Guarded("save: committing '" + dir + "'", [&]() -> Status {
-      std::vector<std::string> structures;
-      SP_RETURN_IF_ERROR(SplitCommitMessages(all, &structures));
-      SP_ASSIGN_OR_RETURN(
-          std::shared_ptr<const SavePlan> plan,
-          GlobalPlan(structures, planned.cached, options.plan_cache, options.verify_replicas));
+      std::vector<std::string> structures, reports;
+      SP_RETURN_IF_ERROR(SplitCommitMessages(all, &structures, &reports));
+      SP_ASSIGN_OR_RETURN(std::shared_ptr<const SavePlan> plan,
+                          GlobalPlan(structures, planned.cached, options.plan_cache));
       totals = TotalsOf(*plan);
-      return CommitOnRank0(*plan, all, state, storage, dir, write_dir, &previous);
+      return CommitOnRank0(*plan, all, reports, state, storage, dir, write_dir, &previous);
     });
     // Named like every agreed error: "rank 0: ..."
     if (!committed.ok()) gathered = Status(committed.code(), "rank 0: " + committed.message());

@@ -115,14 +115,13 @@ Status MergeSkeletons(std::vector<Structure>& st, Manifest* m) {
 
 }  // namespace
 
-Result<SavePlan> AssemblePlan(const std::vector<std::string>& structures, bool list_replicas) {
+Result<SavePlan> AssemblePlan(const std::vector<std::string>& structures) {
   const size_t n = structures.size();
   std::vector<Structure> st(n);
   for (size_t r = 0; r < n; ++r) {
     SP_ASSIGN_OR_RETURN(st[r], DecodeStructure(structures[r], static_cast<int>(r)));
   }
   SavePlan plan;
-  plan.lists_replicas = list_replicas;
   SP_RETURN_IF_ERROR(MergeSkeletons(st, &plan.manifest));
   Records records(&plan.manifest);
   plan.ranks.resize(n);
@@ -139,11 +138,6 @@ Result<SavePlan> AssemblePlan(const std::vector<std::string>& structures, bool l
       SP_RETURN_IF_ERROR(records.Place(p, st[r].keys[p.key], rank, rf.file, &item));
       rf.items.push_back(item);
       plan.total_bytes += p.nbytes;
-    }
-    if (!list_replicas) continue;
-    for (const PieceRef& p : st[r].replicas) {
-      SP_ASSIGN_OR_RETURN(auto rc, records.Find(p, st[r].keys[p.key], rank));
-      rf.replicas.push_back(WriteItem{p.is_object, 0, rc.first, rc.second, 0, 0});
     }
   }
   SP_RETURN_IF_ERROR(records.CheckComplete());
@@ -184,7 +178,7 @@ Result<SavePlan> PlanSaveDistributed(const std::vector<Contribution>& ranks, boo
     structures[r] = lp.structure;
     if (local) (*local)[r] = std::move(lp);
   }
-  return AssemblePlan(structures, list_replicas);
+  return AssemblePlan(structures);
 }
 
 }  // namespace shardpoint::internal_plan

@@ -148,8 +148,9 @@ void AssignRoles(const std::vector<Piece>& pieces, const Manifest& m,
       if (!best || load[h.rank] < load[best->rank]) best = &h;
     }
     load[best->rank] += p->nbytes;
+    const uint8_t write = k > 1 ? kRoleWriteShared : kRoleWrite;  // holders: one per rank
     for (const Holder& h : p->holders) {
-      const uint8_t role = &h == best ? kRoleWrite : kRoleReplica;
+      const uint8_t role = &h == best ? write : kRoleReplica;
       ReplyRoles& r = (*roles)[h.rank];
       if (p->is_object) {
         r.objects[h.source] = role;
@@ -230,6 +231,7 @@ namespace {
 // One piece this rank writes or holds as a replica.
 struct Mine {
   bool is_object;
+  bool shared;  // written by this rank, held as replicas by others
   int64_t source;
   uint64_t chunk;
   uint64_t nbytes;
@@ -275,18 +277,22 @@ Status CollectRoles(const Contribution& mine, const Replies& replies, int n,
       if (role == kRoleNone) continue;
       const RegionDesc& r = mine.regions[index.regions[o][j]];
       const size_t elem = DTypeSize(r.dtype);
-      Mine p{false,  index.regions[o][j],
-             chunk,  static_cast<uint64_t>(r.box.num_elements()) * elem,
-             elem,   &r.key,
+      Mine p{false,
+             role == kRoleWriteShared,
+             index.regions[o][j],
+             chunk,
+             static_cast<uint64_t>(r.box.num_elements()) * elem,
+             elem,
+             &r.key,
              nullptr};
-      (role == kRoleWrite ? writes : replicas)->push_back(p);
+      (WritesPiece(role) ? writes : replicas)->push_back(p);
     }
     for (size_t j = 0; j < index.objects[o].size(); ++j) {
       const uint8_t role = roles[o].objects[j];
       if (role == kRoleNone) continue;
       const ObjectDesc& d = mine.objects[index.objects[o][j]];
-      Mine p{true, index.objects[o][j], 0, d.nbytes, 1, &d.key, &d.index};
-      (role == kRoleWrite ? writes : replicas)->push_back(p);
+      Mine p{true, role == kRoleWriteShared, index.objects[o][j], 0, d.nbytes, 1, &d.key, &d.index};
+      (WritesPiece(role) ? writes : replicas)->push_back(p);
     }
   }
   return OkStatus();
@@ -327,12 +333,12 @@ Result<LocalPlan> PlanLocal(const Contribution& mine, const Replies& replies, in
   for (size_t i = 0; i < writes.size(); ++i) {
     const Mine& p = writes[i];
     structure.Item(p.is_object, *p.key, p.chunk, p.index, rf.items[i].offset, p.nbytes);
+    if (list_replicas && p.shared) lp.shared.push_back(static_cast<uint32_t>(i));
   }
   if (list_replicas) {
     for (const Mine& p : replicas) {
       rf.replicas.push_back(
           WriteItem{p.is_object, p.source, -1, static_cast<int64_t>(p.chunk), 0, p.nbytes});
-      structure.Replica(p.is_object, *p.key, p.chunk, p.index);
     }
   }
   lp.path = std::string(kDataDir) + "/" + std::to_string(rank) + ".safetensors";

@@ -18,8 +18,11 @@
 //    rank takes the first: all ranks fail with the message PlanSave gives.
 // 3. Local plan: each rank lays out its own data file from its replies
 //    (PlanSave's file order) and describes for rank 0, in a "structure"
-//    message, its owned keys' records (the owner's skeleton), the chunks it
-//    writes (key, chunk, offset) and the replicas it holds.
+//    message, its owned keys' records (the owner's skeleton) and the chunks
+//    it writes (key, chunk, offset). The replicas it holds stay in its own
+//    plan (RankFile::replicas, with list_replicas): their checksums go to the
+//    keys' owners after the writes (src/checkpoint/replica_owners.h), not to
+//    rank 0.
 // 4. Rank 0 assembles the SavePlan (manifest and per-rank items) from the
 //    structures (AssemblePlan): only the writers' entries, not every layout.
 //
@@ -77,7 +80,10 @@ Status NameErrorReplies(const std::vector<std::string>& held, std::vector<std::s
 // region or object index; record is -1; file 0 where it writes) and what it
 // sends rank 0.
 struct LocalPlan {
-  RankFile file;
+  RankFile file;  // with list_replicas, file.replicas: what it holds and another rank writes
+  // With list_replicas: the indices in file.items of the chunks and objects
+  // that other ranks hold replicas of (the owner's kRoleWriteShared).
+  std::vector<uint32_t> shared;
   std::string path;       // "data/<rank>.safetensors"
   std::string structure;  // for AssemblePlan
 };
@@ -88,12 +94,13 @@ Result<LocalPlan> PlanLocal(const Contribution& mine, const Replies& replies, in
                             std::string_view skeleton, int rank, bool list_replicas);
 
 // Rank 0: the global plan from every rank's structure (indexed by rank):
-// the manifest (checksums 0) and per rank its items and replicas with their
-// records (header unset).
-Result<SavePlan> AssemblePlan(const std::vector<std::string>& structures, bool list_replicas);
+// the manifest (checksums 0) and per rank its items with their records
+// (header unset; no replicas: rank 0 does not compare them).
+Result<SavePlan> AssemblePlan(const std::vector<std::string>& structures);
 
 // Every step in one process (tests, bench): the plan rank 0 assembles, or
-// the error every rank returns. `local` receives each rank's LocalPlan.
+// the error every rank returns. `local` receives each rank's LocalPlan (with
+// list_replicas, the replicas it holds).
 Result<SavePlan> PlanSaveDistributed(const std::vector<Contribution>& ranks, bool list_replicas,
                                      std::vector<LocalPlan>* local = nullptr);
 

@@ -1,11 +1,17 @@
 //   reply      u32 'SPR1' | u8 0 | u64 n, n x (u64 chunk, u8 role) | u64 m, m x u8 role
 //              u32 'SPR1' | u8 1 | u8 phase, u64 rank, u64 index, str key, u8 code, str message
-//   skeleton   u64 t, t x (str key, u8 dtype, ints shape, u64 c, c x (ints offset, ints shape))
+//   skeleton   u64 t, t x (str key, u8 dtype, ints shape, u64 c, c x box)
+//              box = the offset's, then the shape's dims (as many as the
+//              tensor's), each a varint
 //              u64 o, o x (str key, ints index, ints grid, u64 nbytes)
-//   structure  u32 'SPT1' | blob skeleton | u64 k, k x str key |
-//              u64 n, n x (ref, u64 offset, u64 nbytes) | u64 m, m x ref
-//              ref = u8 is_object, u32 key, then ints index (object) or u64 chunk
+//   structure  u32 'SPT2' | blob skeleton | u64 k, k x str key |
+//              u64 n, n x (ref, varint offset, varint nbytes)
+//              ref = u8 is_object, varint key, then ints index (object) or varint chunk
 #include "src/plan/dist_plan_codec.h"
+
+#include <algorithm>
+
+#include "src/plan/varint.h"
 
 using shardpoint::internal_base::ByteReader;
 using shardpoint::internal_base::ByteWriter;
@@ -18,7 +24,7 @@ namespace shardpoint::internal_plan {
 namespace {
 
 constexpr uint32_t kReplyMagic = 0x31525053;      // "SPR1"
-constexpr uint32_t kStructureMagic = 0x31545053;  // "SPT1"
+constexpr uint32_t kStructureMagic = 0x32545053;  // "SPT2" (SPT1 listed replicas)
 
 Status ReadSkeleton(std::string_view bytes, int rank, Manifest* m) {
   ByteReader in(bytes, "plan skeleton of rank " + std::to_string(rank));
@@ -33,11 +39,13 @@ Status ReadSkeleton(std::string_view bytes, int rank, Manifest* m) {
     if (!IsValidDType(dtype)) return DataLossError("plan skeleton: bad dtype for '" + t.key + "'");
     t.dtype = static_cast<DType>(dtype);
     SP_RETURN_IF_ERROR(in.Ints(&t.shape));
-    SP_RETURN_IF_ERROR(in.Count(&nc, 2));
+    SP_RETURN_IF_ERROR(in.Count(&nc, std::max<size_t>(1, 2 * t.shape.size())));
     t.chunks.resize(nc);
     for (ChunkRecord& c : t.chunks) {
-      SP_RETURN_IF_ERROR(in.Ints(&c.box.offset));
-      SP_RETURN_IF_ERROR(in.Ints(&c.box.shape));
+      c.box.offset.resize(t.shape.size());
+      c.box.shape.resize(t.shape.size());
+      for (int64_t& x : c.box.offset) SP_RETURN_IF_ERROR(GetVarint(in, &x));
+      for (int64_t& x : c.box.shape) SP_RETURN_IF_ERROR(GetVarint(in, &x));
       SP_RETURN_IF_ERROR(ValidateBoxInShape(c.box, t.shape).WithContext("plan skeleton"));
       c.nbytes = static_cast<uint64_t>(c.box.num_elements()) * DTypeSize(t.dtype);
     }
@@ -58,9 +66,11 @@ Status ReadRef(ByteReader& in, size_t nkeys, PieceRef* p) {
   uint8_t is_object;
   SP_RETURN_IF_ERROR(in.U8(&is_object));
   p->is_object = is_object != 0;
-  SP_RETURN_IF_ERROR(in.U32(&p->key));
-  if (p->key >= nkeys) return DataLossError("plan structure: key index out of range");
-  return p->is_object ? in.Ints(&p->index) : in.U64(&p->chunk);
+  uint64_t key;
+  SP_RETURN_IF_ERROR(GetVarint(in, &key));
+  if (key >= nkeys) return DataLossError("plan structure: key index out of range");
+  p->key = static_cast<uint32_t>(key);
+  return p->is_object ? in.Ints(&p->index) : GetVarint(in, &p->chunk);
 }
 
 }  // namespace
@@ -145,7 +155,10 @@ std::string EncodeSkeleton(const Manifest& m) {
     w.U8(static_cast<uint8_t>(t.dtype));
     w.Ints(t.shape);
     w.U64(t.chunks.size());
-    for (const ChunkRecord& c : t.chunks) w.Ints(c.box.offset), w.Ints(c.box.shape);
+    for (const ChunkRecord& c : t.chunks) {
+      for (int64_t x : c.box.offset) PutVarint(w, static_cast<uint64_t>(x));
+      for (int64_t x : c.box.shape) PutVarint(w, static_cast<uint64_t>(x));
+    }
   }
   w.U64(m.objects.size());
   for (const ObjectRecord& o : m.objects) {
@@ -166,26 +179,20 @@ uint32_t StructureWriter::Intern(const std::string& key) {
 void StructureWriter::Ref(ByteWriter& w, bool is_object, const std::string& key, uint64_t chunk,
                           const Shape* index) {
   w.U8(is_object ? 1 : 0);
-  w.U32(Intern(key));
+  PutVarint(w, Intern(key));
   if (is_object) {
     w.Ints(*index);
   } else {
-    w.U64(chunk);
+    PutVarint(w, chunk);
   }
 }
 
 void StructureWriter::Item(bool is_object, const std::string& key, uint64_t chunk,
                            const Shape* index, uint64_t offset, uint64_t nbytes) {
   Ref(items_, is_object, key, chunk, index);
-  items_.U64(offset);
-  items_.U64(nbytes);
+  PutVarint(items_, offset);
+  PutVarint(items_, nbytes);
   ++nitems_;
-}
-
-void StructureWriter::Replica(bool is_object, const std::string& key, uint64_t chunk,
-                              const Shape* index) {
-  Ref(replicas_, is_object, key, chunk, index);
-  ++nreplicas_;
 }
 
 std::string StructureWriter::Finish() {
@@ -196,8 +203,6 @@ std::string StructureWriter::Finish() {
   w.Raw(keys_.str().data(), keys_.str().size());
   w.U64(nitems_);
   w.Raw(items_.str().data(), items_.str().size());
-  w.U64(nreplicas_);
-  w.Raw(replicas_.str().data(), replicas_.str().size());
   return std::move(w.str());
 }
 
@@ -212,20 +217,17 @@ Result<Structure> DecodeStructure(std::string_view bytes, int rank) {
   std::string skeleton;
   SP_RETURN_IF_ERROR(in.Blob(&skeleton));
   SP_RETURN_IF_ERROR(ReadSkeleton(skeleton, rank, &s.skeleton));
-  uint64_t nkeys, nitems, nreplicas;
+  uint64_t nkeys, nitems;
   SP_RETURN_IF_ERROR(in.Count(&nkeys, 4));
   s.keys.resize(nkeys);
   for (std::string& k : s.keys) SP_RETURN_IF_ERROR(in.Str(&k));
-  SP_RETURN_IF_ERROR(in.Count(&nitems, 21));
+  SP_RETURN_IF_ERROR(in.Count(&nitems, 5));
   s.items.resize(nitems);
   for (PieceRef& p : s.items) {
     SP_RETURN_IF_ERROR(ReadRef(in, nkeys, &p));
-    SP_RETURN_IF_ERROR(in.U64(&p.offset));
-    SP_RETURN_IF_ERROR(in.U64(&p.nbytes));
+    SP_RETURN_IF_ERROR(GetVarint(in, &p.offset));
+    SP_RETURN_IF_ERROR(GetVarint(in, &p.nbytes));
   }
-  SP_RETURN_IF_ERROR(in.Count(&nreplicas, 6));
-  s.replicas.resize(nreplicas);
-  for (PieceRef& p : s.replicas) SP_RETURN_IF_ERROR(ReadRef(in, nkeys, &p));
   SP_RETURN_IF_ERROR(in.ExpectEnd());
   return s;
 }

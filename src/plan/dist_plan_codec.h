@@ -22,6 +22,10 @@ namespace shardpoint::internal_plan {
 inline constexpr uint8_t kRoleNone = 0;     // a declaration or a duplicate on the same rank
 inline constexpr uint8_t kRoleWrite = 1;    // writes the chunk
 inline constexpr uint8_t kRoleReplica = 2;  // holds a replica another rank writes
+// Writes the chunk, of which other ranks hold replicas (their checksums meet
+// the writer's at the key's owner: src/checkpoint/replica_owners.h).
+inline constexpr uint8_t kRoleWriteShared = 3;
+inline bool WritesPiece(uint8_t role) { return role == kRoleWrite || role == kRoleWriteShared; }
 
 struct ReplyRoles {
   std::vector<std::pair<uint64_t, uint8_t>> regions;  // (chunk, role)
@@ -53,14 +57,14 @@ Result<std::vector<PlanError>> DecodeReply(std::string_view bytes, int owner, Re
 // An owner's records (tensors with chunk boxes, objects), locations unset.
 std::string EncodeSkeleton(const internal_format::Manifest& m);
 
-// A rank's structure message: its skeleton, the pieces it writes (with their
-// offsets) and the replicas it holds; keys interned.
+// A rank's structure message: its skeleton and the pieces it writes (with
+// their offsets); keys interned. The replicas it holds are not listed: their
+// checksums go to the keys' owners (src/checkpoint/replica_owners.h).
 class StructureWriter {
  public:
   explicit StructureWriter(std::string_view skeleton) : skeleton_(skeleton) {}
   void Item(bool is_object, const std::string& key, uint64_t chunk, const Shape* index,
             uint64_t offset, uint64_t nbytes);
-  void Replica(bool is_object, const std::string& key, uint64_t chunk, const Shape* index);
   std::string Finish();
 
  private:
@@ -69,8 +73,8 @@ class StructureWriter {
            const Shape* index);
   std::string_view skeleton_;
   std::unordered_map<std::string, uint32_t> ids_;
-  internal_base::ByteWriter keys_, items_, replicas_;
-  uint64_t nitems_ = 0, nreplicas_ = 0;
+  internal_base::ByteWriter keys_, items_;
+  uint64_t nitems_ = 0;
 };
 
 struct PieceRef {
@@ -84,7 +88,7 @@ struct PieceRef {
 struct Structure {
   internal_format::Manifest skeleton;  // tensors and objects only
   std::vector<std::string> keys;
-  std::vector<PieceRef> items, replicas;
+  std::vector<PieceRef> items;
 };
 Result<Structure> DecodeStructure(std::string_view bytes, int rank);
 

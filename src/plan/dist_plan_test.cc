@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <random>
+#include <set>
+#include <tuple>
 
 namespace shardpoint::internal_plan {
 namespace {
@@ -22,7 +24,8 @@ Box Rows(int64_t begin, int64_t n, int64_t cols = 4) { return Box({begin, 0}, {n
 // (keys, dtypes, shapes, chunk boxes, objects) with every chunk written once.
 void ExpectSamePlan(const std::vector<Contribution>& ranks, bool list_replicas = true) {
   Result<SavePlan> global = PlanSave(ranks, list_replicas);
-  Result<SavePlan> dist = PlanSaveDistributed(ranks, list_replicas);
+  std::vector<LocalPlan> local;
+  Result<SavePlan> dist = PlanSaveDistributed(ranks, list_replicas, &local);
   ASSERT_EQ(dist.status().ToString(), global.status().ToString());
   if (!global.ok()) return;
   const auto& g = global->manifest;
@@ -43,10 +46,23 @@ void ExpectSamePlan(const std::vector<Contribution>& ranks, bool list_replicas =
     EXPECT_EQ(d.objects[o].index, g.objects[o].index);
   }
   EXPECT_EQ(dist->total_bytes, global->total_bytes);
-  size_t replicas_g = 0, replicas_d = 0;
-  for (const RankFile& rf : global->ranks) replicas_g += rf.replicas.size();
-  for (const RankFile& rf : dist->ranks) replicas_d += rf.replicas.size();
+  // Each rank's own plan lists the replicas it holds (rank 0's lists none:
+  // the keys' owners compare them, src/checkpoint/replica_owners.h), and
+  // the writers mark each piece that has replicas, once.
+  ASSERT_EQ(local.size(), global->ranks.size());
+  std::set<std::tuple<bool, int64_t, int64_t>> replicated;
+  size_t shared = 0, replicas_g = 0, replicas_d = 0;
+  for (size_t r = 0; r < local.size(); ++r) {
+    replicas_g += global->ranks[r].replicas.size();
+    replicas_d += local[r].file.replicas.size();
+    EXPECT_TRUE(dist->ranks[r].replicas.empty());
+    for (const WriteItem& rep : global->ranks[r].replicas) {
+      replicated.emplace(rep.is_object, rep.record, rep.chunk);
+    }
+    shared += local[r].shared.size();
+  }
   EXPECT_EQ(replicas_d, replicas_g);
+  EXPECT_EQ(shared, replicated.size());
 }
 
 // Seven ranks and keys whose owners differ: row blocks of "a".."f" spread

@@ -7,9 +7,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <functional>
 
 #include "shardpoint/checkpoint.h"
+#include "src/plan/dist_plan.h"
 #include "src/plan/regions.h"
 #include "src/plan/save_plan.h"
 #include "tests/mpi/mpi_test_main.h"
@@ -72,6 +74,30 @@ Status GlobalPlanError(Comm& comm, const State& state, bool list_replicas) {
   return internal_plan::PlanSave(cs, list_replicas).status();
 }
 
+// The rank the distributed planner makes write `key` (every rank's
+// contribution gathered, as GlobalPlanError does).
+int WriterOf(Comm& comm, const State& state, const std::string& key) {
+  auto regions = internal_plan::BuildRegions(state.tensors);
+  EXPECT_TRUE(regions.ok());
+  internal_plan::Contribution c;
+  for (const auto& r : *regions) c.regions.push_back(r.desc);
+  std::vector<std::string> all;
+  EXPECT_TRUE(comm.AllGather(internal_plan::EncodeContribution(c), &all).ok());
+  std::vector<internal_plan::Contribution> cs;
+  for (size_t r = 0; r < all.size(); ++r) {
+    cs.push_back(*internal_plan::DecodeContribution(all[r], static_cast<int>(r)));
+  }
+  std::vector<internal_plan::LocalPlan> local;
+  EXPECT_TRUE(internal_plan::PlanSaveDistributed(cs, true, &local).ok());
+  for (size_t r = 0; r < local.size(); ++r) {
+    for (const internal_plan::WriteItem& item : local[r].file.items) {
+      if (!item.is_object && cs[r].regions[item.source].key == key) return static_cast<int>(r);
+    }
+  }
+  ADD_FAILURE() << "no rank writes " << key;
+  return -1;
+}
+
 // Saves `ts` on every rank; every rank's status must be the same.
 Status SaveAll(Comm& comm, std::vector<Tensor>& ts, const std::string& dir, State* state) {
   for (Tensor& x : ts) state->tensors.push_back(x.t);
@@ -120,14 +146,23 @@ TEST(DistPlan, ErrorsAreTheAllGatherPlannersOnEveryRank) {
   ExpectGlobalError(*world, std::move(dtype), root + "/dtype");
 
   // A replica whose bytes differ: verify_replicas names the rank holding
-  // different data (the writer's bytes are the reference).
+  // different data (the writer's bytes are the reference) and the writer's
+  // file: the last rank, or rank 0 where the last rank wrote "r". The key's
+  // owner compares them; every rank gets rank 0's error.
   std::vector<Tensor> bytes = Good(rank, n);
   if (rank == last) bytes[1].mem[5] = -1.f;
   State state;
   Status s = SaveAll(*world, bytes, root + "/bytes", &state);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("tensor 'r' box [0:4, 0:4]: rank "));
+  const int writer = WriterOf(*world, state, "r");
+  const int holder = writer == last ? 0 : last;
+  EXPECT_THAT(s.message(),
+              HasSubstr("rank 0: tensor 'r' box [0:4, 0:4]: rank " + std::to_string(holder) +
+                        " holds different data than the rank that wrote it to "
+                        "'data/" +
+                        std::to_string(writer) + ".safetensors'"));
   EXPECT_THAT(s.message(), HasSubstr("must hold identical replicas"));
+  EXPECT_FALSE(std::filesystem::exists(root + "/bytes/manifest"));
 
   // The good state saves, and every rank reads its own rows back.
   std::vector<Tensor> good = Good(rank, n);
