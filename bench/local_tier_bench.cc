@@ -395,14 +395,15 @@ int main(int argc, char** argv) {
   fs::remove_all(local_root + "_recycle");
   using sp::bench::Median;
   const double gib = total / double(1ull << 30);
-  if (g_recover_only) {
+  // The recovery's lines, the same with and without --recover-only.
+  auto print_recovery = [&](const std::string& save_cpu_text) {
     std::printf(
         "recover node 1 (LocalLoad)  %8.3f s  (rank 2: %llu bytes from peers, %llu persistent)\n",
         Median(rec_s), static_cast<unsigned long long>(peer),
         static_cast<unsigned long long>(persistent));
     std::printf("load persistent (cold)      %8.3f s\n", Median(load_s));
-    std::printf("CPU seconds (all ranks): recover %.3f, load persistent %.3f\n", Median(rec_cpu),
-                Median(load_cpu));
+    std::printf("CPU seconds (all ranks): %srecover %.3f, load persistent %.3f\n",
+                save_cpu_text.c_str(), Median(rec_cpu), Median(load_cpu));
     std::printf(
         "other layout (TP=1, DP=%d): recover %.3f s (%.3f CPU s), load persistent (cold) "
         "%.3f s (%.3f CPU s): recover speedup %.2fx\n",
@@ -410,6 +411,9 @@ int main(int argc, char** argv) {
         Median(oload_s) / Median(orec_s));
     std::printf("minor page faults (all ranks): recover %.0f, load persistent %.0f\n",
                 Median(rec_flt), Median(load_flt));
+  };
+  if (g_recover_only) {
+    print_recovery("");
     std::printf("recover speedup %.2fx\n", Median(load_s) / Median(rec_s));
     return 0;
   }
@@ -435,20 +439,9 @@ int main(int argc, char** argv) {
       "%.3f s)\n",
       Median(stall_s), Median(staging_s), Median(rest_s), Median(async_s));
   std::printf("persistent save             %8.3f s\n", Median(pers_s));
-  std::printf(
-      "recover node 1 (LocalLoad)  %8.3f s  (rank 2: %llu bytes from peers, %llu persistent)\n",
-      Median(rec_s), static_cast<unsigned long long>(peer),
-      static_cast<unsigned long long>(persistent));
-  std::printf("load persistent (cold)      %8.3f s\n", Median(load_s));
-  std::printf("CPU seconds (all ranks): local save %.3f, recover %.3f, load persistent %.3f\n",
-              Median(save_cpu), Median(rec_cpu), Median(load_cpu));
-  std::printf(
-      "other layout (TP=1, DP=%d): recover %.3f s (%.3f CPU s), load persistent (cold) "
-      "%.3f s (%.3f CPU s): recover speedup %.2fx\n",
-      f.ranks, Median(orec_s), Median(orec_cpu), Median(oload_s), Median(oload_cpu),
-      Median(oload_s) / Median(orec_s));
-  std::printf("minor page faults (all ranks): recover %.0f, load persistent %.0f\n",
-              Median(rec_flt), Median(load_flt));
+  char save_cpu_text[64];
+  std::snprintf(save_cpu_text, sizeof save_cpu_text, "local save %.3f, ", Median(save_cpu));
+  print_recovery(save_cpu_text);
   std::printf("training step alone %.3f ms, during an async local save %.3f ms: %.2fx\n",
               Median(step_alone) * 1e3, Median(step_during) * 1e3,
               Median(step_during) / Median(step_alone));
