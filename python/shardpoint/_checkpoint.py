@@ -252,7 +252,8 @@ def save(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     ``common``: one value for the whole job (rank 0's is stored: iteration,
     scheduler, config), JSON unless ``allow_pickle``. ``metadata``: a JSON
     dict stored in the manifest. ``overwrite``: replace an existing
-    checkpoint. ``verify_replicas`` (default True): fail if replicas of a tensor differ.
+    checkpoint. ``verify_replicas`` (default True; the same on every rank): fail
+    if replicas of a tensor differ.
     ``plan_cache``: a ``SavePlanCache`` reused between saves of this rank.
     ``staging_bytes``: the size of each staging buffer (3 per data file;
     default 2 MiB, where the C++ API keeps 8 MiB: docs/performance.md).
