@@ -59,8 +59,8 @@ std::vector<Tensor> Good(int r, int n) {
   return ts;
 }
 
-// What the all-gather planner says of every rank's tensors.
-Status GlobalPlanError(Comm& comm, const State& state, bool list_replicas) {
+// Every rank's contribution, all-gathered (the planner before the owners).
+std::vector<internal_plan::Contribution> AllContributions(Comm& comm, const State& state) {
   auto regions = internal_plan::BuildRegions(state.tensors);
   EXPECT_TRUE(regions.ok());
   internal_plan::Contribution c;
@@ -71,22 +71,18 @@ Status GlobalPlanError(Comm& comm, const State& state, bool list_replicas) {
   for (size_t r = 0; r < all.size(); ++r) {
     cs.push_back(*internal_plan::DecodeContribution(all[r], static_cast<int>(r)));
   }
-  return internal_plan::PlanSave(cs, list_replicas).status();
+  return cs;
+}
+
+// What the all-gather planner says of every rank's tensors.
+Status GlobalPlanError(Comm& comm, const State& state, bool list_replicas) {
+  return internal_plan::PlanSave(AllContributions(comm, state), list_replicas).status();
 }
 
 // The rank the distributed planner makes write `key` (every rank's
 // contribution gathered, as GlobalPlanError does).
 int WriterOf(Comm& comm, const State& state, const std::string& key) {
-  auto regions = internal_plan::BuildRegions(state.tensors);
-  EXPECT_TRUE(regions.ok());
-  internal_plan::Contribution c;
-  for (const auto& r : *regions) c.regions.push_back(r.desc);
-  std::vector<std::string> all;
-  EXPECT_TRUE(comm.AllGather(internal_plan::EncodeContribution(c), &all).ok());
-  std::vector<internal_plan::Contribution> cs;
-  for (size_t r = 0; r < all.size(); ++r) {
-    cs.push_back(*internal_plan::DecodeContribution(all[r], static_cast<int>(r)));
-  }
+  std::vector<internal_plan::Contribution> cs = AllContributions(comm, state);
   std::vector<internal_plan::LocalPlan> local;
   EXPECT_TRUE(internal_plan::PlanSaveDistributed(cs, true, &local).ok());
   for (size_t r = 0; r < local.size(); ++r) {
