@@ -73,8 +73,9 @@ inline PartialLoad LoadFromKeyShards(const internal_format::Manifest& whole,
   // Copies made before the clock starts: Load moves its decoded index in.
   internal_format::ManifestIndex copy1 = index, copy2 = index;
   const double d = Now();
+  // As Load: only the chunks meeting this rank's boxes are kept.
   Manifest part =
-      Check(internal_format::MergeShards(std::move(copy2), have, "bench"), "MergeShards");
+      Check(internal_format::MergeShards(std::move(copy2), have, "bench", &want), "MergeShards");
   const double e = Now();
   {
     // After the merge timed above, so that its allocations meet the same heap.

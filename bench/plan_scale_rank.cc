@@ -1,19 +1,21 @@
 // plan_scale_rank: one loading rank's load plan, in a process of its own,
 // from what plan_scale_sampled --rank-dir wrote (bench/plan_scale_rank_dir.h).
 //
-//   plan_scale_rank --rank-dir DIR --rank R [--repeat N] (+ the model and
+//   plan_scale_rank --rank-dir DIR --rank R [--repeat N] [--all-chunks] (+ the model and
 //                   layout flags plan_scale_sampled was given)
 //
 // Times, in this thread's CPU seconds, what Load does on rank R before it
 // reads data: the regions of its state, DecodeIndex, MergeShards of the
 // shards it reads (the bytes are in memory: reading them is not timed) and
-// PlanLoad; checks the plan against the one the whole manifest gave. The
-// first round runs on a fresh heap, as a restarted rank's does; --repeat N
-// runs N rounds and prints each (later rounds reuse the freed heap).
+// PlanLoad (keeping only the chunks that meet its boxes, as Load does;
+// --all-chunks keeps every chunk of its shards); checks the plan against the one the whole manifest
+// gave. The first round runs on a fresh heap, as a restarted rank's does; --repeat N runs N rounds
+// and prints each (later rounds reuse the freed heap).
 #include <malloc.h>
 #include <sys/resource.h>
 
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@
 
 using namespace plan_scale;
 using shardpoint::internal_format::DecodeIndex;
+using shardpoint::internal_format::KeyBoxes;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::ManifestIndex;
 using shardpoint::internal_format::MergeShards;
@@ -52,7 +55,7 @@ struct Round {
 
 Round OneRound(const Model& m, const Layout& load, const std::vector<Param>& params,
                const std::vector<KeySpec>& keys, int rank, const std::string& index_bytes,
-               RankShards have, const std::string& expect) {
+               RankShards have, const std::string& expect, bool all_chunks) {
   Round out;
   const long f0 = Faults();
   double a = Now();
@@ -63,7 +66,14 @@ Round OneRound(const Model& m, const Layout& load, const std::vector<Param>& par
   ManifestIndex index = Check(DecodeIndex(index_bytes, "index"), "DecodeIndex");
   double c = Now();
   out.faults[1] = Faults() - f0, out.heap[1] = HeapMb();
-  Manifest part = Check(MergeShards(std::move(index), have, "bench"), "MergeShards");
+  // As Load (manifest_fetch.cc): this rank's boxes by key, whose chunks are
+  // kept (--all-chunks: every chunk of the shards, as before 2026-11-29).
+  std::map<std::string, std::vector<Box>> by_key;
+  for (const Region& g : regions) by_key[g.desc.key].push_back(g.desc.box);
+  std::vector<KeyBoxes> boxes;
+  for (auto& [k, v] : by_key) boxes.push_back({k, std::move(v)});
+  Manifest part = Check(MergeShards(std::move(index), have, "bench", all_chunks ? nullptr : &boxes),
+                        "MergeShards");
   double d = Now();
   out.faults[2] = Faults() - f0, out.heap[2] = HeapMb();
   LoadPlan lp = Check(PlanLoad(part, regions), "PlanLoad");
@@ -83,6 +93,7 @@ int main(int argc, char** argv) {
   Layout save{8, 16, 512, 1, true}, load{4, 4, 256, 1, true};
   std::string dir;
   int rank = 0, repeat = 1;
+  bool all_chunks = false;
   for (int i = 1; i < argc; ++i) {
     if (ParseCommonFlag(argc, argv, i, m, save, load)) continue;
     const std::string a = argv[i];
@@ -92,6 +103,8 @@ int main(int argc, char** argv) {
       rank = IntFlag(argc, argv, i);
     } else if (a == "--repeat") {
       repeat = IntFlag(argc, argv, i);
+    } else if (a == "--all-chunks") {
+      all_chunks = true;
     } else {
       Die("unknown flag " + a);
     }
@@ -108,7 +121,7 @@ int main(int argc, char** argv) {
   std::printf("rank %d: index %.1f KB, %zu shards, %.2f MB\n", rank, index_bytes.size() / 1e3,
               have.size(), read / 1e6);
   for (int i = 0; i < repeat; ++i) {
-    const Round r = OneRound(m, load, params, keys, rank, index_bytes, have, expect);
+    const Round r = OneRound(m, load, params, keys, rank, index_bytes, have, expect, all_chunks);
     std::printf(
         "  round %d: regions %.1f ms, DecodeIndex %.1f ms, MergeShards %.1f ms, PlanLoad %.1f ms;"
         " load plan %.1f ms\n",

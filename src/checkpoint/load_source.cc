@@ -90,12 +90,24 @@ Status ExecuteByGroup(const Manifest& m, const LoadPlan& plan, const LoadOptions
   return OkStatus();
 }
 
+// The source's object keys, sorted, unique: what the requests number
+// objects by (every rank the same, whichever objects it fetched).
+std::vector<std::string> ObjectKeys(const Source& src) {
+  if (!src.object_keys.empty()) return src.object_keys;
+  std::vector<std::string> out;
+  for (const ObjectRecord& o : src.index.objects) {
+    if (out.empty() || out.back() != o.key) out.push_back(o.key);
+  }
+  return out;
+}
+
 // Checks this rank's requests against the index; marks requested tensors
-// and objects (by key) in `wanted` (tensors first, then objects).
+// and object keys (`object_keys`) in `wanted` (tensors first, then objects).
 Status CheckRequests(const Source& src, const State& state, const LoadOptions& options,
-                     std::vector<std::string>* missing, std::string* wanted) {
+                     const std::vector<std::string>& object_keys, std::vector<std::string>* missing,
+                     std::string* wanted) {
   const Manifest& m = src.index;
-  wanted->assign(m.tensors.size() + m.objects.size(), '\0');
+  wanted->assign(m.tensors.size() + object_keys.size(), '\0');
   for (const LocalTensor& lt : state.tensors) {
     for (const Segment& seg : lt.segments) {
       int64_t t = m.FindTensor(seg.key);
@@ -134,9 +146,8 @@ Status CheckRequests(const Source& src, const State& state, const LoadOptions& o
       missing->push_back(name);
       continue;
     }
-    for (size_t i = 0; i < m.objects.size(); ++i) {
-      if (m.objects[i].key == o.key) (*wanted)[m.tensors.size() + i] = 1;
-    }
+    auto k = std::lower_bound(object_keys.begin(), object_keys.end(), o.key);
+    (*wanted)[m.tensors.size() + (k - object_keys.begin())] = 1;
   }
   if (src.has_objects && state.common && !m.has_common && !options.common_optional) {
     missing->push_back("<common>");
@@ -203,15 +214,17 @@ Result<LoadResult> LoadFromSource(State& state, const Status& index_status, cons
   std::string wanted;
   Status s = index_status;
   if (s.ok()) s = CheckGroups(state, options);
+  const std::vector<std::string> object_keys = ObjectKeys(src);
   if (s.ok()) {
-    s = Guarded(what + ": checking the requests",
-                [&] { return CheckRequests(src, state, options, &result.missing_keys, &wanted); });
+    s = Guarded(what + ": checking the requests", [&] {
+      return CheckRequests(src, state, options, object_keys, &result.missing_keys, &wanted);
+    });
   }
   Result<GatheredRequests> gathered = GatherRequests(comm, s, wanted, result.missing_keys);
   SP_RETURN_IF_ERROR(gathered.status());
   for (size_t i : gathered->unrequested) {
     result.unexpected_keys.push_back(i < m.tensors.size() ? m.tensors[i].key
-                                                          : m.objects[i - m.tensors.size()].key);
+                                                          : object_keys[i - m.tensors.size()]);
   }
   SortUnique(&result.unexpected_keys);
 

@@ -22,7 +22,11 @@ using shardpoint::internal_format::KeyBoxes;
 using shardpoint::internal_format::kManifestName;
 using shardpoint::internal_format::ManifestIndex;
 using shardpoint::internal_format::MergeShards;
+using shardpoint::internal_format::ObjectAt;
+using shardpoint::internal_format::ObjectKeys;
 using shardpoint::internal_format::ShardsForBoxes;
+using shardpoint::internal_format::TensorEntry;
+using shardpoint::internal_format::TensorPart;
 using shardpoint::internal_io::JoinPath;
 using shardpoint::internal_source::ReadShards;
 
@@ -32,7 +36,9 @@ namespace {
 // The shards holding the chunks of the boxes `state` requests (its regions;
 // where they cannot be built, which the load then reports, its segments'
 // boxes), and its objects.
-std::vector<uint32_t> Needed(const ManifestIndex& index, const State& state) {
+// `boxes` receives those boxes by key.
+std::vector<uint32_t> Needed(const ManifestIndex& index, const State& state,
+                             std::vector<KeyBoxes>* boxes_out) {
   std::map<std::string, std::vector<Box>> boxes;
   Result<std::vector<internal_plan::Region>> regions = internal_base::Guarded(
       "load: the regions of the state", [&] { return internal_plan::BuildRegions(state.tensors); });
@@ -43,11 +49,11 @@ std::vector<uint32_t> Needed(const ManifestIndex& index, const State& state) {
       for (const Segment& seg : lt.segments) boxes[seg.key].push_back(seg.global_box);
     }
   }
-  std::vector<KeyBoxes> tensors;
+  std::vector<KeyBoxes>& tensors = *boxes_out;
   tensors.reserve(boxes.size());
   for (auto& [key, b] : boxes) tensors.push_back({key, std::move(b)});
-  std::vector<std::string> objects;
-  for (const Object& o : state.objects) objects.push_back(o.key);
+  std::vector<ObjectAt> objects;
+  for (const Object& o : state.objects) objects.push_back({o.key, o.index});
   return ShardsForBoxes(index, tensors, objects);
 }
 
@@ -133,7 +139,8 @@ Result<internal_source::Source> FetchShardedSource(std::string_view source_bytes
     return DecodeIndex(source_bytes.substr(1), JoinPath(dir, kManifestName));
   });
   std::vector<uint32_t> need;
-  if (index.ok()) need = Needed(*index, state);
+  std::vector<KeyBoxes> boxes;
+  if (index.ok()) need = Needed(*index, state, &boxes);
   if (every_ranks_keys && n > 1) {
     // A cooperative load checks and assigns every rank's pieces on every
     // rank: each needs the records of the keys any rank requests.
@@ -178,12 +185,25 @@ Result<internal_source::Source> FetchShardedSource(std::string_view source_bytes
   SP_RETURN_IF_ERROR(index.status());
   SP_ASSIGN_OR_RETURN(auto have, Unpack(recv));
   stats->shards_received += have.size();
-  for (const auto& h : have) stats->bytes_received += h.second.size();
+  std::vector<char> got(index->shards.size(), 0);
+  for (const auto& h : have) {
+    stats->bytes_received += h.second.size();
+    if (h.first < got.size()) got[h.first] = 1;
+  }
+  for (const TensorEntry& e : index->tensors) {
+    for (const TensorPart& p : e.parts)
+      stats->chunks_received += p.shard < got.size() && got[p.shard] ? p.num_chunks : 0;
+  }
+  // A rank that plans only its own reads keeps only the chunks meeting its
+  // boxes (a cooperative load plans every rank's: it keeps them all).
+  const bool own_only = !(every_ranks_keys && n > 1);
   internal_source::Source src = internal_source::EmptySource(dir, false);
+  if (own_only) src.object_keys = ObjectKeys(*index);
   SP_ASSIGN_OR_RETURN(src.index, internal_base::Guarded("load: decoding manifest shards", [&] {
-                        return MergeShards(std::move(*index), have, dir);
+                        return MergeShards(std::move(*index), have, dir,
+                                           own_only ? &boxes : nullptr);
                       }));
-  for (const auto& t : src.index.tensors) stats->chunks_received += t.chunks.size();
+  for (const auto& t : src.index.tensors) stats->chunks_kept += t.chunks.size();
   last_stats = *stats;
   return src;
 }

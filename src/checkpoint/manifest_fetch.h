@@ -31,6 +31,7 @@ struct FetchStats {
   uint64_t shards_received = 0;  // shards this rank decoded
   uint64_t bytes_received = 0;   // their bytes
   uint64_t chunks_received = 0;  // the chunk records in them
+  uint64_t chunks_kept = 0;      // of which kept: those meeting its boxes (all, cooperative)
   uint64_t shards_read = 0;      // shards this rank read from storage for anyone
   uint64_t storage_reads = 0;    // read requests it made for them
 };

@@ -108,19 +108,25 @@ namespace {
 // Decoding state: the shared field reader (field_reader.h) and the version.
 class Decoder : public FieldReader {
  public:
-  Decoder(std::string_view body, const std::string& name) : FieldReader(body, "manifest", name) {}
+  // `keep` and `decoded`: DecodeManifest's chunk filter (both null: keep all).
+  Decoder(std::string_view body, const std::string& name, const ChunkFilter* keep = nullptr,
+          std::vector<uint64_t>* decoded = nullptr)
+      : FieldReader(body, "manifest", name), keep_(keep), decoded_(decoded) {}
 
   Status Run(Manifest* m);
 
  private:
   Status Files(Manifest* m);
   Status Tensor(size_t num_files, TensorRecord* t);
+  // Chunk i of `t`, which must lie after `previous` (the chunk before it).
   Status Chunk(const TensorRecord& t, size_t i, uint64_t elem_size, size_t num_files,
-               ChunkRecord* c);
+               const Box* previous, ChunkRecord* c);
   Status Object(size_t num_files, ObjectRecord* o);
 
   Status BlockSums(const TensorRecord& t, size_t i, ChunkRecord* c);
 
+  const ChunkFilter* keep_;
+  std::vector<uint64_t>* decoded_;
   uint32_t version_ = 1;
   uint64_t block_size_ = 0;
 };
@@ -159,16 +165,32 @@ Status Decoder::Tensor(size_t num_files, TensorRecord* t) {
   const size_t v2_extra = version_ >= 2 ? 8 : 0;
   SP_RETURN_IF_ERROR(Count(
       kMinChunkFixed + v2_extra + 16 * rank, [&] { return "tensor '" + t->key + "' chunk"; }, &n));
-  t->chunks.resize(n);
   const uint64_t elem_size = DTypeSize(t->dtype);
-  for (uint64_t i = 0; i < n; ++i) {
-    SP_RETURN_IF_ERROR(Chunk(*t, i, elem_size, num_files, &t->chunks[i]));
+  if (keep_ == nullptr) {
+    t->chunks.resize(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      const Box* previous = i > 0 ? &t->chunks[i - 1].box : nullptr;
+      SP_RETURN_IF_ERROR(Chunk(*t, i, elem_size, num_files, previous, &t->chunks[i]));
+    }
+    return OkStatus();
   }
+  // Filtered: each chunk is decoded into `cur`, whose buffers the next one
+  // reuses unless it is kept (copied out).
+  const std::vector<Box>* boxes = keep_->boxes(t->key);
+  ChunkRecord cur, prev;
+  for (uint64_t i = 0; i < n; ++i) {
+    SP_RETURN_IF_ERROR(Chunk(*t, i, elem_size, num_files, i > 0 ? &prev.box : nullptr, &cur));
+    if (boxes != nullptr && (cur.box.empty() || MeetsAny(*boxes, cur.box))) {
+      t->chunks.push_back(cur);
+    }
+    std::swap(cur, prev);
+  }
+  decoded_->push_back(n);
   return OkStatus();
 }
 
 Status Decoder::Chunk(const TensorRecord& t, size_t i, uint64_t elem_size, size_t num_files,
-                      ChunkRecord* c) {
+                      const Box* previous, ChunkRecord* c) {
   const size_t rank = t.shape.size();
   const size_t at = r_.pos();
   if (!r_.Dims(rank, &c->box.offset).ok() || !r_.Dims(rank, &c->box.shape).ok() ||
@@ -202,9 +224,9 @@ Status Decoder::Chunk(const TensorRecord& t, size_t i, uint64_t elem_size, size_
     return fail("byte range offset " + std::to_string(c->offset) + " + " +
                 std::to_string(c->nbytes) + " overflows");
   }
-  if (i > 0 && !(t.chunks[i - 1].box < c->box)) {
+  if (previous != nullptr && !(*previous < c->box)) {
     return fail("box " + c->box.ToString() + " is not after the previous chunk's box " +
-                t.chunks[i - 1].box.ToString() + " (chunks must be sorted and unique)");
+                previous->ToString() + " (chunks must be sorted and unique)");
   }
   return version_ >= 2 ? BlockSums(t, i, c) : OkStatus();
 }
@@ -291,9 +313,8 @@ Status Decoder::Run(Manifest* m) {
   return Tail(&m->has_common, &m->common, &m->metadata_json);
 }
 
-}  // namespace
-
-Result<Manifest> DecodeManifest(std::string_view bytes, const std::string& name) {
+Result<Manifest> DecodeManifestImpl(std::string_view bytes, const std::string& name,
+                                    const ChunkFilter* keep, std::vector<uint64_t>* decoded) {
   const std::string prefix = "manifest '" + name + "': ";
   // Stage 1: size, magic, version, checksum; nothing is allocated from the input before.
   if (bytes.size() < 16) {
@@ -324,8 +345,29 @@ Result<Manifest> DecodeManifest(std::string_view bytes, const std::string& name)
   }
   // Stage 2: structure and semantics, every count bounded before use.
   Manifest m;
-  SP_RETURN_IF_ERROR(Decoder(bytes.substr(0, body), name).Run(&m));
+  SP_RETURN_IF_ERROR(Decoder(bytes.substr(0, body), name, keep, decoded).Run(&m));
   return m;
+}
+
+}  // namespace
+
+Result<Manifest> DecodeManifest(std::string_view bytes, const std::string& name) {
+  return DecodeManifestImpl(bytes, name, nullptr, nullptr);
+}
+
+Result<Manifest> DecodeManifest(std::string_view bytes, const std::string& name,
+                                const ChunkFilter& keep, std::vector<uint64_t>* decoded) {
+  decoded->clear();
+  return DecodeManifestImpl(bytes, name, &keep, decoded);
+}
+
+bool MeetsAny(const std::vector<Box>& boxes, const Box& box) {
+  for (const Box& b : boxes) {
+    if (b.rank() != box.rank()) return true;
+    std::optional<Box> both = Intersect(b, box);
+    if (both.has_value() && !both->empty()) return true;
+  }
+  return false;
 }
 
 }  // namespace shardpoint::internal_format

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -84,6 +85,20 @@ std::string EncodeManifest(const Manifest& m);
 // file names relative without ".." or "/" beyond "data/". `name` names the
 // file in errors.
 Result<Manifest> DecodeManifest(std::string_view bytes, const std::string& name);
+
+// DecodeManifest for a reader that needs only some chunks: `boxes(key)` are
+// the boxes of tensor `key` it reads (nullptr: none). Every chunk is decoded
+// and checked as above, but only those that meet one of the boxes in at
+// least one element (or differ from them in rank), and empty ones, are kept; the others take
+// no memory. `decoded` receives each tensor record's chunk count as stored.
+struct ChunkFilter {
+  std::function<const std::vector<Box>*(const std::string& key)> boxes;
+};
+Result<Manifest> DecodeManifest(std::string_view bytes, const std::string& name,
+                                const ChunkFilter& keep, std::vector<uint64_t>* decoded);
+// Whether `box` meets one of `boxes` in at least one element; true where
+// the ranks differ (a shape mismatch the load reports: keep everything).
+bool MeetsAny(const std::vector<Box>& boxes, const Box& box);
 // A JSON rendering for the CLI (stable key order).
 std::string ManifestToJson(const Manifest& m, int indent = 2);
 

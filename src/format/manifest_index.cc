@@ -499,26 +499,39 @@ std::vector<uint32_t> ShardsForKeys(const ManifestIndex& index,
 
 std::vector<uint32_t> ShardsForBoxes(const ManifestIndex& index,
                                      const std::vector<KeyBoxes>& tensors,
-                                     const std::vector<std::string>& object_keys) {
+                                     const std::vector<ObjectAt>& objects) {
   std::vector<uint32_t> out;
   for (const KeyBoxes& kb : tensors) {
     const TensorEntry* e = FindEntry(index, kb.key);
     if (e == nullptr) continue;
     for (size_t p = 0; p < e->parts.size(); ++p) {
-      bool meets = e->parts.size() == 1;
-      const Box span = meets ? Box() : e->span(p);
-      for (size_t i = 0; !meets && i < kb.boxes.size(); ++i) {
-        if (kb.boxes[i].offset.size() != span.offset.size()) {
-          meets = true;  // a shape mismatch: the load names it; read everything
-          break;
-        }
-        std::optional<Box> both = Intersect(kb.boxes[i], span);
-        meets = both.has_value() && !both->empty();
+      // A rank mismatch meets (the load names it; read everything).
+      if (e->parts.size() == 1 || MeetsAny(kb.boxes, e->span(p))) {
+        out.push_back(e->parts[p].shard);
       }
-      if (meets) out.push_back(e->parts[p].shard);
     }
   }
-  AddObjectShards(index, object_keys, out);
+  for (const ObjectAt& o : objects) {
+    // The last run of the key starting at or before the index (runs are
+    // consecutive indices in row-major order, which compares as a Shape).
+    auto it = std::upper_bound(index.objects.begin(), index.objects.end(), o,
+                               [](const ObjectAt& a, const ObjectRun& r) {
+                                 return std::tie(a.key, a.index) < std::tie(r.key, r.first);
+                               });
+    if (it == index.objects.begin()) continue;
+    --it;
+    if (it->key == o.key && o.index <= it->last) out.push_back(it->shard);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<std::string> ObjectKeys(const ManifestIndex& index) {
+  std::vector<std::string> out;
+  for (const ObjectRun& r : index.objects) {
+    if (out.empty() || out.back() != r.key) out.push_back(r.key);
+  }
   return out;
 }
 

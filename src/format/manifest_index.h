@@ -145,13 +145,18 @@ struct KeyBoxes {
   std::string key;
   std::vector<Box> boxes;
 };
+// An object a rank loads.
+struct ObjectAt {
+  std::string key;
+  Shape index;
+};
 // The shards holding the parts of each key whose span meets one of its boxes
-// in at least one element (a key's only part always), and the objects of
-// `object_keys`; sorted, unique. The merged record then holds every chunk
-// that overlaps those boxes.
+// in at least one element (a key's only part always), and the run of each
+// object in `objects` (one shard each, not every run of its key); sorted,
+// unique. The merged record then holds every chunk that overlaps those boxes.
 std::vector<uint32_t> ShardsForBoxes(const ManifestIndex& index,
                                      const std::vector<KeyBoxes>& tensors,
-                                     const std::vector<std::string>& object_keys);
+                                     const std::vector<ObjectAt>& objects);
 
 // A manifest from the index and the bytes of some of its shards (`have`:
 // shard number -> bytes; the others are not read). Checks each shard's size
@@ -164,8 +169,17 @@ std::vector<uint32_t> ShardsForBoxes(const ManifestIndex& index,
 // object numbering. `dir` names the files in errors.
 // `index` is taken (moved from where the caller has no further use: every
 // rank builds every key's skeleton from it, 65,536 objects at 65,536 ranks).
+// `keep` (optional, a loading rank's own boxes): only the chunks that meet
+// one of its boxes for their key are kept (DecodeManifest's ChunkFilter),
+// and only the objects of the shards given (no skeletons: the load numbers
+// objects by key, ObjectKeys); every record is still checked against the
+// index, its chunk count included, and every kept chunk against its part's
+// span and order.
+// Every object key of the index, sorted, unique.
+std::vector<std::string> ObjectKeys(const ManifestIndex& index);
+
 Result<Manifest> MergeShards(ManifestIndex index,
                              const std::vector<std::pair<uint32_t, std::string>>& have,
-                             const std::string& dir);
+                             const std::string& dir, const std::vector<KeyBoxes>* keep = nullptr);
 
 }  // namespace shardpoint::internal_format

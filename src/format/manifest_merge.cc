@@ -17,6 +17,7 @@ namespace {
 // A decoded shard and how far its records have been taken.
 struct OpenShard {
   Manifest m;
+  std::vector<uint64_t> stored;  // with a filter: each tensor record's chunk count as stored
   std::string name;
   size_t next_tensor = 0;
   size_t next_object = 0;
@@ -25,7 +26,7 @@ struct OpenShard {
 };
 
 Result<OpenShard> OpenOne(const ManifestIndex& index, uint32_t s, std::string_view bytes,
-                          const std::string& dir) {
+                          const std::string& dir, const ChunkFilter* keep) {
   OpenShard out;
   out.name = ShardName(index, s, dir);
   if (s >= index.shards.size()) {
@@ -43,7 +44,11 @@ Result<OpenShard> OpenOne(const ManifestIndex& index, uint32_t s, std::string_vi
                          std::to_string(bytes.size()) + "): the index says " + Hex16(ref.checksum) +
                          ", computed " + Hex16(sum));
   }
-  SP_ASSIGN_OR_RETURN(out.m, DecodeManifest(bytes, out.name));
+  if (keep != nullptr) {
+    SP_ASSIGN_OR_RETURN(out.m, DecodeManifest(bytes, out.name, *keep, &out.stored));
+  } else {
+    SP_ASSIGN_OR_RETURN(out.m, DecodeManifest(bytes, out.name));
+  }
   if (out.m.version != 2 || out.m.block_size != index.block_size || out.m.has_common ||
       !out.m.metadata_json.empty()) {
     return DataLossError("manifest shard '" + out.name +
@@ -60,8 +65,8 @@ Result<OpenShard> OpenOne(const ManifestIndex& index, uint32_t s, std::string_vi
 class Shards {
  public:
   Shards(const ManifestIndex& index, const std::vector<std::pair<uint32_t, std::string>>& have,
-         const std::string& dir)
-      : index_(index), dir_(dir) {
+         const std::string& dir, const ChunkFilter* keep)
+      : index_(index), dir_(dir), keep_(keep) {
     for (const auto& [s, bytes] : have) {
       bytes_[s] = &bytes;
       max_chunks_ += bytes.size() / 44;  // a chunk record's fixed fields
@@ -83,7 +88,7 @@ class Shards {
     if (it != open_.end()) return &it->second;
     auto b = bytes_.find(s);
     if (b == bytes_.end()) return static_cast<OpenShard*>(nullptr);
-    SP_ASSIGN_OR_RETURN(OpenShard sh, OpenOne(index_, s, *b->second, dir_));
+    SP_ASSIGN_OR_RETURN(OpenShard sh, OpenOne(index_, s, *b->second, dir_, keep_));
     return &open_.emplace(s, std::move(sh)).first->second;
   }
   static void ReleaseIfDone(OpenShard& sh) {
@@ -101,6 +106,7 @@ class Shards {
  private:
   const ManifestIndex& index_;
   const std::string& dir_;
+  const ChunkFilter* keep_;
   std::map<uint32_t, const std::string*> bytes_;
   uint64_t max_chunks_ = 0;
   std::unordered_map<uint32_t, OpenShard> open_;
@@ -120,8 +126,10 @@ Status TakePart(const TensorEntry& e, size_t p, OpenShard& sh, FileFn& file, Ten
   if (sh.next_tensor >= sh.m.tensors.size() || sh.m.tensors[sh.next_tensor].key != e.key) {
     return Mismatch(sh, "does not hold " + what + " where the index puts it");
   }
-  TensorRecord& r = sh.m.tensors[sh.next_tensor++];
-  if (r.dtype != e.dtype || r.shape != e.shape || r.chunks.size() != e.parts[p].num_chunks) {
+  const size_t at = sh.next_tensor++;
+  TensorRecord& r = sh.m.tensors[at];
+  const uint64_t stored = sh.stored.empty() ? r.chunks.size() : sh.stored[at];
+  if (r.dtype != e.dtype || r.shape != e.shape || stored != e.parts[p].num_chunks) {
     return Mismatch(sh, what + " differs from the index (dtype, shape or chunk count)");
   }
   const Box span = e.span(p);
@@ -145,13 +153,16 @@ Status TakePart(const TensorEntry& e, size_t p, OpenShard& sh, FileFn& file, Ten
 
 // Appends the objects of `run` to `out`: from its shard where that is
 // open (after checking that the shard holds them where the index puts
-// them), else their skeleton (key, index, grid; location 0).
+// them), else their skeleton (key, index, grid; location 0), or nothing
+// where `skeletons` is false.
 template <typename FileFn>
-Status TakeRun(const ObjectRun& run, Shards& shards, FileFn& file, std::vector<ObjectRecord>* out) {
+Status TakeRun(const ObjectRun& run, Shards& shards, FileFn& file, bool skeletons,
+               std::vector<ObjectRecord>* out) {
   OpenShard* open = nullptr;
   if (!shards.empty()) {
     SP_ASSIGN_OR_RETURN(open, shards.Get(run.shard));
   }
+  if (open == nullptr && !skeletons) return OkStatus();
   Shape at = run.first;
   for (uint64_t i = 0; i < run.count; ++i, NextIndex(run.grid, &at)) {
     if (open == nullptr) {
@@ -187,8 +198,22 @@ Status Shards::CheckAllTaken() {
 
 Result<Manifest> MergeShards(ManifestIndex index,
                              const std::vector<std::pair<uint32_t, std::string>>& have,
-                             const std::string& dir) {
-  Shards shards(index, have, dir);
+                             const std::string& dir, const std::vector<KeyBoxes>* keep) {
+  // `keep` sorted by key, for the decoder's filter.
+  std::vector<const KeyBoxes*> sorted;
+  ChunkFilter filter;
+  if (keep != nullptr) {
+    for (const KeyBoxes& kb : *keep) sorted.push_back(&kb);
+    std::sort(sorted.begin(), sorted.end(),
+              [](const KeyBoxes* a, const KeyBoxes* b) { return a->key < b->key; });
+    filter.boxes = [&sorted](const std::string& key) -> const std::vector<Box>* {
+      auto it =
+          std::lower_bound(sorted.begin(), sorted.end(), key,
+                           [](const KeyBoxes* kb, const std::string& k) { return kb->key < k; });
+      return it != sorted.end() && (*it)->key == key ? &(*it)->boxes : nullptr;
+    };
+  }
+  Shards shards(index, have, dir, keep != nullptr ? &filter : nullptr);
   Manifest m;
   m.version = index.version;  // what was read; it encodes as version 2
   m.block_size = index.block_size;
@@ -200,8 +225,11 @@ Result<Manifest> MergeShards(ManifestIndex index,
     if (sh.global_file.empty()) sh.global_file.assign(sh.m.files.size(), UINT32_MAX);
     uint32_t& g = sh.global_file[f];
     if (g == UINT32_MAX) {
-      auto [it, added] = numbers.emplace(sh.m.files[f], static_cast<uint32_t>(m.files.size()));
-      if (added) m.files.push_back(sh.m.files[f]);
+      auto it = numbers.find(sh.m.files[f]);
+      if (it == numbers.end()) {
+        it = numbers.emplace(sh.m.files[f], static_cast<uint32_t>(m.files.size())).first;
+        m.files.push_back(sh.m.files[f]);
+      }
       g = it->second;
     }
     return g;
@@ -211,7 +239,7 @@ Result<Manifest> MergeShards(ManifestIndex index,
     TensorEntry& e = index.tensors[i];
     TensorRecord& t = m.tensors[i];
     t.dtype = e.dtype, t.shape = e.shape;
-    if (!shards.empty()) t.chunks.reserve(shards.ChunksGiven(e));
+    if (!shards.empty() && keep == nullptr) t.chunks.reserve(shards.ChunksGiven(e));
     for (size_t p = 0; p < e.parts.size() && !shards.empty(); ++p) {
       SP_ASSIGN_OR_RETURN(OpenShard * sh, shards.Get(e.parts[p].shard));
       if (sh == nullptr) continue;
@@ -222,9 +250,9 @@ Result<Manifest> MergeShards(ManifestIndex index,
     std::vector<TensorPart>().swap(e.parts);  // their memory serves the records that follow
     std::vector<int64_t>().swap(e.spans);
   }
-  m.objects.reserve(index.num_objects());
+  if (keep == nullptr) m.objects.reserve(index.num_objects());
   for (const ObjectRun& run : index.objects) {
-    SP_RETURN_IF_ERROR(TakeRun(run, shards, file, &m.objects));
+    SP_RETURN_IF_ERROR(TakeRun(run, shards, file, keep == nullptr, &m.objects));
   }
   SP_RETURN_IF_ERROR(shards.CheckAllTaken());
   return m;

@@ -57,6 +57,10 @@ struct Source {
   std::string kind;  // "checkpoint", "HF model": "requested dtype X but the <kind> holds Y"
   std::string name;  // errors name the source so: "checkpoint 'x'", "HF model 'x' (mapping 'm')"
   internal_format::Manifest index;
+  // Every object key of the checkpoint, sorted, where `index.objects` holds
+  // only the objects this rank fetched (a sharded manifest, Load); empty:
+  // those of `index.objects`. The load numbers objects by key (ObjectKeys).
+  std::vector<std::string> object_keys;
   // The chunks' (and objects') checksum fields hold checksums of their bytes.
   // False: there is nothing to verify (HF, DCP); the fields are 0.
   bool has_checksums = true;

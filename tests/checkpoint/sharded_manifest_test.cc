@@ -4,6 +4,7 @@
 // and loads bit for bit; a bad shard fails every rank naming it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
@@ -166,6 +167,59 @@ TEST_F(ShardedManifestTest, ARankGetsOnlyTheShardsOfItsKeys) {
   }
   EXPECT_EQ(counter.manifest_reads.load(), 1);
   EXPECT_LE(counter.shard_reads.load(), static_cast<int>(index.shards.size()));
+}
+
+// Each saving rank's "rng_state" object, in runs of a few a shard: a rank
+// loading only its own object gets the one shard of its run (not every run
+// of the key; a cooperative load, the runs of every rank's objects), loads
+// its bytes, and the keys no rank asked for are named once each, the object
+// key among them when no rank asks for it.
+TEST_F(ShardedManifestTest, ARankLoadingItsObjectGetsTheOneShardOfItsRun) {
+  internal_checkpoint::SetManifestSharding(ManifestSharding{0, 128});
+  const ParallelConfig saved{2, 2, 2, true};
+  SaveModel(saved, dir_);
+  size_t runs = 0;
+  for (const auto& run : Index().objects) runs += run.key == "rng_state" ? 1 : 0;
+  ASSERT_GT(runs, 2u);
+  const int world = 4;
+  std::vector<State> st(world);
+  std::vector<LoadResult> results(world);
+  std::vector<uint64_t> shards(world);
+  LoadOptions o;
+  o.allow_unexpected_keys = true;
+  auto load = [&](bool objects) {
+    for (int r = 0; r < world; ++r) {
+      st[r] = State();
+      if (objects) st[r].objects.push_back(Object{"rng_state", "", {2 * r + 1}, {saved.world()}});
+    }
+    return First(RunThreadRanks(world, [&](Comm& comm) -> Status {
+      Result<LoadResult> res = Load(st[comm.rank()], dir_, comm, o);
+      shards[comm.rank()] = internal_checkpoint::LastFetchStats().shards_received;
+      if (res.ok()) results[comm.rank()] = *res;
+      return res.status();
+    }));
+  };
+  for (bool cooperative : {false, true}) {
+    o.cooperative = cooperative;
+    Status s = load(true);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    for (int r = 0; r < world; ++r) {
+      if (!cooperative) {
+        EXPECT_EQ(shards[r], 1u) << "rank " << r << " of " << runs << " runs";
+      }
+      EXPECT_LE(shards[r], runs) << "rank " << r;
+      EXPECT_EQ(st[r].objects[0].bytes, "rng-of-rank-" + std::to_string(2 * r + 1));
+      const auto& u = results[r].unexpected_keys;
+      EXPECT_EQ(std::count(u.begin(), u.end(), "rng_state"), 0) << "rank " << r;
+      EXPECT_GT(u.size(), 8u);  // every tensor key
+    }
+    s = load(false);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    for (int r = 0; r < world; ++r) {
+      const auto& u = results[r].unexpected_keys;
+      EXPECT_EQ(std::count(u.begin(), u.end(), "rng_state"), 1) << "rank " << r;
+    }
+  }
 }
 
 // v4: a large record is cut into parts by chunk range; a rank loading a
