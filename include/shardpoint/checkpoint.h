@@ -136,7 +136,11 @@ struct LoadOptions : Resources {
   // Comm (in bounded rounds): the ranks together read each needed block
   // once, each about 1/N. Costs one all-gather of every rank's read list.
   // Must be the same on every rank. Default true; false: every rank reads
-  // (and verifies) every block it needs from storage itself.
+  // (and verifies) every block it needs from storage itself. An exchange
+  // plans every rank's pieces on every rank, so each rank must hold every
+  // rank's records: a checkpoint whose manifest shards total more than
+  // 64 MiB (a 70B model saved by tens of thousands of ranks) is loaded as
+  // with false, each rank getting only its own records (docs/architecture.md).
   bool cooperative = true;
   // Upper bound of the bytes moved between ranks per cooperative round (all
   // ranks together, plus at most one span of a quarter of it); the reads of

@@ -603,7 +603,9 @@ def load(state_dict: dict, path: str | os.PathLike, comm: Comm | None = None, *,
     object bytes as stored, undecoded. ``cooperative`` (the same on every
     rank): each checksummed block that several ranks need bytes of is read
     and verified by one of them, which sends the others their bytes over the
-    comm; default None = on. Over a comm implemented in Python (the
+    comm; default None = on (a checkpoint whose manifest shards total more
+    than 64 MiB, saved by tens of thousands of ranks, is loaded as with
+    False: an exchange needs every rank's records on every rank). Over a comm implemented in Python (the
     torch.distributed and mpi4py adapters, subclasses) the blocks between
     ranks of one node move through shared memory (/dev/shm; the comm
     carries only statuses and places; where segments cannot be shared, the

@@ -37,13 +37,6 @@ Status ByteReader::Truncated(size_t need) const {
                        std::to_string(need) + " more, " + std::to_string(left()) + " left)");
 }
 
-Status ByteReader::Raw(void* p, size_t n) {
-  if (left() < n) return Truncated(n);
-  if (n) std::memcpy(p, in_.data() + pos_, n);
-  pos_ += n;
-  return OkStatus();
-}
-
 Status ByteReader::Take(uint64_t n, std::string* s) {
   if (left() < n) {
     return DataLossError(what_ + ": length " + std::to_string(n) + " at byte " +

@@ -81,7 +81,16 @@ class ByteReader {
   // A count whose items take at least min_item_bytes (> 0) each: checked
   // against the remaining input before anyone allocates for it.
   Status Count(uint64_t* n, size_t min_item_bytes);
-  Status Raw(void* p, size_t n);
+  // Inline: every fixed-size field of every decoder comes through here.
+  Status Raw(void* p, size_t n) {
+    if (left() < n) [[unlikely]] {
+      std::memset(p, 0, n);  // written on every path (no maybe-uninitialized at callers)
+      return Truncated(n);
+    }
+    if (n) std::memcpy(p, in_.data() + pos_, n);
+    pos_ += n;
+    return OkStatus();
+  }
   // DataLoss unless every byte was read.
   Status ExpectEnd() const;
 

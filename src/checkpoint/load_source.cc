@@ -240,7 +240,7 @@ Result<LoadResult> LoadFromSource(State& state, const Status& index_status, cons
         SP_ASSIGN_OR_RETURN(std::vector<Region> regions, BuildRegions(state.tensors));
         return PlanLoad(m, regions, options.allow_shape_mismatch);
       });
-  bool cooperative = !execute && options.cooperative && comm.size() > 1;
+  bool cooperative = !execute && options.cooperative && comm.size() > 1 && !src.own_records_only;
   // A cooperative load, and `execute`, exchange blocks: every rank must be in
   // it. Reading alone, a rank whose plan failed skips its reads, and the
   // error goes into the final agreement.

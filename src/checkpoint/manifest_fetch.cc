@@ -1,6 +1,7 @@
 #include "src/checkpoint/manifest_fetch.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -118,8 +119,12 @@ Result<std::vector<std::pair<uint32_t, std::string>>> Unpack(const std::vector<s
 }
 
 thread_local FetchStats last_stats;
+std::atomic<uint64_t> cooperative_manifest_bytes{kCooperativeManifestBytes};
 
 }  // namespace
+
+uint64_t CooperativeManifestBytes() { return cooperative_manifest_bytes.load(); }
+void SetCooperativeManifestBytes(uint64_t bytes) { cooperative_manifest_bytes.store(bytes); }
 
 FetchStats LastFetchStats() { return last_stats; }
 
@@ -141,6 +146,12 @@ Result<internal_source::Source> FetchShardedSource(std::string_view source_bytes
   std::vector<uint32_t> need;
   std::vector<KeyBoxes> boxes;
   if (index.ok()) need = Needed(*index, state, &boxes);
+  // Every rank decides alike, from the same index.
+  uint64_t shard_bytes = 0;
+  for (size_t i = 0; index.ok() && i < index->shards.size(); ++i) {
+    shard_bytes += index->shards[i].nbytes;
+  }
+  every_ranks_keys = every_ranks_keys && shard_bytes <= CooperativeManifestBytes();
   if (every_ranks_keys && n > 1) {
     // A cooperative load checks and assigns every rank's pieces on every
     // rank: each needs the records of the keys any rank requests.
@@ -199,6 +210,7 @@ Result<internal_source::Source> FetchShardedSource(std::string_view source_bytes
   const bool own_only = !(every_ranks_keys && n > 1);
   internal_source::Source src = internal_source::EmptySource(dir, false);
   if (own_only) src.object_keys = ObjectKeys(*index);
+  src.own_records_only = own_only;
   SP_ASSIGN_OR_RETURN(src.index, internal_base::Guarded("load: decoding manifest shards", [&] {
                         return MergeShards(std::move(*index), have, dir,
                                            own_only ? &boxes : nullptr);

@@ -39,10 +39,21 @@ struct FetchStats {
 // Whether broadcast source bytes ('S' + the manifest file) hold a v3 index.
 bool IsShardedIndex(std::string_view source_bytes);
 
+// A cooperative load checks and assigns every rank's pieces on every rank, so
+// each rank must hold the records of every rank's keys: at scale, nearly the
+// whole manifest (358 MB at 65,536 ranks of a 70B model). Where the index's
+// shards total more than this, a load reads alone instead (the Source says
+// so: Source::own_records_only). Process-wide; tests lower it.
+inline constexpr uint64_t kCooperativeManifestBytes = uint64_t{64} << 20;
+uint64_t CooperativeManifestBytes();
+void SetCooperativeManifestBytes(uint64_t bytes);
+
 // Collective (every rank, the same `source_bytes`). The Source of `dir` with
-// the records of the keys `state` requests (others keep their skeleton); with
+// the records of the keys `state` requests: only the chunks meeting its boxes
+// and the objects it asks (other keys keep their skeleton); with
 // `every_ranks_keys` (a cooperative load, which checks and assigns every
-// rank's pieces on every rank), of the keys any rank requests.
+// rank's pieces on every rank), every chunk of the keys any rank requests,
+// unless the shards exceed CooperativeManifestBytes().
 // Returns a rank's own failure; a collective failure is the Comm's error.
 Result<internal_source::Source> FetchShardedSource(std::string_view source_bytes,
                                                    const std::string& dir, const State& state,

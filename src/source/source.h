@@ -61,6 +61,10 @@ struct Source {
   // only the objects this rank fetched (a sharded manifest, Load); empty:
   // those of `index.objects`. The load numbers objects by key (ObjectKeys).
   std::vector<std::string> object_keys;
+  // `index` holds only the records this rank reads (a sharded manifest's
+  // loading rank, Load): the load reads alone, whatever LoadOptions::cooperative
+  // says (an exchange plans every rank's pieces on every rank).
+  bool own_records_only = false;
   // The chunks' (and objects') checksum fields hold checksums of their bytes.
   // False: there is nothing to verify (HF, DCP); the fields are 0.
   bool has_checksums = true;

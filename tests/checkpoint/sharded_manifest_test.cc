@@ -72,6 +72,8 @@ class ShardedManifestTest : public ::testing::Test {
   }
   void TearDown() override {
     internal_checkpoint::SetManifestSharding(ManifestSharding{});
+    internal_checkpoint::SetCooperativeManifestBytes(
+        internal_checkpoint::kCooperativeManifestBytes);
     ASSERT_TRUE(DefaultStorage()->RemoveAll(root_).ok());
   }
   // Saves the reference model under `p` into `dir`.
@@ -103,11 +105,13 @@ class ShardedManifestTest : public ::testing::Test {
     o.cooperative = cooperative;
     received_.assign(p.world(), 0);
     chunks_.assign(p.world(), 0);
+    from_ranks_.assign(p.world(), 0);
     std::vector<Status> out = RunThreadRanks(p.world(), [&](Comm& comm) {
-      Status s = Load(dst[comm.rank()].state, dir_, comm, o).status();
+      Result<LoadResult> res = Load(dst[comm.rank()].state, dir_, comm, o);
       received_[comm.rank()] = internal_checkpoint::LastFetchStats().bytes_received;
       chunks_[comm.rank()] = internal_checkpoint::LastFetchStats().chunks_received;
-      return s;
+      if (res.ok()) from_ranks_[comm.rank()] = res->bytes_received;
+      return res.status();
     });
     for (int r = 0; check && First(out).ok() && r < p.world(); ++r) {
       Status c = testing::CheckAgainstReference(ref_, dst[r].state.tensors);
@@ -126,8 +130,9 @@ class ShardedManifestTest : public ::testing::Test {
   testing::ModelConfig model_{4, 64, 256, 1000};
   testing::RefModel ref_ = testing::MakeReference(model_, 41);
   std::string root_, dir_;
-  std::vector<uint64_t> received_;  // manifest shard bytes each rank got
-  std::vector<uint64_t> chunks_;    // and the chunk records in them
+  std::vector<uint64_t> received_;    // manifest shard bytes each rank got
+  std::vector<uint64_t> chunks_;      // and the chunk records in them
+  std::vector<uint64_t> from_ranks_;  // data bytes each rank got from other ranks
 };
 
 TEST_F(ShardedManifestTest, LoadsBitForBitReadingTheIndexOnceAndEachShardAtMostOnce) {
@@ -220,6 +225,31 @@ TEST_F(ShardedManifestTest, ARankLoadingItsObjectGetsTheOneShardOfItsRun) {
       EXPECT_EQ(std::count(u.begin(), u.end(), "rng_state"), 1) << "rank " << r;
     }
   }
+}
+
+// A cooperative load needs every rank's records on every rank: where the
+// shards exceed the limit (64 MiB; lowered here), the default load gets only
+// its own keys' shards, as a non-cooperative one, reads alone (no bytes from
+// other ranks) and loads bit for bit; under the limit it exchanges.
+TEST_F(ShardedManifestTest, ACooperativeLoadOfAManifestOverTheLimitReadsAlone) {
+  internal_checkpoint::SetManifestSharding(ManifestSharding{0, 1});
+  SaveModel(ParallelConfig{2, 2, 2, true}, dir_);
+  const ParallelConfig load{1, 2, 2, true};  // DP 2: both replicas need each block
+  ASSERT_TRUE(First(LoadModel(load, DefaultStorage(), true, true)).ok());
+  const std::vector<uint64_t> coop = received_, coop_from = from_ranks_;
+  ASSERT_TRUE(First(LoadModel(load, DefaultStorage(), true, false)).ok());
+  const std::vector<uint64_t> alone = received_;
+  internal_checkpoint::SetCooperativeManifestBytes(1);
+  Status s = First(LoadModel(load, DefaultStorage(), true, true));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  uint64_t exchanged = 0;
+  for (int r = 0; r < load.world(); ++r) {
+    exchanged += coop_from[r];
+    EXPECT_EQ(received_[r], alone[r]) << "rank " << r;
+    EXPECT_LT(received_[r], coop[r]) << "rank " << r;
+    EXPECT_EQ(from_ranks_[r], 0u) << "rank " << r;
+  }
+  EXPECT_GT(exchanged, 0u);  // under the limit, the same load exchanged blocks
 }
 
 // v4: a large record is cut into parts by chunk range; a rank loading a
