@@ -54,6 +54,19 @@ Status ByteReader::Str(std::string* s) {
   return Take(n, s);
 }
 
+Status ByteReader::StrView(std::string_view* s) {
+  uint32_t n;
+  SP_RETURN_IF_ERROR(U32(&n));
+  if (left() < n) {
+    return DataLossError(what_ + ": length " + std::to_string(n) + " at byte " +
+                         std::to_string(pos_) + " exceeds the " + std::to_string(left()) +
+                         " bytes left");
+  }
+  *s = in_.substr(pos_, n);
+  pos_ += n;
+  return OkStatus();
+}
+
 Status ByteReader::Blob(std::string* s) {
   uint64_t n;
   SP_RETURN_IF_ERROR(U64(&n));

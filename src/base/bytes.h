@@ -75,6 +75,8 @@ class ByteReader {
     return Raw(v, sizeof(T));
   }
   Status Str(std::string* s);
+  // Str's bytes as a view into the input (valid while the input is).
+  Status StrView(std::string_view* s);
   Status Blob(std::string* s);
   Status Ints(std::vector<int64_t>* v);
   Status Dims(size_t rank, std::vector<int64_t>* v);

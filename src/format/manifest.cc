@@ -127,6 +127,7 @@ class Decoder : public FieldReader {
 
   const ChunkFilter* keep_;
   std::vector<uint64_t>* decoded_;
+  size_t num_files_ = 0;
   uint32_t version_ = 1;
   uint64_t block_size_ = 0;
 };
@@ -143,15 +144,22 @@ bool ValidFileName(std::string_view f) {
 Status Decoder::Files(Manifest* m) {
   uint64_t n;
   SP_RETURN_IF_ERROR(Count(kMinFile, "file", &n));
-  m->files.resize(n);
+  // Filtered, the names stay views into the input (keep_->files).
+  std::vector<std::string_view> views(n);
   for (uint64_t i = 0; i < n; ++i) {
-    if (!r_.Str(&m->files[i]).ok()) return Truncated("file name " + std::to_string(i));
-    if (!ValidFileName(m->files[i])) {
-      return Error("file name " + std::to_string(i) + " '" + m->files[i] +
+    if (!r_.StrView(&views[i]).ok()) return Truncated("file name " + std::to_string(i));
+    if (!ValidFileName(views[i])) {
+      return Error("file name " + std::to_string(i) + " '" + std::string(views[i]) +
                    "' is not of the form data/<name> (relative, no '..', no further '/')");
     }
   }
-  std::vector<std::string_view> sorted(m->files.begin(), m->files.end());
+  num_files_ = n;
+  if (keep_ != nullptr && keep_->files != nullptr) {
+    keep_->files->assign(views.begin(), views.end());
+  } else {
+    m->files.assign(views.begin(), views.end());
+  }
+  std::vector<std::string_view> sorted = std::move(views);
   std::sort(sorted.begin(), sorted.end());
   auto dup = std::adjacent_find(sorted.begin(), sorted.end());
   if (dup != sorted.end()) return Error("file name '" + std::string(*dup) + "' listed twice");
@@ -288,7 +296,7 @@ Status Decoder::Run(Manifest* m) {
   SP_RETURN_IF_ERROR(Count(kMinTensor, "tensor", &n));
   m->tensors.resize(n);
   for (uint64_t i = 0; i < n; ++i) {
-    SP_RETURN_IF_ERROR(Tensor(m->files.size(), &m->tensors[i]));
+    SP_RETURN_IF_ERROR(Tensor(num_files_, &m->tensors[i]));
     if (i > 0 && !(m->tensors[i - 1].key < m->tensors[i].key)) {
       return Error("tensor '" + m->tensors[i].key + "' is not after '" + m->tensors[i - 1].key +
                    "' (keys must be sorted and unique)");
@@ -299,7 +307,7 @@ Status Decoder::Run(Manifest* m) {
   m->objects.resize(n);
   for (uint64_t i = 0; i < n; ++i) {
     ObjectRecord& o = m->objects[i];
-    SP_RETURN_IF_ERROR(Object(m->files.size(), &o));
+    SP_RETURN_IF_ERROR(Object(num_files_, &o));
     if (i > 0) {
       const ObjectRecord& p = m->objects[i - 1];
       if (!(std::tie(p.key, p.index) < std::tie(o.key, o.index))) {

@@ -87,12 +87,15 @@ std::string EncodeManifest(const Manifest& m);
 Result<Manifest> DecodeManifest(std::string_view bytes, const std::string& name);
 
 // DecodeManifest for a reader that needs only some chunks: `boxes(key)` are
-// the boxes of tensor `key` it reads (nullptr: none). Every chunk is decoded
+// the boxes of tensor `key` it reads (nullptr: none); the file names go to
+// `files`, as views into `bytes` (the result's `files` stays empty: the
+// records' file numbers index `files`). Every chunk is decoded
 // and checked as above, but only those that meet one of the boxes in at
 // least one element (or differ from them in rank), and empty ones, are kept; the others take
 // no memory. `decoded` receives each tensor record's chunk count as stored.
 struct ChunkFilter {
   std::function<const std::vector<Box>*(const std::string& key)> boxes;
+  std::vector<std::string_view>* files = nullptr;
 };
 Result<Manifest> DecodeManifest(std::string_view bytes, const std::string& name,
                                 const ChunkFilter& keep, std::vector<uint64_t>* decoded);

@@ -2,6 +2,7 @@
 // (src/format/manifest_index.h).
 #include <algorithm>
 #include <map>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -18,6 +19,7 @@ namespace {
 struct OpenShard {
   Manifest m;
   std::vector<uint64_t> stored;  // with a filter: each tensor record's chunk count as stored
+  std::vector<std::string_view> file_views;  // with a filter: the file names (m.files is empty)
   std::string name;
   size_t next_tensor = 0;
   size_t next_object = 0;
@@ -45,7 +47,9 @@ Result<OpenShard> OpenOne(const ManifestIndex& index, uint32_t s, std::string_vi
                          ", computed " + Hex16(sum));
   }
   if (keep != nullptr) {
-    SP_ASSIGN_OR_RETURN(out.m, DecodeManifest(bytes, out.name, *keep, &out.stored));
+    ChunkFilter filter = *keep;
+    filter.files = &out.file_views;  // views into `bytes`, which outlive the merge
+    SP_ASSIGN_OR_RETURN(out.m, DecodeManifest(bytes, out.name, filter, &out.stored));
   } else {
     SP_ASSIGN_OR_RETURN(out.m, DecodeManifest(bytes, out.name));
   }
@@ -222,13 +226,18 @@ Result<Manifest> MergeShards(ManifestIndex index,
   m.metadata_json = std::move(index.metadata_json);
   std::unordered_map<std::string, uint32_t> numbers;
   auto file = [&](OpenShard& sh, uint32_t f) {
-    if (sh.global_file.empty()) sh.global_file.assign(sh.m.files.size(), UINT32_MAX);
+    const bool views = sh.m.files.empty();
+    if (sh.global_file.empty()) {
+      sh.global_file.assign(views ? sh.file_views.size() : sh.m.files.size(), UINT32_MAX);
+    }
     uint32_t& g = sh.global_file[f];
     if (g == UINT32_MAX) {
-      auto it = numbers.find(sh.m.files[f]);
+      const std::string name = views ? std::string(sh.file_views[f]) : std::string();
+      const std::string& n = views ? name : sh.m.files[f];
+      auto it = numbers.find(n);
       if (it == numbers.end()) {
-        it = numbers.emplace(sh.m.files[f], static_cast<uint32_t>(m.files.size())).first;
-        m.files.push_back(sh.m.files[f]);
+        it = numbers.emplace(n, static_cast<uint32_t>(m.files.size())).first;
+        m.files.push_back(n);
       }
       g = it->second;
     }
