@@ -1,7 +1,8 @@
 // Writes the seed inputs of fuzz/corpus/ from real encodings: a small
 // two-rank checkpoint (its manifest and data files), an HF model directory
-// (its header blob, index.json and config.json), a save-plan contribution and
-// an all-to-all exchange. Not built by default:
+// (its header blob, index.json and config.json), a save-plan contribution,
+// an all-to-all exchange and a sharded manifest's index in versions 3 to 5.
+// Not built by default:
 //
 //   cmake --build build-test --target fuzz_make_corpus
 //   build-test/fuzz/fuzz_make_corpus fuzz/corpus
@@ -19,6 +20,7 @@
 
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/hf.h"
+#include "src/format/manifest_index.h"
 #include "src/plan/save_plan.h"
 #include "src/source/hf_dir.h"
 
@@ -135,6 +137,52 @@ void AllToAll(const fs::path& out) {
   Put(out / "all_to_all", "three_ranks", in + r1 + r2);
 }
 
+// A manifest of two tensors (one cut into parts) and the RNG objects of 40
+// ranks, split into small shards, its index written in versions 3, 4 and 5.
+void ManifestIndex(const fs::path& out) {
+  namespace fmt = sp::internal_format;
+  fmt::Manifest m;
+  m.files = {"data/0.safetensors", "data/1.safetensors"};
+  fmt::TensorRecord big{"layers.0.w", sp::DType::kBF16, {40, 8}, {}};
+  for (int64_t r = 0; r < 40; r += 4) {
+    fmt::ChunkRecord c;
+    c.box = sp::Box{{r, 0}, {4, 8}};
+    c.file = static_cast<uint32_t>(r / 20);
+    c.offset = static_cast<uint64_t>(r) * 16;
+    c.nbytes = 64;
+    c.checksum = 1000 + static_cast<uint64_t>(r);
+    c.block_sums = {c.checksum};
+    big.chunks.push_back(c);
+  }
+  m.tensors.push_back(big);
+  fmt::TensorRecord small{"layers.0.b", sp::DType::kF32, {8}, {}};
+  fmt::ChunkRecord c;
+  c.box = sp::Box{{0}, {8}};
+  c.nbytes = 32;
+  c.checksum = 7;
+  c.block_sums = {7};
+  small.chunks.push_back(c);
+  m.tensors.insert(m.tensors.begin(), small);
+  for (int64_t r = 0; r < 40; ++r) {
+    m.objects.push_back({"rng",
+                         {r},
+                         {40},
+                         static_cast<uint32_t>(r % 2),
+                         uint64_t(8 * r),
+                         8,
+                         static_cast<uint64_t>(r)});
+  }
+  m.objects.push_back({"step", {}, {}, 0, 400, 8, 3});
+  m.metadata_json = R"({"step": 7})";
+  fmt::SplitResult split = fmt::SplitManifest(m, 400, 200);
+  Put(out / "manifest_index", "v5", fmt::EncodeIndex(split.index));
+  split.index.version = fmt::kIndexVersionV4;
+  Put(out / "manifest_index", "v4", fmt::EncodeIndex(split.index));
+  split = fmt::SplitManifest(m, 400, uint64_t{1} << 30);  // one part a record
+  split.index.version = fmt::kIndexVersionV3;
+  Put(out / "manifest_index", "v3", fmt::EncodeIndex(split.index));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -148,6 +196,7 @@ int main(int argc, char** argv) {
   HfModel(out, tmp);
   Contribution(out);
   AllToAll(out);
+  ManifestIndex(out);
   fs::remove_all(tmp);
   return 0;
 }

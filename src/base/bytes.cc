@@ -37,40 +37,37 @@ Status ByteReader::Truncated(size_t need) const {
                        std::to_string(need) + " more, " + std::to_string(left()) + " left)");
 }
 
-Status ByteReader::Take(uint64_t n, std::string* s) {
+Status ByteReader::View(uint64_t n, std::string_view* s) {
   if (left() < n) {
     return DataLossError(what_ + ": length " + std::to_string(n) + " at byte " +
                          std::to_string(pos_) + " exceeds the " + std::to_string(left()) +
                          " bytes left");
   }
-  s->assign(in_.data() + pos_, static_cast<size_t>(n));
+  *s = in_.substr(pos_, static_cast<size_t>(n));
   pos_ += static_cast<size_t>(n);
   return OkStatus();
 }
 
 Status ByteReader::Str(std::string* s) {
-  uint32_t n;
-  SP_RETURN_IF_ERROR(U32(&n));
-  return Take(n, s);
+  std::string_view v;
+  SP_RETURN_IF_ERROR(StrView(&v));
+  s->assign(v);
+  return OkStatus();
 }
 
 Status ByteReader::StrView(std::string_view* s) {
   uint32_t n;
   SP_RETURN_IF_ERROR(U32(&n));
-  if (left() < n) {
-    return DataLossError(what_ + ": length " + std::to_string(n) + " at byte " +
-                         std::to_string(pos_) + " exceeds the " + std::to_string(left()) +
-                         " bytes left");
-  }
-  *s = in_.substr(pos_, n);
-  pos_ += n;
-  return OkStatus();
+  return View(n, s);
 }
 
 Status ByteReader::Blob(std::string* s) {
   uint64_t n;
+  std::string_view v;
   SP_RETURN_IF_ERROR(U64(&n));
-  return Take(n, s);
+  SP_RETURN_IF_ERROR(View(n, &v));
+  s->assign(v);
+  return OkStatus();
 }
 
 Status ByteReader::Ints(std::vector<int64_t>* v) {

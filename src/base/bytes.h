@@ -102,7 +102,8 @@ class ByteReader {
 
  private:
   Status Truncated(size_t need) const;
-  Status Take(uint64_t n, std::string* s);
+  // The next `n` bytes as a view into the input.
+  Status View(uint64_t n, std::string_view* s);
   std::string_view in_;
   size_t pos_ = 0;
   std::string what_;

@@ -28,7 +28,6 @@ constexpr size_t kMinSize = 8 + 4 + 4 + 8 + 8 + 8 + 1 + 8 + 8 + 8;
 constexpr size_t kMinFile = 4;
 constexpr size_t kMinTensor = 4 + 1 + 1 + 8;
 constexpr size_t kMinChunkFixed = 4 + 8 + 8 + 8;  // plus 16 bytes per dim
-constexpr size_t kMinObject = 4 + 1 + 1 + 4 + 8 + 8 + 8;
 
 size_t EncodedSize(const Manifest& m) {
   size_t n = kMinSize + 8;
@@ -39,7 +38,7 @@ size_t EncodedSize(const Manifest& m) {
     for (const ChunkRecord& c : t.chunks) n += 8 * c.block_sums.size();
   }
   for (const ObjectRecord& o : m.objects) {
-    n += kMinObject + o.key.size() + 8 * (o.index.size() + o.grid.size());
+    n += kMinObjectRecordBytes + o.key.size() + 8 * (o.index.size() + o.grid.size());
   }
   return n + m.common.size() + m.metadata_json.size();
 }
@@ -303,7 +302,7 @@ Status Decoder::Run(Manifest* m) {
     }
   }
 
-  SP_RETURN_IF_ERROR(Count(kMinObject, "object", &n));
+  SP_RETURN_IF_ERROR(Count(kMinObjectRecordBytes, "object", &n));
   m->objects.resize(n);
   for (uint64_t i = 0; i < n; ++i) {
     ObjectRecord& o = m->objects[i];

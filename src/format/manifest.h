@@ -23,6 +23,9 @@ inline constexpr uint32_t kFormatVersion = 2;
 // Block size of the block checksums a save writes (docs/format.md says why).
 inline constexpr uint64_t kDefaultBlockSize = uint64_t{1} << 20;
 inline constexpr char kManifestName[] = "manifest";
+// An encoded object record's fixed bytes: it takes these plus its key and
+// 8 per dimension of its index and of its grid.
+inline constexpr size_t kMinObjectRecordBytes = 4 + 1 + 1 + 4 + 8 + 8 + 8;
 inline constexpr char kDataDir[] = "data";
 
 struct ChunkRecord {

@@ -26,6 +26,8 @@ constexpr size_t kMinIndex = 8 + 4 + 4 + 8 + 8 + 8 + 8 + 1 + 8 + 8 + 8;
 constexpr size_t kMinShard = 16;
 constexpr size_t kMinTensor = 4 + 1 + 1 + 4 + 8;
 constexpr size_t kMinObject = 4 + 1 + 1 + 4;
+// v5: key length, grid rank, count, shard.
+constexpr size_t kMinObjectRun = 4 + 1 + 8 + 4;
 
 uint64_t TensorBytes(const TensorRecord& t) {
   uint64_t n = 14 + t.key.size() + 8 * t.shape.size();
@@ -282,16 +284,28 @@ std::string EncodeIndex(const ManifestIndex& index) {
       for (size_t d = 0; d < 2 * r; ++d) w.I64(t.spans.at(2 * r * i + d));
     }
   }
-  w.U64(index.num_objects());
-  for (const ObjectRun& o : index.objects) {
-    Shape at = o.first;
-    for (uint64_t i = 0; i < o.count; ++i, NextIndex(o.grid, &at)) {
+  if (index.version >= kIndexVersion) {
+    w.U64(index.objects.size());
+    for (const ObjectRun& o : index.objects) {
       w.Str(o.key);
-      w.U8(static_cast<uint8_t>(at.size()));
-      w.Dims(at);
       w.U8(static_cast<uint8_t>(o.grid.size()));
       w.Dims(o.grid);
+      w.Dims(o.first);
+      w.U64(o.count);
       w.U32(o.shard);
+    }
+  } else {
+    w.U64(index.num_objects());
+    for (const ObjectRun& o : index.objects) {
+      Shape at = o.first;
+      for (uint64_t i = 0; i < o.count; ++i, NextIndex(o.grid, &at)) {
+        w.Str(o.key);
+        w.U8(static_cast<uint8_t>(at.size()));
+        w.Dims(at);
+        w.U8(static_cast<uint8_t>(o.grid.size()));
+        w.Dims(o.grid);
+        w.U32(o.shard);
+      }
     }
   }
   w.U8(index.has_common ? 1 : 0);
@@ -323,6 +337,8 @@ class IndexDecoder : public FieldReader {
   Status Tensor(TensorEntry* t);
   Status Parts(TensorEntry* t);
   Status Objects(ManifestIndex* idx);
+  Status ObjectRuns(ManifestIndex* idx);
+  Status OneRun(ObjectRun* r);
 
   uint64_t num_shards_ = 0;
   uint32_t version_ = kIndexVersion;
@@ -382,6 +398,9 @@ Status IndexDecoder::Parts(TensorEntry* t) {
 Status IndexDecoder::Objects(ManifestIndex* idx) {
   uint64_t n;
   SP_RETURN_IF_ERROR(Count(kMinObject, "object", &n));
+  if (n > kMaxIndexObjects) {
+    return Error(std::to_string(n) + " objects, more than " + std::to_string(kMaxIndexObjects));
+  }
   std::string key, prev_key;
   Shape index, grid, prev_index;
   for (uint64_t i = 0; i < n; ++i) {
@@ -395,6 +414,90 @@ Status IndexDecoder::Objects(ManifestIndex* idx) {
     idx->AddObject(key, index, grid, shard);
     std::swap(key, prev_key);
     std::swap(index, prev_index);
+  }
+  return OkStatus();
+}
+
+// Row-major position of `index` inside `grid`, or -1 when it lies outside
+// (`grid` has no more than INT64_MAX elements).
+int64_t Position(const Shape& grid, const Shape& index) {
+  int64_t pos = 0;
+  for (size_t d = 0; d < grid.size(); ++d) {
+    if (index[d] < 0 || index[d] >= grid[d]) return -1;
+    pos = pos * grid[d] + index[d];
+  }
+  return pos;
+}
+
+// The index at row-major position `pos` inside `grid`.
+Shape IndexAt(const Shape& grid, int64_t pos) {
+  Shape at(grid.size());
+  for (size_t d = grid.size(); d-- > 0;) {
+    at[d] = pos % grid[d];
+    pos /= grid[d];
+  }
+  return at;
+}
+
+// v5: str key, u8 R, R x i64 grid, R x i64 first index, u64 count >= 1,
+// u32 shard: `count` objects from `first` in row-major order, all inside
+// the grid.
+Status IndexDecoder::OneRun(ObjectRun* r) {
+  if (!r_.Str(&r->key).ok()) return Truncated("an object run key");
+  auto what = [&] { return "object run '" + r->key + "'"; };
+  SP_RETURN_IF_ERROR(RankAndDims([&] { return what() + " grid"; }, "", &r->grid));
+  if (!r_.Dims(r->grid.size(), &r->first).ok()) return Truncated(what() + " first index");
+  if (!r_.Int(&r->count).ok()) return Truncated(what() + " count");
+  SP_RETURN_IF_ERROR(Shard(what, &r->shard));
+  Result<int64_t> elements = CheckedNumElements(r->grid);
+  if (!elements.ok()) {
+    return Error(what() + " has invalid grid " + ShapeToString(r->grid) +
+                 " (negative or overflowing)");
+  }
+  const int64_t first = Position(r->grid, r->first);
+  if (first < 0) {
+    return Error(what() + " first index " + ShapeToString(r->first) + " lies outside its grid " +
+                 ShapeToString(r->grid));
+  }
+  if (r->count == 0 || r->count > static_cast<uint64_t>(*elements - first)) {
+    return Error(what() + " count " + std::to_string(r->count) + " from index " +
+                 ShapeToString(r->first) + " is 0 or runs past the end of its grid " +
+                 ShapeToString(r->grid));
+  }
+  r->last = IndexAt(r->grid, first + static_cast<int64_t>(r->count - 1));
+  return OkStatus();
+}
+
+// v5's runs, sorted (each run's first object after the previous run's last
+// by (key, index)); the objects of a shard must fit its size as records.
+Status IndexDecoder::ObjectRuns(ManifestIndex* idx) {
+  uint64_t n, total = 0;
+  SP_RETURN_IF_ERROR(Count(kMinObjectRun, "object run", &n));
+  idx->objects.resize(n);
+  std::vector<uint64_t> shard_bytes(idx->shards.size());
+  for (uint64_t i = 0; i < n; ++i) {
+    ObjectRun& r = idx->objects[i];
+    SP_RETURN_IF_ERROR(OneRun(&r));
+    if (i > 0) {
+      const ObjectRun& p = idx->objects[i - 1];
+      if (!(std::tie(p.key, p.last) < std::tie(r.key, r.first))) {
+        return Error("object run '" + r.key + "' from index " + ShapeToString(r.first) +
+                     " does not start after the previous run (sorted by (key, index), unique)");
+      }
+    }
+    total += r.count;  // each count <= INT64_MAX, the sum checked before the next
+    if (total > kMaxIndexObjects) {
+      return Error("more than " + std::to_string(kMaxIndexObjects) + " objects (at object run '" +
+                   r.key + "')");
+    }
+    const uint64_t record = kMinObjectRecordBytes + r.key.size() + 16 * r.grid.size();
+    uint64_t& used = shard_bytes[r.shard];
+    used += r.count * record;  // < 2^24 objects of < 2^33 bytes: no overflow
+    if (used > idx->shards[r.shard].nbytes) {
+      return Error("object run '" + r.key + "' puts more objects in shard " +
+                   std::to_string(r.shard) + " than its " +
+                   std::to_string(idx->shards[r.shard].nbytes) + " bytes can hold");
+    }
   }
   return OkStatus();
 }
@@ -433,7 +536,7 @@ Status IndexDecoder::Run(ManifestIndex* idx) {
                    "' (keys must be sorted and unique)");
     }
   }
-  SP_RETURN_IF_ERROR(Objects(idx));
+  SP_RETURN_IF_ERROR(version_ >= kIndexVersion ? ObjectRuns(idx) : Objects(idx));
   return Tail(&idx->has_common, &idx->common, &idx->metadata_json);
 }
 
@@ -446,7 +549,7 @@ Result<ManifestIndex> DecodeIndex(std::string_view bytes, const std::string& nam
                          " bytes, an index has at least " + std::to_string(kMinIndex));
   }
   if (!IsIndexVersion(EncodedVersion(bytes))) {
-    return DataLossError(prefix + "not a version " + std::to_string(kIndexVersionV3) + " or " +
+    return DataLossError(prefix + "not a version " + std::to_string(kIndexVersionV3) + " to " +
                          std::to_string(kIndexVersion) + " index");
   }
   const size_t body = bytes.size() - 8;

@@ -30,10 +30,15 @@
 
 namespace shardpoint::internal_format {
 
-// v4 (parts of large records) is written; v3 (one record, one shard) is read.
-inline constexpr uint32_t kIndexVersion = 4;
+// v5 (v4 with objects encoded as runs) is written; v3 (one record, one
+// shard) and v4 (parts of large records, one entry per object) are read.
+inline constexpr uint32_t kIndexVersion = 5;
+inline constexpr uint32_t kIndexVersionV4 = 4;
 inline constexpr uint32_t kIndexVersionV3 = 3;
-inline bool IsIndexVersion(uint32_t v) { return v == kIndexVersionV3 || v == kIndexVersion; }
+inline bool IsIndexVersion(uint32_t v) { return v >= kIndexVersionV3 && v <= kIndexVersion; }
+// An index holds at most this many objects: a v5 run names up to 2^63 of
+// them in 29 bytes, and every rank may build a skeleton of each.
+inline constexpr uint64_t kMaxIndexObjects = uint64_t{1} << 24;
 // In data/, so that everything that clears a failed save's data clears it
 // too; written and made durable with the data files, before the index.
 inline constexpr char kShardsFile[] = "data/manifest.shards";
@@ -76,11 +81,11 @@ struct TensorEntry {
   void AddPart(uint32_t shard, uint64_t n, const Box& box);
 };
 
-// Objects held in memory as runs: objects of one key and grid, in one shard,
-// whose indices follow each other in row-major order (the index format
-// lists every object; a run is only how the index holds them, so that the
-// 65,536 RNG objects of as many ranks are a few hundred runs, not 65,536
-// entries of two heap vectors each, docs/format.md section 3.2).
+// Objects as runs: objects of one key and grid, in one shard, whose indices
+// follow each other in row-major order, so that the 65,536 RNG objects of as
+// many ranks are a few hundred runs, not 65,536 entries of two heap vectors
+// each. Version 5 encodes the runs (docs/format.md section 3.2); versions 3
+// and 4 list every object, and decoding gathers them into runs.
 struct ObjectRun {
   std::string key;
   Shape grid;
@@ -93,7 +98,9 @@ struct ObjectRun {
 bool NextIndex(const Shape& grid, Shape* index);
 
 struct ManifestIndex {
-  uint32_t version = kIndexVersion;  // 3: one part per tensor (EncodeIndex writes it so)
+  // 3: one part per tensor; 3 and 4: one entry per object (EncodeIndex
+  // writes what the version says).
+  uint32_t version = kIndexVersion;
   uint64_t block_size = kDefaultBlockSize;
   std::vector<ShardRef> shards;
   std::vector<TensorEntry> tensors;  // sorted by key, unique
@@ -129,9 +136,11 @@ SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes = kDefaultShar
 
 // Writes index.version's layout (3: every tensor must have one part).
 std::string EncodeIndex(const ManifestIndex& index);
-// Versions 3 and 4. Validates as DecodeManifest does (counts bounded before
+// Versions 3 to 5. Validates as DecodeManifest does (counts bounded before
 // use, sorted unique keys, shard numbers in range, parts in shards of their
-// own with spans inside the tensor); DataLoss naming `name`.
+// own with spans inside the tensor; v5 object runs inside their grid, after
+// each other, at most kMaxIndexObjects objects, and no more of them in a
+// shard than its size can hold); DataLoss naming `name`.
 Result<ManifestIndex> DecodeIndex(std::string_view bytes, const std::string& name);
 
 // The shards that hold the records of `tensor_keys` and `object_keys`

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <tuple>
 
 #include "src/format/checksum.h"
 
@@ -67,7 +68,7 @@ std::vector<std::pair<uint32_t, std::string>> All(const SplitResult& s) {
 // merges the shards back: the same encoding as `m`'s canonical manifest.
 void ExpectRoundTrip(const Manifest& m, const SplitResult& split, const std::string& what) {
   const std::string index_bytes = EncodeIndex(split.index);
-  ASSERT_EQ(EncodedVersion(index_bytes), 4u);
+  ASSERT_EQ(EncodedVersion(index_bytes), kIndexVersion);
   Result<ManifestIndex> idx = DecodeIndex(index_bytes, kDir + "/manifest");
   ASSERT_TRUE(idx.ok()) << idx.status().ToString();
   EXPECT_EQ(EncodeIndex(*idx), index_bytes);
@@ -181,6 +182,105 @@ TEST(ManifestIndexTest, AVersion3IndexStillReads) {
   std::memcpy(&chunks, bytes.data() + shard_at + 4, 8);
   EXPECT_EQ(shard, t0.parts[0].shard);
   EXPECT_EQ(chunks, m.tensors[0].chunks.size());
+}
+
+// Version 5 encodes objects as runs (one entry for the 64 indices of `rng`),
+// version 4 one entry per object: both decode to the same runs and merge to
+// the same manifest.
+TEST(ManifestIndexTest, Version5EncodesObjectRunsVersion4EachObject) {
+  std::mt19937 rng(47);
+  Manifest m = RandomManifest(rng, 8, 2);
+  m.objects.clear();
+  for (int64_t i = 0; i < 64; ++i) {
+    m.objects.push_back({"rng",
+                         {i},
+                         {64},
+                         static_cast<uint32_t>(i % 2),
+                         uint64_t(8 * i),
+                         8,
+                         static_cast<uint64_t>(rng())});
+  }
+  m.objects.push_back({"step", {}, {}, 0, 1000, 8, 7});
+  const SplitResult split = SplitManifest(m, 600, 300);
+  ASSERT_EQ(split.index.version, kIndexVersion);
+  ASSERT_GT(split.index.objects.size(), 2u);  // rng's 64 in several shards
+  ASSERT_LT(split.index.objects.size(), 20u);
+  ManifestIndex v4 = split.index;
+  v4.version = kIndexVersionV4;
+  const std::string b5 = EncodeIndex(split.index), b4 = EncodeIndex(v4);
+  ASSERT_EQ(EncodedVersion(b4), 4u);
+  // v4: 64 + 1 entries of 4 + key + 1 + 8R + 1 + 8R + 4 bytes; v5: per run
+  // 4 + key + 1 + 16R + 8 + 4.
+  uint64_t e4 = 0, e5 = 0;
+  for (const ObjectRun& o : split.index.objects) {
+    e4 += o.count * (10 + o.key.size() + 16 * o.grid.size());
+    e5 += 17 + o.key.size() + 16 * o.grid.size();
+  }
+  EXPECT_EQ(b4.size() - b5.size(), e4 - e5);
+  for (const std::string& bytes : {b5, b4}) {
+    Result<ManifestIndex> idx = DecodeIndex(bytes, "m");
+    ASSERT_TRUE(idx.ok()) << idx.status().ToString();
+    EXPECT_EQ(EncodeIndex(*idx), bytes);
+    ASSERT_EQ(idx->objects.size(), split.index.objects.size());
+    for (size_t i = 0; i < idx->objects.size(); ++i) {
+      const ObjectRun &a = idx->objects[i], &b = split.index.objects[i];
+      EXPECT_EQ(std::tie(a.key, a.grid, a.first, a.last, a.count, a.shard),
+                std::tie(b.key, b.grid, b.first, b.last, b.count, b.shard));
+    }
+    Result<Manifest> merged = MergeShards(*idx, All(split), kDir);
+    ASSERT_TRUE(merged.ok()) << merged.status().ToString();
+    EXPECT_EQ(EncodeManifest(*merged), EncodeManifest(CanonicalFileOrder(m)));
+  }
+}
+
+// A v5 object run that lies (checksum recomputed): DataLoss naming the run.
+TEST(ManifestIndexTest, ABadObjectRunIsDataLossNamingIt) {
+  std::mt19937 rng(48);
+  Manifest m = RandomManifest(rng, 4, 2);
+  m.objects.clear();
+  for (int64_t i = 0; i < 8; ++i) m.objects.push_back({"rng", {i}, {8}, 0, 0, 8, 1});
+  m.objects.push_back({"step", {}, {}, 0, 0, 8, 1});
+  const SplitResult split = SplitManifest(m);
+  ASSERT_EQ(split.index.objects.size(), 2u);
+  auto error = [&](auto change) {
+    ManifestIndex bad = split.index;
+    change(bad.objects[0], bad);
+    return DecodeIndex(EncodeIndex(bad), "m").status().message();
+  };
+  const std::string pre = "manifest index 'm': object run 'rng' ";
+  EXPECT_EQ(error([](ObjectRun& r, ManifestIndex&) { r.count = 0; }),
+            pre + "count 0 from index [0] is 0 or runs past the end of its grid [8]");
+  EXPECT_EQ(error([](ObjectRun& r, ManifestIndex&) { r.first = {1}; }),
+            pre + "count 8 from index [1] is 0 or runs past the end of its grid [8]");
+  EXPECT_EQ(error([](ObjectRun& r, ManifestIndex&) { r.first = {8}; }),
+            pre + "first index [8] lies outside its grid [8]");
+  EXPECT_EQ(error([](ObjectRun& r, ManifestIndex&) { r.grid = {-8}; }),
+            pre + "has invalid grid [-8] (negative or overflowing)");
+  EXPECT_EQ(
+      error([](ObjectRun& r, ManifestIndex&) { r.shard = 9; }),
+      pre + "is in shard 9 but there are " + std::to_string(split.index.shards.size()) + " shards");
+  // Runs overlapping: the second from index 7 of the first's 8.
+  EXPECT_EQ(error([](ObjectRun&, ManifestIndex& i) {
+              i.objects.insert(i.objects.begin() + 1, i.objects[0]);
+              i.objects[1].first = {7};
+              i.objects[1].count = 1;
+            }),
+            pre +
+                "from index [7] does not start after the previous run (sorted by (key, index), "
+                "unique)");
+  // More objects than their shard's bytes hold as records, or than any index may.
+  const uint32_t s = split.index.objects[0].shard;
+  EXPECT_EQ(error([](ObjectRun& r, ManifestIndex&) {
+              r.grid = {1 << 20};
+              r.count = 1 << 20;
+            }),
+            pre + "puts more objects in shard " + std::to_string(s) + " than its " +
+                std::to_string(split.index.shards[s].nbytes) + " bytes can hold");
+  EXPECT_EQ(error([](ObjectRun& r, ManifestIndex&) {
+              r.grid = {int64_t{1} << 40};
+              r.count = (uint64_t{1} << 24) + 1;
+            }),
+            "manifest index 'm': more than 16777216 objects (at object run 'rng')");
 }
 
 // Parts that lie: a span outside the tensor (DecodeIndex), a chunk outside

@@ -299,7 +299,7 @@ TEST_F(ShardedManifestTest, VerifyAndDescribeSeeTheWholeManifest) {
   Result<CheckpointDescription> d = DescribeCheckpoint(dir_);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(d->tensors.size(), old->tensors.size());
-  EXPECT_EQ(d->format_version, 4u);
+  EXPECT_EQ(d->format_version, internal_format::kIndexVersion);
   Result<VerifyReport> report = VerifyCheckpoint(dir_);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_TRUE(report->ok());
