@@ -8,7 +8,9 @@
 #   bench/s3_crash_trials.sh [N=200] [build dir=build-test] [KB=64]
 #
 # Needs the targets crash_trials, crash_saver and kill_shim built, and the
-# Ceph binaries (scripts/setup.sh). Prints the trials' summary line.
+# Ceph binaries (scripts/setup.sh). Prints the open uploads left and the
+# trials' summary line (KB above the 16 MiB part size makes the data files
+# multipart uploads, which a kill can leave open).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-200}
@@ -25,4 +27,4 @@ set -a
 set +a
 echo "== $n trials, SIGKILL at a random time during saves to s3://$SHARDPOINT_S3_BUCKET/crash ($kb KiB state)"
 "$bin/crash_trials" --saver "$bin/crash_saver" --shim "$bin/libkill_shim.so" --dir "$dir/trials" \
-  --root "s3://$SHARDPOINT_S3_BUCKET/crash" --trials "$n" --seed "${SEED:-1}" --kb "$kb" | tail -n 1
+  --root "s3://$SHARDPOINT_S3_BUCKET/crash" --trials "$n" --seed "${SEED:-1}" --kb "$kb" | tail -n 2

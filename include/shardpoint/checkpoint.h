@@ -65,10 +65,12 @@ struct SaveStats {
   // Payload bytes this rank sent and received while planning (its shares to
   // the keys' owners and the owners' replies; 0 when the plan was cached).
   uint64_t plan_bytes_sent = 0, plan_bytes_received = 0;
-  // Rank 0 of an overwrite whose new checkpoint is committed but whose
-  // previous one could not be removed afterwards (e.g. a file of it held open
-  // on NFS or FUSE): why, and where it is left. Empty otherwise. The save is
-  // still OK: the new checkpoint is complete and durable.
+  // Rank 0, cleanup after the commit that failed: an overwrite's previous
+  // checkpoint could not be removed (e.g. a file of it held open on NFS or
+  // FUSE): why, and where it is left; or, on an object store, the multipart
+  // uploads a crashed earlier save left open under the directory could not
+  // be aborted. Empty otherwise. The save is still OK: the new checkpoint is
+  // complete and durable.
   std::string cleanup_error;
 };
 

@@ -483,10 +483,11 @@ class SaveStats:
     """What a save did: ``bytes_written`` (by all ranks), ``rank_bytes`` (by this
     rank), ``num_files``, ``num_chunks``, ``seconds``, ``plan_seconds`` and
     ``plan_cached`` (the plan came from a ``SavePlanCache``), ``cleanup_error``
-    (rank 0 of an overwrite: the new checkpoint is committed, but the previous
-    one could not be removed afterwards, e.g. a file of it is held open on NFS
-    or FUSE; why and where it is left, also issued as a ``RuntimeWarning``;
-    else empty)."""
+    (rank 0, the new checkpoint is committed but cleanup after it failed: an
+    overwrite's previous checkpoint could not be removed, e.g. a file of it is
+    held open on NFS or FUSE, or on an object store the uploads a crashed
+    earlier save left open under the directory could not be aborted; why and
+    where it is left, also issued as a ``RuntimeWarning``; else empty)."""
 
     bytes_written: int
     rank_bytes: int

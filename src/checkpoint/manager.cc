@@ -18,6 +18,7 @@
 #include <cstdio>
 
 #include "src/base/guard.h"
+#include "src/io/abandoned_writes.h"
 #include "src/io/path.h"
 #include "src/io/resources.h"
 #include "src/source/manifest_read.h"
@@ -96,6 +97,12 @@ Result<std::unique_ptr<CheckpointManager>> CheckpointManager::Open(const std::st
       Result<std::unique_ptr<FileLock>> lock = m->storage_->LockFile(JoinPath(root, kLockName));
       if (lock.ok()) {
         m->lock_ = std::move(*lock);
+        // On an object store, the uploads a crashed job's saves left open
+        // (under the lock and before any save, none is this job's). Best
+        // effort: what fails is left to the bucket's lifecycle rule.
+        internal_io::AbortAbandonedWritesUnder(m->storage_, root, [](const std::string& rel) {
+          return ParseIteration(rel.substr(0, rel.find('/'))).has_value();
+        });
         return OkStatus();
       }
       if (lock.status().code() != StatusCode::kFailedPrecondition) return lock.status();

@@ -40,6 +40,7 @@
 #include "src/checkpoint/replica_owners.h"
 #include "src/checkpoint/writer.h"
 #include "src/comm/agreed.h"
+#include "src/io/abandoned_writes.h"
 #include "src/io/path.h"
 #include "src/io/resources.h"
 #include "src/plan/dist_plan.h"
@@ -449,6 +450,16 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   stats.plan_bytes_sent = traffic.sent;
   stats.plan_bytes_received = traffic.received;
   if (rank == 0 && !previous.empty()) stats.cleanup_error = RemovePrevious(storage, previous, dir);
+  if (rank == 0) {
+    // An object store: every file of this save was completed before its
+    // manifest, so an upload still open under `dir` is a crashed earlier
+    // save's (its parts kept and billed, invisible to listings).
+    const std::string open = internal_io::AbortAbandonedWritesUnder(storage, dir);
+    if (!open.empty()) {
+      stats.cleanup_error = "aborting the uploads a crashed save left open under '" + dir +
+                            "' failed (a bucket lifecycle rule removes them): " + open;
+    }
+  }
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }

@@ -27,7 +27,8 @@ class DispatchStorage : public Storage,
                         public internal_io::PreferredReadSize,
                         public internal_io::WholeFileRead,
                         public internal_io::OverwriteOpener,
-                        public internal_io::HeldCompletes {
+                        public internal_io::HeldCompletes,
+                        public internal_io::AbandonedWrites {
  public:
   DispatchStorage() = default;
   // With the object store given: no lazy set-up from the environment.
@@ -120,6 +121,12 @@ class DispatchStorage : public Storage,
     if (!IsS3(dir)) return OkStatus();
     SP_ASSIGN_OR_RETURN(Storage * s, For(dir));
     return static_cast<S3Storage*>(s)->ReleaseCompletes(dir, complete);
+  }
+  // s3:// paths only: a POSIX file is visible as written, and removed as a file.
+  Result<uint64_t> AbortAbandonedWrites(const std::string& dir, const Which& which) override {
+    if (!IsS3(dir)) return uint64_t{0};
+    SP_ASSIGN_OR_RETURN(Storage * s, For(dir));
+    return static_cast<S3Storage*>(s)->AbortAbandonedWrites(dir, which);
   }
   // POSIX paths only: an object has no bytes to write over.
   Result<std::unique_ptr<WritableFile>> OpenForOverwrite(const std::string& path) override {

@@ -186,10 +186,10 @@ Result<S3Listing> S3Client::List(const std::string& bucket, const std::string& p
   return listing;
 }
 
-Result<std::vector<std::string>> S3Client::ListMultipartUploads(const std::string& bucket,
-                                                                const std::string& prefix,
-                                                                int max_uploads) {
-  std::vector<std::string> keys;
+Result<std::vector<S3OpenUpload>> S3Client::ListMultipartUploads(const std::string& bucket,
+                                                                 const std::string& prefix,
+                                                                 int max_uploads) {
+  std::vector<S3OpenUpload> uploads;
   std::string key_marker, id_marker;
   bool truncated = false;
   do {
@@ -200,7 +200,7 @@ Result<std::vector<std::string>> S3Client::ListMultipartUploads(const std::strin
     SP_ASSIGN_OR_RETURN(Response response, Send(r));
     if (!Ok(response)) return S3ErrorStatus(r, response);
     for (const std::string& u : XmlElements(response.body, "Upload")) {
-      keys.push_back(XmlElement(u, "Key"));
+      uploads.push_back({XmlElement(u, "Key"), XmlElement(u, "UploadId")});
     }
     truncated = XmlElement(response.body, "IsTruncated") == "true";
     std::string next_key = XmlElement(response.body, "NextKeyMarker");
@@ -212,7 +212,7 @@ Result<std::vector<std::string>> S3Client::ListMultipartUploads(const std::strin
     key_marker = std::move(next_key);
     id_marker = std::move(next_id);
   } while (truncated);
-  return keys;
+  return uploads;
 }
 
 Status S3Client::DeleteObject(const std::string& bucket, const std::string& key) {

@@ -34,6 +34,12 @@ struct S3ObjectInfo {
   std::string etag;  // without quotes
 };
 
+// A multipart upload begun and neither completed nor aborted.
+struct S3OpenUpload {
+  std::string key;
+  std::string upload_id;
+};
+
 struct S3Listing {
   std::vector<S3ObjectInfo> objects;         // keys under the prefix (after the delimiter rule)
   std::vector<std::string> common_prefixes;  // with a delimiter: "sub/" groups, full prefixes
@@ -94,11 +100,11 @@ class S3Client {
                                  const std::vector<std::string>& etags);
   Status AbortMultipartUpload(const std::string& bucket, const std::string& key,
                               const std::string& upload_id);
-  // The keys of the multipart uploads begun and neither completed nor aborted
-  // under `prefix` (every page of `max_uploads`): what an abandoned save would leave.
-  Result<std::vector<std::string>> ListMultipartUploads(const std::string& bucket,
-                                                        const std::string& prefix,
-                                                        int max_uploads = 1000);
+  // The multipart uploads begun and neither completed nor aborted under
+  // `prefix` (every page of `max_uploads`): what an abandoned save would leave.
+  Result<std::vector<S3OpenUpload>> ListMultipartUploads(const std::string& bucket,
+                                                         const std::string& prefix,
+                                                         int max_uploads = 1000);
 
   struct Request;
   struct Response;

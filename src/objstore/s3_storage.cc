@@ -263,6 +263,27 @@ Status S3Storage::RemoveAll(const std::string& path) {
   return client_->DeleteObject(bucket, key);
 }
 
+Result<uint64_t> S3Storage::AbortAbandonedWrites(const std::string& dir, const Which& which) {
+  std::string bucket, key;
+  SP_RETURN_IF_ERROR(ParseS3Path(dir, &bucket, &key));
+  const std::string prefix = AsPrefix(key);
+  if (prefix.empty()) {
+    return InvalidArgumentError("refusing to abort every open upload of bucket " + bucket);
+  }
+  SP_ASSIGN_OR_RETURN(std::vector<S3OpenUpload> open,
+                      client_->ListMultipartUploads(bucket, prefix));
+  Status first;
+  uint64_t aborted = 0;
+  for (const S3OpenUpload& u : open) {
+    if (which && !which(u.key.substr(prefix.size()))) continue;
+    Status s = client_->AbortMultipartUpload(bucket, u.key, u.upload_id);  // gone: OK
+    if (!s.ok() && first.ok()) first = s;
+    aborted += s.ok();
+  }
+  if (!first.ok()) return first;
+  return aborted;
+}
+
 Result<bool> S3Storage::Exists(const std::string& path) {
   std::string bucket, key;
   SP_RETURN_IF_ERROR(ParseS3Path(path, &bucket, &key));

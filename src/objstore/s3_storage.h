@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "shardpoint/storage.h"
+#include "src/io/abandoned_writes.h"
 #include "src/io/held_completes.h"
 #include "src/io/read_size.h"
 #include "src/io/whole_file.h"
@@ -53,7 +54,8 @@ class S3Upload;
 class S3Storage : public Storage,
                   public internal_io::PreferredReadSize,
                   public internal_io::WholeFileRead,
-                  public internal_io::HeldCompletes {
+                  public internal_io::HeldCompletes,
+                  public internal_io::AbandonedWrites {
  public:
   explicit S3Storage(std::unique_ptr<S3Client> client);
   ~S3Storage() override;
@@ -88,6 +90,8 @@ class S3Storage : public Storage,
   Result<std::optional<std::string>> ReadWholeFile(const std::string& path) override;
   void HoldCompletes(const std::string& dir) override;
   Status ReleaseCompletes(const std::string& dir, bool complete) override;
+  // One ListMultipartUploads of `dir`'s prefix, then an abort of each taken.
+  Result<uint64_t> AbortAbandonedWrites(const std::string& dir, const Which& which) override;
 
   // For its writable files: whether a hold covers `path`, and taking a synced
   // upload into it (FailedPrecondition if the hold ended meanwhile).

@@ -24,7 +24,9 @@
 // store from the AWS environment; tests/s3) gets a unique suffix, so reruns
 // against one server start fresh; its kills are all at random times (no
 // metadata system calls to kill at) and the savers run without the lock (a
-// killed job's lease would block the next run for a lease).
+// killed job's lease would block the next run for a lease); after the
+// trials a manager takes the lock, and no upload the killed savers left
+// open may remain under the root.
 //
 // Prints one line per trial and a summary; exit 0 iff every check held.
 #include <fcntl.h>
@@ -48,6 +50,9 @@
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/manager.h"
 #include "shardpoint/verify.h"
+#include "src/objstore/s3_client.h"
+#include "src/objstore/s3_options.h"
+#include "src/objstore/s3_storage.h"
 #include "tests/crash/crash_state.h"
 
 namespace sp = shardpoint;
@@ -255,6 +260,39 @@ Args Parse(int argc, char** argv) {
   return a;
 }
 
+// An object store: the killed savers left multipart uploads open (parts
+// stored, no object, invisible to listings). The next manager to take the
+// lock aborts those under the root's iterations: none may be left after it.
+void CheckNoUploadLeftOpen(const std::string& root) {
+  namespace os = sp::internal_objstore;
+  std::string bucket, prefix;
+  sp::Result<os::S3Options> options = os::ResolveS3Options(os::S3Options());
+  sp::Result<std::unique_ptr<os::S3Client>> client = options.status();
+  if (options.ok()) client = os::S3Client::Make(*options);
+  if (!os::ParseS3Path(root, &bucket, &prefix).ok() || !client.ok()) {
+    Fail("an S3 client for " + root + ": " + client.status().ToString());
+    return;
+  }
+  auto before = (*client)->ListMultipartUploads(bucket, prefix + "/");
+  std::unique_ptr<sp::Comm> comm = sp::MakeSingleComm();
+  auto m = sp::CheckpointManager::Open(root, *comm, sp::ManagerOptions());
+  auto after = (*client)->ListMultipartUploads(bucket, prefix + "/");
+  if (!m.ok() || !before.ok() || !after.ok()) {
+    Fail("open uploads under " + root + ": " + m.status().ToString() + before.status().ToString() +
+         after.status().ToString());
+    return;
+  }
+  if (!after->empty()) {
+    Fail(std::to_string(after->size()) + " uploads still open under " + root + " (" +
+         after->front().key + ") after the manager took the lock");
+  }
+  std::printf(
+      "object store: %zu uploads the killed savers left open, %zu after a manager took "
+      "the lock\n",
+      before->size(), after->size());
+  (*m)->Close().IgnoreError();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -402,6 +440,7 @@ int main(int argc, char** argv) {
     Check(mroot, 4, mpi_acked, a.kb, true);
   }
 
+  if (s3) CheckNoUploadLeftOpen(root);
   std::printf(
       "crash_trials: %d trials (%d at a random time, %d at a metadata call of %lld), "
       "%d mpirun -np 4 trials; newest acknowledged iteration %s (mpirun jobs: %s), none lost; "

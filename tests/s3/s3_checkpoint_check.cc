@@ -163,7 +163,18 @@ TEST_F(S3CheckpointCheck, EmptyTensorAndDefaultStorageDispatch) {
   std::vector<float> none(1, 0.f);
   State s = OneTensor(&none, {0, 4});
   auto comm = MakeSingleComm();
+  // An upload a crashed save left open under it: aborted after the commit,
+  // through the dispatch too.
+  std::string bucket, key;
+  ASSERT_TRUE(internal_objstore::ParseS3Path(dir, &bucket, &key).ok());
+  auto client = NewStorage();
+  Result<std::string> stale = client->client()->CreateMultipartUpload(bucket, key + "/data/3");
+  ASSERT_TRUE(stale.ok()) << stale.status().ToString();
   ASSERT_TRUE(Save(s, dir, *comm).ok());
+  Result<std::vector<internal_objstore::S3OpenUpload>> open =
+      client->client()->ListMultipartUploads(bucket, key + "/");
+  ASSERT_TRUE(open.ok()) << open.status().ToString();
+  EXPECT_TRUE(open->empty()) << (*open)[0].key;
   std::vector<float> back(1, 9.f);
   State d = OneTensor(&back, {0, 4});
   Result<LoadResult> r = Load(d, dir, *comm);
@@ -203,8 +214,9 @@ TEST_F(S3CheckpointCheck, SmallLoadIsOneGetForTheManifestAndOnePerDataFile) {
 }
 
 // A save's requests besides its data: one LIST of the directory (a
-// manifest there? data a crashed save left?) and the manifest's conditional
-// PUT. Before: 11 (HEAD + LIST for each of dir, dir.old, dir.partial and the
+// manifest there? data a crashed save left?), the manifest's conditional
+// PUT and, after it, one listing of the uploads a crashed save left open.
+// Before: 11 (HEAD + LIST for each of dir, dir.old, dir.partial and the
 // manifest, a LIST and a DELETE of data/, a DELETE of manifest.tmp).
 TEST_F(S3CheckpointCheck, SmallSaveIsOneListingOnePutPerFileAndTheManifest) {
   auto storage = NewStorage();
@@ -216,15 +228,17 @@ TEST_F(S3CheckpointCheck, SmallSaveIsOneListingOnePutPerFileAndTheManifest) {
   auto comm = MakeSingleComm();
   uint64_t before = storage->client()->stats().requests;
   ASSERT_TRUE(Save(OneTensor(&a, {1000}), dir, *comm, so).ok());
-  EXPECT_EQ(storage->client()->stats().requests - before, 3u);  // LIST, data PUT, manifest PUT
+  // LIST, data PUT, manifest PUT, ListMultipartUploads.
+  EXPECT_EQ(storage->client()->stats().requests - before, 4u);
   // A crashed save's leftover (a data file and no manifest): removed by the
   // next save to that directory, at the cost of its listing and deletes.
   const std::string crashed = Unique("save-crashed");
   ASSERT_TRUE(storage->WriteStringToFile(crashed + "/data/7.safetensors", "stale").ok());
   before = storage->client()->stats().requests;
   ASSERT_TRUE(Save(OneTensor(&a, {1000}), crashed, *comm, so).ok());
-  // LIST dir; LIST data/ + DELETE 7 + DELETE data; data PUT; manifest PUT.
-  EXPECT_EQ(storage->client()->stats().requests - before, 6u);
+  // LIST dir; LIST data/ + DELETE 7 + DELETE data; data PUT; manifest PUT;
+  // ListMultipartUploads.
+  EXPECT_EQ(storage->client()->stats().requests - before, 7u);
   EXPECT_FALSE(*storage->Exists(crashed + "/data/7.safetensors"));
   std::vector<float> back(1000, 0.f);
   LoadOptions lo;
@@ -271,6 +285,38 @@ TEST_F(S3CheckpointCheck, ManagerLeaseTrackerAndRetention) {
   State d = OneTensor(&back, {256});
   EXPECT_EQ(*(*reopened)->Resume(d, comm), 30);
   EXPECT_EQ(back, a);
+}
+
+// A job killed mid-save left uploads open under an iteration of the root:
+// the next job's manager aborts them when it takes the lock, before any
+// save. An upload of the user's under the root but outside every iteration
+// (logs/) is not the manager's and stays.
+TEST_F(S3CheckpointCheck, ManagerAbortsTheUploadsACrashedJobLeftOpen) {
+  auto storage = NewStorage();
+  const std::string root = Unique("abandoned");
+  std::string bucket, prefix;
+  ASSERT_TRUE(internal_objstore::ParseS3Path(root, &bucket, &prefix).ok());
+  S3Client* c = storage->client();
+  std::vector<std::pair<std::string, std::string>> uploads;
+  for (const char* rel : {"/iter_0000040/data/0.safetensors", "/iter_0000040/data/1.safetensors",
+                          "/logs/events.bin"}) {
+    Result<std::string> id = c->CreateMultipartUpload(bucket, prefix + rel);
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    uploads.emplace_back(prefix + rel, *id);
+  }
+  ManagerOptions mo;
+  mo.storage = storage.get();
+  auto single = MakeSingleComm();
+  auto m = CheckpointManager::Open(root, *single, mo);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  Result<std::vector<internal_objstore::S3OpenUpload>> open =
+      c->ListMultipartUploads(bucket, prefix + "/");
+  ASSERT_TRUE(open.ok()) << open.status().ToString();
+  ASSERT_EQ(open->size(), 1u);
+  EXPECT_EQ((*open)[0].key, uploads[2].first);
+  EXPECT_EQ((*open)[0].upload_id, uploads[2].second);
+  EXPECT_TRUE(c->AbortMultipartUpload(bucket, uploads[2].first, uploads[2].second).ok());
+  EXPECT_TRUE((*m)->Close().ok());
 }
 
 TEST_F(S3CheckpointCheck, ExpiredLeaseIsTakenOver) {

@@ -128,9 +128,41 @@ TEST_F(S3HeldSaveCheck, ListingOverlapsTheUploadsAndACrashedSaveIsReplaced) {
   ASSERT_TRUE(data.ok()) << data.status().ToString();
   std::sort(data->begin(), data->end());
   EXPECT_EQ(*data, (std::vector<std::string>{"0.safetensors", "1.safetensors"}));
-  Result<std::vector<std::string>> open = s3->client()->ListMultipartUploads(kBucket, key);
+  Result<std::vector<internal_objstore::S3OpenUpload>> open =
+      s3->client()->ListMultipartUploads(kBucket, key);
   ASSERT_TRUE(open.ok()) << open.status().ToString();
-  EXPECT_TRUE(open->empty()) << (*open)[0];
+  EXPECT_TRUE(open->empty()) << (*open)[0].key;
+}
+
+// A writer killed mid-save left an upload open under data/ (parts stored,
+// no object): the next save to the directory aborts it after its commit. An
+// upload under another prefix is not touched.
+TEST_F(S3HeldSaveCheck, AnUploadACrashedSaveLeftOpenIsAbortedAfterTheNextCommit) {
+  auto s3 = NewStorage();
+  const std::string key = Key("abandoned");
+  const std::string dir = "s3://" + std::string(kBucket) + "/" + key;
+  internal_objstore::S3Client* c = s3->client();
+  Result<std::string> stale = c->CreateMultipartUpload(kBucket, key + "/data/5.safetensors");
+  ASSERT_TRUE(stale.ok()) << stale.status().ToString();
+  ASSERT_TRUE(
+      c->UploadPart(kBucket, key + "/data/5.safetensors", *stale, 1, std::string(4096, 'x')).ok());
+  const std::string other_key = key + "-other/data/0.safetensors";
+  Result<std::string> other = c->CreateMultipartUpload(kBucket, other_key);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  auto rows = Rows(2);
+  Status saved = SaveRows(s3.get(), rows, dir);
+  ASSERT_TRUE(saved.ok()) << saved.ToString();
+  EXPECT_TRUE(LoadRows(s3.get(), dir) == rows);
+  Result<std::vector<internal_objstore::S3OpenUpload>> open =
+      c->ListMultipartUploads(kBucket, key + "/");
+  ASSERT_TRUE(open.ok()) << open.status().ToString();
+  EXPECT_TRUE(open->empty()) << (*open)[0].key;
+  Result<std::vector<internal_objstore::S3OpenUpload>> kept =
+      c->ListMultipartUploads(kBucket, key + "-other/");
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  ASSERT_EQ(kept->size(), 1u);
+  EXPECT_EQ((*kept)[0].upload_id, *other);
+  EXPECT_TRUE(c->AbortMultipartUpload(kBucket, other_key, *other).ok());
 }
 
 // A second save into a committed directory: refused with the error it always
@@ -150,9 +182,10 @@ TEST_F(S3HeldSaveCheck, RefusalLeavesNoUploadBehindAndTheErrorUnchanged) {
   EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused.ToString();
   EXPECT_EQ(refused.message(), "rank 0: a checkpoint already exists at '" + dir +
                                    "' (it has a manifest); save elsewhere or pass overwrite");
-  Result<std::vector<std::string>> open = s3->client()->ListMultipartUploads(kBucket, key);
+  Result<std::vector<internal_objstore::S3OpenUpload>> open =
+      s3->client()->ListMultipartUploads(kBucket, key);
   ASSERT_TRUE(open.ok()) << open.status().ToString();
-  EXPECT_TRUE(open->empty()) << (*open)[0];
+  EXPECT_TRUE(open->empty()) << (*open)[0].key;
   Result<internal_objstore::S3Listing> after = s3->client()->List(kBucket, key + "/");
   ASSERT_TRUE(after.ok()) << after.status().ToString();
   ASSERT_EQ(after->objects.size(), before->objects.size());
