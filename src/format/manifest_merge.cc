@@ -247,7 +247,7 @@ Result<Manifest> MergeShards(ManifestIndex index,
   for (size_t i = 0; i < index.tensors.size(); ++i) {
     TensorEntry& e = index.tensors[i];
     TensorRecord& t = m.tensors[i];
-    t.dtype = e.dtype, t.shape = e.shape;
+    t.dtype = e.dtype;
     if (!shards.empty() && keep == nullptr) t.chunks.reserve(shards.ChunksGiven(e));
     for (size_t p = 0; p < e.parts.size() && !shards.empty(); ++p) {
       SP_ASSIGN_OR_RETURN(OpenShard * sh, shards.Get(e.parts[p].shard));
@@ -256,6 +256,7 @@ Result<Manifest> MergeShards(ManifestIndex index,
       Shards::ReleaseIfDone(*sh);
     }
     t.key = std::move(e.key);
+    t.shape = std::move(e.shape);  // after its parts: TakePart checks against e.shape
     std::vector<TensorPart>().swap(e.parts);  // their memory serves the records that follow
     std::vector<int64_t>().swap(e.spans);
   }
