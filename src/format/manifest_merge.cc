@@ -256,7 +256,7 @@ Result<Manifest> MergeShards(ManifestIndex index,
       Shards::ReleaseIfDone(*sh);
     }
     t.key = std::move(e.key);
-    t.shape = std::move(e.shape);  // after its parts: TakePart checks against e.shape
+    t.shape = std::move(e.shape);             // after its parts: TakePart checks against e.shape
     std::vector<TensorPart>().swap(e.parts);  // their memory serves the records that follow
     std::vector<int64_t>().swap(e.spans);
   }
