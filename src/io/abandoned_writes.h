@@ -29,7 +29,7 @@ class AbandonedWrites {
   virtual ~AbandonedWrites() = default;
   // Those under `dir` whose path relative to it `which` accepts (all where
   // it is empty). How many were aborted, or the first failure naming its
-  // object (all are tried). A bucket's root is refused (InvalidArgument).
+  // object (all are tried). Under a bucket's root nothing is aborted (0).
   using Which = std::function<bool(const std::string& relative)>;
   virtual Result<uint64_t> AbortAbandonedWrites(const std::string& dir, const Which& which) = 0;
 };

@@ -267,9 +267,9 @@ Result<uint64_t> S3Storage::AbortAbandonedWrites(const std::string& dir, const W
   std::string bucket, key;
   SP_RETURN_IF_ERROR(ParseS3Path(dir, &bucket, &key));
   const std::string prefix = AsPrefix(key);
-  if (prefix.empty()) {
-    return InvalidArgumentError("refusing to abort every open upload of bucket " + bucket);
-  }
+  // A checkpoint at a bucket's root: every upload of the bucket would be
+  // under it, other writers' too. Left alone.
+  if (prefix.empty()) return uint64_t{0};
   SP_ASSIGN_OR_RETURN(std::vector<S3OpenUpload> open,
                       client_->ListMultipartUploads(bucket, prefix));
   Status first;
