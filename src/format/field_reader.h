@@ -31,6 +31,15 @@ std::string FieldName(const W& w) {
   }
 }
 
+// Whether `index` (of `grid`'s rank) lies inside `grid`: 0 <= index < grid
+// in every dimension.
+inline bool IndexInGrid(const Shape& grid, const Shape& index) {
+  for (size_t d = 0; d < grid.size(); ++d) {
+    if (index[d] < 0 || index[d] >= grid[d]) return false;
+  }
+  return true;
+}
+
 class FieldReader {
  public:
   // `kind` "manifest" or "manifest index"; `body` the bytes before the checksum.
@@ -91,10 +100,8 @@ class FieldReader {
     if (index->size() != grid->size()) {
       return Error(where() + " has a different rank from its grid " + ShapeToString(*grid));
     }
-    for (size_t d = 0; d < index->size(); ++d) {
-      if ((*index)[d] < 0 || (*index)[d] >= (*grid)[d]) {
-        return Error(where() + " lies outside its grid " + ShapeToString(*grid));
-      }
+    if (!IndexInGrid(*grid, *index)) {
+      return Error(where() + " lies outside its grid " + ShapeToString(*grid));
     }
     return OkStatus();
   }

@@ -13,9 +13,12 @@
 #include "src/base/hex.h"
 #include "src/format/checksum.h"
 #include "src/format/field_reader.h"
+#include "src/geometry/flat_range.h"
 
 using shardpoint::internal_base::ByteWriter;
 using shardpoint::internal_base::Hex16;
+using shardpoint::internal_geometry::RowMajorIndex;
+using shardpoint::internal_geometry::UnravelIndex;
 
 namespace shardpoint::internal_format {
 namespace {
@@ -418,27 +421,6 @@ Status IndexDecoder::Objects(ManifestIndex* idx) {
   return OkStatus();
 }
 
-// Row-major position of `index` inside `grid`, or -1 when it lies outside
-// (`grid` has no more than INT64_MAX elements).
-int64_t Position(const Shape& grid, const Shape& index) {
-  int64_t pos = 0;
-  for (size_t d = 0; d < grid.size(); ++d) {
-    if (index[d] < 0 || index[d] >= grid[d]) return -1;
-    pos = pos * grid[d] + index[d];
-  }
-  return pos;
-}
-
-// The index at row-major position `pos` inside `grid`.
-Shape IndexAt(const Shape& grid, int64_t pos) {
-  Shape at(grid.size());
-  for (size_t d = grid.size(); d-- > 0;) {
-    at[d] = pos % grid[d];
-    pos /= grid[d];
-  }
-  return at;
-}
-
 // v5: str key, u8 R, R x i64 grid, R x i64 first index, u64 count >= 1,
 // u32 shard: `count` objects from `first` in row-major order, all inside
 // the grid.
@@ -454,17 +436,17 @@ Status IndexDecoder::OneRun(ObjectRun* r) {
     return Error(what() + " has invalid grid " + ShapeToString(r->grid) +
                  " (negative or overflowing)");
   }
-  const int64_t first = Position(r->grid, r->first);
-  if (first < 0) {
+  if (!IndexInGrid(r->grid, r->first)) {
     return Error(what() + " first index " + ShapeToString(r->first) + " lies outside its grid " +
                  ShapeToString(r->grid));
   }
+  const int64_t first = RowMajorIndex(r->grid, r->first);
   if (r->count == 0 || r->count > static_cast<uint64_t>(*elements - first)) {
     return Error(what() + " count " + std::to_string(r->count) + " from index " +
                  ShapeToString(r->first) + " is 0 or runs past the end of its grid " +
                  ShapeToString(r->grid));
   }
-  r->last = IndexAt(r->grid, first + static_cast<int64_t>(r->count - 1));
+  r->last = UnravelIndex(r->grid, first + static_cast<int64_t>(r->count - 1));
   return OkStatus();
 }
 
