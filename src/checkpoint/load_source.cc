@@ -101,13 +101,13 @@ std::vector<std::string> ObjectKeys(const Source& src) {
   return out;
 }
 
-// Checks this rank's requests against the index; marks requested tensors
-// and object keys (`object_keys`) in `wanted` (tensors first, then objects).
+// Checks this rank's requests against the index; puts the numbers of the
+// requested tensors and object keys (`object_keys`) in `wanted` (tensors
+// first, then objects: StoredKeyCount).
 Status CheckRequests(const Source& src, const State& state, const LoadOptions& options,
                      const std::vector<std::string>& object_keys, std::vector<std::string>* missing,
-                     std::string* wanted) {
+                     std::vector<uint64_t>* wanted) {
   const Manifest& m = src.index;
-  wanted->assign(m.tensors.size() + object_keys.size(), '\0');
   for (const LocalTensor& lt : state.tensors) {
     for (const Segment& seg : lt.segments) {
       int64_t t = m.FindTensor(seg.key);
@@ -115,7 +115,7 @@ Status CheckRequests(const Source& src, const State& state, const LoadOptions& o
         missing->push_back(seg.key);
         continue;
       }
-      (*wanted)[t] = 1;
+      wanted->push_back(t);
       const TensorRecord& rec = m.tensors[t];
       if (rec.dtype != lt.dtype && !options.allow_dtype_conversion) {
         return InvalidArgumentError("tensor '" + seg.key + "': requested dtype " +
@@ -147,7 +147,7 @@ Status CheckRequests(const Source& src, const State& state, const LoadOptions& o
       continue;
     }
     auto k = std::lower_bound(object_keys.begin(), object_keys.end(), o.key);
-    (*wanted)[m.tensors.size() + (k - object_keys.begin())] = 1;
+    wanted->push_back(m.tensors.size() + (k - object_keys.begin()));
   }
   if (src.has_objects && state.common && !m.has_common && !options.common_optional) {
     missing->push_back("<common>");
@@ -211,7 +211,7 @@ Result<LoadResult> LoadFromSource(State& state, const Status& index_status, cons
   // 1 and 2. Requests. Missing keys travel with the bitmaps, so that a strict
   // load names every rank's missing keys and the unexpected ones in one error.
   LoadResult result;
-  std::string wanted;
+  std::vector<uint64_t> wanted;
   Status s = index_status;
   if (s.ok()) s = CheckGroups(state, options);
   const std::vector<std::string> object_keys = ObjectKeys(src);
@@ -220,13 +220,12 @@ Result<LoadResult> LoadFromSource(State& state, const Status& index_status, cons
       return CheckRequests(src, state, options, object_keys, &result.missing_keys, &wanted);
     });
   }
-  Result<GatheredRequests> gathered = GatherRequests(comm, s, wanted, result.missing_keys);
+  Result<GatheredRequests> gathered = GatherRequests(
+      comm, s, m.tensors.size() + object_keys.size(), wanted, result.missing_keys, [&](uint64_t i) {
+        return i < m.tensors.size() ? m.tensors[i].key : object_keys[i - m.tensors.size()];
+      });
   SP_RETURN_IF_ERROR(gathered.status());
-  for (size_t i : gathered->unrequested) {
-    result.unexpected_keys.push_back(i < m.tensors.size() ? m.tensors[i].key
-                                                          : object_keys[i - m.tensors.size()]);
-  }
-  SortUnique(&result.unexpected_keys);
+  result.unexpected_keys = std::move(gathered->unrequested);
 
   // 3. Reads: planned on every rank (after the requests' verdict, which every
   // rank computes from the same bytes), then executed alone or cooperatively.

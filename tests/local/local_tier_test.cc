@@ -291,9 +291,10 @@ TEST_F(LocalTierTest, ThreadRanksTakeALostNodesUnitsFromTheSendersMessagesWithou
   const uint64_t peer = Sum(rs, &LoadResult::bytes_peer);
   EXPECT_GT(peer, 0u);
   // Every unit node 1's ranks received went through the zero-copy exchange
-  // (read in place in the server's message), none through the Comm's copy.
+  // (read in place in the server's message), none through the Comm's copy:
+  // that carries only the request check's key numbers (8 bytes a key).
   EXPECT_GE(viewed.load(), peer);
-  EXPECT_EQ(copied.load(), 0u);
+  EXPECT_LT(copied.load(), peer / 64) << "copied " << copied.load() << ", peer " << peer;
 }
 
 TEST_F(LocalTierTest, NegativeIterationIsInvalidArgumentOnEveryRankSyncAndAsync) {
