@@ -21,20 +21,21 @@
 namespace plan_scale {
 
 struct PartialLoad {
-  std::vector<uint32_t> shards;  // the manifest shards the rank reads
-  uint64_t read = 0;             // their bytes
-  uint64_t need_bytes = 0;       // the encoded records of the rank's keys
-  uint64_t overlap_bytes = 0;    // of those, the chunks overlapping its boxes
-  double decode_s = 0, plan_s = 0;
-  double skeleton_s = 0;  // of decode_s: MergeShards with no shard (every key's skeleton)
+  std::vector<uint32_t> shards;     // the manifest shards the rank reads
+  uint64_t read = 0;                // their bytes
+  uint64_t need_bytes = 0;          // the encoded records of the rank's keys
+  uint64_t overlap_bytes = 0;       // of those, the chunks overlapping its boxes
+  double decode_s = 0, plan_s = 0;  // decode_s: DecodeIndex (its keys kept) + MergeShards
+  double index_s = 0;               // of decode_s: DecodeIndex
   std::vector<std::pair<uint32_t, std::string>> have;  // the shards read (for --rank-dir)
   double ratio() const { return double(read) / double(need_bytes); }
 };
 
-// Reads the shards of the keys of `regions`, merges them and plans the load
-// from them; dies unless that plan equals `whole_plan` (made from `whole`).
+// As Load: decodes `index_bytes` keeping the entries of the keys of
+// `regions`, reads their shards, merges them and plans the load from them;
+// dies unless that plan equals `whole_plan` (made from `whole`).
 inline PartialLoad LoadFromKeyShards(const internal_format::Manifest& whole,
-                                     const internal_format::ManifestIndex& index,
+                                     const std::string& index_bytes,
                                      const internal_format::SplitResult& split,
                                      const std::vector<internal_plan::Region>& regions,
                                      const internal_plan::LoadPlan& whole_plan) {
@@ -64,26 +65,23 @@ inline PartialLoad LoadFromKeyShards(const internal_format::Manifest& whole,
   const size_t empty = EncodeManifest(Manifest{}).size();
   out.need_bytes = EncodeManifest(need).size() - empty;
   out.overlap_bytes = EncodeManifest(overlap).size() - empty;
+  std::vector<std::string> keys;
+  for (const internal_format::KeyBoxes& kb : want) keys.push_back(kb.key);
+  const internal_format::IndexKeep keep{&keys, 1, 0};
+  const double d = Now();
+  internal_format::ManifestIndex index =
+      Check(internal_format::DecodeIndex(index_bytes, "bench", &keep), "DecodeIndex");
+  const double d1 = Now();
   out.shards = internal_format::ShardsForBoxes(index, want, {});
   std::vector<std::pair<uint32_t, std::string>> have;
   for (uint32_t sh : out.shards) {
-    have.emplace_back(sh, split.shards[sh]);
+    have.emplace_back(sh, split.shards[sh]);  // (copied inside the clock: Load receives them)
     out.read += split.shards[sh].size();
   }
-  // Copies made before the clock starts: Load moves its decoded index in.
-  internal_format::ManifestIndex copy1 = index, copy2 = index;
-  const double d = Now();
-  // As Load: only the chunks meeting this rank's boxes are kept.
+  // Only the chunks meeting this rank's boxes are kept.
   Manifest part =
-      Check(internal_format::MergeShards(std::move(copy2), have, "bench", &want), "MergeShards");
+      Check(internal_format::MergeShards(std::move(index), have, "bench", &want), "MergeShards");
   const double e = Now();
-  {
-    // After the merge timed above, so that its allocations meet the same heap.
-    const double c = Now();
-    Manifest skeleton =
-        Check(internal_format::MergeShards(std::move(copy1), {}, "bench"), "MergeShards");
-    out.skeleton_s = Now() - c;  // (`skeleton` freed after the clock, as `part` is)
-  }
   const double p0 = Now();
   internal_plan::LoadPlan lp = Check(internal_plan::PlanLoad(part, regions), "PlanLoad");
   const double f = Now();
@@ -91,6 +89,7 @@ inline PartialLoad LoadFromKeyShards(const internal_format::Manifest& whole,
     Die("partial plan differs");
   }
   out.decode_s = e - d;
+  out.index_s = d1 - d;
   out.plan_s = f - p0;
   out.have = std::move(have);
   return out;

@@ -101,6 +101,27 @@ std::vector<std::string> ObjectKeys(const Source& src) {
   return out;
 }
 
+// The source's number of tensors (more than index.tensors holds where it
+// holds only this rank's: Source::tensor_numbers).
+uint64_t TensorCount(const Source& src) {
+  return src.partial_tensors ? src.tensor_count : src.index.tensors.size();
+}
+
+// Stored key `i` (tensors first, then `object_keys`), where this rank owns
+// it in the request check.
+std::string StoredKeyName(const Source& src, const std::vector<std::string>& object_keys,
+                          uint64_t i) {
+  const uint64_t tensors = TensorCount(src);
+  if (i >= tensors) return object_keys[i - tensors];
+  if (!src.partial_tensors) return src.index.tensors[i].key;
+  auto it = std::lower_bound(
+      src.owned_tensor_keys.begin(), src.owned_tensor_keys.end(), i,
+      [](const std::pair<uint64_t, std::string>& o, uint64_t n) { return o.first < n; });
+  return it != src.owned_tensor_keys.end() && it->first == i
+             ? it->second
+             : "<tensor " + std::to_string(i) + ">";  // not this rank's to name
+}
+
 // Checks this rank's requests against the index; puts the numbers of the
 // requested tensors and object keys (`object_keys`) in `wanted` (tensors
 // first, then objects: StoredKeyCount).
@@ -115,7 +136,7 @@ Status CheckRequests(const Source& src, const State& state, const LoadOptions& o
         missing->push_back(seg.key);
         continue;
       }
-      wanted->push_back(t);
+      wanted->push_back(src.partial_tensors ? src.tensor_numbers[t] : t);
       const TensorRecord& rec = m.tensors[t];
       if (rec.dtype != lt.dtype && !options.allow_dtype_conversion) {
         return InvalidArgumentError("tensor '" + seg.key + "': requested dtype " +
@@ -147,7 +168,7 @@ Status CheckRequests(const Source& src, const State& state, const LoadOptions& o
       continue;
     }
     auto k = std::lower_bound(object_keys.begin(), object_keys.end(), o.key);
-    wanted->push_back(m.tensors.size() + (k - object_keys.begin()));
+    wanted->push_back(TensorCount(src) + (k - object_keys.begin()));
   }
   if (src.has_objects && state.common && !m.has_common && !options.common_optional) {
     missing->push_back("<common>");
@@ -220,10 +241,9 @@ Result<LoadResult> LoadFromSource(State& state, const Status& index_status, cons
       return CheckRequests(src, state, options, object_keys, &result.missing_keys, &wanted);
     });
   }
-  Result<GatheredRequests> gathered = GatherRequests(
-      comm, s, m.tensors.size() + object_keys.size(), wanted, result.missing_keys, [&](uint64_t i) {
-        return i < m.tensors.size() ? m.tensors[i].key : object_keys[i - m.tensors.size()];
-      });
+  Result<GatheredRequests> gathered =
+      GatherRequests(comm, s, TensorCount(src) + object_keys.size(), wanted, result.missing_keys,
+                     [&](uint64_t i) { return StoredKeyName(src, object_keys, i); });
   SP_RETURN_IF_ERROR(gathered.status());
   result.unexpected_keys = std::move(gathered->unrequested);
 

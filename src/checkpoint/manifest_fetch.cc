@@ -26,20 +26,15 @@ using shardpoint::internal_format::MergeShards;
 using shardpoint::internal_format::ObjectAt;
 using shardpoint::internal_format::ObjectKeys;
 using shardpoint::internal_format::ShardsForBoxes;
-using shardpoint::internal_format::TensorEntry;
-using shardpoint::internal_format::TensorPart;
 using shardpoint::internal_io::JoinPath;
 using shardpoint::internal_source::ReadShards;
 
 namespace shardpoint::internal_checkpoint {
 namespace {
 
-// The shards holding the chunks of the boxes `state` requests (its regions;
-// where they cannot be built, which the load then reports, its segments'
-// boxes), and its objects.
-// `boxes` receives those boxes by key.
-std::vector<uint32_t> Needed(const ManifestIndex& index, const State& state,
-                             std::vector<KeyBoxes>* boxes_out) {
+// The boxes `state` requests by key, sorted by key (its regions; where they
+// cannot be built, which the load then reports, its segments' boxes).
+std::vector<KeyBoxes> Requested(const State& state) {
   std::map<std::string, std::vector<Box>> boxes;
   Result<std::vector<internal_plan::Region>> regions = internal_base::Guarded(
       "load: the regions of the state", [&] { return internal_plan::BuildRegions(state.tensors); });
@@ -50,9 +45,15 @@ std::vector<uint32_t> Needed(const ManifestIndex& index, const State& state,
       for (const Segment& seg : lt.segments) boxes[seg.key].push_back(seg.global_box);
     }
   }
-  std::vector<KeyBoxes>& tensors = *boxes_out;
+  std::vector<KeyBoxes> tensors;
   tensors.reserve(boxes.size());
   for (auto& [key, b] : boxes) tensors.push_back({key, std::move(b)});
+  return tensors;
+}
+
+// The shards holding the chunks of `tensors` and the objects of `state`.
+std::vector<uint32_t> Needed(const ManifestIndex& index, const State& state,
+                             const std::vector<KeyBoxes>& tensors) {
   std::vector<ObjectAt> objects;
   for (const Object& o : state.objects) objects.push_back({o.key, o.index});
   return ShardsForBoxes(index, tensors, objects);
@@ -139,19 +140,32 @@ Result<internal_source::Source> FetchShardedSource(std::string_view source_bytes
                                                    Storage* storage, FetchStats* stats,
                                                    Status* collective) {
   const int n = comm.size();
-  // 1. Every rank decodes the same bytes (so all succeed or all fail alike).
+  // 1. Every rank decodes the same bytes (so all succeed or all fail alike),
+  // checking every entry but building only those of its own keys.
+  std::vector<KeyBoxes> boxes = Requested(state);
+  std::vector<std::string> keys;
+  keys.reserve(boxes.size());
+  for (const KeyBoxes& kb : boxes) keys.push_back(kb.key);
+  const std::string name = JoinPath(dir, kManifestName);
+  internal_format::IndexKeep keep{&keys, static_cast<uint64_t>(n),
+                                  static_cast<uint64_t>(comm.rank())};
   Result<ManifestIndex> index = internal_base::Guarded("load: decoding the manifest index", [&] {
-    return DecodeIndex(source_bytes.substr(1), JoinPath(dir, kManifestName));
+    return DecodeIndex(source_bytes.substr(1), name, &keep);
   });
-  std::vector<uint32_t> need;
-  std::vector<KeyBoxes> boxes;
-  if (index.ok()) need = Needed(*index, state, &boxes);
   // Every rank decides alike, from the same index.
   uint64_t shard_bytes = 0;
   for (size_t i = 0; index.ok() && i < index->shards.size(); ++i) {
     shard_bytes += index->shards[i].nbytes;
   }
   every_ranks_keys = every_ranks_keys && shard_bytes <= CooperativeManifestBytes();
+  if (every_ranks_keys && n > 1 && index.ok()) {
+    // A cooperative load plans every rank's pieces: every tensor's entry
+    // (a manifest this small decodes in a moment).
+    index = internal_base::Guarded("load: decoding the manifest index",
+                                   [&] { return DecodeIndex(source_bytes.substr(1), name); });
+  }
+  std::vector<uint32_t> need;
+  if (index.ok()) need = Needed(*index, state, boxes);
   if (every_ranks_keys && n > 1) {
     // A cooperative load checks and assigns every rank's pieces on every
     // rank: each needs the records of the keys any rank requests.
@@ -196,25 +210,25 @@ Result<internal_source::Source> FetchShardedSource(std::string_view source_bytes
   SP_RETURN_IF_ERROR(index.status());
   SP_ASSIGN_OR_RETURN(auto have, Unpack(recv));
   stats->shards_received += have.size();
-  std::vector<char> got(index->shards.size(), 0);
-  for (const auto& h : have) {
-    stats->bytes_received += h.second.size();
-    if (h.first < got.size()) got[h.first] = 1;
-  }
-  for (const TensorEntry& e : index->tensors) {
-    for (const TensorPart& p : e.parts)
-      stats->chunks_received += p.shard < got.size() && got[p.shard] ? p.num_chunks : 0;
-  }
+  for (const auto& h : have) stats->bytes_received += h.second.size();
   // A rank that plans only its own reads keeps only the chunks meeting its
   // boxes (a cooperative load plans every rank's: it keeps them all).
   const bool own_only = !(every_ranks_keys && n > 1);
   internal_source::Source src = internal_source::EmptySource(dir, false);
   if (own_only) src.object_keys = ObjectKeys(*index);
   src.own_records_only = own_only;
+  if (index->partial) {
+    src.partial_tensors = true;
+    src.tensor_count = index->tensor_count;
+    src.tensor_numbers = std::move(index->tensor_numbers);
+    src.owned_tensor_keys = std::move(index->owned_keys);
+  }
+  uint64_t chunk_records = 0;
   SP_ASSIGN_OR_RETURN(src.index, internal_base::Guarded("load: decoding manifest shards", [&] {
                         return MergeShards(std::move(*index), have, dir,
-                                           own_only ? &boxes : nullptr);
+                                           own_only ? &boxes : nullptr, &chunk_records);
                       }));
+  stats->chunks_received += chunk_records;
   for (const auto& t : src.index.tensors) stats->chunks_kept += t.chunks.size();
   last_stats = *stats;
   return src;

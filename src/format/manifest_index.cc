@@ -2,6 +2,8 @@
 #include "src/format/manifest_index.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <tuple>
@@ -257,6 +259,10 @@ SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes, uint64_t part
 }
 
 std::string EncodeIndex(const ManifestIndex& index) {
+  if (index.partial) {
+    std::fprintf(stderr, "shardpoint: EncodeIndex of a partial index\n");
+    std::abort();
+  }
   ByteWriter w;
   w.Raw(kMagic, sizeof(kMagic));
   w.U32(index.version);
@@ -322,8 +328,8 @@ namespace {
 
 class IndexDecoder : public FieldReader {
  public:
-  IndexDecoder(std::string_view body, const std::string& name)
-      : FieldReader(body, "manifest index", name) {}
+  IndexDecoder(std::string_view body, const std::string& name, const IndexKeep* keep)
+      : FieldReader(body, "manifest index", name), keep_(keep) {}
 
   Status Run(ManifestIndex* idx);
 
@@ -339,15 +345,19 @@ class IndexDecoder : public FieldReader {
   }
   Status Tensor(TensorEntry* t);
   Status Parts(TensorEntry* t);
+  Status Tensors(ManifestIndex* idx);
   Status Objects(ManifestIndex* idx);
   Status ObjectRuns(ManifestIndex* idx);
   Status OneRun(ObjectRun* r);
 
+  const IndexKeep* keep_;
   uint64_t num_shards_ = 0;
   uint32_t version_ = kIndexVersion;
 };
 
 Status IndexDecoder::Tensor(TensorEntry* t) {
+  t->parts.clear();
+  t->spans.clear();
   SP_RETURN_IF_ERROR(TensorHead(&t->key, &t->dtype, &t->shape));
   auto what = [&] { return "tensor '" + t->key + "'"; };
   if (version_ == kIndexVersionV3) {
@@ -484,6 +494,43 @@ Status IndexDecoder::ObjectRuns(ManifestIndex* idx) {
   return OkStatus();
 }
 
+// Every tensor entry, checked; kept (all of them, or with keep_ those of
+// its keys) as a copy of the one buffer each is decoded into.
+Status IndexDecoder::Tensors(ManifestIndex* idx) {
+  uint64_t n;
+  SP_RETURN_IF_ERROR(Count(kMinTensor, "tensor", &n));
+  idx->tensor_count = n;
+  idx->partial = keep_ != nullptr;
+  if (keep_ == nullptr) idx->tensors.reserve(n);
+  const std::vector<std::string>* keys = keep_ != nullptr ? keep_->keys : nullptr;
+  size_t next_key = 0;  // the first of `keys` not before the entries decoded
+  TensorEntry t;
+  std::string prev;
+  for (uint64_t i = 0; i < n; ++i) {
+    SP_RETURN_IF_ERROR(Tensor(&t));
+    if (i > 0 && !(prev < t.key)) {
+      return Error("tensor '" + t.key + "' is not after '" + prev +
+                   "' (keys must be sorted and unique)");
+    }
+    if (keep_ == nullptr) {
+      prev = t.key;
+      idx->tensors.push_back(std::move(t));
+      t = TensorEntry();
+      continue;
+    }
+    if (keep_->owners > 0 && i % keep_->owners == keep_->owner) {
+      idx->owned_keys.emplace_back(i, t.key);
+    }
+    while (keys != nullptr && next_key < keys->size() && (*keys)[next_key] < t.key) ++next_key;
+    if (keys != nullptr && next_key < keys->size() && (*keys)[next_key] == t.key) {
+      idx->tensors.push_back(t);
+      idx->tensor_numbers.push_back(i);
+    }
+    std::swap(prev, t.key);  // the next key is read into the old one's buffer
+  }
+  return OkStatus();
+}
+
 Status IndexDecoder::Run(ManifestIndex* idx) {
   uint64_t magic;
   uint32_t version, flags;
@@ -508,23 +555,15 @@ Status IndexDecoder::Run(ManifestIndex* idx) {
     if (!next) return Error("shard sizes overflow");
     at = *next;
   }
-  uint64_t n;
-  SP_RETURN_IF_ERROR(Count(kMinTensor, "tensor", &n));
-  idx->tensors.resize(n);
-  for (uint64_t i = 0; i < n; ++i) {
-    SP_RETURN_IF_ERROR(Tensor(&idx->tensors[i]));
-    if (i > 0 && !(idx->tensors[i - 1].key < idx->tensors[i].key)) {
-      return Error("tensor '" + idx->tensors[i].key + "' is not after '" + idx->tensors[i - 1].key +
-                   "' (keys must be sorted and unique)");
-    }
-  }
+  SP_RETURN_IF_ERROR(Tensors(idx));
   SP_RETURN_IF_ERROR(version_ >= kIndexVersion ? ObjectRuns(idx) : Objects(idx));
   return Tail(&idx->has_common, &idx->common, &idx->metadata_json);
 }
 
 }  // namespace
 
-Result<ManifestIndex> DecodeIndex(std::string_view bytes, const std::string& name) {
+Result<ManifestIndex> DecodeIndex(std::string_view bytes, const std::string& name,
+                                  const IndexKeep* keep) {
   const std::string prefix = "manifest index '" + name + "': ";
   if (bytes.size() < kMinIndex) {
     return DataLossError(prefix + "truncated: " + std::to_string(bytes.size()) +
@@ -543,7 +582,7 @@ Result<ManifestIndex> DecodeIndex(std::string_view bytes, const std::string& nam
                          "): stored " + Hex16(stored) + ", computed " + Hex16(computed));
   }
   ManifestIndex idx;
-  SP_RETURN_IF_ERROR(IndexDecoder(bytes.substr(0, body), name).Run(&idx));
+  SP_RETURN_IF_ERROR(IndexDecoder(bytes.substr(0, body), name, keep).Run(&idx));
   return idx;
 }
 

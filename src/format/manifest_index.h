@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "src/format/manifest.h"
@@ -112,6 +113,26 @@ struct ManifestIndex {
   bool has_common = false;
   std::string common;
   std::string metadata_json;
+  // A loading rank's decode (DecodeIndex with an IndexKeep): `tensors` holds
+  // only the entries of the kept keys, though every entry was checked;
+  // `tensor_count` is the index's number of tensors, `tensor_numbers[i]`
+  // tensors[i]'s number among them (its position in key order), and
+  // `owned_keys` the (number, key) of each tensor whose number is
+  // IndexKeep::owner mod IndexKeep::owners. EncodeIndex refuses it.
+  bool partial = false;
+  uint64_t tensor_count = 0;
+  std::vector<uint64_t> tensor_numbers;
+  std::vector<std::pair<uint64_t, std::string>> owned_keys;
+};
+
+// What a loading rank keeps of an index (DecodeIndex): the entries of its
+// own keys, not a skeleton of each of the index's tensors (42,572 of them,
+// 14 MB of fresh heap, at 65,536 ranks of the MoE bench model), and the keys
+// it owns in the load's request check (src/checkpoint/requests.h).
+struct IndexKeep {
+  const std::vector<std::string>* keys = nullptr;  // sorted, unique
+  uint64_t owners = 1;
+  uint64_t owner = 0;
 };
 
 // The version field of encoded manifest or index bytes (0 if too short).
@@ -135,13 +156,16 @@ SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes = kDefaultShar
                           uint64_t part_bytes = kDefaultPartBytes);
 
 // Writes index.version's layout (3: every tensor must have one part).
+// REQUIRES: !index.partial (aborts otherwise).
 std::string EncodeIndex(const ManifestIndex& index);
 // Versions 3 to 5. Validates as DecodeManifest does (counts bounded before
 // use, sorted unique keys, shard numbers in range, parts in shards of their
 // own with spans inside the tensor; v5 object runs inside their grid, after
 // each other, at most kMaxIndexObjects objects, and no more of them in a
-// shard than its size can hold); DataLoss naming `name`.
-Result<ManifestIndex> DecodeIndex(std::string_view bytes, const std::string& name);
+// shard than its size can hold); DataLoss naming `name`. With `keep`, every
+// entry is checked alike but only the kept tensors' are built (partial).
+Result<ManifestIndex> DecodeIndex(std::string_view bytes, const std::string& name,
+                                  const IndexKeep* keep = nullptr);
 
 // The shards that hold the records of `tensor_keys` and `object_keys`
 // (sorted, unique), every part. Keys the index does not hold are skipped.
@@ -187,8 +211,13 @@ std::vector<uint32_t> ShardsForBoxes(const ManifestIndex& index,
 // Every object key of the index, sorted, unique.
 std::vector<std::string> ObjectKeys(const ManifestIndex& index);
 
+// Of a partial index (DecodeIndex with an IndexKeep), only its tensors are
+// built, and the records of other keys in the shards given are passed over
+// unchecked (the ranks that keep them check them). `chunk_records`
+// (optional) receives the number of chunk records in the shards given.
 Result<Manifest> MergeShards(ManifestIndex index,
                              const std::vector<std::pair<uint32_t, std::string>>& have,
-                             const std::string& dir, const std::vector<KeyBoxes>* keep = nullptr);
+                             const std::string& dir, const std::vector<KeyBoxes>* keep = nullptr,
+                             uint64_t* chunk_records = nullptr);
 
 }  // namespace shardpoint::internal_format

@@ -25,6 +25,7 @@ struct OpenShard {
   size_t next_object = 0;
   std::vector<uint32_t> global_file;  // shard file number -> merged file number
   bool finished = false;              // every record taken, and their memory freed
+  uint64_t chunk_records = 0;         // as stored
 };
 
 Result<OpenShard> OpenOne(const ManifestIndex& index, uint32_t s, std::string_view bytes,
@@ -52,6 +53,11 @@ Result<OpenShard> OpenOne(const ManifestIndex& index, uint32_t s, std::string_vi
     SP_ASSIGN_OR_RETURN(out.m, DecodeManifest(bytes, out.name, filter, &out.stored));
   } else {
     SP_ASSIGN_OR_RETURN(out.m, DecodeManifest(bytes, out.name));
+  }
+  if (out.stored.empty()) {
+    for (const TensorRecord& t : out.m.tensors) out.chunk_records += t.chunks.size();
+  } else {
+    for (uint64_t n : out.stored) out.chunk_records += n;
   }
   if (out.m.version != 2 || out.m.block_size != index.block_size || out.m.has_common ||
       !out.m.metadata_json.empty()) {
@@ -104,8 +110,9 @@ class Shards {
     std::vector<TensorRecord>().swap(sh.m.tensors);
     std::vector<ObjectRecord>().swap(sh.m.objects);
   }
-  // Every shard given: opened (checked) and holding no record left untaken.
-  Status CheckAllTaken();
+  // Every shard given: opened (checked) and holding no record left untaken
+  // (of a partial index: no object); adds their chunk records to `chunk_records`.
+  Status CheckAllTaken(uint64_t* chunk_records);
 
  private:
   const ManifestIndex& index_;
@@ -123,10 +130,18 @@ Status Mismatch(const OpenShard& sh, const std::string& what) {
 // Appends part `p` of tensor `e` (the next record of shard `sh`) to `t`,
 // after checking it against the index: dtype, shape, chunk count, chunks
 // inside the part's span and after the chunks already taken.
+// Of a partial index (a loading rank's), records of the keys it does not
+// keep are passed over: the ranks that keep them check them, and verify
+// checks the whole.
 template <typename FileFn>
-Status TakePart(const TensorEntry& e, size_t p, OpenShard& sh, FileFn& file, TensorRecord* t) {
+Status TakePart(const TensorEntry& e, size_t p, bool partial, OpenShard& sh, FileFn& file,
+                TensorRecord* t) {
   const std::string what = "tensor '" + e.key + "'" +
                            (e.parts.size() > 1 ? " part " + std::to_string(p) : std::string());
+  while (partial && sh.next_tensor < sh.m.tensors.size() &&
+         sh.m.tensors[sh.next_tensor].key < e.key) {
+    ++sh.next_tensor;
+  }
   if (sh.next_tensor >= sh.m.tensors.size() || sh.m.tensors[sh.next_tensor].key != e.key) {
     return Mismatch(sh, "does not hold " + what + " where the index puts it");
   }
@@ -187,11 +202,12 @@ Status TakeRun(const ObjectRun& run, Shards& shards, FileFn& file, bool skeleton
   return OkStatus();
 }
 
-Status Shards::CheckAllTaken() {
+Status Shards::CheckAllTaken(uint64_t* chunk_records) {
   for (const auto& [s, bytes] : bytes_) {
     SP_ASSIGN_OR_RETURN(OpenShard * sh, Get(s));
-    if (!sh->finished &&
-        (sh->next_tensor != sh->m.tensors.size() || sh->next_object != sh->m.objects.size())) {
+    *chunk_records += sh->chunk_records;
+    const bool tensors_left = !index_.partial && sh->next_tensor != sh->m.tensors.size();
+    if (!sh->finished && (tensors_left || sh->next_object != sh->m.objects.size())) {
       return Mismatch(*sh, "holds records the index does not put in it");
     }
   }
@@ -202,7 +218,8 @@ Status Shards::CheckAllTaken() {
 
 Result<Manifest> MergeShards(ManifestIndex index,
                              const std::vector<std::pair<uint32_t, std::string>>& have,
-                             const std::string& dir, const std::vector<KeyBoxes>* keep) {
+                             const std::string& dir, const std::vector<KeyBoxes>* keep,
+                             uint64_t* chunk_records) {
   // `keep` sorted by key, for the decoder's filter.
   std::vector<const KeyBoxes*> sorted;
   ChunkFilter filter;
@@ -252,7 +269,7 @@ Result<Manifest> MergeShards(ManifestIndex index,
     for (size_t p = 0; p < e.parts.size() && !shards.empty(); ++p) {
       SP_ASSIGN_OR_RETURN(OpenShard * sh, shards.Get(e.parts[p].shard));
       if (sh == nullptr) continue;
-      SP_RETURN_IF_ERROR(TakePart(e, p, *sh, file, &t));
+      SP_RETURN_IF_ERROR(TakePart(e, p, index.partial, *sh, file, &t));
       Shards::ReleaseIfDone(*sh);
     }
     t.key = std::move(e.key);
@@ -264,7 +281,9 @@ Result<Manifest> MergeShards(ManifestIndex index,
   for (const ObjectRun& run : index.objects) {
     SP_RETURN_IF_ERROR(TakeRun(run, shards, file, keep == nullptr, &m.objects));
   }
-  SP_RETURN_IF_ERROR(shards.CheckAllTaken());
+  uint64_t records = 0;
+  SP_RETURN_IF_ERROR(shards.CheckAllTaken(&records));
+  if (chunk_records != nullptr) *chunk_records = records;
   return m;
 }
 

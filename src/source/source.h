@@ -61,6 +61,16 @@ struct Source {
   // only the objects this rank fetched (a sharded manifest, Load); empty:
   // those of `index.objects`. The load numbers objects by key (ObjectKeys).
   std::vector<std::string> object_keys;
+  // Where `index.tensors` holds only this rank's tensors (a sharded
+  // manifest's loading rank, Load): the checkpoint's number of tensors, the
+  // number of each held one among them (key order), and the (number, key)
+  // of each tensor whose number is this rank mod the ranks (what it names in
+  // the request check, src/checkpoint/requests.h). Where `partial_tensors`
+  // is false, `index.tensors` is every tensor (and these are unused).
+  bool partial_tensors = false;
+  uint64_t tensor_count = 0;
+  std::vector<uint64_t> tensor_numbers;
+  std::vector<std::pair<uint64_t, std::string>> owned_tensor_keys;
   // `index` holds only the records this rank reads (a sharded manifest's
   // loading rank, Load): the load reads alone, whatever LoadOptions::cooperative
   // says (an exchange plans every rank's pieces on every rank).

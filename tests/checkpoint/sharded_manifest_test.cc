@@ -227,6 +227,66 @@ TEST_F(ShardedManifestTest, ARankLoadingItsObjectGetsTheOneShardOfItsRun) {
   }
 }
 
+// A loading rank builds only its own keys' entries of the index; the keys no
+// rank requested are named by their owners in the request check (key number
+// mod ranks), and every rank returns exactly those; a strict load fails
+// every rank alike, naming them.
+TEST_F(ShardedManifestTest, EveryRankNamesExactlyTheKeysNoRankRequested) {
+  SaveModel(ParallelConfig{2, 1, 2, true}, dir_);
+  std::vector<std::string> stored;
+  for (const auto& t : Index().tensors) stored.push_back(t.key);
+  ASSERT_GT(stored.size(), 12u);
+  // No rank requests every third stored key; rank 1 alone also drops one
+  // key that the others request (so it is not unexpected).
+  std::vector<std::string> dropped;
+  for (size_t i = 0; i < stored.size(); i += 3) dropped.push_back(stored[i]);
+  std::vector<std::string> unexpected = dropped;  // and the objects, which no rank loads
+  unexpected.push_back("rng_state");
+  std::sort(unexpected.begin(), unexpected.end());
+  auto drop = [&](const LocalTensor& lt, int r) {
+    const std::string& k = lt.segments.at(0).key;
+    return std::binary_search(dropped.begin(), dropped.end(), k) || (r == 1 && k == stored[1]);
+  };
+  const ParallelConfig load{1, 1, 3, true};
+  for (bool strict : {false, true}) {
+    std::vector<testing::RankState> dst(load.world());
+    for (int r = 0; r < load.world(); ++r) {
+      auto rs = testing::BuildRankState(model_, load, r);
+      ASSERT_TRUE(rs.ok());
+      dst[r] = std::move(*rs);
+      dst[r].state.objects.clear();
+      auto& ts = dst[r].state.tensors;
+      ts.erase(
+          std::remove_if(ts.begin(), ts.end(), [&](const LocalTensor& lt) { return drop(lt, r); }),
+          ts.end());
+    }
+    LoadOptions o;
+    o.allow_unexpected_keys = !strict;
+    o.cooperative = false;
+    std::vector<LoadResult> results(load.world());
+    std::vector<Status> st = RunThreadRanks(load.world(), [&](Comm& comm) {
+      Result<LoadResult> res = Load(dst[comm.rank()].state, dir_, comm, o);
+      if (res.ok()) results[comm.rank()] = *res;
+      return res.status();
+    });
+    for (int r = 0; r < load.world(); ++r) {
+      if (strict) {
+        EXPECT_EQ(st[r].code(), StatusCode::kInvalidArgument) << st[r].ToString();
+        EXPECT_EQ(st[r].ToString(), st[0].ToString());
+        EXPECT_NE(st[r].message().find("holds keys no rank requested: '" + dropped[0] + "', '" +
+                                       dropped[1] + "'"),
+                  std::string::npos)
+            << st[r].ToString();
+        continue;
+      }
+      ASSERT_TRUE(st[r].ok()) << st[r].ToString();
+      EXPECT_EQ(results[r].unexpected_keys, unexpected) << "rank " << r;
+      Status c = testing::CheckAgainstReference(ref_, dst[r].state.tensors);
+      EXPECT_TRUE(c.ok()) << "rank " << r << ": " << c.ToString();
+    }
+  }
+}
+
 // A cooperative load needs every rank's records on every rank: where the
 // shards exceed the limit (64 MiB; lowered here), the default load gets only
 // its own keys' shards, as a non-cooperative one, reads alone (no bytes from
