@@ -27,6 +27,7 @@ struct PartialLoad {
   uint64_t overlap_bytes = 0;       // of those, the chunks overlapping its boxes
   double decode_s = 0, plan_s = 0;  // decode_s: DecodeIndex (its keys kept) + MergeShards
   double index_s = 0;               // of decode_s: DecodeIndex
+  size_t num_keys = 0;              // the tensor keys it requests
   std::vector<std::pair<uint32_t, std::string>> have;  // the shards read (for --rank-dir)
   double ratio() const { return double(read) / double(need_bytes); }
 };
@@ -67,6 +68,7 @@ inline PartialLoad LoadFromKeyShards(const internal_format::Manifest& whole,
   out.overlap_bytes = EncodeManifest(overlap).size() - empty;
   std::vector<std::string> keys;
   for (const internal_format::KeyBoxes& kb : want) keys.push_back(kb.key);
+  out.num_keys = keys.size();
   const internal_format::IndexKeep keep{&keys, 1, 0};
   const double d = Now();
   internal_format::ManifestIndex index =

@@ -375,7 +375,7 @@ using shardpoint::internal_plan::PlanLoad;
 // manifest, then from the index and its keys' shards only.
 void LoadRank(const Setup& s, const Manifest& whole, const Manifest& decoded,
               const std::string& index_bytes, const SplitResult& split, int stage,
-              double* worst_ratio, double* worst_ms) {
+              double* worst_ratio, double* worst_ms, size_t* most_keys) {
   const int r = stage * s.load.tp * s.load.dp;
   double a = Now();
   std::vector<Region> regions =
@@ -389,6 +389,7 @@ void LoadRank(const Setup& s, const Manifest& whole, const Manifest& decoded,
   if (!s.rank_dir.empty()) WriteRank(s.rank_dir, r, p.have, lp.bytes, lp.pieces.size());
   *worst_ratio = std::max(*worst_ratio, ratio);
   *worst_ms = std::max(*worst_ms, ms);
+  *most_keys = std::max(*most_keys, p.num_keys);
   std::printf(
       "  rank %6d: %zu regions, %zu reads, %.1f MB; regions %.1f ms; whole manifest: PlanLoad "
       "%.1f ms\n    sharded: %zu shards, read %.2f MB for %.2f MB of its keys' records (%.3fx; "
@@ -431,9 +432,20 @@ void LoadFigures(const Setup& s, Manifest whole, uint64_t shard_bytes, uint64_t 
   std::printf("load layout: TP=%d x PP=%d x DP=%d = %d ranks; the first rank of each stage:\n",
               s.load.tp, s.load.pp, s.load.dp, s.load.world());
   double worst_ratio = 0, worst_ms = 0;
+  size_t most_keys = 0;
   for (int stage = 0; stage < s.load.pp; ++stage) {
-    LoadRank(s, whole, decoded, index_bytes, split, stage, &worst_ratio, &worst_ms);
+    LoadRank(s, whole, decoded, index_bytes, split, stage, &worst_ratio, &worst_ms, &most_keys);
   }
+  // The load's request check (src/checkpoint/requests.h): a rank sends its
+  // owners 8 bytes per key it requests, and every message carries a status
+  // byte; the all-gather it replaced carried a byte per stored key.
+  const double n = s.load.world();
+  const double stored = whole.tensors.size() + 1;  // the tensors and the RNG object key
+  std::printf(
+      "  load request check, per rank: sends 8 B x %zu keys (the most of a sampled rank) + %.0f "
+      "status bytes; the all-gather before it received %.0f ranks x (%.0f stored keys + 9 B) = "
+      "%.1f MB\n",
+      most_keys, n, n, stored, n * (stored + 9) / 1e6);
   std::printf(
       "  manifest bytes read per loading rank, worst: %.2fx its keys' records + the index "
       "(target <= 2x)\n",

@@ -1,10 +1,12 @@
 // A sharded manifest (format v3) under mpirun: saved by every process, loaded
 // back bit for bit (cooperative and not) with each shard read at most once in
 // the whole job (reads counted per process and summed), and a corrupt shard
-// fails every process with the same DataLoss naming it.
+// fails every process with the same DataLoss naming it; the keys no process
+// requested are named exactly on every process.
 // Run: mpirun --allow-run-as-root --oversubscribe -np 3 build-test/sharded_manifest_check
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 
@@ -115,6 +117,61 @@ TEST(ShardedManifest, LoadsBackAndReadsEachShardOnceInTheJob) {
   std::vector<std::string> messages;
   ASSERT_TRUE(world->AllGather(s.message(), &messages).ok());
   for (const std::string& m : messages) EXPECT_EQ(m, messages[0]);
+  internal_checkpoint::SetManifestSharding({});
+  ASSERT_TRUE(world->Barrier().ok());
+  if (rank == 0) {
+    EXPECT_TRUE(DefaultStorage()->RemoveAll(root).ok());
+  }
+}
+
+// The request check across processes: each process builds only its own
+// keys' index entries and names the keys it owns (number mod processes); the
+// keys no process requested come back, exactly, on every process.
+TEST(ShardedManifest, EveryProcessNamesExactlyTheKeysNoProcessRequested) {
+  auto world = MakeMpiComm(MPI_COMM_WORLD);
+  ASSERT_NE(world, nullptr);
+  const int n = world->size(), rank = world->rank();
+  const std::string root = SharedTempDir(*world);
+  ASSERT_FALSE(root.empty());
+  internal_checkpoint::SetManifestSharding({0, 256, 128});
+  const testing::ModelConfig model{2, 64, 256, 1000};
+  const testing::RefModel ref = testing::MakeReference(model, 8);
+  const testing::ParallelConfig p{1, 1, n, true};
+  auto src = testing::BuildRankState(model, p, rank);
+  ASSERT_TRUE(src.ok());
+  ASSERT_TRUE(testing::FillFromReference(ref, src->state.tensors).ok());
+  const std::string dir = root + "/ckpt";
+  ASSERT_TRUE(Save(src->state, dir, *world).ok());
+  Result<std::string> top = DefaultStorage()->ReadFileToString(dir + "/manifest");
+  ASSERT_TRUE(top.ok());
+  Result<internal_format::ManifestIndex> index = internal_format::DecodeIndex(*top, "manifest");
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  // No process requests every third stored key; the last one also drops
+  // the second key, which the others request.
+  std::vector<std::string> dropped;
+  for (size_t i = 0; i < index->tensors.size(); i += 3) dropped.push_back(index->tensors[i].key);
+  std::vector<std::string> unexpected = dropped;
+  unexpected.push_back("rng_state");
+  std::sort(unexpected.begin(), unexpected.end());
+  auto dst = testing::BuildRankState(model, p, rank);
+  ASSERT_TRUE(dst.ok());
+  dst->state.objects.clear();
+  auto& ts = dst->state.tensors;
+  ts.erase(std::remove_if(ts.begin(), ts.end(),
+                          [&](const LocalTensor& lt) {
+                            const std::string& k = lt.segments.at(0).key;
+                            return std::binary_search(dropped.begin(), dropped.end(), k) ||
+                                   (n > 1 && rank == n - 1 && k == index->tensors[1].key);
+                          }),
+           ts.end());
+  LoadOptions o;
+  o.cooperative = false;
+  o.allow_unexpected_keys = true;
+  Result<LoadResult> r = Load(dst->state, dir, *world, o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->unexpected_keys, unexpected);
+  Status c = testing::CheckAgainstReference(ref, dst->state.tensors);
+  EXPECT_TRUE(c.ok()) << c.ToString();
   internal_checkpoint::SetManifestSharding({});
   ASSERT_TRUE(world->Barrier().ok());
   if (rank == 0) {
