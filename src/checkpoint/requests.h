@@ -10,7 +10,7 @@
 // for and drops duplicate missing names; one all-gather of those findings
 // gives every rank the same verdict. A rank sends and receives about its own
 // share, never a byte per stored key per rank: at 65,536 ranks and 42,572
-// stored keys (bench/plan_scale_bench --experts 64) that all-gather was
+// stored keys (bench/plan_scale_sampled --experts 64) that all-gather was
 // 2.8 GB per rank.
 #pragma once
 

@@ -74,10 +74,18 @@ class FieldReader {
     return OkStatus();
   }
   // str key, u8 dtype, u8 rank, rank x i64 shape (non-negative, its byte
-  // size not overflowing).
-  Status TensorHead(std::string* key, DType* dtype, Shape* shape) {
-    if (!r_.Str(key).ok()) return Truncated("a tensor key");
-    auto what = [&] { return "tensor '" + *key + "'"; };
+  // size not overflowing). `Key`: std::string, or std::string_view for a
+  // view into the input (no copy).
+  template <typename Key>
+  Status TensorHead(Key* key, DType* dtype, Shape* shape) {
+    Status read;
+    if constexpr (std::is_same_v<Key, std::string_view>) {
+      read = r_.StrView(key);
+    } else {
+      read = r_.Str(key);
+    }
+    if (!read.ok()) return Truncated("a tensor key");
+    auto what = [&] { return "tensor '" + std::string(*key) + "'"; };
     uint8_t d;
     if (!r_.Int(&d).ok()) return Truncated(what() + " dtype");
     if (!IsValidDType(d)) return Error(what() + " has invalid dtype " + std::to_string(d));

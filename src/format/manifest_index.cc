@@ -343,8 +343,9 @@ class IndexDecoder : public FieldReader {
     }
     return OkStatus();
   }
-  Status Tensor(TensorEntry* t);
-  Status Parts(TensorEntry* t);
+  // An entry; its key as a view into the input (`t->key` is not set).
+  Status Tensor(std::string_view* key, TensorEntry* t);
+  Status Parts(std::string_view key, TensorEntry* t);
   Status Tensors(ManifestIndex* idx);
   Status Objects(ManifestIndex* idx);
   Status ObjectRuns(ManifestIndex* idx);
@@ -355,24 +356,24 @@ class IndexDecoder : public FieldReader {
   uint32_t version_ = kIndexVersion;
 };
 
-Status IndexDecoder::Tensor(TensorEntry* t) {
+Status IndexDecoder::Tensor(std::string_view* key, TensorEntry* t) {
   t->parts.clear();
   t->spans.clear();
-  SP_RETURN_IF_ERROR(TensorHead(&t->key, &t->dtype, &t->shape));
-  auto what = [&] { return "tensor '" + t->key + "'"; };
+  SP_RETURN_IF_ERROR(TensorHead(key, &t->dtype, &t->shape));
+  auto what = [&] { return "tensor '" + std::string(*key) + "'"; };
   if (version_ == kIndexVersionV3) {
     TensorPart& p = t->parts.emplace_back();
     SP_RETURN_IF_ERROR(Shard(what, &p.shard));
     if (!r_.Int(&p.num_chunks).ok()) return Truncated(what() + " chunk count");
     return OkStatus();
   }
-  return Parts(t);
+  return Parts(*key, t);
 }
 
 // v4: u32 P >= 1, then per part u32 shard, u64 chunk count and, when P > 1,
 // its span (R offsets, R extents) inside the tensor.
-Status IndexDecoder::Parts(TensorEntry* t) {
-  auto what = [&] { return "tensor '" + t->key + "'"; };
+Status IndexDecoder::Parts(std::string_view key, TensorEntry* t) {
+  auto what = [&] { return "tensor '" + std::string(key) + "'"; };
   uint32_t n;
   if (!r_.Int(&n).ok()) return Truncated(what() + " part count");
   const size_t rank = t->shape.size();
@@ -505,28 +506,29 @@ Status IndexDecoder::Tensors(ManifestIndex* idx) {
   const std::vector<std::string>* keys = keep_ != nullptr ? keep_->keys : nullptr;
   size_t next_key = 0;  // the first of `keys` not before the entries decoded
   TensorEntry t;
-  std::string prev;
+  std::string_view key, prev;  // views into the input: no copy of every key
   for (uint64_t i = 0; i < n; ++i) {
-    SP_RETURN_IF_ERROR(Tensor(&t));
-    if (i > 0 && !(prev < t.key)) {
-      return Error("tensor '" + t.key + "' is not after '" + prev +
+    SP_RETURN_IF_ERROR(Tensor(&key, &t));
+    if (i > 0 && !(prev < key)) {
+      return Error("tensor '" + std::string(key) + "' is not after '" + std::string(prev) +
                    "' (keys must be sorted and unique)");
     }
+    prev = key;
     if (keep_ == nullptr) {
-      prev = t.key;
+      t.key.assign(key);
       idx->tensors.push_back(std::move(t));
       t = TensorEntry();
       continue;
     }
     if (keep_->owners > 0 && i % keep_->owners == keep_->owner) {
-      idx->owned_keys.emplace_back(i, t.key);
+      idx->owned_keys.emplace_back(i, std::string(key));
     }
-    while (keys != nullptr && next_key < keys->size() && (*keys)[next_key] < t.key) ++next_key;
-    if (keys != nullptr && next_key < keys->size() && (*keys)[next_key] == t.key) {
+    while (keys != nullptr && next_key < keys->size() && (*keys)[next_key] < key) ++next_key;
+    if (keys != nullptr && next_key < keys->size() && (*keys)[next_key] == key) {
+      t.key.assign(key);
       idx->tensors.push_back(t);
       idx->tensor_numbers.push_back(i);
     }
-    std::swap(prev, t.key);  // the next key is read into the old one's buffer
   }
   return OkStatus();
 }
