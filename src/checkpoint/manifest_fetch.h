@@ -2,9 +2,12 @@
 // reading each shard from storage once for all ranks.
 //
 // Collective, after the index has been broadcast (rank 0 read it):
-//   1. every rank decodes the index and finds the shards holding the keys
-//      of its State, of a key cut into parts (v4) those whose span meets
-//      the boxes of its regions (ShardsForBoxes);
+//   1. every rank decodes the index (checking every entry, building only
+//      those of its State's keys, and keeping the names of the keys it owns
+//      in the request check: IndexKeep; a cooperative load under the limit
+//      below builds every entry) and finds the shards holding its keys, of a
+//      key cut into parts (v4) those whose span meets the boxes of its
+//      regions (ShardsForBoxes);
 //   2. all-to-all: each rank asks shard s of its reader, rank s mod N;
 //   3. each reader reads the shards someone asked for, each once (one open
 //      of data/manifest.shards, one read per run of adjacent shards), and
