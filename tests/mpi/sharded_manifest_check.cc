@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <fstream>
+#include <memory>
 
 #include "shardpoint/checkpoint.h"
 #include "src/checkpoint/manifest_io.h"
@@ -56,29 +57,51 @@ std::string SharedTempDir(Comm& comm) {
   return dir;
 }
 
-TEST(ShardedManifest, LoadsBackAndReadsEachShardOnceInTheJob) {
-  auto world = MakeMpiComm(MPI_COMM_WORLD);
-  ASSERT_NE(world, nullptr);
-  const int n = world->size(), rank = world->rank();
-  const std::string root = SharedTempDir(*world);
-  ASSERT_FALSE(root.empty());
-  // Records over 256 bytes cut into parts of about 128 (format v4).
-  internal_checkpoint::SetManifestSharding({0, 256, 128});
+// The reference model saved by every process of the job into a sharded
+// manifest (records over 256 bytes cut into parts of about 128: format v4),
+// and its index.
+class ShardedManifest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    world = MakeMpiComm(MPI_COMM_WORLD);
+    ASSERT_NE(world, nullptr);
+    n = world->size(), rank = world->rank();
+    root = SharedTempDir(*world);
+    ASSERT_FALSE(root.empty());
+    internal_checkpoint::SetManifestSharding({0, 256, 128});
+    p = testing::ParallelConfig{1, 1, n, true};
+    auto src = testing::BuildRankState(model, p, rank);
+    ASSERT_TRUE(src.ok());
+    ASSERT_TRUE(testing::FillFromReference(ref, src->state.tensors).ok());
+    dir = root + "/ckpt";
+    ASSERT_TRUE(Save(src->state, dir, *world).ok());
+    Result<std::string> top = DefaultStorage()->ReadFileToString(dir + "/manifest");
+    ASSERT_TRUE(top.ok());
+    Result<internal_format::ManifestIndex> decoded = internal_format::DecodeIndex(*top, "manifest");
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    index = std::move(*decoded);
+  }
+  void TearDown() override {
+    internal_checkpoint::SetManifestSharding({});
+    ASSERT_TRUE(world->Barrier().ok());
+    if (rank == 0) {
+      EXPECT_TRUE(DefaultStorage()->RemoveAll(root).ok());
+    }
+  }
+
+  std::unique_ptr<Comm> world;
+  int n = 0, rank = 0;
+  std::string root, dir;
   const testing::ModelConfig model{2, 64, 256, 1000};
   const testing::RefModel ref = testing::MakeReference(model, 7);
-  const testing::ParallelConfig p{1, 1, n, true};
-  auto src = testing::BuildRankState(model, p, rank);
-  ASSERT_TRUE(src.ok());
-  ASSERT_TRUE(testing::FillFromReference(ref, src->state.tensors).ok());
-  const std::string dir = root + "/ckpt";
-  ASSERT_TRUE(Save(src->state, dir, *world).ok());
-  Result<std::string> top = DefaultStorage()->ReadFileToString(dir + "/manifest");
-  ASSERT_TRUE(top.ok());
-  Result<internal_format::ManifestIndex> index = internal_format::DecodeIndex(*top, "manifest");
-  ASSERT_TRUE(index.ok()) << index.status().ToString();
-  ASSERT_GT(index->shards.size(), 2u);
+  testing::ParallelConfig p;
+  internal_format::ManifestIndex index;
+};
+
+TEST_F(ShardedManifest, LoadsBackAndReadsEachShardOnceInTheJob) {
+  ASSERT_GT(index.shards.size(), 2u);
   size_t in_parts = 0;
-  for (const auto& t : index->tensors) in_parts += t.parts.size() > 1 ? 1 : 0;
+  for (const auto& t : index.tensors) in_parts += t.parts.size() > 1 ? 1 : 0;
   ASSERT_GT(in_parts, 0u);
 
   for (bool cooperative : {false, true}) {
@@ -97,14 +120,14 @@ TEST(ShardedManifest, LoadsBackAndReadsEachShardOnceInTheJob) {
     int total = 0;
     for (const std::string& x : all) total += std::stoi(x);
     EXPECT_GE(total, 1);
-    EXPECT_LE(total, static_cast<int>(index->shards.size())) << "cooperative " << cooperative;
+    EXPECT_LE(total, static_cast<int>(index.shards.size())) << "cooperative " << cooperative;
   }
 
   // A corrupt shard: every process fails with the same DataLoss naming it.
   ASSERT_TRUE(world->Barrier().ok());
   if (rank == 0) {
     std::fstream f(dir + "/data/manifest.shards", std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(index->shards[0].nbytes / 2));
+    f.seekp(static_cast<std::streamoff>(index.shards[0].nbytes / 2));
     f.put('\x55');
   }
   ASSERT_TRUE(world->Barrier().ok());
@@ -117,39 +140,16 @@ TEST(ShardedManifest, LoadsBackAndReadsEachShardOnceInTheJob) {
   std::vector<std::string> messages;
   ASSERT_TRUE(world->AllGather(s.message(), &messages).ok());
   for (const std::string& m : messages) EXPECT_EQ(m, messages[0]);
-  internal_checkpoint::SetManifestSharding({});
-  ASSERT_TRUE(world->Barrier().ok());
-  if (rank == 0) {
-    EXPECT_TRUE(DefaultStorage()->RemoveAll(root).ok());
-  }
 }
 
 // The request check across processes: each process builds only its own
 // keys' index entries and names the keys it owns (number mod processes); the
 // keys no process requested come back, exactly, on every process.
-TEST(ShardedManifest, EveryProcessNamesExactlyTheKeysNoProcessRequested) {
-  auto world = MakeMpiComm(MPI_COMM_WORLD);
-  ASSERT_NE(world, nullptr);
-  const int n = world->size(), rank = world->rank();
-  const std::string root = SharedTempDir(*world);
-  ASSERT_FALSE(root.empty());
-  internal_checkpoint::SetManifestSharding({0, 256, 128});
-  const testing::ModelConfig model{2, 64, 256, 1000};
-  const testing::RefModel ref = testing::MakeReference(model, 8);
-  const testing::ParallelConfig p{1, 1, n, true};
-  auto src = testing::BuildRankState(model, p, rank);
-  ASSERT_TRUE(src.ok());
-  ASSERT_TRUE(testing::FillFromReference(ref, src->state.tensors).ok());
-  const std::string dir = root + "/ckpt";
-  ASSERT_TRUE(Save(src->state, dir, *world).ok());
-  Result<std::string> top = DefaultStorage()->ReadFileToString(dir + "/manifest");
-  ASSERT_TRUE(top.ok());
-  Result<internal_format::ManifestIndex> index = internal_format::DecodeIndex(*top, "manifest");
-  ASSERT_TRUE(index.ok()) << index.status().ToString();
+TEST_F(ShardedManifest, EveryProcessNamesExactlyTheKeysNoProcessRequested) {
   // No process requests every third stored key; the last one also drops
   // the second key, which the others request.
   std::vector<std::string> dropped;
-  for (size_t i = 0; i < index->tensors.size(); i += 3) dropped.push_back(index->tensors[i].key);
+  for (size_t i = 0; i < index.tensors.size(); i += 3) dropped.push_back(index.tensors[i].key);
   std::vector<std::string> unexpected = dropped;
   unexpected.push_back("rng_state");
   std::sort(unexpected.begin(), unexpected.end());
@@ -161,7 +161,7 @@ TEST(ShardedManifest, EveryProcessNamesExactlyTheKeysNoProcessRequested) {
                           [&](const LocalTensor& lt) {
                             const std::string& k = lt.segments.at(0).key;
                             return std::binary_search(dropped.begin(), dropped.end(), k) ||
-                                   (n > 1 && rank == n - 1 && k == index->tensors[1].key);
+                                   (n > 1 && rank == n - 1 && k == index.tensors[1].key);
                           }),
            ts.end());
   LoadOptions o;
@@ -172,11 +172,6 @@ TEST(ShardedManifest, EveryProcessNamesExactlyTheKeysNoProcessRequested) {
   EXPECT_EQ(r->unexpected_keys, unexpected);
   Status c = testing::CheckAgainstReference(ref, dst->state.tensors);
   EXPECT_TRUE(c.ok()) << c.ToString();
-  internal_checkpoint::SetManifestSharding({});
-  ASSERT_TRUE(world->Barrier().ok());
-  if (rank == 0) {
-    EXPECT_TRUE(DefaultStorage()->RemoveAll(root).ok());
-  }
 }
 
 }  // namespace
