@@ -225,6 +225,7 @@ Result<ExportHfStats> ConvertToDcpImpl(const std::string& src_dir, const std::st
   // On failure `out` removes the partial directory.
   SP_RETURN_IF_ERROR(WriteDcpFiles(plan, src, storage, out.dir(), options, res));
   SP_RETURN_IF_ERROR(out.Commit());
+  if (!out.cleanup_error().empty()) res.Log("shardpoint: " + out.cleanup_error());
 
   ExportHfStats stats;
   stats.source_kind = src.checkpoint_kind;

@@ -130,6 +130,7 @@ Result<ExportHfStats> ExportSourceToHf(const MappedSource& src, const std::strin
         storage->WriteStringToFile(JoinPath(out.dir(), "config.json"), src.config_json));
   }
   SP_RETURN_IF_ERROR(out.Commit());
+  if (!out.cleanup_error().empty()) res.Log("shardpoint: " + out.cleanup_error());
   stats.source_kind = src.checkpoint_kind;
   stats.files = static_cast<int>(plan.files.size());
   stats.tensors = static_cast<int64_t>(tensors.size());

@@ -141,6 +141,7 @@ Result<ExportHfStats> ConvertSourceToShardpoint(const MappedSource& src,
   std::string previous;  // none: `w` is new
   SP_RETURN_IF_ERROR(CommitCheckpoint(storage, w, w, m, &previous));
   SP_RETURN_IF_ERROR(out.Commit());
+  if (!out.cleanup_error().empty()) res.Log("shardpoint: " + out.cleanup_error());
   ExportHfStats stats;
   stats.source_kind = src.checkpoint_kind;
   stats.files = 1;

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "src/io/abandoned_writes.h"
+
 namespace shardpoint::internal_io {
 
 std::string StripSlashes(std::string path) {
@@ -123,7 +125,8 @@ StagedOutput::StagedOutput(StagedOutput&& other) noexcept
       dst_(std::move(other.dst_)),
       partial_(std::move(other.partial_)),
       done_(other.done_),
-      in_place_(other.in_place_) {}
+      in_place_(other.in_place_),
+      cleanup_error_(std::move(other.cleanup_error_)) {}
 
 StagedOutput::~StagedOutput() {
   if (storage_ != nullptr && !done_) storage_->RemoveAll(partial_).IgnoreError();
@@ -132,6 +135,15 @@ StagedOutput::~StagedOutput() {
 Status StagedOutput::Commit() {
   if (in_place_) {  // each file is whole once synced; the writer's last one committed
     done_ = true;
+    // An object store: every file of this output was completed, so an
+    // upload still open under `dst` is a crashed earlier run's (its parts
+    // kept and billed, invisible to listings). Best effort, as after a
+    // save: a bucket lifecycle rule removes what this cannot.
+    const std::string open = AbortAbandonedWritesUnder(storage_, dst_);
+    if (!open.empty()) {
+      cleanup_error_ = "aborting the uploads a crashed run left open under '" + dst_ +
+                       "' failed (a bucket lifecycle rule removes them): " + open;
+    }
     return OkStatus();
   }
   SP_RETURN_IF_ERROR(storage_->SyncDir(partial_));

@@ -23,7 +23,8 @@
 // Where the storage has no rename (an object store, SupportsRename false)
 // the output is written in place: Begin refuses a non-empty `dst` even with
 // `overwrite` (it cannot be replaced atomically), dir() is `dst`, Commit
-// does nothing, and a failure removes what was written. The writer's last
+// aborts the multipart uploads a crashed earlier run left open under `dst`
+// (best effort: cleanup_error()), and a failure removes what was written. The writer's last
 // object is then the commit point (a checkpoint's manifest, created
 // conditionally; an HF model's index; a DCP directory's .metadata).
 #pragma once
@@ -73,6 +74,9 @@ class StagedOutput {
   // failure to remove the old one after that is returned but the new one
   // stays in place.
   Status Commit();
+  // After a Commit: what its cleanup could not do ("" if nothing failed); it
+  // never fails the committed output.
+  const std::string& cleanup_error() const { return cleanup_error_; }
 
  private:
   StagedOutput(Storage* storage, std::string dst, std::string partial)
@@ -81,6 +85,7 @@ class StagedOutput {
   std::string dst_, partial_;
   bool done_ = false;
   bool in_place_ = false;  // no rename: dir() is dst()
+  std::string cleanup_error_;
 };
 
 }  // namespace shardpoint::internal_io

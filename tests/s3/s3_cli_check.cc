@@ -94,6 +94,37 @@ TEST_F(S3CliCheck, ConvertExportAndDiffAcrossStorages) {
   EXPECT_EQ(r.exit_code, 0) << r.out;
 }
 
+// A convert killed while uploading leaves its multipart upload open (parts
+// kept and billed, invisible to listings); the next convert into the same
+// prefix aborts it after its commit, and leaves another prefix's alone.
+TEST_F(S3CliCheck, AConvertAbortsTheUploadACrashedOneLeftOpen) {
+  Result<internal_objstore::S3Options> o = internal_objstore::ResolveS3Options({});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  Result<std::unique_ptr<internal_objstore::S3Client>> c = internal_objstore::S3Client::Make(*o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const std::string prefix = s3_.substr(std::string("s3://").size() + sizeof(kBucket));
+  const std::string key = prefix + "/ck/data/0.safetensors", other = prefix + "/ck-other/x";
+  Result<std::string> stale = (*c)->CreateMultipartUpload(kBucket, key);
+  ASSERT_TRUE(stale.ok()) << stale.status().ToString();
+  ASSERT_TRUE((*c)->UploadPart(kBucket, key, *stale, 1, std::string(4096, 'x')).ok());
+  Result<std::string> kept = (*c)->CreateMultipartUpload(kBucket, other);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  CommandResult r = Cli("convert " + std::string(SP_DCP_FIXTURE) + " " + s3_ + "/ck");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = Cli("diff " + std::string(SP_DCP_FIXTURE) + " " + s3_ + "/ck");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  Result<std::vector<internal_objstore::S3OpenUpload>> open =
+      (*c)->ListMultipartUploads(kBucket, prefix + "/ck/");
+  ASSERT_TRUE(open.ok()) << open.status().ToString();
+  EXPECT_TRUE(open->empty()) << (*open)[0].key;
+  Result<std::vector<internal_objstore::S3OpenUpload>> left =
+      (*c)->ListMultipartUploads(kBucket, prefix + "/ck-other/");
+  ASSERT_TRUE(left.ok()) << left.status().ToString();
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ((*left)[0].upload_id, *kept);
+  EXPECT_TRUE((*c)->AbortMultipartUpload(kBucket, other, *kept).ok());
+}
+
 // The flags, with no AWS variable in the environment: credentials from a
 // named profile of a credentials file, endpoint and addressing from flags.
 TEST_F(S3CliCheck, FlagsReplaceTheEnvironment) {
