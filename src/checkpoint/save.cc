@@ -455,10 +455,7 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
     // manifest, so an upload still open under `dir` is a crashed earlier
     // save's (its parts kept and billed, invisible to listings).
     const std::string open = internal_io::AbortAbandonedWritesUnder(storage, dir);
-    if (!open.empty()) {
-      stats.cleanup_error = "aborting the uploads a crashed save left open under '" + dir +
-                            "' failed (a bucket lifecycle rule removes them): " + open;
-    }
+    if (!open.empty()) stats.cleanup_error = open;
   }
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;

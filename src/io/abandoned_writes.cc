@@ -16,7 +16,9 @@ std::string AbortAbandonedWritesUnder(Storage* storage, const std::string& dir,
   Result<uint64_t> aborted = internal_base::Guarded(
       "aborting open uploads under '" + dir + "'",
       [&]() -> Result<uint64_t> { return a->AbortAbandonedWrites(dir, which); });
-  return aborted.ok() ? "" : aborted.status().ToString();
+  if (aborted.ok()) return "";
+  return "aborting the uploads a crashed writer left open under '" + dir +
+         "' failed (a bucket lifecycle rule removes them): " + aborted.status().ToString();
 }
 
 }  // namespace shardpoint::internal_io

@@ -38,7 +38,9 @@ class AbandonedWrites {
 AbandonedWrites* FindAbandonedWrites(Storage* storage);
 
 // Best effort where it is cleanup: aborts them if `storage` can have any and
-// returns what failed ("" if nothing did), never an error.
+// returns what failed ("" if nothing did: "aborting the uploads a crashed
+// writer left open under '<dir>' failed (a bucket lifecycle rule removes
+// them): <error>"), never an error.
 std::string AbortAbandonedWritesUnder(Storage* storage, const std::string& dir,
                                       const AbandonedWrites::Which& which = nullptr);
 

@@ -139,11 +139,7 @@ Status StagedOutput::Commit() {
     // upload still open under `dst` is a crashed earlier run's (its parts
     // kept and billed, invisible to listings). Best effort, as after a
     // save: a bucket lifecycle rule removes what this cannot.
-    const std::string open = AbortAbandonedWritesUnder(storage_, dst_);
-    if (!open.empty()) {
-      cleanup_error_ = "aborting the uploads a crashed run left open under '" + dst_ +
-                       "' failed (a bucket lifecycle rule removes them): " + open;
-    }
+    cleanup_error_ = AbortAbandonedWritesUnder(storage_, dst_);
     return OkStatus();
   }
   SP_RETURN_IF_ERROR(storage_->SyncDir(partial_));
