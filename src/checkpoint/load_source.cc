@@ -32,11 +32,6 @@ using shardpoint::internal_source::Source;
 namespace shardpoint::internal_checkpoint {
 namespace {
 
-void SortUnique(std::vector<std::string>* v) {
-  std::sort(v->begin(), v->end());
-  v->erase(std::unique(v->begin(), v->end()), v->end());
-}
-
 const ObjectRecord* FindObject(const Manifest& m, const Object& o) {
   auto it = std::lower_bound(m.objects.begin(), m.objects.end(), o,
                              [](const ObjectRecord& r, const Object& q) {
@@ -124,7 +119,7 @@ std::string StoredKeyName(const Source& src, const std::vector<std::string>& obj
 
 // Checks this rank's requests against the index; puts the numbers of the
 // requested tensors and object keys (`object_keys`) in `wanted` (tensors
-// first, then objects: StoredKeyCount).
+// first, numbered up to TensorCount, then objects).
 Status CheckRequests(const Source& src, const State& state, const LoadOptions& options,
                      const std::vector<std::string>& object_keys, std::vector<std::string>* missing,
                      std::vector<uint64_t>* wanted) {

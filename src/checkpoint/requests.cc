@@ -12,21 +12,21 @@ using shardpoint::internal_comm::AllGatherAgreed;
 using shardpoint::internal_comm::AllToAllAgreed;
 
 namespace shardpoint::internal_checkpoint {
-namespace {
-
-void SortUnique(std::vector<std::string>* v) {
-  std::sort(v->begin(), v->end());
-  v->erase(std::unique(v->begin(), v->end()), v->end());
+void SortUnique(std::vector<std::string>* keys) {
+  std::sort(keys->begin(), keys->end());
+  keys->erase(std::unique(keys->begin(), keys->end()), keys->end());
 }
+
+namespace {
 
 // The rank that owns a missing key's name (the same on every rank).
 size_t MissingOwner(const std::string& key, int n) {
   return internal_format::Checksum64(key.data(), key.size()) % static_cast<uint64_t>(n);
 }
 
-void PutNames(ByteWriter& w, const std::vector<const std::string*>& names) {
+void PutNames(ByteWriter& w, const std::vector<std::string>& names) {
   w.U64(names.size());
-  for (const std::string* k : names) w.Str(*k);
+  for (const std::string& k : names) w.Str(k);
 }
 
 Status GetNames(ByteReader& in, std::vector<std::string>* out) {
@@ -57,8 +57,9 @@ Status TakeAsks(std::string_view msg, int r, int n, int rank, uint64_t count,
     (*asked)[key / n] = 1;
   }
   SP_RETURN_IF_ERROR(GetNames(in, missing));
-  if (!in.done())
+  if (!in.done()) {
     return InternalError("requests from rank " + std::to_string(r) + ": trailing bytes");
+  }
   return OkStatus();
 }
 
@@ -71,9 +72,9 @@ Result<GatheredRequests> GatherRequests(Comm& comm, const Status& local, uint64_
   const int n = comm.size(), rank = comm.rank();
   // 1. Each owner gets the requests for its keys.
   std::vector<std::vector<uint64_t>> numbers(n);
-  std::vector<std::vector<const std::string*>> names(n);
+  std::vector<std::vector<std::string>> names(n);
   for (uint64_t i : wanted) numbers[i % n].push_back(i);
-  for (const std::string& k : missing) names[MissingOwner(k, n)].push_back(&k);
+  for (const std::string& k : missing) names[MissingOwner(k, n)].push_back(k);
   std::vector<std::string> send(n), recv;
   for (int r = 0; r < n; ++r) {
     if (numbers[r].empty() && names[r].empty()) continue;
@@ -105,11 +106,8 @@ Result<GatheredRequests> GatherRequests(Comm& comm, const Status& local, uint64_
     }
     if (!found_missing.empty() || !found_unrequested.empty()) {
       ByteWriter w;
-      std::vector<const std::string*> a, b;
-      for (const std::string& k : found_unrequested) a.push_back(&k);
-      for (const std::string& k : found_missing) b.push_back(&k);
-      PutNames(w, a);
-      PutNames(w, b);
+      PutNames(w, found_unrequested);
+      PutNames(w, found_missing);
       mine = std::move(w.str());
     }
   }

@@ -41,6 +41,9 @@ Result<GatheredRequests> GatherRequests(Comm& comm, const Status& local, uint64_
                                         const std::vector<std::string>& missing,
                                         const std::function<std::string(uint64_t)>& name_of);
 
+// Sorts `keys` and drops repeats.
+void SortUnique(std::vector<std::string>* keys);
+
 // 'a', 'b', ... (at most 10 named, then the count).
 std::string KeyList(const std::vector<std::string>& keys);
 
