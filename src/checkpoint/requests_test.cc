@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/forwarding_comm.h"
+
 namespace shardpoint::internal_checkpoint {
 namespace {
 
@@ -16,29 +18,22 @@ std::string KeyName(uint64_t i) { return "layer." + std::to_string(1000 + i); }
 
 // A rank's Comm that counts the bytes it receives from the AllToAll and the
 // AllGather (everything the request check exchanges).
-class ReceivedBytes : public Comm {
+class ReceivedBytes : public testing::ForwardingComm {
  public:
-  ReceivedBytes(Comm& in, std::atomic<uint64_t>* received) : in_(in), received_(received) {}
-  int rank() const override { return in_.rank(); }
-  int size() const override { return in_.size(); }
+  ReceivedBytes(Comm& in, std::atomic<uint64_t>* received)
+      : ForwardingComm(in), received_(received) {}
   Status AllGather(std::string_view mine, std::vector<std::string>* all) override {
-    SP_RETURN_IF_ERROR(in_.AllGather(mine, all));
+    SP_RETURN_IF_ERROR(inner().AllGather(mine, all));
     for (const std::string& s : *all) *received_ += s.size();
     return OkStatus();
   }
-  Status Gather(std::string_view mine, int root, std::vector<std::string>* all) override {
-    return in_.Gather(mine, root, all);
-  }
-  Status Broadcast(std::string* data, int root) override { return in_.Broadcast(data, root); }
-  Status Barrier() override { return in_.Barrier(); }
   Status AllToAll(const std::vector<std::string>& send, std::vector<std::string>* recv) override {
-    SP_RETURN_IF_ERROR(in_.AllToAll(send, recv));
+    SP_RETURN_IF_ERROR(inner().AllToAll(send, recv));
     for (const std::string& s : *recv) *received_ += s.size();
     return OkStatus();
   }
 
  private:
-  Comm& in_;
   std::atomic<uint64_t>* received_;
 };
 

@@ -26,6 +26,7 @@
 #include "src/format/manifest.h"
 #include "src/source/manifest_read.h"
 #include "tests/testing/counting_storage.h"
+#include "tests/testing/forwarding_comm.h"
 #include "tests/testing/ranks.h"
 
 namespace shardpoint {
@@ -36,6 +37,7 @@ using internal_format::Manifest;
 using internal_format::TensorRecord;
 using testing::Arena;
 using testing::CountingStorage;
+using testing::ForwardingComm;
 using testing::LoadRanks;
 using testing::SaveRanks;
 using testing::StatesOf;
@@ -688,30 +690,6 @@ TEST_F(BlockChecksumTest, VerifyAnnouncesItsReadsAhead) {
   r = VerifyCheckpoint(dir_, o);
   ASSERT_TRUE(r.ok() && r->ok()) << (r.ok() ? r->faults.size() : 0);
 }
-
-// A Comm that forwards to a thread comm but is neither a MemoryTransport nor
-// its copy-free AllToAll (ViewAllToAll): a cooperative load over it packs its
-// payloads into strings and exchanges them through AllToAll.
-class ForwardingComm : public Comm {
- public:
-  explicit ForwardingComm(Comm& c) : c_(c) {}
-  int rank() const override { return c_.rank(); }
-  int size() const override { return c_.size(); }
-  Status AllGather(std::string_view mine, std::vector<std::string>* all) override {
-    return c_.AllGather(mine, all);
-  }
-  Status Gather(std::string_view mine, int root, std::vector<std::string>* all) override {
-    return c_.Gather(mine, root, all);
-  }
-  Status Broadcast(std::string* data, int root) override { return c_.Broadcast(data, root); }
-  Status Barrier() override { return c_.Barrier(); }
-  Status AllToAll(const std::vector<std::string>& send, std::vector<std::string>* recv) override {
-    return c_.AllToAll(send, recv);
-  }
-
- private:
-  Comm& c_;
-};
 
 TEST_F(BlockChecksumTest, RoundsReusingBuffersOfEverySizeLoadBitForBit) {
   // Rounds of at most 96 KiB of sends (spans of up to 24 KiB): dozens of

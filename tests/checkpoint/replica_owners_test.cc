@@ -12,6 +12,7 @@
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/plan_cache.h"
 #include "src/io/mem_storage.h"
+#include "tests/testing/forwarding_comm.h"
 
 namespace shardpoint {
 namespace {
@@ -21,30 +22,17 @@ using ::testing::MatchesRegex;
 
 // A Comm that counts the bytes its rank receives as the root of a Gather
 // (at a save: the cache agreement's flags and the commit messages).
-class GatherCountingComm : public Comm {
+class GatherCountingComm : public testing::ForwardingComm {
  public:
-  explicit GatherCountingComm(Comm& c) : c_(c) {}
-  int rank() const override { return c_.rank(); }
-  int size() const override { return c_.size(); }
-  Status AllGather(std::string_view mine, std::vector<std::string>* all) override {
-    return c_.AllGather(mine, all);
-  }
+  using ForwardingComm::ForwardingComm;
   Status Gather(std::string_view mine, int root, std::vector<std::string>* all) override {
-    Status s = c_.Gather(mine, root, all);
+    Status s = inner().Gather(mine, root, all);
     if (s.ok() && root == rank()) {
       for (const std::string& m : *all) gathered += m.size();
     }
     return s;
   }
-  Status Broadcast(std::string* data, int root) override { return c_.Broadcast(data, root); }
-  Status Barrier() override { return c_.Barrier(); }
-  Status AllToAll(const std::vector<std::string>& send, std::vector<std::string>* recv) override {
-    return c_.AllToAll(send, recv);
-  }
   uint64_t gathered = 0;
-
- private:
-  Comm& c_;
 };
 
 constexpr int kRanks = 8, kKeys = 32;

@@ -26,6 +26,7 @@
 #include "src/source/manifest_read.h"
 #include "tests/local/local_fixture.h"
 #include "tests/testing/counting_storage.h"
+#include "tests/testing/forwarding_comm.h"
 #include "tests/testing/transformer.h"
 
 namespace shardpoint {
@@ -109,26 +110,16 @@ class GatedStorage : public StorageWrapper {
 // A thread rank's Comm that counts the bytes a rank hands to the copying
 // AllToAll and to the zero-copy AllToAllViews (where counters are given),
 // and tells a gate when the rank finished a round; it forwards both.
-class CountingComm : public Comm, public internal_comm::ViewAllToAll {
+class CountingComm : public testing::ForwardingComm, public internal_comm::ViewAllToAll {
  public:
   CountingComm(Comm& in, std::atomic<uint64_t>* copied, std::atomic<uint64_t>* viewed,
                RoundGate* gate)
-      : in_(in), copied_(copied), viewed_(viewed), gate_(gate) {}
-  int rank() const override { return in_.rank(); }
-  int size() const override { return in_.size(); }
-  Status AllGather(std::string_view mine, std::vector<std::string>* all) override {
-    return in_.AllGather(mine, all);
-  }
-  Status Gather(std::string_view mine, int root, std::vector<std::string>* all) override {
-    return in_.Gather(mine, root, all);
-  }
-  Status Broadcast(std::string* data, int root) override { return in_.Broadcast(data, root); }
-  Status Barrier() override { return in_.Barrier(); }
+      : ForwardingComm(in), copied_(copied), viewed_(viewed), gate_(gate) {}
   Status AllToAll(const std::vector<std::string>& send, std::vector<std::string>* recv) override {
     for (const std::string& s : send) {
       if (copied_) *copied_ += s.size();
     }
-    Status st = in_.AllToAll(send, recv);
+    Status st = inner().AllToAll(send, recv);
     if (gate_) gate_->RoundDone(rank());
     return st;
   }
@@ -138,13 +129,12 @@ class CountingComm : public Comm, public internal_comm::ViewAllToAll {
     for (std::string_view s : send) {
       if (viewed_) *viewed_ += s.size();
     }
-    Status st = dynamic_cast<internal_comm::ViewAllToAll&>(in_).AllToAllViews(send, use);
+    Status st = dynamic_cast<internal_comm::ViewAllToAll&>(inner()).AllToAllViews(send, use);
     if (gate_) gate_->RoundDone(rank());
     return st;
   }
 
  private:
-  Comm& in_;
   std::atomic<uint64_t>* copied_;
   std::atomic<uint64_t>* viewed_;
   RoundGate* gate_;
