@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "shardpoint/comm.h"
+#include "tests/testing/forwarding_comm.h"
 
 namespace shardpoint::testing {
 
@@ -76,22 +77,12 @@ inline std::string PairPayload(int from, int to) {
 }
 
 // Forwards everything but AllToAll, so that Comm's AllGather-based default runs.
-class DefaultAllToAll : public Comm {
+class DefaultAllToAll : public testing::ForwardingComm {
  public:
-  explicit DefaultAllToAll(Comm& base) : base_(base) {}
-  int rank() const override { return base_.rank(); }
-  int size() const override { return base_.size(); }
-  Status AllGather(std::string_view mine, std::vector<std::string>* all) override {
-    return base_.AllGather(mine, all);
+  using ForwardingComm::ForwardingComm;
+  Status AllToAll(const std::vector<std::string>& send, std::vector<std::string>* recv) override {
+    return Comm::AllToAll(send, recv);
   }
-  Status Gather(std::string_view mine, int root, std::vector<std::string>* all) override {
-    return base_.Gather(mine, root, all);
-  }
-  Status Broadcast(std::string* data, int root) override { return base_.Broadcast(data, root); }
-  Status Barrier() override { return base_.Barrier(); }
-
- private:
-  Comm& base_;
 };
 
 class CommConformance : public ::testing::TestWithParam<CommTransport> {
