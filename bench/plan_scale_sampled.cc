@@ -12,7 +12,7 @@
 // only the load figures are computed, from it (for trying part sizes).
 // --rank-dir: write the index and what each sampled loading rank reads to
 // DIR, for plan_scale_rank (bench/plan_scale_rank_dir.h).
-// --commit-only: the planning and commit figures only (no manifest, no load).
+// --commit-only: the planning and commit figures only (no load).
 //
 // The owners' side is computed for EVERY rank: each key's owner (XXH3 mod N)
 // receives the shares of every rank holding the key (each rank's RNG object
@@ -58,6 +58,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bench/plan_scale_commit.h"
 #include "bench/plan_scale_model.h"
 #include "bench/plan_scale_partial.h"
 #include "bench/plan_scale_rank_dir.h"
@@ -70,7 +71,6 @@
 #include "src/plan/load_plan.h"
 
 using namespace plan_scale;
-using shardpoint::internal_checkpoint::EncodeChecksums;
 using shardpoint::internal_checkpoint::ReplicaSumsWriter;
 using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::Manifest;
@@ -120,6 +120,7 @@ struct Tally {
   std::vector<uint64_t> written;
   std::vector<char> writes;  // the rank writes a chunk or an object
   double gen_secs = 0;
+  double rank0_fixed = 0;  // rank 0's commit inbox but for the owners' parts
 };
 
 std::vector<int> Sample(const Setup& s) {
@@ -264,25 +265,12 @@ std::pair<double, double> MedianMax(std::vector<double> v) {
   return {v[v.size() / 2], v.back()};
 }
 
-// What the rank's commit message to rank 0 (Save's step 4) weighs: the
-// gather's status byte, its structure (a blob) and its checksum message.
-uint64_t CommitBytes(const shardpoint::internal_plan::LocalPlan& lp) {
-  const auto& rf = lp.file;
-  std::vector<uint64_t> sums(rf.items.size());
-  std::vector<std::vector<uint64_t>> blocks(rf.items.size());
-  const uint64_t bs = shardpoint::internal_format::kDefaultBlockSize;
-  for (size_t i = 0; i < rf.items.size(); ++i) {
-    if (!rf.items[i].is_object) blocks[i].resize((rf.items[i].nbytes + bs - 1) / bs);
-  }
-  return 1 + 8 + lp.structure.size() + 8 + EncodeChecksums(sums, blocks).size();
-}
-
 // The sampled ranks' local side: whole layout, shares (checked against the
 // generator's sizes), PlanLocal from the owners' replies.
 void RunSample(const Setup& s, const std::vector<int>& sample, Tally& t) {
   const int world = s.save.world();
   const std::string no_keys = EncodeSkeleton(Manifest{});
-  std::vector<double> local, total, structure, commit;
+  std::vector<double> local, total, structure, to_owners, commit;
   for (int r : sample) {
     std::vector<Region> regions =
         Check(BuildRegions(RankTensors(s.m, s.save, s.params, s.keys, r)), "BuildRegions");
@@ -303,16 +291,20 @@ void RunSample(const Setup& s, const std::vector<int>& sample, Tally& t) {
     local.push_back(secs);
     total.push_back(secs + t.owner_secs[r]);
     structure.push_back(static_cast<double>(lp.structure.size()));
-    commit.push_back(static_cast<double>(CommitBytes(lp)));
+    const RankCommit rc = CommitOf(lp);
+    to_owners.push_back(static_cast<double>(rc.to_owners));
+    commit.push_back(static_cast<double>(rc.to_rank0));
     std::vector<std::pair<int, std::string>>().swap(got);
   }
   auto [l_med, l_max] = MedianMax(local);
   auto [p_med, p_max] = MedianMax(total);
   auto [s_med, s_max] = MedianMax(structure);
   auto [c_med, c_max] = MedianMax(commit);
+  auto [o_med, o_max] = MedianMax(to_owners);
   double sum = 0, commit_sum = 0;
   for (double x : structure) sum += x;
   for (double x : commit) commit_sum += x;
+  t.rank0_fixed = commit_sum / sample.size() * world;
   std::printf(
       "  local side (EncodeShares + PlanLocal), %zu sampled ranks: median %.3f ms, max %.3f ms\n",
       sample.size(), 1e3 * l_med, 1e3 * l_max);
@@ -324,13 +316,15 @@ void RunSample(const Setup& s, const std::vector<int>& sample, Tally& t) {
   std::printf("  any rank, at most: max owner %.3f ms + max local %.3f ms = %.3f ms\n",
               1e3 * owner_max, 1e3 * l_max, 1e3 * (owner_max + l_max));
   std::printf(
-      "  structure to rank 0: median %.1f KB, max %.1f KB; rank 0 receives ~%.1f MB "
-      "(sample mean x %d ranks)\n",
+      "  structure (the global plan's, not sent by Save): median %.1f KB, max %.1f KB; all ranks "
+      "%.1f MB (sample mean x %d ranks)\n",
       s_med / 1e3, s_max / 1e3, sum / sample.size() * world / 1e6, world);
   std::printf(
-      "  commit message to rank 0 (status, structure, checksums): median %.1f KB, max %.1f KB; "
-      "rank 0 receives ~%.1f MB at the commit (sample mean x %d ranks)\n",
-      c_med / 1e3, c_max / 1e3, commit_sum / sample.size() * world / 1e6, world);
+      "commit (src/checkpoint/owner_commit.h):\n  to the keys' owners (places, checksums, block "
+      "checksums): median %.1f KB, max %.1f KB sent\n  to rank 0 (status, objects, their "
+      "checksums, report, part header): median %.1f KB, max %.1f KB; ~%.2f MB from all ranks "
+      "(sample mean x %d ranks)\n",
+      o_med / 1e3, o_max / 1e3, c_med / 1e3, c_max / 1e3, t.rank0_fixed / 1e6, world);
 }
 
 // The manifest rank 0 would assemble: files by writer rank, as AssemblePlan
@@ -400,7 +394,31 @@ void LoadRank(const Setup& s, const Manifest& whole, const Manifest& decoded,
       1e3 * p.decode_s, 1e3 * p.index_s, 1e3 * p.plan_s, ms);
 }
 
-void LoadFigures(const Setup& s, Manifest whole, uint64_t shard_bytes, uint64_t part_bytes) {
+// The owners' side of the commit and what rank 0 receives in all
+// (`rank0_fixed`: from every rank but the owners' parts; < 0 unknown).
+OwnerSplitResult CommitFigures(const Setup& s, const Manifest& whole, uint64_t shard_bytes,
+                               uint64_t part_bytes, double rank0_fixed) {
+  const double t0 = Now();
+  OwnerSplitResult o =
+      OwnerSplit(whole, s.save.world(), uint64_t{1} << 20, shard_bytes, part_bytes);
+  const double secs = Now() - t0;
+  auto [i_med, i_max] = MedianMax(o.owner_inbox.empty() ? std::vector<double>{0} : o.owner_inbox);
+  std::printf(
+      "  owners' side: %zu ranks own keys, %zu write their shards (the largest file %.1f KB); an "
+      "owner receives median %.1f KB, max %.1f KB (estimated from the records)\n  rank 0 "
+      "receives %.2f MB of owners' parts (their shards' index, or small records as they are)",
+      o.owners, o.sharding_owners, o.largest_file / 1e3, i_med / 1e3, i_max / 1e3,
+      o.parts_to_rank0 / 1e6);
+  if (rank0_fixed >= 0) {
+    std::printf(" + %.2f MB = %.2f MB at the commit", rank0_fixed / 1e6,
+                (rank0_fixed + static_cast<double>(o.parts_to_rank0)) / 1e6);
+  }
+  std::printf(" (the owners' split of all ranks, one process: %.1f s)\n", secs);
+  return o;
+}
+
+void LoadFigures(const Setup& s, Manifest whole, uint64_t shard_bytes, uint64_t part_bytes,
+                 SplitResult split) {
   double t0 = Now();
   std::string bytes = EncodeManifest(whole);
   double t1 = Now();
@@ -413,7 +431,6 @@ void LoadFigures(const Setup& s, Manifest whole, uint64_t shard_bytes, uint64_t 
       "Decode %.3f s (what every loading rank decoded before)\n",
       whole.tensors.size(), chunks, whole.files.size(), bytes.size() / 1e6, t1 - t0, t2 - t1);
   std::string().swap(bytes);
-  SplitResult split = SplitManifest(whole, shard_bytes, part_bytes);
   const std::string index_bytes = EncodeIndex(split.index);
   if (!s.rank_dir.empty()) WriteWhole(s.rank_dir + "/index", index_bytes);
   double x1 = Now();
@@ -425,9 +442,10 @@ void LoadFigures(const Setup& s, Manifest whole, uint64_t shard_bytes, uint64_t 
     cut += e.parts.size() > 1 ? 1 : 0;
   }
   std::printf(
-      "sharded manifest (v%u): index %.1f KB, %zu shards (records cut at %.0f KB; %zu keys in "
-      "%zu parts of ~%.0f KB); DecodeIndex %.1f ms\n",
-      index.version, index_bytes.size() / 1e3, split.shards.size(), shard_bytes / 1e3, cut, parts,
+      "sharded manifest (v%u, as the owners write it): index %.1f KB, %zu shards in %zu files "
+      "(records cut at %.0f KB; %zu keys in %zu parts of ~%.0f KB); DecodeIndex %.1f ms\n",
+      index.version, index_bytes.size() / 1e3, split.shards.size(), index.shard_files.size(),
+      shard_bytes / 1e3, cut, parts,
       part_bytes / 1e3, 1e3 * (x2 - x1));
   std::printf("load layout: TP=%d x PP=%d x DP=%d = %d ranks; the first rank of each stage:\n",
               s.load.tp, s.load.pp, s.load.dp, s.load.world());
@@ -523,8 +541,9 @@ int main(int argc, char** argv) {
     if (in) {
       const std::string bytes((std::istreambuf_iterator<char>(in)), {});
       std::printf("(load figures only: the manifest from %s)\n", cache.c_str());
-      LoadFigures(s, Check(DecodeManifest(bytes, cache), "DecodeManifest"), shard_bytes,
-                  part_bytes);
+      Manifest whole = Check(DecodeManifest(bytes, cache), "DecodeManifest");
+      OwnerSplitResult o = CommitFigures(s, whole, shard_bytes, part_bytes, -1);
+      LoadFigures(s, std::move(whole), shard_bytes, part_bytes, std::move(o.split));
       return 0;
     }
   }
@@ -544,12 +563,13 @@ int main(int argc, char** argv) {
   RunSample(s, sample, t);
   double c2 = Now();
   std::printf("  (owners %.1f s, sample %.1f s)\n", c1 - c0, c2 - c1);
-  if (commit_only) return 0;
   Manifest whole = BuildManifest(t, world);
+  OwnerSplitResult o = CommitFigures(s, whole, shard_bytes, part_bytes, t.rank0_fixed);
+  if (commit_only) return 0;
   if (!cache.empty()) {
     const std::string bytes = EncodeManifest(whole);
     std::ofstream(cache, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
   }
-  LoadFigures(s, std::move(whole), shard_bytes, part_bytes);
+  LoadFigures(s, std::move(whole), shard_bytes, part_bytes, std::move(o.split));
   return 0;
 }

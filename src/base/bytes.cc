@@ -62,12 +62,16 @@ Status ByteReader::StrView(std::string_view* s) {
 }
 
 Status ByteReader::Blob(std::string* s) {
-  uint64_t n;
   std::string_view v;
-  SP_RETURN_IF_ERROR(U64(&n));
-  SP_RETURN_IF_ERROR(View(n, &v));
+  SP_RETURN_IF_ERROR(BlobView(&v));
   s->assign(v);
   return OkStatus();
+}
+
+Status ByteReader::BlobView(std::string_view* s) {
+  uint64_t n;
+  SP_RETURN_IF_ERROR(U64(&n));
+  return View(n, s);
 }
 
 Status ByteReader::Ints(std::vector<int64_t>* v) {

@@ -78,6 +78,8 @@ class ByteReader {
   // Str's bytes as a view into the input (valid while the input is).
   Status StrView(std::string_view* s);
   Status Blob(std::string* s);
+  // Blob's bytes as a view into the input.
+  Status BlobView(std::string_view* s);
   Status Ints(std::vector<int64_t>* v);
   Status Dims(size_t rank, std::vector<int64_t>* v);
   // A count whose items take at least min_item_bytes (> 0) each: checked

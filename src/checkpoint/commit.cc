@@ -157,6 +157,12 @@ Status CommitCheckpoint(Storage* storage, const std::string& dir, const std::str
   previous->clear();
   // A large manifest: its shards go into data/ with the data (format v3).
   SP_ASSIGN_OR_RETURN(std::string top, WriteManifestShards(storage, w, manifest));
+  return CommitManifestBytes(storage, dir, w, top, previous);
+}
+
+Status CommitManifestBytes(Storage* storage, const std::string& dir, const std::string& w,
+                           const std::string& top, std::string* previous) {
+  previous->clear();
   SP_RETURN_IF_ERROR(storage->SyncDir(JoinPath(w, kDataDir)));
   // Steps 2 and 3 (on an object store, the one conditional PUT): the
   // manifest, or the index of the shards, is the commit point.

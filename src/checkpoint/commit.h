@@ -29,6 +29,10 @@ Result<std::string> PrepareDirectory(Storage* storage, const std::string& dir, b
 // is empty.
 Status CommitCheckpoint(Storage* storage, const std::string& dir, const std::string& write_dir,
                         const internal_format::Manifest& manifest, std::string* previous);
+// The same, where the manifest's bytes (`top`: a v2 manifest, or an index
+// whose shards are already durable in `write_dir`/data) are given.
+Status CommitManifestBytes(Storage* storage, const std::string& dir, const std::string& write_dir,
+                           const std::string& top, std::string* previous);
 
 // Rank 0, after the agreed failure of a save into `dir` that wrote into `w`
 // (PrepareDirectory's result): removes its data files and manifest.tmp, and

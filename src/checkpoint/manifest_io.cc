@@ -35,15 +35,19 @@ Result<std::string> WriteManifestShards(Storage* storage, const std::string& w, 
   std::string whole = EncodeManifest(m);
   if (whole.size() <= s.threshold || m.version < 2) return whole;
   whole.clear();
-  const SplitResult split = SplitManifest(m, s.shard_bytes, s.part_bytes);
+  const SplitResult split = SplitManifest(m, s.shard_bytes, s.part_bytes, kShardsFile);
+  SP_RETURN_IF_ERROR(WriteShardFile(storage, w, split, kShardsFile));
+  return EncodeIndex(split.index);
+}
+
+Status WriteShardFile(Storage* storage, const std::string& w, const SplitResult& split,
+                      const std::string& file) {
   std::string all;
   all.reserve(split.index.shards.empty()
                   ? 0
                   : split.index.shards.back().offset + split.index.shards.back().nbytes);
   for (const std::string& shard : split.shards) all += shard;
-  // Write and fsync; the caller's SyncDir of data/ makes its name durable.
-  SP_RETURN_IF_ERROR(storage->WriteStringToFile(JoinPath(w, kShardsFile), all));
-  return EncodeIndex(split.index);
+  return storage->WriteStringToFile(JoinPath(w, file), all);
 }
 
 }  // namespace shardpoint::internal_checkpoint

@@ -29,4 +29,9 @@ void SetManifestSharding(const ManifestSharding& s);
 Result<std::string> WriteManifestShards(Storage* storage, const std::string& w,
                                         const internal_format::Manifest& m);
 
+// Writes `split`'s shards back to back to `w`/`file` and fsyncs it (the
+// commit's SyncDir of `w`/data makes its name durable).
+Status WriteShardFile(Storage* storage, const std::string& w,
+                      const internal_format::SplitResult& split, const std::string& file);
+
 }  // namespace shardpoint::internal_checkpoint

@@ -110,7 +110,7 @@ TEST(PlanCache, SavesNeverChangeTheCachedManifest) {
     o.plan_cache = &cache;
     Result<SaveStats> st = Save(state, dir, *comm, o);
     ASSERT_TRUE(st.ok()) << st.status().ToString();
-    const internal_format::Manifest& cached = cache.impl().plan->manifest;
+    const internal_format::Manifest& cached = cache.impl().owned->manifest;
     EXPECT_FALSE(cached.has_common);
     EXPECT_TRUE(cached.common.empty());
     EXPECT_TRUE(cached.metadata_json.empty());

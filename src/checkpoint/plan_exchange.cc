@@ -6,7 +6,6 @@
 #include "src/plan/plan_cache.h"
 
 using shardpoint::internal_base::Guarded;
-using shardpoint::internal_plan::AssemblePlan;
 using shardpoint::internal_plan::CacheMatches;
 using shardpoint::internal_plan::Contribution;
 using shardpoint::internal_plan::CountLookup;
@@ -22,8 +21,6 @@ using shardpoint::internal_plan::PlanKey;
 using shardpoint::internal_plan::PlanLocal;
 using shardpoint::internal_plan::PlanOwnedKeys;
 using shardpoint::internal_plan::Replies;
-using shardpoint::internal_plan::SavePlan;
-using shardpoint::internal_plan::StoreGlobalPlan;
 using shardpoint::internal_plan::StoreLocalPlan;
 using shardpoint::internal_plan::UnnamedInReplies;
 
@@ -156,15 +153,6 @@ Status PlanSaveCollective(Comm& comm, const Result<Contribution>& mine, SavePlan
   out->local = std::make_shared<const LocalPlan>(std::move(*lp));
   if (cache) StoreLocalPlan(*cache, key, out->local);
   return OkStatus();
-}
-
-Result<std::shared_ptr<const SavePlan>> GlobalPlan(const std::vector<std::string>& structures,
-                                                   bool cached, SavePlanCache* cache) {
-  if (cached) return cache->impl().plan;
-  SP_ASSIGN_OR_RETURN(SavePlan plan, AssemblePlan(structures));
-  auto shared = std::make_shared<const SavePlan>(std::move(plan));
-  if (cache) StoreGlobalPlan(*cache, shared);
-  return shared;
 }
 
 }  // namespace shardpoint::internal_checkpoint

@@ -28,8 +28,8 @@ struct PlanTraffic {
 };
 
 struct PlannedSave {
-  // Agreed: every rank's plan came from its cache (then rank 0's global plan
-  // is the cache's too, and the structures are not sent again).
+  // Agreed: every rank's plan came from its cache (then so do the records
+  // each rank assembles at the commit, and the structures are not sent again).
   bool cached = false;
   std::shared_ptr<const internal_plan::LocalPlan> local;
 };
@@ -41,10 +41,5 @@ struct PlannedSave {
 Status PlanSaveCollective(Comm& comm, const Result<internal_plan::Contribution>& mine,
                           SavePlanCache* cache, bool list_replicas, PlannedSave* out,
                           Status* plan_status, PlanTraffic* traffic);
-
-// Rank 0, at the commit: the global plan, from the cache where every rank
-// hit, else assembled from the gathered structures (and then cached).
-Result<std::shared_ptr<const internal_plan::SavePlan>> GlobalPlan(
-    const std::vector<std::string>& structures, bool cached, SavePlanCache* cache);
 
 }  // namespace shardpoint::internal_checkpoint

@@ -10,20 +10,22 @@
 //      then two all-to-alls, each carrying a failed rank's status);
 //   3. every rank lays out and writes and fsyncs its data file; a rank whose
 //      plan failed (every rank gets an owner's plan error) writes nothing and
-//      carries the error on; with verify_replicas, the checksums of the
-//      replicas a rank holds and of the chunks it wrote that others hold go
-//      to the keys' owners, which compare them (replica_owners.h: one
-//      all-to-all; a rank that failed sends nothing);
-//   4. statuses, checksums, each owner's replica finding and each rank's
-//      structure (the records of the keys it owns, the chunks it wrote) are
-//      gathered to rank 0, which assembles the manifest and commits
+//      carries the error on;
+//   4. the commit (owner_commit.h): the places and checksums of the chunks
+//      each rank wrote go to the keys' owners (with verify_replicas, the
+//      replicas' checksums too: replica_owners.h), one all-to-all; each
+//      owner assembles its keys' records, compares the replicas, and writes
+//      large records as its own manifest shards; statuses, each owner's
+//      replica finding and its part (small records, or its shards' index)
+//      and the objects are gathered to rank 0, which writes the manifest
 //      (commit.cc) if every rank was OK and no owner found a replica that
 //      differs; (gather, then broadcast the outcome with the save's totals)
 // When the agreed outcome is failure, rank 0 removes what the save wrote
 // (RemoveFailedSave), so that a failed save does not keep the space it took.
-// With a SavePlanCache, step 2 is skipped, and step 4 sends no structures,
-// when every rank's contribution hashes to its cached plan's key (the ranks
-// agree on that first, so they hit or miss together). Rank 0 reports the
+// With a SavePlanCache, step 2 is skipped, and step 4 sends no structures
+// (every rank keeps the records it assembled), when every rank's
+// contribution hashes to its cached plan's key (the ranks agree on that
+// first, so they hit or miss together). Rank 0 reports the
 // outcome through SaveOptions::log only after step 4 (the commit).
 #include <chrono>
 #include <cstdio>
@@ -32,9 +34,9 @@
 #include "shardpoint/checkpoint.h"
 #include "src/base/bytes.h"
 #include "src/base/guard.h"
-#include "src/checkpoint/checksum_message.h"
 #include "src/checkpoint/commit.h"
 #include "src/checkpoint/held_save.h"
+#include "src/checkpoint/owner_commit.h"
 #include "src/checkpoint/plan_exchange.h"
 #include "src/checkpoint/replica_check.h"
 #include "src/checkpoint/replica_owners.h"
@@ -51,13 +53,14 @@
 using shardpoint::internal_base::ByteReader;
 using shardpoint::internal_base::ByteWriter;
 using shardpoint::internal_base::Guarded;
-using shardpoint::internal_checkpoint::CommitCheckpoint;
-using shardpoint::internal_checkpoint::DecodeChecksums;
-using shardpoint::internal_checkpoint::EncodeChecksums;
+using shardpoint::internal_checkpoint::CommitManifestBytes;
+using shardpoint::internal_checkpoint::CommitMessageOf;
+using shardpoint::internal_checkpoint::CommitTotals;
+using shardpoint::internal_checkpoint::AssembleManifest;
 using shardpoint::internal_checkpoint::EncodeReplicaSums;
-using shardpoint::internal_checkpoint::ExchangeReplicaSums;
-using shardpoint::internal_checkpoint::FirstMismatch;
-using shardpoint::internal_checkpoint::GlobalPlan;
+using shardpoint::internal_checkpoint::OwnerInbox;
+using shardpoint::internal_checkpoint::SendToOwners;
+using shardpoint::internal_checkpoint::Written;
 using shardpoint::internal_checkpoint::PlannedSave;
 using shardpoint::internal_checkpoint::PlanSaveCollective;
 using shardpoint::internal_checkpoint::PlanTraffic;
@@ -69,10 +72,7 @@ using shardpoint::internal_checkpoint::WriterOptions;
 using shardpoint::internal_comm::BroadcastAgreed;
 using shardpoint::internal_comm::GatherAgreed;
 using shardpoint::internal_format::CheckMetadataJson;
-using shardpoint::internal_format::ChunkRecord;
 using shardpoint::internal_format::kDefaultBlockSize;
-using shardpoint::internal_format::Manifest;
-using shardpoint::internal_format::TensorRecord;
 using shardpoint::internal_geometry::ContiguousView;
 using shardpoint::internal_geometry::View;
 using shardpoint::internal_io::CallResources;
@@ -83,7 +83,6 @@ using shardpoint::internal_plan::LocalPlan;
 using shardpoint::internal_plan::ObjectDesc;
 using shardpoint::internal_plan::RankFile;
 using shardpoint::internal_plan::Region;
-using shardpoint::internal_plan::SavePlan;
 using shardpoint::internal_plan::WriteItem;
 using shardpoint::internal_source::HasManifest;
 using shardpoint::internal_source::RemoveCheckpoint;
@@ -91,21 +90,6 @@ using shardpoint::internal_source::RemoveCheckpoint;
 namespace shardpoint {
 namespace internal_checkpoint {
 namespace {
-
-// Fills the checksums of rank r's items into the manifest.
-void ApplyChecksums(const RankFile& rf, const std::vector<uint64_t>& sums,
-                    std::vector<std::vector<uint64_t>>& blocks, Manifest* m) {
-  for (size_t i = 0; i < rf.items.size(); ++i) {
-    const WriteItem& item = rf.items[i];
-    if (item.is_object) {
-      m->objects[item.record].checksum = sums[i];
-    } else {
-      ChunkRecord& c = m->tensors[item.record].chunks[item.chunk];
-      c.checksum = sums[i];
-      if (i < blocks.size()) c.block_sums = std::move(blocks[i]);
-    }
-  }
-}
 
 std::vector<View> Sources(const RankFile& rf, const std::vector<Region>& regions,
                           const State& state) {
@@ -148,7 +132,6 @@ Result<Contribution> MakeContribution(const State& state, const std::vector<Regi
 
 }  // namespace internal_checkpoint
 
-using internal_checkpoint::ApplyChecksums;
 using internal_checkpoint::MakeContribution;
 using internal_checkpoint::Sources;
 
@@ -230,93 +213,17 @@ Status WriteRankFile(const LocalPlan& plan, int rank, const std::string& write_d
   });
 }
 
-// Step 3b, with verify_replicas: this rank's replica checksums to the keys'
-// owners, and as an owner its finding (`report`, for rank 0). A rank that
-// failed sends nothing (its status reaches rank 0 in step 4); this fails
-// only if the exchange does.
-Status VerifyReplicas(Comm& comm, const Result<Contribution>& mine, const PlannedSave& planned,
-                      const std::vector<uint64_t>& sums, const std::vector<uint64_t>& replica_sums,
-                      Status* s, std::string* report) {
-  std::vector<std::string> send(comm.size());
-  if (s->ok()) {
-    Result<std::vector<std::string>> enc = Guarded("save: checking replicas", [&] {
-      return Result<std::vector<std::string>>(
-          EncodeReplicaSums(*mine, *planned.local, sums, replica_sums, comm.size()));
-    });
-    if (enc.ok()) {
-      send = std::move(*enc);
-    } else {
-      *s = enc.status();
-    }
-  }
-  uint64_t sent = 0, received = 0;
-  return Guarded("save: checking replicas",
-                 [&] { return ExchangeReplicaSums(comm, send, report, &sent, &received); });
-}
-
-// Step 4's message to rank 0: this rank's structure (empty when the plan was
-// cached everywhere), its replica finding as an owner, then its checksums.
-std::string CommitMessage(const LocalPlan& plan, bool cached, const std::string& report,
-                          const std::vector<uint64_t>& sums,
-                          const std::vector<std::vector<uint64_t>>& block_sums) {
-  ByteWriter w;
-  w.Blob(cached ? std::string_view() : std::string_view(plan.structure));
-  w.Blob(report);
-  std::string out = std::move(w.str());
-  out += EncodeChecksums(sums, block_sums);
-  return out;
-}
-
-// Rank 0: splits each gathered message into structures, replica reports
-// and checksums.
-Status SplitCommitMessages(std::vector<std::string>& gathered, std::vector<std::string>* structures,
-                           std::vector<std::string>* reports) {
-  structures->resize(gathered.size());
-  reports->resize(gathered.size());
-  for (size_t r = 0; r < gathered.size(); ++r) {
-    ByteReader in(gathered[r], "save: commit message of rank " + std::to_string(r));
-    SP_RETURN_IF_ERROR(in.Blob(&(*structures)[r]));
-    SP_RETURN_IF_ERROR(in.Blob(&(*reports)[r]));
-    gathered[r].erase(0, in.pos());
-  }
-  return OkStatus();
-}
-
-// Step 4 on rank 0: this save's manifest (its own copy: the plan may be the
-// cache's, shared by later saves) with every rank's checksums from
-// `gathered`, the owners' replica findings (`reports`: the first mismatch
-// fails the save), then the commit. `previous` receives an overwrite's
-// previous checkpoint, removed after the outcome is agreed.
-Status CommitOnRank0(const SavePlan& plan, const std::vector<std::string>& gathered,
-                     const std::vector<std::string>& reports, const State& state, Storage* storage,
-                     const std::string& dir, const std::string& write_dir, std::string* previous) {
-  return Guarded("save: committing '" + dir + "'", [&]() -> Status {
-    Manifest m = plan.manifest;
-    for (size_t r = 0; r < gathered.size(); ++r) {
-      const RankFile& file = plan.ranks[r];
-      std::vector<std::vector<uint64_t>> blocks;
-      SP_ASSIGN_OR_RETURN(std::vector<uint64_t> got, DecodeChecksums(gathered[r], file.items.size(),
-                                                                     static_cast<int>(r), &blocks));
-      ApplyChecksums(file, got, blocks, &m);
-    }
-    SP_RETURN_IF_ERROR(FirstMismatch(reports));
-    m.has_common = state.common.has_value();
-    if (m.has_common) m.common = *state.common;
-    m.metadata_json = state.metadata_json;
-    return CommitCheckpoint(storage, dir, write_dir, m, previous);
+// Step 3b, with verify_replicas (and more than one rank): what this rank
+// tells each key's owner of its replicas (replica_owners.h).
+Status ReplicaSumsFor(const Contribution& mine, const LocalPlan& lp,
+                      const std::vector<uint64_t>& replica_sums, int n, Written* written) {
+  return Guarded("save: checking replicas", [&]() -> Status {
+    written->replica_sums = EncodeReplicaSums(mine, lp, written->sums, replica_sums, n);
+    return OkStatus();
   });
 }
 
-// The save's totals, which only rank 0 knows, travel with the outcome.
-struct Totals {
-  uint64_t bytes = 0, files = 0, chunks = 0;
-};
-
-Totals TotalsOf(const SavePlan& plan) {
-  Totals t{plan.total_bytes, plan.manifest.files.size(), 0};
-  for (const TensorRecord& rec : plan.manifest.tensors) t.chunks += rec.chunks.size();
-  return t;
-}
+using Totals = CommitTotals;
 
 // Rank 0's outcome (the agreed error or the commit's, unchanged) and, when
 // OK, the totals reach every rank.
@@ -397,28 +304,42 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
       std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_start).count();
 
   // 3. A rank whose plan failed writes nothing and carries the error on.
-  std::vector<uint64_t> sums, replica_sums;
-  std::vector<std::vector<uint64_t>> block_sums;
+  Written written;
+  std::vector<uint64_t> replica_sums;
   if (s.ok()) {
-    s = WriteRankFile(*planned.local, rank, write_dir, *regions, state, options, res, &sums,
-                      &block_sums, &replica_sums);
+    s = WriteRankFile(*planned.local, rank, write_dir, *regions, state, options, res,
+                      &written.sums, &written.blocks, &replica_sums);
+  }
+  if (s.ok() && options.verify_replicas && comm.size() > 1) {
+    s = ReplicaSumsFor(*mine, *planned.local, replica_sums, comm.size(), &written);
   }
 
-  // 3b. With verify_replicas (and more than one rank), the keys' owners
-  // compare the replicas.
-  std::string report;
-  if (options.verify_replicas && comm.size() > 1) {
-    SP_RETURN_IF_ERROR(VerifyReplicas(comm, mine, planned, sums, replica_sums, &s, &report));
+  // 4a. The chunks' places and checksums (and the replicas') to the keys'
+  // owners; 4b. each owner assembles its keys' records and writes them as
+  // shards, or sends them on (owner_commit.h).
+  OwnerInbox inbox;
+  uint64_t sent = 0, received = 0;
+  SP_RETURN_IF_ERROR(SendToOwners(comm, s.ok() ? planned.local.get() : nullptr, planned.cached,
+                                  written, &inbox, &sent, &received));
+  std::string message;
+  if (s.ok()) {
+    Result<std::string> m = Guarded("save: committing its keys' records", [&] {
+      return CommitMessageOf(inbox, *planned.local, planned.cached, options.plan_cache, written,
+                             comm, storage, write_dir);
+    });
+    if (m.ok()) {
+      message = std::move(*m);
+    } else {
+      s = m.status();
+    }
   }
+  written = Written();
 
-  // 4. Commit (rank 0 assembles the plan, takes the owners' first replica
-  // mismatch, if any, and commits).
+  // 4c. Rank 0 assembles the manifest, takes the owners' first replica
+  // mismatch, if any, and commits.
   std::vector<std::string> all;
-  Status gathered = GatherAgreed(
-      comm, s,
-      s.ok() ? CommitMessage(*planned.local, planned.cached, report, sums, block_sums) : "", 0,
-      &all);
-  block_sums.clear();
+  Status gathered = GatherAgreed(comm, s, message, 0, &all);
+  message.clear();
   if (held.active() && (rank == 0 || gathered.ok())) {
     SP_RETURN_IF_ERROR(held.Settle(comm, &gathered, write_dir_out));
   }
@@ -426,12 +347,11 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   Totals totals;
   if (rank == 0 && gathered.ok()) {
     Status committed = Guarded("save: committing '" + dir + "'", [&]() -> Status {
-      std::vector<std::string> structures, reports;
-      SP_RETURN_IF_ERROR(SplitCommitMessages(all, &structures, &reports));
-      SP_ASSIGN_OR_RETURN(std::shared_ptr<const SavePlan> plan,
-                          GlobalPlan(structures, planned.cached, options.plan_cache));
-      totals = TotalsOf(*plan);
-      return CommitOnRank0(*plan, all, reports, state, storage, dir, write_dir, &previous);
+      SP_ASSIGN_OR_RETURN(std::string top,
+                          AssembleManifest(all, planned.cached, options.plan_cache, state, storage,
+                                           write_dir, &totals));
+      all.clear();
+      return CommitManifestBytes(storage, dir, write_dir, top, &previous);
     });
     // Named like every agreed error: "rank 0: ..."
     if (!committed.ok()) gathered = Status(committed.code(), "rank 0: " + committed.message());

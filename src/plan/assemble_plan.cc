@@ -115,32 +115,44 @@ Status MergeSkeletons(std::vector<Structure>& st, Manifest* m) {
 
 }  // namespace
 
-Result<SavePlan> AssemblePlan(const std::vector<std::string>& structures) {
-  const size_t n = structures.size();
-  std::vector<Structure> st(n);
-  for (size_t r = 0; r < n; ++r) {
-    SP_ASSIGN_OR_RETURN(st[r], DecodeStructure(structures[r], static_cast<int>(r)));
+Result<OwnedPlan> AssembleOwned(const std::vector<std::pair<int, std::string_view>>& structures) {
+  std::vector<Structure> st(structures.size());
+  for (size_t i = 0; i < structures.size(); ++i) {
+    SP_ASSIGN_OR_RETURN(st[i], DecodeStructure(structures[i].second, structures[i].first));
   }
-  SavePlan plan;
+  OwnedPlan plan;
   SP_RETURN_IF_ERROR(MergeSkeletons(st, &plan.manifest));
   Records records(&plan.manifest);
-  plan.ranks.resize(n);
-  for (size_t r = 0; r < n; ++r) {
-    RankFile& rf = plan.ranks[r];
-    const int rank = static_cast<int>(r);
-    if (!st[r].items.empty()) {
-      rf.file = static_cast<int32_t>(plan.manifest.files.size());
-      plan.manifest.files.push_back(std::string(kDataDir) + "/" + std::to_string(r) +
-                                    ".safetensors");
-    }
-    for (const PieceRef& p : st[r].items) {
-      WriteItem item;
-      SP_RETURN_IF_ERROR(records.Place(p, st[r].keys[p.key], rank, rf.file, &item));
-      rf.items.push_back(item);
+  for (size_t i = 0; i < st.size(); ++i) {
+    if (st[i].items.empty()) continue;
+    const int rank = structures[i].first;
+    const auto f = static_cast<uint32_t>(plan.manifest.files.size());
+    plan.manifest.files.push_back(std::string(kDataDir) + "/" + std::to_string(rank) +
+                                  ".safetensors");
+    std::vector<WriteItem>& items = plan.writers.emplace_back(rank, std::vector<WriteItem>()).second;
+    items.reserve(st[i].items.size());
+    for (const PieceRef& p : st[i].items) {
+      SP_RETURN_IF_ERROR(records.Place(p, st[i].keys[p.key], rank, f, &items.emplace_back()));
       plan.total_bytes += p.nbytes;
     }
   }
   SP_RETURN_IF_ERROR(records.CheckComplete());
+  return plan;
+}
+
+Result<SavePlan> AssemblePlan(const std::vector<std::string>& structures) {
+  std::vector<std::pair<int, std::string_view>> all;
+  for (size_t r = 0; r < structures.size(); ++r) all.emplace_back(static_cast<int>(r), structures[r]);
+  SP_ASSIGN_OR_RETURN(OwnedPlan owned, AssembleOwned(all));
+  SavePlan plan;
+  plan.manifest = std::move(owned.manifest);
+  plan.total_bytes = owned.total_bytes;
+  plan.ranks.resize(structures.size());
+  for (size_t f = 0; f < owned.writers.size(); ++f) {
+    RankFile& rf = plan.ranks[owned.writers[f].first];
+    rf.file = static_cast<int32_t>(f);
+    rf.items = std::move(owned.writers[f].second);
+  }
   return plan;
 }
 

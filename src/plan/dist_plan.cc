@@ -12,6 +12,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <tuple>
 #include <unordered_map>
@@ -298,6 +299,40 @@ Status CollectRoles(const Contribution& mine, const Replies& replies, int n,
   return OkStatus();
 }
 
+// LocalPlan's commit split: the items of `writes` (file order) by where
+// their records are assembled, the skeleton's tensors to this rank as their
+// owner, its objects to rank 0.
+Status SplitByOwner(const std::vector<Mine>& writes, std::string_view skeleton, int n, int rank,
+                    LocalPlan* lp) {
+  SP_ASSIGN_OR_RETURN(Manifest sk, DecodeSkeleton(skeleton, rank));
+  Manifest tensors, objects;
+  tensors.tensors = std::move(sk.tensors);
+  objects.objects = std::move(sk.objects);
+  const std::string tensor_skeleton = EncodeSkeleton(tensors);
+  const std::string object_skeleton = EncodeSkeleton(objects);
+  const std::string no_skeleton = EncodeSkeleton(Manifest());
+  std::map<int, StructureWriter> parts;
+  if (!tensors.tensors.empty()) parts.try_emplace(rank, tensor_skeleton);
+  StructureWriter object_part(object_skeleton);
+  lp->item_owner.reserve(writes.size());
+  for (size_t i = 0; i < writes.size(); ++i) {
+    const Mine& p = writes[i];
+    const WriteItem& item = lp->file.items[i];
+    if (p.is_object) {
+      object_part.Item(true, *p.key, 0, p.index, item.offset, p.nbytes);
+      lp->item_owner.push_back(-1);
+      continue;
+    }
+    const int owner = KeyOwner(*p.key, n);
+    auto it = parts.try_emplace(owner, owner == rank ? tensor_skeleton : no_skeleton).first;
+    it->second.Item(false, *p.key, p.chunk, nullptr, item.offset, p.nbytes);
+    lp->item_owner.push_back(owner);
+  }
+  for (auto& [owner, w] : parts) lp->owner_structures.emplace_back(owner, w.Finish());
+  lp->object_structure = object_part.Finish();
+  return OkStatus();
+}
+
 }  // namespace
 
 Result<LocalPlan> PlanLocal(const Contribution& mine, const Replies& replies, int n,
@@ -343,6 +378,7 @@ Result<LocalPlan> PlanLocal(const Contribution& mine, const Replies& replies, in
   }
   lp.path = std::string(kDataDir) + "/" + std::to_string(rank) + ".safetensors";
   lp.structure = structure.Finish();
+  SP_RETURN_IF_ERROR(SplitByOwner(writes, skeleton, n, rank, &lp));
   return lp;
 }
 

@@ -86,12 +86,37 @@ struct LocalPlan {
   std::vector<uint32_t> shared;
   std::string path;       // "data/<rank>.safetensors"
   std::string structure;  // for AssemblePlan
+  // The save's commit (src/checkpoint/owner_commit.h) assembles each key's
+  // records at its owner and the objects' at rank 0, so the same items go
+  // there instead: `item_owner[i]` is file.items[i]'s key's owner (KeyOwner),
+  // or -1 for an object; `owner_structures` one structure per owner that this
+  // rank writes chunks of or that is this rank and owns tensors (its entry
+  // carries its tensor skeleton), sorted by owner; `object_structure` the
+  // objects it owns (skeleton) and writes, for rank 0.
+  std::vector<int32_t> item_owner;
+  std::vector<std::pair<int, std::string>> owner_structures;
+  std::string object_structure;
 };
 // `replies` from the owners of N ranks. The first plan error any owner sent
 // (PlanError order) is returned: every rank receives the same errors, so
 // every rank returns the same one, the one PlanSave returns.
 Result<LocalPlan> PlanLocal(const Contribution& mine, const Replies& replies, int n,
                             std::string_view skeleton, int rank, bool list_replicas);
+
+// The records of some keys and who writes them: an owner's tensors, or rank
+// 0's objects, assembled from the structures the writers sent it.
+struct OwnedPlan {
+  // The records (checksums 0); files: the writers' data files, in rank order.
+  internal_format::Manifest manifest;
+  // (rank, its items of these records in the order it listed them; record
+  // indexes manifest), sorted by rank.
+  std::vector<std::pair<int, std::vector<WriteItem>>> writers;
+  uint64_t total_bytes = 0;
+};
+// `structures`: (rank, structure), sorted by rank, without duplicates.
+// InternalError where a structure names a piece no skeleton holds or a piece
+// twice, or where a piece has no writer.
+Result<OwnedPlan> AssembleOwned(const std::vector<std::pair<int, std::string_view>>& structures);
 
 // Rank 0: the global plan from every rank's structure (indexed by rank):
 // the manifest (checksums 0) and per rank its items with their records

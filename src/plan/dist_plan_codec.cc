@@ -170,6 +170,12 @@ std::string EncodeSkeleton(const Manifest& m) {
   return std::move(w.str());
 }
 
+Result<Manifest> DecodeSkeleton(std::string_view bytes, int rank) {
+  Manifest m;
+  SP_RETURN_IF_ERROR(ReadSkeleton(bytes, rank, &m));
+  return m;
+}
+
 uint32_t StructureWriter::Intern(const std::string& key) {
   auto [it, fresh] = ids_.try_emplace(key, static_cast<uint32_t>(ids_.size()));
   if (fresh) keys_.Str(key);

@@ -56,6 +56,7 @@ Result<std::vector<PlanError>> DecodeReply(std::string_view bytes, int owner, Re
 
 // An owner's records (tensors with chunk boxes, objects), locations unset.
 std::string EncodeSkeleton(const internal_format::Manifest& m);
+Result<internal_format::Manifest> DecodeSkeleton(std::string_view bytes, int rank);
 
 // A rank's structure message: its skeleton and the pieces it writes (with
 // their offsets); keys interned. The replicas it holds are not listed: their

@@ -35,9 +35,9 @@ PlanKey LocalPlanKey(const std::string& encoded, int rank, int n, bool list_repl
   return k;
 }
 
-bool CacheMatches(SavePlanCache& cache, const PlanKey& key, bool need_global) {
+bool CacheMatches(SavePlanCache& cache, const PlanKey& key, bool rank0) {
   const SavePlanCacheImpl& c = cache.impl();
-  return c.valid && c.key == key && c.local && (!need_global || c.plan);
+  return c.valid && c.key == key && c.local && c.owned && (!rank0 || c.objects);
 }
 
 void CountLookup(SavePlanCache& cache, bool hit) {
@@ -48,7 +48,8 @@ void InvalidatePlan(SavePlanCache& cache) {
   SavePlanCacheImpl& c = cache.impl();
   c.valid = false;
   c.local.reset();
-  c.plan.reset();
+  c.owned.reset();
+  c.objects.reset();
 }
 
 void StoreLocalPlan(SavePlanCache& cache, const PlanKey& key, std::shared_ptr<const LocalPlan> lp) {
@@ -56,11 +57,16 @@ void StoreLocalPlan(SavePlanCache& cache, const PlanKey& key, std::shared_ptr<co
   c.valid = lp != nullptr;
   c.key = key;
   c.local = std::move(lp);
-  c.plan.reset();
+  c.owned.reset();
+  c.objects.reset();
 }
 
-void StoreGlobalPlan(SavePlanCache& cache, std::shared_ptr<const SavePlan> plan) {
-  if (cache.impl().valid) cache.impl().plan = std::move(plan);
+void StoreOwnedPlan(SavePlanCache& cache, std::shared_ptr<const OwnedPlan> owned) {
+  if (cache.impl().valid) cache.impl().owned = std::move(owned);
+}
+
+void StoreObjectPlan(SavePlanCache& cache, std::shared_ptr<const OwnedPlan> objects) {
+  if (cache.impl().valid) cache.impl().objects = std::move(objects);
 }
 
 }  // namespace internal_plan

@@ -30,21 +30,24 @@ struct SavePlanCacheImpl {
   PlanKey key;
   // This rank's part of the plan.
   std::shared_ptr<const LocalPlan> local;
-  // Rank 0: the global plan assembled with it. Never changed once stored:
-  // each save fills the checksums, common blob and metadata into its own
-  // copy of the manifest.
-  std::shared_ptr<const SavePlan> plan;
+  // The records this rank assembled at the commit with it (its keys as their
+  // owner; on rank 0 also every object). Never changed once stored: each save
+  // fills the checksums into its own copy.
+  std::shared_ptr<const OwnedPlan> owned;
+  std::shared_ptr<const OwnedPlan> objects;  // rank 0
   int64_t hits = 0, misses = 0;
 };
 
-// Whether the cache holds this rank's part for `key` (and, on rank 0, the
-// global plan). Counts nothing: the ranks agree first.
-bool CacheMatches(SavePlanCache& cache, const PlanKey& key, bool need_global);
+// Whether the cache holds this rank's part for `key` and its owned records
+// (and, on rank 0, the objects'). Counts nothing: the ranks agree first.
+bool CacheMatches(SavePlanCache& cache, const PlanKey& key, bool rank0);
 void CountLookup(SavePlanCache& cache, bool hit);
 // Replanning: forget the entry (so that a plan that fails leaves none).
 void InvalidatePlan(SavePlanCache& cache);
 void StoreLocalPlan(SavePlanCache& cache, const PlanKey& key, std::shared_ptr<const LocalPlan> lp);
-// Rank 0: the global plan of the stored local plan.
-void StoreGlobalPlan(SavePlanCache& cache, std::shared_ptr<const SavePlan> plan);
+// The records assembled at the commit of the stored local plan: this rank's
+// keys', and on rank 0 the objects'.
+void StoreOwnedPlan(SavePlanCache& cache, std::shared_ptr<const OwnedPlan> owned);
+void StoreObjectPlan(SavePlanCache& cache, std::shared_ptr<const OwnedPlan> objects);
 
 }  // namespace shardpoint::internal_plan

@@ -25,6 +25,12 @@ namespace {
 using internal_checkpoint::ManifestSharding;
 using testing::ParallelConfig;
 
+// A manifest shards file: rank 0's data/manifest.shards or an owner's
+// data/manifest.<rank>.shards (format v6).
+bool IsShardsFile(const std::string& path) {
+  return path.find("/data/manifest.") != std::string::npos && path.ends_with(".shards");
+}
+
 // Counts the reads of the manifest and of the manifest shards.
 class MetadataCounter : public StorageWrapper {
  public:
@@ -34,7 +40,7 @@ class MetadataCounter : public StorageWrapper {
   Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
     SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, StorageWrapper::NewReadableFile(path));
     std::atomic<int>* count = path.ends_with("/manifest")               ? &manifest_reads
-                              : path.ends_with("/data/manifest.shards") ? &shard_reads
+                              : IsShardsFile(path) ? &shard_reads
                                                                         : nullptr;
     return std::unique_ptr<ReadableFile>(new Counting(std::move(f), count));
   }

@@ -21,14 +21,20 @@
 namespace shardpoint {
 namespace {
 
-// Counts the reads of data/manifest.shards.
+// A manifest shards file: rank 0's data/manifest.shards or an owner's
+// data/manifest.<rank>.shards (format v6).
+bool IsShardsFile(const std::string& path) {
+  return path.find("/data/manifest.") != std::string::npos && path.ends_with(".shards");
+}
+
+// Counts the reads of the manifest shards files.
 class ShardReads : public StorageWrapper {
  public:
   using StorageWrapper::StorageWrapper;
   std::atomic<int> reads{0};
   Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
     SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, StorageWrapper::NewReadableFile(path));
-    if (!path.ends_with("/data/manifest.shards")) return f;
+    if (!IsShardsFile(path)) return f;
     return std::unique_ptr<ReadableFile>(new Counting(std::move(f), &reads));
   }
 
