@@ -168,6 +168,20 @@ SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes = kDefaultShar
                           uint64_t part_bytes = kDefaultPartBytes,
                           const std::string& file = kShardsFile);
 
+// One index from indexes of disjoint key sets, each a v6 non-partial index
+// with shard files of its own (e.g. one per owner rank, SplitManifest of its
+// keys into data/manifest.<rank>.shards): version kIndexVersion, the shard
+// files in part order, part p's shard s renumbered to (the shards of the
+// parts before p) + s (its file likewise; offsets in a file are unchanged),
+// tensor entries in key order and object runs in (key, index) order (runs of
+// different parts stay separate runs). So a shard may hold keys that are not
+// adjacent in key order; DecodeIndex, the Shards* functions and MergeShards
+// take that. has_common, common and metadata_json are left empty for the
+// caller. InternalError on a key or object in two parts, a shard file in two
+// parts, block sizes that differ, or a part that is partial, not v6 or whose
+// shards and files do not match (a file out of range or holding no shard).
+Result<ManifestIndex> CombineIndexes(std::vector<ManifestIndex> parts);
+
 // Writes index.version's layout (3: every tensor must have one part).
 // REQUIRES: !index.partial; below v6, shard_files empty or {kShardsFile}
 // and every shard in file 0 (aborts otherwise).
