@@ -1,7 +1,7 @@
 // Writes the seed inputs of fuzz/corpus/ from real encodings: a small
 // two-rank checkpoint (its manifest and data files), an HF model directory
 // (its header blob, index.json and config.json), a save-plan contribution,
-// an all-to-all exchange and a sharded manifest's index in versions 3 to 5.
+// an all-to-all exchange and a sharded manifest's index in versions 3 to 6.
 // Not built by default:
 //
 //   cmake --build build-test --target fuzz_make_corpus
@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -138,7 +139,8 @@ void AllToAll(const fs::path& out) {
 }
 
 // A manifest of two tensors (one cut into parts) and the RNG objects of 40
-// ranks, split into small shards, its index written in versions 3, 4 and 5.
+// ranks, split into small shards, its index written in versions 3, 4 and 5,
+// and in version 6 as two owners' indexes combined (two shard files).
 void ManifestIndex(const fs::path& out) {
   namespace fmt = sp::internal_format;
   fmt::Manifest m;
@@ -175,6 +177,22 @@ void ManifestIndex(const fs::path& out) {
   m.objects.push_back({"step", {}, {}, 0, 400, 8, 3});
   m.metadata_json = R"({"step": 7})";
   fmt::SplitResult split = fmt::SplitManifest(m, 400, 200);
+  {
+    // Owner 0 the tensors and the even RNG states, owner 3 the rest.
+    fmt::Manifest part[2];
+    for (fmt::Manifest& p : part) p.files = m.files;
+    part[0].tensors = m.tensors;
+    for (const fmt::ObjectRecord& o : m.objects) {
+      part[o.index.empty() || o.index[0] % 2 ? 1 : 0].objects.push_back(o);
+    }
+    sp::Result<fmt::ManifestIndex> v6 = fmt::CombineIndexes(
+        {fmt::SplitManifest(part[0], 400, 200, "data/manifest.0.shards").index,
+         fmt::SplitManifest(part[1], 400, 200, "data/manifest.3.shards").index});
+    if (!v6.ok()) std::abort();
+    v6->metadata_json = m.metadata_json;
+    Put(out / "manifest_index", "v6", fmt::EncodeIndex(*v6));
+  }
+  split.index.version = fmt::kIndexVersionV5;
   Put(out / "manifest_index", "v5", fmt::EncodeIndex(split.index));
   split.index.version = fmt::kIndexVersionV4;
   Put(out / "manifest_index", "v4", fmt::EncodeIndex(split.index));

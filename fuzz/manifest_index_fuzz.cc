@@ -1,5 +1,5 @@
 // libFuzzer target for DecodeIndex, the index of a sharded manifest (format
-// versions 3 to 5), whole and as a loading rank decodes it (IndexKeep), and
+// versions 3 to 6), whole and as a loading rank decodes it (IndexKeep), and
 // the shard choice a loading rank makes from it.
 // Built by fuzz/CMakeLists.txt; see fuzz/README.md.
 //
@@ -67,6 +67,12 @@ void DecodeOne(const std::string& bytes) {
   for (const fmt::TensorEntry& t : r->tensors) tensors.push_back(t.key);
   for (uint32_t s : fmt::ShardsForKeys(*r, tensors, fmt::ObjectKeys(*r))) {
     if (s >= r->shards.size()) std::abort();
+  }
+  // Every shard in a named file, at most its file's bytes so far.
+  std::vector<uint64_t> end(r->shard_files.size(), 0);
+  for (const fmt::ShardRef& s : r->shards) {
+    if (s.file >= end.size() || s.offset != end[s.file]) std::abort();
+    end[s.file] += s.nbytes;
   }
 }
 

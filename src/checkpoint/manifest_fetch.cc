@@ -67,19 +67,18 @@ std::vector<std::string> Serve(Storage* storage, const std::string& dir, const M
   for (const auto& a : asks) all.insert(all.end(), a.begin(), a.end());
   std::sort(all.begin(), all.end());
   all.erase(std::unique(all.begin(), all.end()), all.end());
+  uint64_t reads = 0;
   Result<std::vector<std::pair<uint32_t, std::string>>> read =
       index == nullptr ? Result<std::vector<std::pair<uint32_t, std::string>>>(
                              InternalError("no index to serve shards from"))
                        : internal_base::Guarded("load: reading manifest shards", [&] {
-                           return ReadShards(storage, dir, *index, all);
+                           return ReadShards(storage, dir, *index, all, &reads);
                          });
   std::map<uint32_t, const std::string*> bytes;
   if (read.ok()) {
     for (const auto& [s, b] : *read) bytes[s] = &b;
     stats->shards_read += all.size();
-    for (size_t i = 0; i < all.size(); ++i) {
-      stats->storage_reads += (i == 0 || all[i] != all[i - 1] + 1) ? 1 : 0;
-    }
+    stats->storage_reads += reads;
   }
   std::vector<std::string> out(asks.size());
   for (size_t r = 0; r < asks.size(); ++r) {

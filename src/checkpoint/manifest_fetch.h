@@ -1,4 +1,4 @@
-// Fetching the part of a sharded (format v3) manifest that each rank needs,
+// Fetching the part of a sharded (format v3 to v6) manifest that each rank needs,
 // reading each shard from storage once for all ranks.
 //
 // Collective, after the index has been broadcast (rank 0 read it):
@@ -10,7 +10,9 @@
 //      regions (ShardsForBoxes);
 //   2. all-to-all: each rank asks shard s of its reader, rank s mod N;
 //   3. each reader reads the shards someone asked for, each once (one open
-//      of data/manifest.shards, one read per run of adjacent shards), and
+//      of each shard file they are in, data/manifest.shards or in v6 e.g.
+//      data/manifest.<rank>.shards, one read per run of shards adjacent in
+//      a file), and
 //      all-to-all sends each rank the shards it asked for (or the error);
 //   4. each rank checks and decodes only its shards (MergeShards).
 // So the storage sees 1 + (distinct shards the job needs) metadata reads,
@@ -39,7 +41,7 @@ struct FetchStats {
   uint64_t storage_reads = 0;    // read requests it made for them
 };
 
-// Whether broadcast source bytes ('S' + the manifest file) hold a v3 index.
+// Whether broadcast source bytes ('S' + the manifest file) hold a v3 to v6 index.
 bool IsShardedIndex(std::string_view source_bytes);
 
 // A cooperative load checks and assigns every rank's pieces on every rank, so

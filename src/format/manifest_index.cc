@@ -1,4 +1,4 @@
-// Format v3: the index and the manifest shards (docs/format.md section 3.2).
+// Formats v3 to v6: the index and the manifest shards (docs/format.md section 3.2).
 #include "src/format/manifest_index.h"
 
 #include <algorithm>
@@ -29,6 +29,8 @@ constexpr char kMagic[8] = {'S', 'H', 'R', 'D', 'P', 'N', 'T', '\0'};
 // magic, version, flags, block size, 3 counts, has_common, 2 lengths, checksum.
 constexpr size_t kMinIndex = 8 + 4 + 4 + 8 + 8 + 8 + 8 + 1 + 8 + 8 + 8;
 constexpr size_t kMinShard = 16;
+constexpr size_t kMinShardV6 = 20;  // u32 file, u64 size, u64 checksum
+constexpr size_t kMinShardFile = 4;
 constexpr size_t kMinTensor = 4 + 1 + 1 + 4 + 8;
 constexpr size_t kMinObject = 4 + 1 + 1 + 4;
 // v5: key length, grid rank, count, shard.
@@ -75,7 +77,12 @@ uint32_t EncodedVersion(std::string_view bytes) {
 }
 
 std::string ShardName(const ManifestIndex& index, uint32_t s, const std::string& dir) {
-  std::string name = (dir.empty() ? "" : dir + "/") + kShardsFile + " shard " + std::to_string(s);
+  const bool known = s < index.shards.size() && index.shards[s].file < index.shard_files.size();
+  // A shard the index does not have: its only file, if it has one.
+  const std::string& file = known ? index.shard_files[index.shards[s].file]
+                            : index.shard_files.size() == 1 ? index.shard_files[0]
+                                                            : std::string(kShardsFile);
+  std::string name = (dir.empty() ? "" : dir + "/") + file + " shard " + std::to_string(s);
   if (s >= index.shards.size()) return name;
   const ShardRef& r = index.shards[s];
   return name + " (bytes [" + std::to_string(r.offset) + ", " +
@@ -208,7 +215,8 @@ uint64_t TensorEntry::num_chunks() const {
   return n;
 }
 
-SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes, uint64_t part_bytes) {
+SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes, uint64_t part_bytes,
+                          const std::string& file) {
   SplitResult out;
   ManifestIndex& idx = out.index;
   idx.block_size = m.block_size;
@@ -252,9 +260,10 @@ SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes, uint64_t part
     std::string bytes = EncodeManifest(b.m);
     const uint64_t at =
         idx.shards.empty() ? 0 : idx.shards.back().offset + idx.shards.back().nbytes;
-    idx.shards.push_back({bytes.size(), Checksum64(bytes.data(), bytes.size()), at});
+    idx.shards.push_back({bytes.size(), Checksum64(bytes.data(), bytes.size()), 0, at});
     out.shards.push_back(std::move(bytes));
   }
+  if (!idx.shards.empty()) idx.shard_files = {file};
   return out;
 }
 
@@ -263,13 +272,30 @@ std::string EncodeIndex(const ManifestIndex& index) {
     std::fprintf(stderr, "shardpoint: EncodeIndex of a partial index\n");
     std::abort();
   }
+  const bool files = index.version >= kIndexVersion;
+  if (!files) {
+    // Before v6 every shard is in kShardsFile: there is nowhere to say otherwise.
+    bool one_file = index.shard_files.empty() ||
+                    (index.shard_files.size() == 1 && index.shard_files[0] == kShardsFile);
+    for (const ShardRef& s : index.shards) one_file = one_file && s.file == 0;
+    if (!one_file) {
+      std::fprintf(stderr, "shardpoint: EncodeIndex version %u of shards in other files than %s\n",
+                   index.version, kShardsFile);
+      std::abort();
+    }
+  }
   ByteWriter w;
   w.Raw(kMagic, sizeof(kMagic));
   w.U32(index.version);
   w.U32(0);
   w.U64(index.block_size);
+  if (files) {
+    w.U64(index.shard_files.size());
+    for (const std::string& f : index.shard_files) w.Str(f);
+  }
   w.U64(index.shards.size());
   for (const ShardRef& s : index.shards) {
+    if (files) w.U32(s.file);
     w.U64(s.nbytes);
     w.U64(s.checksum);
   }
@@ -293,7 +319,7 @@ std::string EncodeIndex(const ManifestIndex& index) {
       for (size_t d = 0; d < 2 * r; ++d) w.I64(t.spans.at(2 * r * i + d));
     }
   }
-  if (index.version >= kIndexVersion) {
+  if (index.version >= kIndexVersionV5) {
     w.U64(index.objects.size());
     for (const ObjectRun& o : index.objects) {
       w.Str(o.key);
@@ -326,6 +352,20 @@ std::string EncodeIndex(const ManifestIndex& index) {
 
 namespace {
 
+// data/<name>, <name> one path component of [A-Za-z0-9._-], not . or ..
+bool IsShardFileName(std::string_view f) {
+  constexpr std::string_view kData = "data/";
+  if (!f.starts_with(kData)) return false;
+  const std::string_view name = f.substr(kData.size());
+  if (name.empty() || name == "." || name == "..") return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
 class IndexDecoder : public FieldReader {
  public:
   IndexDecoder(std::string_view body, const std::string& name, const IndexKeep* keep)
@@ -350,6 +390,8 @@ class IndexDecoder : public FieldReader {
   Status Objects(ManifestIndex* idx);
   Status ObjectRuns(ManifestIndex* idx);
   Status OneRun(ObjectRun* r);
+  Status ShardFiles(ManifestIndex* idx);
+  Status ShardTable(ManifestIndex* idx);
 
   const IndexKeep* keep_;
   uint64_t num_shards_ = 0;
@@ -533,6 +575,70 @@ Status IndexDecoder::Tensors(ManifestIndex* idx) {
   return OkStatus();
 }
 
+// v6: u64 SF, then SF file names, each data/<name> with <name> one
+// component of [A-Za-z0-9._-] (not . or ..), unique: a shard file cannot lie
+// outside the checkpoint's data/.
+Status IndexDecoder::ShardFiles(ManifestIndex* idx) {
+  uint64_t n;
+  SP_RETURN_IF_ERROR(Count(kMinShardFile, "shard file", &n));
+  idx->shard_files.resize(n);
+  std::unordered_map<std::string_view, uint64_t> seen;
+  for (uint64_t i = 0; i < n; ++i) {
+    std::string& f = idx->shard_files[i];
+    if (!r_.Str(&f).ok()) return Truncated("shard file " + std::to_string(i));
+    if (!IsShardFileName(f)) {
+      return Error("shard file " + std::to_string(i) + " '" + f +
+                   "' is not data/<name> with <name> of [A-Za-z0-9._-], not . or ..");
+    }
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    auto [it, added] = seen.emplace(idx->shard_files[i], i);
+    if (!added) {
+      return Error("shard file " + std::to_string(i) + " '" + idx->shard_files[i] +
+                   "' repeats shard file " + std::to_string(it->second));
+    }
+  }
+  return OkStatus();
+}
+
+// u64 S, then per shard (v6: u32 file,) u64 size, u64 checksum; a shard's
+// offset is the sum of the sizes of the shards before it in its file.
+Status IndexDecoder::ShardTable(ManifestIndex* idx) {
+  const bool v6 = version_ >= kIndexVersion;
+  SP_RETURN_IF_ERROR(Count(v6 ? kMinShardV6 : kMinShard, "shard", &num_shards_));
+  if (num_shards_ > UINT32_MAX) return Error("too many shards");
+  if (!v6 && num_shards_ > 0) idx->shard_files = {kShardsFile};
+  const uint64_t num_files = idx->shard_files.size();
+  if (num_files > num_shards_) {
+    return Error(std::to_string(num_files) + " shard files but " + std::to_string(num_shards_) +
+                 " shards (each file holds at least one)");
+  }
+  idx->shards.resize(num_shards_);
+  std::vector<uint64_t> at(idx->shard_files.size(), 0);  // each file's end so far
+  std::vector<bool> used(at.size(), false);
+  for (uint64_t i = 0; i < num_shards_; ++i) {
+    ShardRef& s = idx->shards[i];
+    if (v6 && !r_.Int(&s.file).ok()) return Truncated("shard " + std::to_string(i) + " file");
+    if (!r_.Int(&s.nbytes).ok() || !r_.Int(&s.checksum).ok()) return Truncated("a shard");
+    if (s.file >= num_files) {
+      return Error("shard " + std::to_string(i) + " is in shard file " + std::to_string(s.file) +
+                   " but there are " + std::to_string(num_files) + " shard files");
+    }
+    s.offset = at[s.file];
+    std::optional<uint64_t> next = internal_base::CheckedAdd(at[s.file], s.nbytes);
+    if (!next) return Error("shard sizes overflow");
+    at[s.file] = *next;
+    used[s.file] = true;
+  }
+  for (size_t f = 0; f < used.size(); ++f) {
+    if (!used[f]) {
+      return Error("shard file " + std::to_string(f) + " '" + idx->shard_files[f] +
+                   "' holds no shard");
+    }
+  }
+  return OkStatus();
+}
+
 Status IndexDecoder::Run(ManifestIndex* idx) {
   uint64_t magic;
   uint32_t version, flags;
@@ -546,19 +652,10 @@ Status IndexDecoder::Run(ManifestIndex* idx) {
   if (b < 4096 || (b & (b - 1)) != 0) {
     return Error("block size " + std::to_string(b) + " is not a power of two >= 4096");
   }
-  SP_RETURN_IF_ERROR(Count(kMinShard, "shard", &num_shards_));
-  if (num_shards_ > UINT32_MAX) return Error("too many shards");
-  idx->shards.resize(num_shards_);
-  uint64_t at = 0;
-  for (ShardRef& s : idx->shards) {
-    if (!r_.Int(&s.nbytes).ok() || !r_.Int(&s.checksum).ok()) return Truncated("a shard");
-    s.offset = at;
-    std::optional<uint64_t> next = internal_base::CheckedAdd(at, s.nbytes);
-    if (!next) return Error("shard sizes overflow");
-    at = *next;
-  }
+  if (version_ >= kIndexVersion) SP_RETURN_IF_ERROR(ShardFiles(idx));
+  SP_RETURN_IF_ERROR(ShardTable(idx));
   SP_RETURN_IF_ERROR(Tensors(idx));
-  SP_RETURN_IF_ERROR(version_ >= kIndexVersion ? ObjectRuns(idx) : Objects(idx));
+  SP_RETURN_IF_ERROR(version_ >= kIndexVersionV5 ? ObjectRuns(idx) : Objects(idx));
   return Tail(&idx->has_common, &idx->common, &idx->metadata_json);
 }
 

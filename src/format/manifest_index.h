@@ -1,7 +1,8 @@
-// The manifest of formats v3 and v4: a small index (the file `manifest`, the
-// commit point) and manifest shards (back to back in `data/manifest.shards`),
-// so that a loading rank reads and decodes only the records of the keys it
-// needs (docs/format.md section 3.2), and in v4 only the parts of a large
+// The manifest of formats v3 to v6: a small index (the file `manifest`, the
+// commit point) and manifest shards (back to back in `data/manifest.shards`;
+// v6: in the shard files the index names, e.g. one per owner rank), so that
+// a loading rank reads and decodes only the records of the keys it needs
+// (docs/format.md section 3.2), and from v4 on only the parts of a large
 // record whose chunks overlap its boxes.
 //
 // The index holds every tensor's and object's skeleton (key, dtype, shape or
@@ -31,9 +32,11 @@
 
 namespace shardpoint::internal_format {
 
-// v5 (v4 with objects encoded as runs) is written; v3 (one record, one
-// shard) and v4 (parts of large records, one entry per object) are read.
-inline constexpr uint32_t kIndexVersion = 5;
+// v6 (v5 with shards in several files) is written; v3 (one record, one
+// shard), v4 (parts of large records, one entry per object) and v5 (objects
+// as runs), all with every shard in kShardsFile, are read.
+inline constexpr uint32_t kIndexVersion = 6;
+inline constexpr uint32_t kIndexVersionV5 = 5;
 inline constexpr uint32_t kIndexVersionV4 = 4;
 inline constexpr uint32_t kIndexVersionV3 = 3;
 inline bool IsIndexVersion(uint32_t v) { return v >= kIndexVersionV3 && v <= kIndexVersion; }
@@ -56,7 +59,10 @@ inline constexpr uint64_t kDefaultPartBytes = uint64_t{8} << 10;
 struct ShardRef {
   uint64_t nbytes = 0;    // its size
   uint64_t checksum = 0;  // Checksum64 of its bytes
-  uint64_t offset = 0;    // in kShardsFile: the sum of the sizes before it (not encoded)
+  uint32_t file = 0;      // its file: an index into ManifestIndex::shard_files
+  // In that file: the sum of the sizes of the lower-numbered shards of the
+  // same file, which lie back to back in shard order (not encoded).
+  uint64_t offset = 0;
 };
 
 // A run of a tensor's chunks (in box order) held by one shard.
@@ -103,6 +109,10 @@ struct ManifestIndex {
   // writes what the version says).
   uint32_t version = kIndexVersion;
   uint64_t block_size = kDefaultBlockSize;
+  // The files holding the shards, relative to the checkpoint directory, each
+  // `data/<name>` and holding at least one shard (so empty when there is no
+  // shard). v6 encodes it; v3 to v5 decode to {kShardsFile} (with a shard).
+  std::vector<std::string> shard_files;
   std::vector<ShardRef> shards;
   std::vector<TensorEntry> tensors;  // sorted by key, unique
   std::vector<ObjectRun> objects;    // sorted by (key, index), unique
@@ -138,7 +148,8 @@ struct IndexKeep {
 // The version field of encoded manifest or index bytes (0 if too short).
 uint32_t EncodedVersion(std::string_view bytes);
 
-// "<dir>/data/manifest.shards shard <s> (bytes [a, b))": errors name a shard so.
+// "<dir>/<its shard file> shard <s> (bytes [a, b))", the bytes in that file:
+// errors name a shard so.
 std::string ShardName(const ManifestIndex& index, uint32_t s, const std::string& dir);
 
 // `m` with its files numbered by first use (see above).
@@ -146,24 +157,43 @@ Manifest CanonicalFileOrder(const Manifest& m);
 
 struct SplitResult {
   ManifestIndex index;
-  std::vector<std::string> shards;  // encoded; kShardsFile is their concatenation
+  std::vector<std::string> shards;  // encoded; `file` is their concatenation
 };
 // Cuts `m` (a v2 manifest: block checksums) into shards of about
 // `shard_bytes` each, tensors and objects in key order; a tensor record
 // larger than `shard_bytes` into parts of about `part_bytes` (at least one
-// chunk each). The result's version is kIndexVersion.
+// chunk each). The result's version is kIndexVersion, every shard in
+// `file`: shard_files is {file} (empty when `m` has no record, so no shard).
 SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes = kDefaultShardBytes,
-                          uint64_t part_bytes = kDefaultPartBytes);
+                          uint64_t part_bytes = kDefaultPartBytes,
+                          const std::string& file = kShardsFile);
+
+// One index from indexes of disjoint key sets, each a v6 non-partial index
+// with shard files of its own (e.g. one per owner rank, SplitManifest of its
+// keys into data/manifest.<rank>.shards): version kIndexVersion, the shard
+// files in part order, part p's shard s renumbered to (the shards of the
+// parts before p) + s (its file likewise; offsets in a file are unchanged),
+// tensor entries in key order and object runs in (key, index) order (runs of
+// different parts stay separate runs). So a shard may hold keys that are not
+// adjacent in key order; DecodeIndex, the Shards* functions and MergeShards
+// take that. has_common, common and metadata_json are left empty for the
+// caller. InternalError on a key or object in two parts, a shard file in two
+// parts, block sizes that differ, or a part that is partial, not v6 or whose
+// shards and files do not match (a file out of range or holding no shard).
+Result<ManifestIndex> CombineIndexes(std::vector<ManifestIndex> parts);
 
 // Writes index.version's layout (3: every tensor must have one part).
-// REQUIRES: !index.partial (aborts otherwise).
+// REQUIRES: !index.partial; below v6, shard_files empty or {kShardsFile}
+// and every shard in file 0 (aborts otherwise).
 std::string EncodeIndex(const ManifestIndex& index);
-// Versions 3 to 5. Validates as DecodeManifest does (counts bounded before
+// Versions 3 to 6. Validates as DecodeManifest does (counts bounded before
 // use, sorted unique keys, shard numbers in range, parts in shards of their
 // own with spans inside the tensor; v5 object runs inside their grid, after
 // each other, at most kMaxIndexObjects objects, and no more of them in a
-// shard than its size can hold); DataLoss naming `name`. With `keep`, every
-// entry is checked alike but only the kept tensors' are built (partial).
+// shard than its size can hold; v6 shard files named data/<name>, <name> of
+// [A-Za-z0-9._-] and not . or .., unique, each holding a shard); DataLoss
+// naming `name`. With `keep`, every entry is checked alike but only the kept
+// tensors' are built (partial).
 Result<ManifestIndex> DecodeIndex(std::string_view bytes, const std::string& name,
                                   const IndexKeep* keep = nullptr);
 

@@ -205,9 +205,11 @@ TEST(ManifestIndexTest, Version5EncodesObjectRunsVersion4EachObject) {
   ASSERT_EQ(split.index.version, kIndexVersion);
   ASSERT_GT(split.index.objects.size(), 2u);  // rng's 64 in several shards
   ASSERT_LT(split.index.objects.size(), 20u);
-  ManifestIndex v4 = split.index;
+  ManifestIndex v4 = split.index, v5 = split.index;
   v4.version = kIndexVersionV4;
-  const std::string b5 = EncodeIndex(split.index), b4 = EncodeIndex(v4);
+  v5.version = kIndexVersionV5;
+  const std::string b5 = EncodeIndex(v5), b4 = EncodeIndex(v4);
+  ASSERT_EQ(EncodedVersion(b5), 5u);
   ASSERT_EQ(EncodedVersion(b4), 4u);
   // v4: 64 + 1 entries of 4 + key + 1 + 8R + 1 + 8R + 4 bytes; v5: per run
   // 4 + key + 1 + 16R + 8 + 4.

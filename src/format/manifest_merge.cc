@@ -1,5 +1,7 @@
-// MergeShards: a manifest from a v3 or v4 index and some of its shards
-// (src/format/manifest_index.h).
+// MergeShards: a manifest from a v3 to v6 index and some of its shards
+// (src/format/manifest_index.h). The index is walked in key order and each
+// shard's records taken in order as their keys come up, so a shard's keys
+// need not be adjacent in key order (v6: an owner's hash-chosen keys).
 #include <algorithm>
 #include <map>
 #include <string_view>

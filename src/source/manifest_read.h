@@ -36,9 +36,10 @@ Result<std::string> ReadManifestFile(Storage* storage, const std::string& dir);
 // first (POSIX: kind detection and ReadManifestFile as always).
 Result<std::optional<std::string>> ManifestReadWhole(Storage* storage, const std::string& dir);
 // The whole manifest's bytes in the v2 encoding: ReadManifestFile, and for a
-// v3 index every shard of data/manifest.shards (src/source/manifest_shards.h).
+// v3 to v6 index every shard, from the shard files it names
+// (src/source/manifest_shards.h).
 Result<std::string> ReadManifestBytes(Storage* storage, const std::string& dir);
-// Reads and decodes the whole manifest (every shard of a v3 one). NotFound
+// Reads and decodes the whole manifest (every shard of a v3 to v6 one). NotFound
 // if there is none.
 Result<internal_format::Manifest> ReadManifest(Storage* storage, const std::string& dir);
 

@@ -18,7 +18,7 @@ Result<std::string> ReadSourceBytes(Storage* storage, const std::string& dir, Ch
     SP_ASSIGN_OR_RETURN(internal_dcp::DcpIndex idx, internal_dcp::ReadDcpIndex(storage, dir));
     return "D" + internal_dcp::EncodeDcpIndex(idx.m, idx.views);
   }
-  // A v3 index as is: the load fetches each rank's shards (manifest_fetch.h).
+  // A v3 to v6 index as is: the load fetches each rank's shards (manifest_fetch.h).
   SP_ASSIGN_OR_RETURN(std::string bytes, ReadManifestFile(storage, dir));
   return "S" + bytes;
 }

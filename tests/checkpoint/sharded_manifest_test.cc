@@ -8,7 +8,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/verify.h"
@@ -25,13 +27,8 @@ namespace {
 using internal_checkpoint::ManifestSharding;
 using testing::ParallelConfig;
 
-// A manifest shards file: rank 0's data/manifest.shards or an owner's
-// data/manifest.<rank>.shards (format v6).
-bool IsShardsFile(const std::string& path) {
-  return path.find("/data/manifest.") != std::string::npos && path.ends_with(".shards");
-}
-
-// Counts the reads of the manifest and of the manifest shards.
+// Counts the reads of the manifest and of the manifest shards (in
+// data/manifest.shards or, v6, any data/manifest.<rank>.shards).
 class MetadataCounter : public StorageWrapper {
  public:
   using StorageWrapper::StorageWrapper;
@@ -39,9 +36,11 @@ class MetadataCounter : public StorageWrapper {
 
   Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
     SP_ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> f, StorageWrapper::NewReadableFile(path));
-    std::atomic<int>* count = path.ends_with("/manifest")               ? &manifest_reads
-                              : IsShardsFile(path) ? &shard_reads
-                                                                        : nullptr;
+    const bool shards =
+        path.find("/data/manifest.") != std::string::npos && path.ends_with(".shards");
+    std::atomic<int>* count = path.ends_with("/manifest") ? &manifest_reads
+                              : shards                    ? &shard_reads
+                                                          : nullptr;
     return std::unique_ptr<ReadableFile>(new Counting(std::move(f), count));
   }
 
@@ -366,6 +365,60 @@ TEST_F(ShardedManifestTest, VerifyAndDescribeSeeTheWholeManifest) {
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(d->tensors.size(), old->tensors.size());
   EXPECT_EQ(d->format_version, internal_format::kIndexVersion);
+  Result<VerifyReport> report = VerifyCheckpoint(dir_);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->ok());
+}
+
+// Format v6: the shards in three owners' files (each owner's keys dealt at
+// random, so a shard holds keys not adjacent in key order) and no
+// data/manifest.shards; loads, verify and describe read them.
+TEST_F(ShardedManifestTest, AVersion6IndexOverSeveralShardFilesLoadsBitForBit) {
+  SaveModel(ParallelConfig{2, 2, 2, true}, dir_);
+  Result<internal_format::Manifest> m = internal_source::ReadManifest(DefaultStorage(), dir_);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::mt19937_64 rng(66);
+  std::vector<internal_format::Manifest> owned(3);
+  for (internal_format::Manifest& o : owned) o.files = m->files, o.block_size = m->block_size;
+  for (const auto& t : m->tensors) owned[rng() % 3].tensors.push_back(t);
+  for (const auto& o : m->objects) owned[rng() % 3].objects.push_back(o);
+  std::vector<internal_format::ManifestIndex> parts;
+  for (int p = 0; p < 3; ++p) {
+    const std::string file = "data/manifest." + std::to_string(p) + ".shards";
+    internal_format::SplitResult split = internal_format::SplitManifest(owned[p], 2048, 2048, file);
+    std::string bytes;
+    for (const std::string& s : split.shards) bytes += s;
+    ASSERT_TRUE(DefaultStorage()->WriteStringToFile(dir_ + "/" + file, bytes).ok());
+    parts.push_back(std::move(split.index));
+  }
+  Result<internal_format::ManifestIndex> index = internal_format::CombineIndexes(parts);
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  ASSERT_EQ(index->shard_files.size(), 3u);
+  ASSERT_GT(index->shards.size(), 8u);
+  index->has_common = m->has_common;
+  index->common = m->common;
+  index->metadata_json = m->metadata_json;
+  ASSERT_TRUE(DefaultStorage()->RemoveFile(dir_ + "/data/manifest.shards").ok());
+  ASSERT_TRUE(DefaultStorage()
+                  ->WriteStringToFile(dir_ + "/manifest", internal_format::EncodeIndex(*index))
+                  .ok());
+  for (const ParallelConfig& p : {ParallelConfig{1, 1, 1, false}, ParallelConfig{1, 2, 2, true},
+                                  ParallelConfig{2, 2, 4, true}}) {
+    for (bool cooperative : {true, false}) {
+      MetadataCounter counter(DefaultStorage());
+      Status s = First(LoadModel(p, &counter, true, cooperative));
+      ASSERT_TRUE(s.ok()) << p.ToString() << ": " << s.ToString();
+      EXPECT_EQ(counter.manifest_reads.load(), 1) << p.ToString();
+      EXPECT_GE(counter.shard_reads.load(), 1) << p.ToString();
+      EXPECT_LE(counter.shard_reads.load(), static_cast<int>(index->shards.size())) << p.ToString();
+    }
+  }
+  Result<internal_format::Manifest> whole = internal_source::ReadManifest(DefaultStorage(), dir_);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(internal_format::EncodeManifest(*whole), internal_format::EncodeManifest(*m));
+  Result<CheckpointDescription> d = DescribeCheckpoint(dir_);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->format_version, 6u);
   Result<VerifyReport> report = VerifyCheckpoint(dir_);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_TRUE(report->ok());
