@@ -4,8 +4,9 @@
 //   1. writes every data file `<w>/data/<rank>.safetensors` and fsyncs it
 //      (w = dir, or dir.partial when overwriting), then fsyncs `<w>/data`;
 //   2. writes the manifest to `<w>/manifest.tmp`, fsyncs it (a large one,
-//      format v3: its shards go to `<w>/data/manifest.shards` in step 1 and
-//      the manifest is their index; docs/format.md section 3.2);
+//      format v6: its shards go to `<w>/data/manifest.shards` and the keys'
+//      owners' `<w>/data/manifest.<rank>.shards` in step 1 and the manifest
+//      is their index; docs/format.md section 3.2, owner_commit.h);
 //   3. renames it to `<w>/manifest` and fsyncs `<w>` and its parent (the
 //      commit point; the parent makes a new `dir` itself durable);
 //   4. when overwriting: swaps `dir` and `dir.partial` in one atomic

@@ -293,18 +293,4 @@ Status FirstMismatch(const std::vector<std::string>& reports) {
   return first ? first->status : OkStatus();
 }
 
-Status ExchangeReplicaSums(Comm& comm, const std::vector<std::string>& send, std::string* report,
-                           uint64_t* sent, uint64_t* received) {
-  std::vector<std::string> recv;
-  for (const std::string& s : send) *sent += s.size();
-  SP_RETURN_IF_ERROR(comm.AllToAll(send, &recv));
-  std::vector<std::pair<int, std::string_view>> in;
-  for (size_t r = 0; r < recv.size(); ++r) {
-    *received += recv[r].size();
-    if (!recv[r].empty()) in.emplace_back(static_cast<int>(r), recv[r]);
-  }
-  *report = EncodeReport(CompareOwnedReplicas(in));
-  return OkStatus();
-}
-
 }  // namespace shardpoint::internal_checkpoint

@@ -1,5 +1,5 @@
-// SaveOptions::verify_replicas, checked by the keys' owners (Save's step 3b:
-// one all-to-all after the writes), so that rank 0 receives no replica.
+// SaveOptions::verify_replicas, checked by the keys' owners (in the all-to-all
+// after the writes: owner_commit.h), so that rank 0 receives no replica.
 //
 // A rank sends the owner of each key it holds a replica of (KeyOwner; an
 // object: ObjectOwner, as planning does) the checksum of each replica it
@@ -28,7 +28,6 @@
 #include <utility>
 #include <vector>
 
-#include "shardpoint/comm.h"
 #include "shardpoint/status.h"
 #include "src/plan/dist_plan.h"
 
@@ -75,13 +74,5 @@ std::optional<ReplicaMismatch> CompareOwnedReplicas(
 std::string EncodeReport(const std::optional<ReplicaMismatch>& m);
 // Rank 0: the first mismatch over every rank's report (indexed by rank), or OK.
 Status FirstMismatch(const std::vector<std::string>& reports);
-
-// Collective (every rank, when verify_replicas): sends `send` (one message
-// per rank: all empty on a rank whose plan or write failed, whose status goes
-// to rank 0 with its commit message), compares what this rank owns, and
-// returns its report in *report. Fails only if the exchange itself does.
-// *sent and *received: the bytes of the exchange.
-Status ExchangeReplicaSums(Comm& comm, const std::vector<std::string>& send, std::string* report,
-                           uint64_t* sent, uint64_t* received);
 
 }  // namespace shardpoint::internal_checkpoint

@@ -17,14 +17,17 @@
 //    the global planner's order (PlanError), to every rank instead, and every
 //    rank takes the first: all ranks fail with the message PlanSave gives.
 // 3. Local plan: each rank lays out its own data file from its replies
-//    (PlanSave's file order) and describes for rank 0, in a "structure"
-//    message, its owned keys' records (the owner's skeleton) and the chunks
-//    it writes (key, chunk, offset). The replicas it holds stay in its own
-//    plan (RankFile::replicas, with list_replicas): their checksums go to the
-//    keys' owners after the writes (src/checkpoint/replica_owners.h), not to
-//    rank 0.
-// 4. Rank 0 assembles the SavePlan (manifest and per-rank items) from the
-//    structures (AssemblePlan): only the writers' entries, not every layout.
+//    (PlanSave's file order) and describes, in "structure" messages, its
+//    owned keys' records (the owner's skeleton) and the chunks it writes
+//    (key, chunk, offset): for each key's owner the chunks of its keys, for
+//    rank 0 the objects (LocalPlan::owner_structures, object_structure). The
+//    replicas it holds stay in its own plan (RankFile::replicas, with
+//    list_replicas): their checksums go to the keys' owners after the writes
+//    (src/checkpoint/replica_owners.h).
+// 4. At the save's commit (src/checkpoint/owner_commit.h) each owner
+//    assembles its keys' records from the structures sent it (AssembleOwned),
+//    rank 0 the objects'; AssemblePlan assembles everything in one place
+//    (tests, benches).
 //
 // Writer choice: the owner takes its pieces largest first and gives each to
 // its least-loaded holder (bytes the owner gave each rank so far); ties go to
@@ -118,7 +121,8 @@ struct OwnedPlan {
 // twice, or where a piece has no writer.
 Result<OwnedPlan> AssembleOwned(const std::vector<std::pair<int, std::string_view>>& structures);
 
-// Rank 0: the global plan from every rank's structure (indexed by rank):
+// The global plan from every rank's structure (indexed by rank; tests and
+// benches):
 // the manifest (checksums 0) and per rank its items with their records
 // (header unset; no replicas: rank 0 does not compare them).
 Result<SavePlan> AssemblePlan(const std::vector<std::string>& structures);

@@ -99,8 +99,10 @@ TEST(ReplicaOwners, Rank0CommitInboxHoldsNoReplicas) {
   ExpectAllOk(SaveAll(everywhere, mem.get(), "/everywhere", &inbox_everywhere));
   ASSERT_GT(inbox_alone, 0u);
   // Before the owners compared replicas, rank 0 received a reference and a
-  // checksum for each of the 224 replicas (at least 21 bytes each) here.
-  EXPECT_EQ(inbox_everywhere, inbox_alone);
+  // checksum for each of the 224 replicas (at least 21 bytes each) here. The
+  // two inboxes differ only in the records' file lists (the writers the
+  // owners chose: one rank a key, or spread over the ranks).
+  EXPECT_LT(inbox_everywhere, inbox_alone + 224 * 21 / 4);
 }
 
 TEST(ReplicaOwners, DivergentReplicaIsNamedOnEveryRankAndNothingCommits) {

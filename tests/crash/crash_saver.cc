@@ -2,7 +2,7 @@
 // public API only, as a training job would:
 //
 //   crash_saver <root> [--iters N] [--keep K] [--kb KB] [--mode sync|async|mixed]
-//               [--mpi] [--pid-dir D] [--no-lock]
+//               [--mpi] [--pid-dir D] [--no-lock] [--shard-manifest]
 //
 // Opens a CheckpointManager on <root> (taking over the lock of a killed
 // predecessor), resumes from the newest complete checkpoint and checks that
@@ -13,7 +13,9 @@
 // lose. A rank that fails on its own also writes "FAILED <code> <why>".
 // Exit codes: 0 done, 3 Open failed, 4 resumed state wrong, 5 a save
 // failed, 2 usage. --no-lock: no lock (object stores: a killed job's lease
-// would block the next run for a whole lease).
+// would block the next run for a whole lease). --shard-manifest: every
+// manifest is sharded however small (the keys' owners write their shards
+// files before rank 0 writes the index: src/checkpoint/owner_commit.h).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -26,6 +28,7 @@
 #include "shardpoint/async_save.h"
 #include "shardpoint/manager.h"
 #include "shardpoint/mpi_comm.h"
+#include "src/checkpoint/manifest_io.h"
 #include "tests/crash/crash_state.h"
 
 namespace sp = shardpoint;
@@ -49,7 +52,7 @@ struct Args {
   std::string root, pid_dir, mode = "mixed";
   int iters = 4, keep = 2;
   int64_t kb = 256;
-  bool mpi = false, lock = true;
+  bool mpi = false, lock = true, shard_manifest = false;
 };
 
 Args Parse(int argc, char** argv) {
@@ -76,6 +79,8 @@ Args Parse(int argc, char** argv) {
       a.mpi = true;
     } else if (f == "--no-lock") {
       a.lock = false;
+    } else if (f == "--shard-manifest") {
+      a.shard_manifest = true;
     } else {
       Fail(2, "unknown flag " + f);
     }
@@ -139,6 +144,7 @@ int Run(const Args& a, sp::Comm& comm) {
 
 int main(int argc, char** argv) {
   Args a = Parse(argc, argv);
+  if (a.shard_manifest) sp::internal_checkpoint::SetManifestSharding({0, 4096, 4096});
   if (a.mpi) {
 #ifdef SHARDPOINT_HAVE_MPI
     int provided = 0;

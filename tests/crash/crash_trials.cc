@@ -65,6 +65,7 @@ struct Args {
   std::string saver, shim, dir, mpiexec, root;
   std::vector<std::string> mpi_flags;
   int trials = 20, mpi_trials = 0;
+  bool shard_manifest = false;  // the savers shard every manifest (owners' shards files)
   uint32_t seed = 1;
   int64_t kb = 256;
   bool every_call = false;
@@ -248,6 +249,8 @@ Args Parse(int argc, char** argv) {
       a.mpi_flags.push_back(next());
     else if (f == "--root")
       a.root = next();
+    else if (f == "--shard-manifest")
+      a.shard_manifest = true;
     else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
       std::exit(2);
@@ -315,6 +318,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> argv = {
         a.saver, root, "--iters", std::to_string(iters), "--keep", "2", "--kb", kb, "--mode", mode};
     if (s3) argv.push_back("--no-lock");
+    if (a.shard_manifest) argv.push_back("--shard-manifest");
     return argv;
   };
 
@@ -384,6 +388,7 @@ int main(int argc, char** argv) {
           std::string(t % 2 ? "async" : "mixed")}) {
       cmd.push_back(s);
     }
+    if (a.shard_manifest) cmd.push_back("--shard-manifest");
     const int victim_rank = static_cast<int>(rng() % 4);
     // Kill once every rank is up (its pid file exists) and a random delay.
     std::uniform_real_distribution<double> d(0, 0.5);
