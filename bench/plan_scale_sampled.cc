@@ -445,8 +445,7 @@ void LoadFigures(const Setup& s, Manifest whole, uint64_t shard_bytes, uint64_t 
       "sharded manifest (v%u, as the owners write it): index %.1f KB, %zu shards in %zu files "
       "(records cut at %.0f KB; %zu keys in %zu parts of ~%.0f KB); DecodeIndex %.1f ms\n",
       index.version, index_bytes.size() / 1e3, split.shards.size(), index.shard_files.size(),
-      shard_bytes / 1e3, cut, parts,
-      part_bytes / 1e3, 1e3 * (x2 - x1));
+      shard_bytes / 1e3, cut, parts, part_bytes / 1e3, 1e3 * (x2 - x1));
   std::printf("load layout: TP=%d x PP=%d x DP=%d = %d ranks; the first rank of each stage:\n",
               s.load.tp, s.load.pp, s.load.dp, s.load.world());
   double worst_ratio = 0, worst_ms = 0;

@@ -20,6 +20,7 @@
 #include "src/checkpoint/manifest_io.h"
 #include "src/checkpoint/replica_owners.h"
 #include "src/format/manifest_index.h"
+#include "src/io/node_local.h"
 #include "src/plan/plan_cache.h"
 
 using shardpoint::internal_base::ByteReader;
@@ -250,9 +251,8 @@ Status SendToOwners(Comm& comm, const LocalPlan* lp, bool cached, Written& writt
       auto st = structures.find(o);
       auto g = sums.find(o);
       const std::string none;
-      const std::string& rep = static_cast<size_t>(o) < written.replica_sums.size()
-                                   ? written.replica_sums[o]
-                                   : none;
+      const std::string& rep =
+          static_cast<size_t>(o) < written.replica_sums.size() ? written.replica_sums[o] : none;
       if (st == structures.end() && g == sums.end() && rep.empty()) continue;
       ByteWriter w;
       w.U8(kSent);
@@ -291,8 +291,10 @@ Result<std::string> CommitMessageOf(const OwnerInbox& inbox, const LocalPlan& lp
     const ManifestSharding s = GetManifestSharding();
     std::string whole = m.tensors.empty() ? std::string() : EncodeManifest(m);
     // Rank 0 keeps its own records (they cross no link) and shards them with
-    // what it receives.
-    if (rank == 0 || whole.size() <= s.threshold / static_cast<uint64_t>(n)) {
+    // what it receives; so it does every record where the other ranks' files
+    // are out of its reach (the local tier: node_local.h).
+    if (rank == 0 || whole.size() <= s.threshold / static_cast<uint64_t>(n) ||
+        internal_io::IsNodeLocal(storage)) {
       part = std::move(whole);
     } else {
       whole.clear();
@@ -340,7 +342,8 @@ Result<std::string> AssembleManifest(const std::vector<std::string>& gathered, b
   for (size_t r = 0; r < got.size(); ++r) {
     const std::string what = "records of rank " + std::to_string(r);
     if (got[r].kind == kIndexPart) {
-      SP_ASSIGN_OR_RETURN(indexes.emplace_back(), DecodeIndex(got[r].part, "the index of the " + what));
+      SP_ASSIGN_OR_RETURN(indexes.emplace_back(),
+                          DecodeIndex(got[r].part, "the index of the " + what));
     } else if (!got[r].part.empty()) {
       SP_ASSIGN_OR_RETURN(inline_parts.emplace_back(), DecodeManifest(got[r].part, "the " + what));
     }

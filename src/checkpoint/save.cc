@@ -53,22 +53,22 @@
 using shardpoint::internal_base::ByteReader;
 using shardpoint::internal_base::ByteWriter;
 using shardpoint::internal_base::Guarded;
+using shardpoint::internal_checkpoint::AssembleManifest;
 using shardpoint::internal_checkpoint::CommitManifestBytes;
 using shardpoint::internal_checkpoint::CommitMessageOf;
 using shardpoint::internal_checkpoint::CommitTotals;
-using shardpoint::internal_checkpoint::AssembleManifest;
 using shardpoint::internal_checkpoint::EncodeReplicaSums;
 using shardpoint::internal_checkpoint::OwnerInbox;
-using shardpoint::internal_checkpoint::SendToOwners;
-using shardpoint::internal_checkpoint::Written;
 using shardpoint::internal_checkpoint::PlannedSave;
 using shardpoint::internal_checkpoint::PlanSaveCollective;
 using shardpoint::internal_checkpoint::PlanTraffic;
 using shardpoint::internal_checkpoint::PrepareDirectory;
 using shardpoint::internal_checkpoint::RemoveFailedSave;
 using shardpoint::internal_checkpoint::ReplicaChecksums;
+using shardpoint::internal_checkpoint::SendToOwners;
 using shardpoint::internal_checkpoint::WriteDataFile;
 using shardpoint::internal_checkpoint::WriterOptions;
+using shardpoint::internal_checkpoint::Written;
 using shardpoint::internal_comm::BroadcastAgreed;
 using shardpoint::internal_comm::GatherAgreed;
 using shardpoint::internal_format::CheckMetadataJson;
@@ -307,8 +307,8 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   Written written;
   std::vector<uint64_t> replica_sums;
   if (s.ok()) {
-    s = WriteRankFile(*planned.local, rank, write_dir, *regions, state, options, res,
-                      &written.sums, &written.blocks, &replica_sums);
+    s = WriteRankFile(*planned.local, rank, write_dir, *regions, state, options, res, &written.sums,
+                      &written.blocks, &replica_sums);
   }
   if (s.ok() && options.verify_replicas && comm.size() > 1) {
     s = ReplicaSumsFor(*mine, *planned.local, replica_sums, comm.size(), &written);
@@ -347,9 +347,8 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   Totals totals;
   if (rank == 0 && gathered.ok()) {
     Status committed = Guarded("save: committing '" + dir + "'", [&]() -> Status {
-      SP_ASSIGN_OR_RETURN(std::string top,
-                          AssembleManifest(all, planned.cached, options.plan_cache, state, storage,
-                                           write_dir, &totals));
+      SP_ASSIGN_OR_RETURN(std::string top, AssembleManifest(all, planned.cached, options.plan_cache,
+                                                            state, storage, write_dir, &totals));
       all.clear();
       return CommitManifestBytes(storage, dir, write_dir, top, &previous);
     });

@@ -6,7 +6,8 @@
 // the collective save and load, which agree on one directory name for every
 // rank, work unchanged. It also drops Sync and SyncDir: the local tier is
 // memory, not durable (a node's memory lost is what the replicas are for),
-// so nothing waits for fsync.
+// so nothing waits for fsync. It is internal_io::NodeLocal: a save there
+// keeps every part of its manifest on rank 0's node.
 //
 // With TakeSpares (a local save writing over an old checkpoint's pages,
 // recycle.h), each data file created under the save's data directory is
@@ -23,10 +24,11 @@
 #include <vector>
 
 #include "shardpoint/storage.h"
+#include "src/io/node_local.h"
 
 namespace shardpoint::internal_local {
 
-class RootedStorage : public StorageWrapper {
+class RootedStorage : public StorageWrapper, public internal_io::NodeLocal {
  public:
   RootedStorage(Storage* base, std::string root);
   const std::string& root() const { return root_; }

@@ -129,7 +129,8 @@ Result<OwnedPlan> AssembleOwned(const std::vector<std::pair<int, std::string_vie
     const auto f = static_cast<uint32_t>(plan.manifest.files.size());
     plan.manifest.files.push_back(std::string(kDataDir) + "/" + std::to_string(rank) +
                                   ".safetensors");
-    std::vector<WriteItem>& items = plan.writers.emplace_back(rank, std::vector<WriteItem>()).second;
+    std::vector<WriteItem>& items =
+        plan.writers.emplace_back(rank, std::vector<WriteItem>()).second;
     items.reserve(st[i].items.size());
     for (const PieceRef& p : st[i].items) {
       SP_RETURN_IF_ERROR(records.Place(p, st[i].keys[p.key], rank, f, &items.emplace_back()));
@@ -142,7 +143,8 @@ Result<OwnedPlan> AssembleOwned(const std::vector<std::pair<int, std::string_vie
 
 Result<SavePlan> AssemblePlan(const std::vector<std::string>& structures) {
   std::vector<std::pair<int, std::string_view>> all;
-  for (size_t r = 0; r < structures.size(); ++r) all.emplace_back(static_cast<int>(r), structures[r]);
+  for (size_t r = 0; r < structures.size(); ++r)
+    all.emplace_back(static_cast<int>(r), structures[r]);
   SP_ASSIGN_OR_RETURN(OwnedPlan owned, AssembleOwned(all));
   SavePlan plan;
   plan.manifest = std::move(owned.manifest);

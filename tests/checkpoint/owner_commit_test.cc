@@ -117,8 +117,8 @@ class OwnerCommitTest : public ::testing::Test {
       for (int k = 0; k < keys; ++k) {
         const std::vector<float> want = Values(k);
         const int rows = kRows / 3;
-        ASSERT_TRUE(std::equal(dst[r].mem[k].begin(), dst[r].mem[k].end(),
-                               want.begin() + r * rows * kCols))
+        ASSERT_TRUE(
+            std::equal(dst[r].mem[k].begin(), dst[r].mem[k].end(), want.begin() + r * rows * kCols))
             << dir << ": rank " << r << " key w" << k;
       }
     }

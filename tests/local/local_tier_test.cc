@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "src/checkpoint/manifest_io.h"
 #include "src/comm/thread_comm.h"
 #include "src/local/units.h"
 #include "src/source/manifest_read.h"
@@ -318,6 +319,29 @@ TEST_F(LocalTierTest, LostNodeRecoversFromPeersUnderAnotherLayout) {
   EXPECT_GT(Sum(rs, &LoadResult::bytes_local), 0u);
   // Node 1 holds nothing: its ranks' bytes all came from peers.
   EXPECT_EQ(rs[2].bytes_local + rs[3].bytes_local, 0u);
+}
+
+// A sharded manifest (format v6) in node memory: the keys' owners on other
+// nodes cannot write their shards where rank 0 reads the manifest, so every
+// shard stays on rank 0's node and recovery works as for a small one.
+TEST_F(LocalTierTest, AShardedManifestStaysOnRank0sNodeAndALostNodeRecovers) {
+  internal_checkpoint::SetManifestSharding({0, 4096, 4096});
+  SaveBoth(7, /*persistent=*/false);
+  internal_checkpoint::SetManifestSharding({});
+  for (int n = 1; n < 4; ++n) {
+    Result<std::vector<std::string>> names =
+        DefaultStorage()->ListDir(NodeRoot(n) + "/iter_0000007/data");
+    ASSERT_TRUE(names.ok()) << names.status().ToString();
+    for (const std::string& f : *names) EXPECT_FALSE(f.ends_with(".shards")) << n << ": " << f;
+  }
+  Result<std::vector<std::string>> own =
+      DefaultStorage()->ListDir(NodeRoot(0) + "/iter_0000007/data");
+  ASSERT_TRUE(own.ok());
+  EXPECT_NE(std::find(own->begin(), own->end(), "manifest.shards"), own->end());
+  ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(1)).ok());
+  std::vector<LoadResult> rs = LoadAndCheck(7, ParallelConfig{3, 1, 2, false}, 2, "");
+  ASSERT_EQ(rs.size(), 6u);
+  EXPECT_EQ(Sum(rs, &LoadResult::bytes_persistent), 0u);
 }
 
 TEST_F(LocalTierTest, BothCopiesLostReadsExactlyThoseBytesFromPersistent) {
