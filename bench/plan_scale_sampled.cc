@@ -40,15 +40,17 @@
 // The manifest is modelled from the owners' skeletons and writer choices:
 // exact records (keys, boxes, file of each chunk's writer), offsets a running
 // sum per writer (its real file order needs its PlanLocal; offsets are fixed
-// 8-byte fields, so sizes and decode times do not depend on them). Rank 0's
-// assembly is not run (it needs every rank's structure): its received bytes
-// are estimated from the sample. A rank's commit message to rank 0 is its
-// structure, its replica report (empty) and its checksum message
-// (src/checkpoint/checksum_message.h: a checksum per item, and each tensor
-// item's block checksums, one per MiB), with the gather's status byte. The
-// replica checksums' exchange with the keys' owners (verify_replicas,
-// src/checkpoint/replica_owners.h) is exact for every rank: each holder's
-// message to each owner, built from the owner's replies.
+// 8-byte fields, so sizes and decode times do not depend on them). The
+// commit (src/checkpoint/owner_commit.h, bench/plan_scale_commit.h): a
+// sampled rank's messages to the keys' owners and to rank 0 are exact from
+// its LocalPlan (structures, a checksum per item and each tensor item's
+// block checksums, one per MiB); rank 0's total is the sample's mean times
+// the rank count plus every owner's part, exact from the modelled manifest
+// (each owner's records split as the save splits them); an owner's inbox is
+// estimated from its keys' records. The loads read the shards as the owners
+// write them. The replica checksums' exchange with the keys' owners
+// (verify_replicas, src/checkpoint/replica_owners.h) is exact for every
+// rank: each holder's message to each owner, built from the owner's replies.
 #include <cstdint>
 #include <cstdio>
 #include <fstream>

@@ -15,28 +15,12 @@
 #include "src/checkpoint/manifest_io.h"
 #include "src/format/manifest_index.h"
 #include "src/io/mem_storage.h"
-#include "tests/testing/forwarding_comm.h"
+#include "tests/testing/gather_counting_comm.h"
 
 namespace shardpoint {
 namespace {
 
 using internal_checkpoint::ManifestSharding;
-
-// Counts the bytes its rank receives from other ranks as the root of a
-// Gather (its own message crosses no link).
-class GatherCountingComm : public testing::ForwardingComm {
- public:
-  using ForwardingComm::ForwardingComm;
-  Status Gather(std::string_view mine, int root, std::vector<std::string>* all) override {
-    Status s = inner().Gather(mine, root, all);
-    if (s.ok() && root == rank()) {
-      for (const std::string& m : *all) gathered += m.size();
-      gathered -= mine.size();
-    }
-    return s;
-  }
-  uint64_t gathered = 0;
-};
 
 constexpr int kRows = 480, kCols = 4;
 
@@ -91,12 +75,12 @@ class OwnerCommitTest : public ::testing::Test {
     std::vector<Layout> src;
     for (int r = 0; r < 8; ++r) src.push_back(Make(8, r, keys, true, false));
     std::vector<Status> all = RunThreadRanks(8, [&](Comm& comm) {
-      GatherCountingComm counting(comm);
+      testing::GatherCountingComm counting(comm);
       SaveOptions o;
       o.storage = mem_.get();
       if (caches) o.plan_cache = &(*caches)[comm.rank()];
       Status s = Save(src[comm.rank()].state, dir, counting, o).status();
-      if (comm.rank() == 0) gathered = counting.gathered;
+      if (comm.rank() == 0) gathered = counting.from_others;
       return s;
     });
     for (const Status& s : all) EXPECT_TRUE(s.ok()) << s.ToString();

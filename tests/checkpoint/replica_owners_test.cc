@@ -12,28 +12,13 @@
 #include "shardpoint/checkpoint.h"
 #include "shardpoint/plan_cache.h"
 #include "src/io/mem_storage.h"
-#include "tests/testing/forwarding_comm.h"
+#include "tests/testing/gather_counting_comm.h"
 
 namespace shardpoint {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
-
-// A Comm that counts the bytes its rank receives as the root of a Gather
-// (at a save: the cache agreement's flags and the commit messages).
-class GatherCountingComm : public testing::ForwardingComm {
- public:
-  using ForwardingComm::ForwardingComm;
-  Status Gather(std::string_view mine, int root, std::vector<std::string>* all) override {
-    Status s = inner().Gather(mine, root, all);
-    if (s.ok() && root == rank()) {
-      for (const std::string& m : *all) gathered += m.size();
-    }
-    return s;
-  }
-  uint64_t gathered = 0;
-};
 
 constexpr int kRanks = 8, kKeys = 32;
 
@@ -68,7 +53,7 @@ Held Make(int r, const std::function<bool(int, int)>& holds,
 std::vector<Status> SaveAll(std::vector<Held>& held, Storage* storage, const std::string& dir,
                             uint64_t* gathered, std::vector<SavePlanCache>* caches = nullptr) {
   return RunThreadRanks(kRanks, [&](Comm& comm) {
-    GatherCountingComm counting(comm);
+    testing::GatherCountingComm counting(comm);
     SaveOptions o;  // verify_replicas is on by default
     o.storage = storage;
     if (caches) o.plan_cache = &(*caches)[comm.rank()];
