@@ -124,8 +124,7 @@ inline OwnerSplitResult OwnerSplit(const shardpoint::internal_format::Manifest& 
       continue;
     }
     ++out.sharding_owners;
-    const std::string file = "data/manifest." + std::to_string(o) + ".shards";
-    f::SplitResult s = f::SplitManifest(m, shard_bytes, part_bytes, file);
+    f::SplitResult s = f::SplitManifest(m, shard_bytes, part_bytes, static_cast<uint32_t>(o));
     uint64_t size = 0;
     for (const std::string& b : s.shards) size += b.size();
     out.largest_file = std::max(out.largest_file, size);
@@ -135,7 +134,7 @@ inline OwnerSplitResult OwnerSplit(const shardpoint::internal_format::Manifest& 
   }
   std::sort(rank0.tensors.begin(), rank0.tensors.end(),
             [](const f::TensorRecord& a, const f::TensorRecord& b) { return a.key < b.key; });
-  f::SplitResult mine = f::SplitManifest(rank0, shard_bytes, part_bytes, f::kShardsFile);
+  f::SplitResult mine = f::SplitManifest(rank0, shard_bytes, part_bytes);
   parts.insert(parts.begin(), std::move(mine.index));
   shards.insert(shards.begin(), std::move(mine.shards));
   auto combined = f::CombineIndexes(std::move(parts));

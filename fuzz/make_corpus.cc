@@ -185,9 +185,9 @@ void ManifestIndex(const fs::path& out) {
     for (const fmt::ObjectRecord& o : m.objects) {
       part[o.index.empty() || o.index[0] % 2 ? 1 : 0].objects.push_back(o);
     }
-    sp::Result<fmt::ManifestIndex> v6 = fmt::CombineIndexes(
-        {fmt::SplitManifest(part[0], 400, 200, "data/manifest.0.shards").index,
-         fmt::SplitManifest(part[1], 400, 200, "data/manifest.3.shards").index});
+    sp::Result<fmt::ManifestIndex> v6 =
+        fmt::CombineIndexes({fmt::SplitManifest(part[0], 400, 200, 0).index,
+                             fmt::SplitManifest(part[1], 400, 200, 3).index});
     if (!v6.ok()) std::abort();
     v6->metadata_json = m.metadata_json;
     Put(out / "manifest_index", "v6", fmt::EncodeIndex(*v6));

@@ -6,8 +6,8 @@
 
 using shardpoint::internal_format::EncodeIndex;
 using shardpoint::internal_format::EncodeManifest;
-using shardpoint::internal_format::kShardsFile;
 using shardpoint::internal_format::Manifest;
+using shardpoint::internal_format::ShardFileName;
 using shardpoint::internal_format::SplitManifest;
 using shardpoint::internal_format::SplitResult;
 using shardpoint::internal_io::JoinPath;
@@ -35,13 +35,14 @@ Result<std::string> WriteManifestShards(Storage* storage, const std::string& w, 
   std::string whole = EncodeManifest(m);
   if (whole.size() <= s.threshold || m.version < 2) return whole;
   whole.clear();
-  const SplitResult split = SplitManifest(m, s.shard_bytes, s.part_bytes, kShardsFile);
-  SP_RETURN_IF_ERROR(WriteShardFile(storage, w, split, kShardsFile));
+  const SplitResult split = SplitManifest(m, s.shard_bytes, s.part_bytes);
+  SP_RETURN_IF_ERROR(WriteShardFile(storage, w, split));
   return EncodeIndex(split.index);
 }
 
-Status WriteShardFile(Storage* storage, const std::string& w, const SplitResult& split,
-                      const std::string& file) {
+Status WriteShardFile(Storage* storage, const std::string& w, const SplitResult& split) {
+  if (split.index.shard_files.empty()) return OkStatus();
+  const std::string file = ShardFileName(split.index.shard_files[0]);
   std::string all;
   all.reserve(split.index.shards.empty()
                   ? 0

@@ -29,9 +29,10 @@ void SetManifestSharding(const ManifestSharding& s);
 Result<std::string> WriteManifestShards(Storage* storage, const std::string& w,
                                         const internal_format::Manifest& m);
 
-// Writes `split`'s shards back to back to `w`/`file` and fsyncs it (the
-// commit's SyncDir of `w`/data makes its name durable).
+// Writes `split`'s shards (all in one file: SplitManifest's) back to back to
+// their file under `w` and fsyncs it (the commit's SyncDir of `w`/data makes
+// its name durable). Nothing when there is no shard.
 Status WriteShardFile(Storage* storage, const std::string& w,
-                      const internal_format::SplitResult& split, const std::string& file);
+                      const internal_format::SplitResult& split);
 
 }  // namespace shardpoint::internal_checkpoint

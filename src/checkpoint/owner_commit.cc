@@ -31,7 +31,6 @@ using shardpoint::internal_format::DecodeIndex;
 using shardpoint::internal_format::DecodeManifest;
 using shardpoint::internal_format::EncodeIndex;
 using shardpoint::internal_format::EncodeManifest;
-using shardpoint::internal_format::kShardsFile;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::ManifestIndex;
 using shardpoint::internal_format::ObjectRecord;
@@ -146,10 +145,6 @@ uint64_t ChunksOf(const Manifest& m) {
   uint64_t n = 0;
   for (const TensorRecord& t : m.tensors) n += t.chunks.size();
   return n;
-}
-
-std::string OwnerShardsFile(int rank) {
-  return "data/manifest." + std::to_string(rank) + ".shards";
 }
 
 // The data file's writer rank ("data/<r>.safetensors", as AssembleOwned names
@@ -298,9 +293,9 @@ Result<std::string> CommitMessageOf(const OwnerInbox& inbox, const LocalPlan& lp
       part = std::move(whole);
     } else {
       whole.clear();
-      const std::string file = OwnerShardsFile(rank);
-      internal_format::SplitResult split = SplitManifest(m, s.shard_bytes, s.part_bytes, file);
-      SP_RETURN_IF_ERROR(WriteShardFile(storage, write_dir, split, file));
+      const auto writer = static_cast<uint32_t>(rank);
+      internal_format::SplitResult split = SplitManifest(m, s.shard_bytes, s.part_bytes, writer);
+      SP_RETURN_IF_ERROR(WriteShardFile(storage, write_dir, split));
       part = EncodeIndex(split.index);
       kind = kIndexPart;
     }
@@ -360,9 +355,8 @@ Result<std::string> AssembleManifest(const std::vector<std::string>& gathered, b
   const ManifestSharding s = GetManifestSharding();
   indexes.erase(indexes.begin());
   if (!whole.tensors.empty() || !whole.objects.empty()) {
-    internal_format::SplitResult split =
-        SplitManifest(whole, s.shard_bytes, s.part_bytes, kShardsFile);
-    SP_RETURN_IF_ERROR(WriteShardFile(storage, write_dir, split, kShardsFile));
+    internal_format::SplitResult split = SplitManifest(whole, s.shard_bytes, s.part_bytes);
+    SP_RETURN_IF_ERROR(WriteShardFile(storage, write_dir, split));
     indexes.insert(indexes.begin(), std::move(split.index));
   }
   SP_ASSIGN_OR_RETURN(ManifestIndex index, CombineIndexes(std::move(indexes)));

@@ -36,8 +36,32 @@ Status CheckPart(const ManifestIndex& part, size_t p, uint64_t block_size) {
     used[part.shards[s].file] = true;
   }
   for (size_t f = 0; f < used.size(); ++f) {
-    if (!used[f]) return BadPart(p, "shard file '" + part.shard_files[f] + "' holds no shard");
+    if (!used[f]) {
+      return BadPart(p, "shard file '" + ShardFileName(part.shard_files[f]) + "' holds no shard");
+    }
   }
+  return OkStatus();
+}
+
+// The files in writer order, as the index lists them, and each shard's file
+// renumbered to its place; InternalError naming a file of two parts.
+Status SortFiles(std::vector<std::pair<uint32_t, size_t>> files, ManifestIndex* out) {
+  std::vector<uint32_t> place(files.size());
+  std::vector<size_t> order(files.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return files[a].first < files[b].first; });
+  for (size_t k = 0; k < order.size(); ++k) {
+    const auto& [writer, p] = files[order[k]];
+    if (k > 0 && files[order[k - 1]].first == writer) {
+      return InternalError("CombineIndexes: shard file '" + ShardFileName(writer) +
+                           "' is in parts " + std::to_string(files[order[k - 1]].second) + " and " +
+                           std::to_string(p));
+    }
+    place[order[k]] = static_cast<uint32_t>(k);
+    out->shard_files.push_back(writer);
+  }
+  for (ShardRef& s : out->shards) s.file = place[s.file];
   return OkStatus();
 }
 
@@ -50,23 +74,16 @@ Result<ManifestIndex> CombineIndexes(std::vector<ManifestIndex> parts) {
   // Every entry with the part it came from, its shards renumbered.
   std::vector<std::pair<TensorEntry, size_t>> tensors;
   std::vector<std::pair<ObjectRun, size_t>> objects;
-  std::unordered_map<std::string, size_t> file_part;
+  std::vector<std::pair<uint32_t, size_t>> file_part;  // (writer, part) per file
   for (size_t p = 0; p < parts.size(); ++p) {
     ManifestIndex& part = parts[p];
     SP_RETURN_IF_ERROR(CheckPart(part, p, out.block_size));
     const auto first_shard = static_cast<uint32_t>(out.shards.size());
-    const auto first_file = static_cast<uint32_t>(out.shard_files.size());
+    const auto first_file = static_cast<uint32_t>(file_part.size());
     if (out.shards.size() + part.shards.size() > UINT32_MAX) {
       return BadPart(p, "takes the shards past 2^32");
     }
-    for (std::string& f : part.shard_files) {
-      auto [it, added] = file_part.emplace(f, p);
-      if (!added) {
-        return InternalError("CombineIndexes: shard file '" + f + "' is in parts " +
-                             std::to_string(it->second) + " and " + std::to_string(p));
-      }
-      out.shard_files.push_back(std::move(f));
-    }
+    for (uint32_t f : part.shard_files) file_part.emplace_back(f, p);
     for (ShardRef s : part.shards) {
       s.file += first_file;  // its offset is within its file: unchanged
       out.shards.push_back(s);
@@ -80,6 +97,7 @@ Result<ManifestIndex> CombineIndexes(std::vector<ManifestIndex> parts) {
       objects.emplace_back(std::move(r), p);
     }
   }
+  SP_RETURN_IF_ERROR(SortFiles(file_part, &out));
   std::stable_sort(tensors.begin(), tensors.end(),
                    [](const auto& a, const auto& b) { return a.first.key < b.first.key; });
   for (size_t i = 0; i < tensors.size(); ++i) {

@@ -75,8 +75,7 @@ Owned SplitByOwner(const Manifest& m, std::mt19937_64& rng) {
   std::vector<ManifestIndex> parts;
   std::vector<std::string> shards;
   for (int p = 0; p < kParts; ++p) {
-    SplitResult split =
-        SplitManifest(sub[p], 300, 150, "data/manifest." + std::to_string(p) + ".shards");
+    SplitResult split = SplitManifest(sub[p], 300, 150, static_cast<uint32_t>(p));
     parts.push_back(split.index);
     for (std::string& s : split.shards) shards.push_back(std::move(s));
   }
@@ -95,9 +94,7 @@ TEST(ManifestCombineTest, OwnersIndexesCombineIntoTheWholeManifest) {
   const Manifest m = TestManifest(rng);
   const Owned o = SplitByOwner(m, rng);
   const ManifestIndex& idx = o.index;
-  ASSERT_EQ(idx.shard_files,
-            (std::vector<std::string>{"data/manifest.0.shards", "data/manifest.1.shards",
-                                      "data/manifest.2.shards"}));
+  ASSERT_EQ(idx.shard_files, (std::vector<uint32_t>{0, 1, 2}));
   ASSERT_EQ(idx.shards.size(), o.all.size());
   // Shards numbered part after part, each file's back to back from 0.
   std::vector<uint64_t> end(kParts, 0);
@@ -201,22 +198,25 @@ TEST(ManifestCombineTest, ALoadingRankGetsItsChunksFromTheCombinedIndex) {
 TEST(ManifestCombineTest, OverlappingOrMismatchedPartsAreInternalErrors) {
   std::mt19937_64 rng(810);
   const Manifest m = TestManifest(rng);
-  auto split = [&](size_t t_lo, size_t t_hi, size_t o_lo, size_t o_hi, const std::string& file) {
+  auto split = [&](size_t t_lo, size_t t_hi, size_t o_lo, size_t o_hi, uint32_t file) {
     Manifest s;
     s.files = m.files;
     s.tensors.assign(m.tensors.begin() + t_lo, m.tensors.begin() + t_hi);
     s.objects.assign(m.objects.begin() + o_lo, m.objects.begin() + o_hi);
     return SplitManifest(s, 300, 150, file).index;
   };
-  const ManifestIndex a = split(0, 20, 0, 40, "data/manifest.0.shards");
-  const ManifestIndex b = split(20, 40, 40, 91, "data/manifest.1.shards");
+  const ManifestIndex a = split(0, 20, 0, 40, 0);
+  const ManifestIndex b = split(20, 40, 40, 91, 1);
   ASSERT_TRUE(CombineIndexes({a, b}).ok());
   // Empty parts (an owner of no key) are allowed and add nothing.
-  const ManifestIndex none = split(0, 0, 0, 0, "data/manifest.2.shards");
+  const ManifestIndex none = split(0, 0, 0, 0, 2);
   EXPECT_TRUE(none.shard_files.empty());
   Result<ManifestIndex> c = CombineIndexes({none, b, ManifestIndex{}, a});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->shard_files, (std::vector<std::string>{b.shard_files[0], a.shard_files[0]}));
+  // Files in writer order; shards in part order (b's first, in file 1).
+  EXPECT_EQ(c->shard_files, (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(c->shards[0].file, 1u);
+  EXPECT_EQ(c->shards[b.shards.size()].file, 0u);
   EXPECT_EQ(c->tensors.size(), 40u);
   EXPECT_EQ(c->tensors[0].parts[0].shard, b.shards.size() + a.tensors[0].parts[0].shard);
   EXPECT_TRUE(CombineIndexes({}).ok());
@@ -225,11 +225,11 @@ TEST(ManifestCombineTest, OverlappingOrMismatchedPartsAreInternalErrors) {
     EXPECT_EQ(r.status().code(), StatusCode::kInternal) << r.status().ToString();
     return r.status().message();
   };
-  EXPECT_EQ(message({a, split(19, 21, 40, 41, "data/manifest.1.shards")}),
+  EXPECT_EQ(message({a, split(19, 21, 40, 41, 1)}),
             "CombineIndexes: tensor '" + m.tensors[19].key + "' is in parts 0 and 1");
-  EXPECT_EQ(message({a, split(20, 21, 39, 41, "data/manifest.1.shards")}),
+  EXPECT_EQ(message({a, split(20, 21, 39, 41, 1)}),
             "CombineIndexes: object 'rng' index [39] is in parts 0 and 1");
-  EXPECT_EQ(message({a, split(20, 40, 40, 91, "data/manifest.0.shards")}),
+  EXPECT_EQ(message({a, split(20, 40, 40, 91, 0)}),
             "CombineIndexes: shard file 'data/manifest.0.shards' is in parts 0 and 1");
   ManifestIndex other = b;
   other.block_size *= 2;
@@ -238,7 +238,7 @@ TEST(ManifestCombineTest, OverlappingOrMismatchedPartsAreInternalErrors) {
   other.version = kIndexVersionV5;
   EXPECT_NE(message({a, other}).find("part 1 is partial or not version 6"), std::string::npos);
   other = b;
-  other.shard_files.push_back("data/manifest.9.shards");
+  other.shard_files.push_back(9);
   EXPECT_EQ(message({a, other}),
             "CombineIndexes: part 1 shard file 'data/manifest.9.shards' holds no shard");
   other = b;

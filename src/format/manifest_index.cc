@@ -76,12 +76,17 @@ uint32_t EncodedVersion(std::string_view bytes) {
   return v;
 }
 
+std::string ShardFileName(uint32_t writer) {
+  return writer == kMainShards ? std::string(kShardsFile)
+                               : "data/manifest." + std::to_string(writer) + ".shards";
+}
+
 std::string ShardName(const ManifestIndex& index, uint32_t s, const std::string& dir) {
   const bool known = s < index.shards.size() && index.shards[s].file < index.shard_files.size();
   // A shard the index does not have: its only file, if it has one.
-  const std::string& file = known ? index.shard_files[index.shards[s].file]
-                            : index.shard_files.size() == 1 ? index.shard_files[0]
-                                                            : std::string(kShardsFile);
+  const std::string file = ShardFileName(known ? index.shard_files[index.shards[s].file]
+                                         : index.shard_files.size() == 1 ? index.shard_files[0]
+                                                                         : kMainShards);
   std::string name = (dir.empty() ? "" : dir + "/") + file + " shard " + std::to_string(s);
   if (s >= index.shards.size()) return name;
   const ShardRef& r = index.shards[s];
@@ -216,7 +221,7 @@ uint64_t TensorEntry::num_chunks() const {
 }
 
 SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes, uint64_t part_bytes,
-                          const std::string& file) {
+                          uint32_t writer) {
   SplitResult out;
   ManifestIndex& idx = out.index;
   idx.block_size = m.block_size;
@@ -263,7 +268,7 @@ SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes, uint64_t part
     idx.shards.push_back({bytes.size(), Checksum64(bytes.data(), bytes.size()), 0, at});
     out.shards.push_back(std::move(bytes));
   }
-  if (!idx.shards.empty()) idx.shard_files = {file};
+  if (!idx.shards.empty()) idx.shard_files = {writer};
   return out;
 }
 
@@ -276,7 +281,7 @@ std::string EncodeIndex(const ManifestIndex& index) {
   if (!files) {
     // Before v6 every shard is in kShardsFile: there is nowhere to say otherwise.
     bool one_file = index.shard_files.empty() ||
-                    (index.shard_files.size() == 1 && index.shard_files[0] == kShardsFile);
+                    (index.shard_files.size() == 1 && index.shard_files[0] == kMainShards);
     for (const ShardRef& s : index.shards) one_file = one_file && s.file == 0;
     if (!one_file) {
       std::fprintf(stderr, "shardpoint: EncodeIndex version %u of shards in other files than %s\n",
@@ -291,7 +296,7 @@ std::string EncodeIndex(const ManifestIndex& index) {
   w.U64(index.block_size);
   if (files) {
     w.U64(index.shard_files.size());
-    for (const std::string& f : index.shard_files) w.Str(f);
+    for (uint32_t f : index.shard_files) w.U32(f);
   }
   w.U64(index.shards.size());
   for (const ShardRef& s : index.shards) {
@@ -351,20 +356,6 @@ std::string EncodeIndex(const ManifestIndex& index) {
 }
 
 namespace {
-
-// data/<name>, <name> one path component of [A-Za-z0-9._-], not . or ..
-bool IsShardFileName(std::string_view f) {
-  constexpr std::string_view kData = "data/";
-  if (!f.starts_with(kData)) return false;
-  const std::string_view name = f.substr(kData.size());
-  if (name.empty() || name == "." || name == "..") return false;
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
 
 class IndexDecoder : public FieldReader {
  public:
@@ -575,27 +566,20 @@ Status IndexDecoder::Tensors(ManifestIndex* idx) {
   return OkStatus();
 }
 
-// v6: u64 SF, then SF file names, each data/<name> with <name> one
-// component of [A-Za-z0-9._-] (not . or ..), unique: a shard file cannot lie
-// outside the checkpoint's data/.
+// v6: u64 SF, then SF x u32 writer ranks (kMainShards: data/manifest.shards),
+// strictly increasing: unique without a lookup table, and names that cannot
+// lie outside the checkpoint's data/.
 Status IndexDecoder::ShardFiles(ManifestIndex* idx) {
   uint64_t n;
   SP_RETURN_IF_ERROR(Count(kMinShardFile, "shard file", &n));
   idx->shard_files.resize(n);
-  std::unordered_map<std::string_view, uint64_t> seen;
   for (uint64_t i = 0; i < n; ++i) {
-    std::string& f = idx->shard_files[i];
-    if (!r_.Str(&f).ok()) return Truncated("shard file " + std::to_string(i));
-    if (!IsShardFileName(f)) {
-      return Error("shard file " + std::to_string(i) + " '" + f +
-                   "' is not data/<name> with <name> of [A-Za-z0-9._-], not . or ..");
-    }
-  }
-  for (uint64_t i = 0; i < n; ++i) {
-    auto [it, added] = seen.emplace(idx->shard_files[i], i);
-    if (!added) {
-      return Error("shard file " + std::to_string(i) + " '" + idx->shard_files[i] +
-                   "' repeats shard file " + std::to_string(it->second));
+    uint32_t& f = idx->shard_files[i];
+    if (!r_.Int(&f).ok()) return Truncated("shard file " + std::to_string(i));
+    if (i > 0 && f <= idx->shard_files[i - 1]) {
+      return Error("shard file " + std::to_string(i) + " '" + ShardFileName(f) +
+                   "' does not follow shard file " + std::to_string(i - 1) + " '" +
+                   ShardFileName(idx->shard_files[i - 1]) + "' (writers in increasing order)");
     }
   }
   return OkStatus();
@@ -607,7 +591,7 @@ Status IndexDecoder::ShardTable(ManifestIndex* idx) {
   const bool v6 = version_ >= kIndexVersion;
   SP_RETURN_IF_ERROR(Count(v6 ? kMinShardV6 : kMinShard, "shard", &num_shards_));
   if (num_shards_ > UINT32_MAX) return Error("too many shards");
-  if (!v6 && num_shards_ > 0) idx->shard_files = {kShardsFile};
+  if (!v6 && num_shards_ > 0) idx->shard_files = {kMainShards};
   const uint64_t num_files = idx->shard_files.size();
   if (num_files > num_shards_) {
     return Error(std::to_string(num_files) + " shard files but " + std::to_string(num_shards_) +
@@ -632,7 +616,7 @@ Status IndexDecoder::ShardTable(ManifestIndex* idx) {
   }
   for (size_t f = 0; f < used.size(); ++f) {
     if (!used[f]) {
-      return Error("shard file " + std::to_string(f) + " '" + idx->shard_files[f] +
+      return Error("shard file " + std::to_string(f) + " '" + ShardFileName(idx->shard_files[f]) +
                    "' holds no shard");
     }
   }

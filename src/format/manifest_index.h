@@ -46,6 +46,11 @@ inline constexpr uint64_t kMaxIndexObjects = uint64_t{1} << 24;
 // In data/, so that everything that clears a failed save's data clears it
 // too; written and made durable with the data files, before the index.
 inline constexpr char kShardsFile[] = "data/manifest.shards";
+// v6 names each shards file by the rank that wrote it: data/manifest.<rank>.shards,
+// or kMainShards for kShardsFile (rank 0's, and the only one before v6).
+inline constexpr uint32_t kMainShards = 0xFFFFFFFF;
+// "data/manifest.<writer>.shards", or kShardsFile for kMainShards.
+std::string ShardFileName(uint32_t writer);
 // Shards are cut at record boundaries once they reach this many bytes; a
 // record larger than it gets shards of its own, one per part of about
 // kDefaultPartBytes (v4). Measured at 65,536 saving ranks
@@ -109,10 +114,12 @@ struct ManifestIndex {
   // writes what the version says).
   uint32_t version = kIndexVersion;
   uint64_t block_size = kDefaultBlockSize;
-  // The files holding the shards, relative to the checkpoint directory, each
-  // `data/<name>` and holding at least one shard (so empty when there is no
-  // shard). v6 encodes it; v3 to v5 decode to {kShardsFile} (with a shard).
-  std::vector<std::string> shard_files;
+  // The files holding the shards, by writer (ShardFileName), strictly
+  // increasing (kMainShards last), each holding at least one shard (so empty
+  // when there is no shard). v6 encodes it, 4 bytes a file (not the names:
+  // 31,487 owners' files at 65,536 ranks of the MoE model); v3 to v5 decode
+  // to {kMainShards} (with a shard).
+  std::vector<uint32_t> shard_files;
   std::vector<ShardRef> shards;
   std::vector<TensorEntry> tensors;  // sorted by key, unique
   std::vector<ObjectRun> objects;    // sorted by (key, index), unique
@@ -163,16 +170,17 @@ struct SplitResult {
 // `shard_bytes` each, tensors and objects in key order; a tensor record
 // larger than `shard_bytes` into parts of about `part_bytes` (at least one
 // chunk each). The result's version is kIndexVersion, every shard in
-// `file`: shard_files is {file} (empty when `m` has no record, so no shard).
+// the shards file of `writer`: shard_files is {writer} (empty when `m` has no
+// record, so no shard).
 SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes = kDefaultShardBytes,
-                          uint64_t part_bytes = kDefaultPartBytes,
-                          const std::string& file = kShardsFile);
+                          uint64_t part_bytes = kDefaultPartBytes, uint32_t writer = kMainShards);
 
 // One index from indexes of disjoint key sets, each a v6 non-partial index
 // with shard files of its own (e.g. one per owner rank, SplitManifest of its
 // keys into data/manifest.<rank>.shards): version kIndexVersion, the shard
-// files in part order, part p's shard s renumbered to (the shards of the
-// parts before p) + s (its file likewise; offsets in a file are unchanged),
+// files in increasing order, part p's shard s renumbered to (the shards of
+// the parts before p) + s (its file to its place; offsets in a file are
+// unchanged),
 // tensor entries in key order and object runs in (key, index) order (runs of
 // different parts stay separate runs). So a shard may hold keys that are not
 // adjacent in key order; DecodeIndex, the Shards* functions and MergeShards
@@ -183,7 +191,7 @@ SplitResult SplitManifest(const Manifest& m, uint64_t shard_bytes = kDefaultShar
 Result<ManifestIndex> CombineIndexes(std::vector<ManifestIndex> parts);
 
 // Writes index.version's layout (3: every tensor must have one part).
-// REQUIRES: !index.partial; below v6, shard_files empty or {kShardsFile}
+// REQUIRES: !index.partial; below v6, shard_files empty or {kMainShards}
 // and every shard in file 0 (aborts otherwise).
 std::string EncodeIndex(const ManifestIndex& index);
 // Versions 3 to 6. Validates as DecodeManifest does (counts bounded before

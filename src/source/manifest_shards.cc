@@ -15,6 +15,7 @@ using shardpoint::internal_format::kManifestName;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::ManifestIndex;
 using shardpoint::internal_format::MergeShards;
+using shardpoint::internal_format::ShardFileName;
 using shardpoint::internal_format::ShardRef;
 using shardpoint::internal_io::JoinPath;
 
@@ -49,8 +50,8 @@ Result<std::vector<std::pair<uint32_t, std::string>>> ReadShards(Storage* storag
     const ShardRef& first = at(order[i]);
     if (i == 0 || at(order[i - 1]).file != first.file) {
       f.reset();
-      SP_ASSIGN_OR_RETURN(f,
-                          storage->NewReadableFile(JoinPath(dir, index.shard_files[first.file])));
+      SP_ASSIGN_OR_RETURN(
+          f, storage->NewReadableFile(JoinPath(dir, ShardFileName(index.shard_files[first.file]))));
     }
     size_t j = i + 1;
     uint64_t end = first.offset + first.nbytes;

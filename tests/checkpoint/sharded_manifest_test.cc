@@ -385,7 +385,8 @@ TEST_F(ShardedManifestTest, AVersion6IndexOverSeveralShardFilesLoadsBitForBit) {
   std::vector<internal_format::ManifestIndex> parts;
   for (int p = 0; p < 3; ++p) {
     const std::string file = "data/manifest." + std::to_string(p) + ".shards";
-    internal_format::SplitResult split = internal_format::SplitManifest(owned[p], 2048, 2048, file);
+    internal_format::SplitResult split =
+        internal_format::SplitManifest(owned[p], 2048, 2048, static_cast<uint32_t>(p));
     std::string bytes;
     for (const std::string& s : split.shards) bytes += s;
     ASSERT_TRUE(DefaultStorage()->WriteStringToFile(dir_ + "/" + file, bytes).ok());

@@ -84,7 +84,7 @@ class ManifestShardsTest : public ::testing::Test {
         sub.tensors.push_back(m_.tensors[k]);
       }
       const std::string file = "data/manifest." + std::to_string(owner) + ".shards";
-      SplitResult split = SplitManifest(sub, 200, 200, file);
+      SplitResult split = SplitManifest(sub, 200, 200, static_cast<uint32_t>(owner));
       std::string all;
       for (std::string& s : split.shards) {
         all += s;
