@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "src/checkpoint/checksum_message.h"
+#include "src/checkpoint/owner_commit.h"
 #include "src/format/manifest.h"
 #include "src/format/manifest_index.h"
 #include "src/plan/dist_plan.h"
@@ -115,7 +116,7 @@ inline OwnerSplitResult OwnerSplit(const shardpoint::internal_format::Manifest& 
     }
     out.owner_inbox.push_back(inbox + 70.0 * m.files.size());  // per writer: headers
     const std::string v2 = EncodeManifest(m);
-    if (o == 0 || v2.size() <= threshold / static_cast<uint64_t>(world)) {
+    if (shardpoint::internal_checkpoint::SendsRecords(o, world, v2.size(), threshold)) {
       out.parts_to_rank0 += v2.size();
       for (f::TensorRecord& t : m.tensors) {
         for (f::ChunkRecord& c : t.chunks) c.file = rank0_file.at(m.files[c.file]);

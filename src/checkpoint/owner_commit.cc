@@ -54,11 +54,12 @@ struct Sums {
   std::vector<std::vector<uint64_t>> blocks;
 };
 
-// The checksums of lp's items grouped by where their records are assembled
-// (the key's owner; -1: rank 0's objects), each group in file order.
+// The checksums of lp's tensor items grouped by their key's owner, each group
+// in file order (the objects' go to rank 0 with the commit message).
 std::map<int, Sums> GroupSums(const LocalPlan& lp, Written& w) {
   std::map<int, Sums> out;
   for (size_t i = 0; i < lp.item_owner.size() && i < w.sums.size(); ++i) {
+    if (lp.item_owner[i] < 0) continue;
     Sums& g = out[lp.item_owner[i]];
     g.sums.push_back(w.sums[i]);
     g.blocks.push_back(i < w.blocks.size() ? std::move(w.blocks[i]) : std::vector<uint64_t>());
@@ -105,6 +106,27 @@ Result<Manifest> WithChecksums(const OwnedPlan& plan, const SumsOf& sums_of) {
   return m;
 }
 
+// The plan of some records: `cached` where the save's plan was cached, else
+// assembled from the writers' structures and handed to `store` (the cache).
+template <typename Store>
+Result<std::shared_ptr<const OwnedPlan>> CachedOrAssembled(
+    std::shared_ptr<const OwnedPlan> cached,
+    const std::vector<std::pair<int, std::string_view>>& structures, const Store& store) {
+  if (cached) return cached;
+  SP_ASSIGN_OR_RETURN(OwnedPlan assembled, AssembleOwned(structures));
+  auto plan = std::make_shared<const OwnedPlan>(std::move(assembled));
+  store(plan);
+  return plan;
+}
+
+// The common blob and the user metadata of `state`, into a manifest or index.
+template <typename M>
+void SetState(const State& state, M* m) {
+  m->has_common = state.common.has_value();
+  if (m->has_common) m->common = *state.common;
+  m->metadata_json = state.metadata_json;
+}
+
 struct FromWriter {
   std::string_view structure, sums, replicas;
 };
@@ -127,14 +149,11 @@ Result<Manifest> OwnedRecords(const OwnerInbox& inbox, bool cached, SavePlanCach
     from[r] = f;
   }
   *report = EncodeReport(CompareOwnedReplicas(replicas));
-  std::shared_ptr<const OwnedPlan> plan;
-  if (cached) {
-    plan = cache->impl().owned;
-  } else {
-    SP_ASSIGN_OR_RETURN(OwnedPlan assembled, AssembleOwned(structures));
-    plan = std::make_shared<const OwnedPlan>(std::move(assembled));
-    if (cache) internal_plan::StoreOwnedPlan(*cache, plan);
-  }
+  SP_ASSIGN_OR_RETURN(std::shared_ptr<const OwnedPlan> plan,
+                      CachedOrAssembled(cached ? cache->impl().owned : nullptr, structures,
+                                        [&](std::shared_ptr<const OwnedPlan> p) {
+                                          if (cache) internal_plan::StoreOwnedPlan(*cache, p);
+                                        }));
   return WithChecksums(*plan, [&](int r) -> const std::string_view* {
     auto it = from.find(r);
     return it == from.end() ? nullptr : &it->second.sums;
@@ -213,24 +232,25 @@ Result<Received> ParseCommitMessage(std::string_view bytes, int r) {
 
 // Rank 0: the objects with their checksums.
 Result<Manifest> Objects(const std::vector<Received>& got, bool cached, SavePlanCache* cache) {
-  std::shared_ptr<const OwnedPlan> plan;
-  if (cached) {
-    plan = cache->impl().objects;
-  } else {
-    std::vector<std::pair<int, std::string_view>> structures;
-    for (size_t r = 0; r < got.size(); ++r) {
-      structures.emplace_back(static_cast<int>(r), got[r].object_structure);
-    }
-    SP_ASSIGN_OR_RETURN(OwnedPlan assembled, AssembleOwned(structures));
-    plan = std::make_shared<const OwnedPlan>(std::move(assembled));
-    if (cache) internal_plan::StoreObjectPlan(*cache, plan);
+  std::vector<std::pair<int, std::string_view>> structures;
+  for (size_t r = 0; !cached && r < got.size(); ++r) {
+    structures.emplace_back(static_cast<int>(r), got[r].object_structure);
   }
+  SP_ASSIGN_OR_RETURN(std::shared_ptr<const OwnedPlan> plan,
+                      CachedOrAssembled(cached ? cache->impl().objects : nullptr, structures,
+                                        [&](std::shared_ptr<const OwnedPlan> p) {
+                                          if (cache) internal_plan::StoreObjectPlan(*cache, p);
+                                        }));
   return WithChecksums(*plan, [&](int r) -> const std::string_view* {
     return r >= 0 && static_cast<size_t>(r) < got.size() ? &got[r].object_sums : nullptr;
   });
 }
 
 }  // namespace
+
+bool SendsRecords(int rank, int n, uint64_t v2_bytes, uint64_t threshold) {
+  return rank == 0 || v2_bytes <= threshold / static_cast<uint64_t>(n);
+}
 
 Status SendToOwners(Comm& comm, const LocalPlan* lp, bool cached, Written& written,
                     OwnerInbox* inbox, uint64_t* sent, uint64_t* received) {
@@ -288,8 +308,7 @@ Result<std::string> CommitMessageOf(const OwnerInbox& inbox, const LocalPlan& lp
     // Rank 0 keeps its own records (they cross no link) and shards them with
     // what it receives; so it does every record where the other ranks' files
     // are out of its reach (the local tier: node_local.h).
-    if (rank == 0 || whole.size() <= s.threshold / static_cast<uint64_t>(n) ||
-        internal_io::IsNodeLocal(storage)) {
+    if (SendsRecords(rank, n, whole.size(), s.threshold) || internal_io::IsNodeLocal(storage)) {
       part = std::move(whole);
     } else {
       whole.clear();
@@ -347,9 +366,7 @@ Result<std::string> AssembleManifest(const std::vector<std::string>& gathered, b
   SP_RETURN_IF_ERROR(MergeInline(inline_parts, &whole));
   inline_parts.clear();
   if (indexes.size() == 1) {  // nothing sharded by an owner: as a one-rank save
-    whole.has_common = state.common.has_value();
-    if (whole.has_common) whole.common = *state.common;
-    whole.metadata_json = state.metadata_json;
+    SetState(state, &whole);
     return WriteManifestShards(storage, write_dir, whole);
   }
   const ManifestSharding s = GetManifestSharding();
@@ -360,9 +377,7 @@ Result<std::string> AssembleManifest(const std::vector<std::string>& gathered, b
     indexes.insert(indexes.begin(), std::move(split.index));
   }
   SP_ASSIGN_OR_RETURN(ManifestIndex index, CombineIndexes(std::move(indexes)));
-  index.has_common = state.common.has_value();
-  if (index.has_common) index.common = *state.common;
-  index.metadata_json = state.metadata_json;
+  SetState(state, &index);
   return EncodeIndex(index);
 }
 

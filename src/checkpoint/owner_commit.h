@@ -54,6 +54,12 @@ struct OwnerInbox {
   std::vector<std::pair<int, std::string>> from;
 };
 
+// 4b's rule: whether an owner sends its records (`v2_bytes` encoded) to rank
+// 0 as they are rather than writing its shards: rank 0 itself (they cross no
+// link), or records within threshold / n, so that rank 0 receives at most the
+// sharding threshold in records.
+bool SendsRecords(int rank, int n, uint64_t v2_bytes, uint64_t threshold);
+
 // 4a, collective. `lp`: this rank's plan, or null where it failed to plan or
 // write (it sends the one byte). Moves the block checksums out of `written`.
 // Fails only if the exchange does. *sent, *received: its bytes.
