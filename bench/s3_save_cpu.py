@@ -2,6 +2,7 @@
 
     /usr/bin/python3 bench/s3_save_cpu.py --server-dir DIR \
         [--build old=/work/main/build-test/python] [--build new=build-test/python] \
+        [--build alone=build-test/python,SHARDPOINT_MD5_LANES=0] \
         [--mib 128] [--ranks 4] [--reps 5] [--out bench/results/x.txt]
 
 DIR is a running tests/s3/radosgw.sh server. Each build is imported in its own
@@ -10,7 +11,9 @@ old, new, ...), so both see the same machine load. A child makes --ranks
 shards of random float32 (seeded), saves them once unmeasured (first-touch
 pages, the allocator's first large blocks, the connection pool), then saves
 once measured: its own CPU seconds (user + sys, getrusage) over the save
-alone, per GiB. The saved checkpoint is loaded back and compared bit for bit.
+alone, per GiB, and the save's wall-clock rate. A build may carry environment
+variables after its path (NAME=PATH,VAR=VALUE,...): the same build under
+another setting. The saved checkpoint is loaded back and compared bit for bit.
 Prints each rep and the medians. The gateway's CPU is not counted.
 """
 
@@ -22,7 +25,7 @@ import subprocess
 import sys
 
 CHILD = r"""
-import concurrent.futures as cf, json, os, resource, sys, uuid
+import concurrent.futures as cf, json, os, resource, sys, time, uuid
 import numpy as np
 import shardpoint as sp
 env = json.loads(sys.argv[1]); mib = int(sys.argv[2]); ranks = int(sys.argv[3])
@@ -47,7 +50,9 @@ def cpu():
 run(f"s3://{bucket}/savecpu/{uuid.uuid4().hex[:8]}")
 path = f"s3://{bucket}/savecpu/{uuid.uuid4().hex[:8]}"
 c0 = cpu()
+t0 = time.perf_counter()
 run(path)
+wall = time.perf_counter() - t0
 c = cpu() - c0
 outs = [np.empty_like(s) for s in shards]
 comms = sp.thread_comms(ranks)
@@ -57,7 +62,7 @@ def load(rank, comm):
 with cf.ThreadPoolExecutor(ranks) as ex:
     list(ex.map(load, range(ranks), comms))
 assert all(np.array_equal(a, b) for a, b in zip(outs, shards)), "load differs"
-print(json.dumps({"cpu_gib": c / (g.nbytes / float(1 << 30))}))
+print(json.dumps({"cpu_gib": c / (g.nbytes / float(1 << 30)), "gbs": g.nbytes / wall / 1e9}))
 """
 
 
@@ -65,7 +70,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--server-dir", required=True)
     ap.add_argument("--build", action="append", default=[],
-                    help="NAME=PYTHONPATH (repeatable); default old=main's, new=this tree's")
+                    help="NAME=PYTHONPATH[,VAR=VALUE...] (repeatable); default old=main's, new=this tree's")
     ap.add_argument("--mib", type=int, default=128)
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--reps", type=int, default=5)
@@ -83,20 +88,28 @@ def main():
              f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"]
     print(lines[0], flush=True)
     got = {name: [] for name, _ in builds}
+    rate = {name: [] for name, _ in builds}
     for rep in range(args.reps):
-        for name, path in builds:
+        for name, spec in builds:
+            path, *settings = spec.split(",")
             child_env = dict(os.environ, PYTHONPATH=path)
-            for k in ("SHARDPOINT_S3_READ_BYTES", "SHARDPOINT_S3_LEASE_SECONDS"):
+            for k in ("SHARDPOINT_S3_READ_BYTES", "SHARDPOINT_S3_LEASE_SECONDS",
+                      "SHARDPOINT_MD5_LANES"):
                 child_env.pop(k, None)
+            child_env.update(kv.split("=", 1) for kv in settings)
             out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(env), str(args.mib),
                                   str(args.ranks)], env=child_env, check=True,
                                  capture_output=True, text=True).stdout
-            v = json.loads(out.strip().splitlines()[-1])["cpu_gib"]
-            got[name].append(v)
-            print(f"  rep {rep} {name}: {v:.2f} client CPU s/GiB", flush=True)
+            res = json.loads(out.strip().splitlines()[-1])
+            got[name].append(res["cpu_gib"])
+            rate[name].append(res["gbs"])
+            print(f"  rep {rep} {name}: {res['cpu_gib']:.2f} client CPU s/GiB, "
+                  f"{res['gbs']:.3f} GB/s", flush=True)
     for name, _ in builds:
         lines.append(f"{name}\tmedian {statistics.median(got[name]):.2f} client CPU s/GiB\t"
-                     f"reps {' '.join(f'{v:.2f}' for v in got[name])}")
+                     f"reps {' '.join(f'{v:.2f}' for v in got[name])}\t"
+                     f"median {statistics.median(rate[name]):.3f} GB/s\t"
+                     f"reps {' '.join(f'{v:.3f}' for v in rate[name])}")
     lines.append(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("\n".join(lines[1:]))
     if args.out:

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "src/objstore/md5_shared.h"
+
 namespace shardpoint::internal_objstore {
 namespace {
 
@@ -68,8 +70,16 @@ std::string Base64Encode(std::string_view bytes) {
   return s;
 }
 
-std::string Md5Base64(std::string_view data) { return Base64Encode(Digest(EVP_md5(), data)); }
+namespace {
+std::string Md5(std::string_view data) {
+  unsigned char digest[16];
+  SharedMd5(data.data(), data.size(), digest);
+  return std::string(reinterpret_cast<const char*>(digest), 16);
+}
+}  // namespace
 
-std::string Md5Hex(std::string_view data) { return HexEncode(Digest(EVP_md5(), data)); }
+std::string Md5Base64(std::string_view data) { return Base64Encode(Md5(data)); }
+
+std::string Md5Hex(std::string_view data) { return HexEncode(Md5(data)); }
 
 }  // namespace shardpoint::internal_objstore

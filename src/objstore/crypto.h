@@ -1,5 +1,6 @@
 // Hashes and encodings the S3 client needs, on OpenSSL's libcrypto: SHA-256
-// and HMAC-SHA256 for SigV4 signing, MD5 for Content-MD5, hex and base64.
+// and HMAC-SHA256 for SigV4 signing; MD5 for Content-MD5 (md5_shared.h:
+// concurrent calls hashed together in AVX2 lanes); hex and base64.
 // Pure functions, thread-safe.
 #pragma once
 
