@@ -32,8 +32,10 @@ critical path. A tool's requests come in dependent phases (boto3's upload:
 CreateMultipartUpload, then the parts, then CompleteMultipartUpload; its
 download_file: a HeadObject, then the ranged GETs; shardpoint's save: the
 creates with the directory LIST beside them, the parts, the completes, then
-the manifest's conditional PUT (before 2026-11-28h the LIST went first: one
-more round trip); its load: the manifest GET, then the ranged GETs); a phase of
+the manifest's conditional PUT with the ListMultipartUploads of the directory
+beside it (before 2026-11-28h the LIST went first, and from then to
+2026-11-29's md5-lanes run the ListMultipartUploads came after the PUT: one
+more round trip each); its load: the manifest GET, then the ranged GETs); a phase of
 n requests at a concurrency of c costs ceil(n / c) round trips. The phases'
 request counts must add up to the requests counted in the gateway's log, or
 the run fails. The formula before 2026-11-28g (requests x latency / requests in
@@ -100,17 +102,19 @@ def round_trips(phases, in_flight):
     return sum(-(-n // max(1, min(in_flight, n))) for n in phases if n > 0)
 
 
-def multipart(files, before=0, after=0, beside=0):
+def multipart(files, before=0, after=(), beside=0):
     """Phases of a save of `files` objects: `before` requests first, then
     one PUT per object (an object of one part) or a multipart upload of
-    each (the creates, the parts, the completes), then `after` requests.
-    `beside` requests go out with the creates (shardpoint's directory LIST,
+    each (the creates, the parts, the completes), then the phases `after`
+    (request counts, each phase waiting for the one before; shardpoint's
+    manifest PUT and its ListMultipartUploads are one phase). `beside` requests go out
+    with the creates (shardpoint's directory LIST,
     src/checkpoint/held_save.h); a one-part object's PUT waits for them."""
 
     def phases(reqs):
-        data = reqs - before - after - beside
+        data = reqs - before - sum(after) - beside
         mid = [beside, files] if data == files else [files + beside, data - 2 * files, files]
-        return [before] + mid + [after]
+        return [before] + mid + list(after)
 
     return phases
 
@@ -189,7 +193,7 @@ def shardpoint_runs(sp, env, opts, bucket, shards, ranks, gw, rows, model):
     run(ranks, save)
     path = first
     measure(gw, "shardpoint save", nbytes, inflight, lambda: run(ranks, save), rows, model,
-            multipart(ranks, beside=1, after=1))
+            multipart(ranks, beside=1, after=(2,)))
     outs = [np.empty_like(s) for s in shards]
 
     def load(rank, comm):

@@ -29,6 +29,7 @@
 // outcome through SaveOptions::log only after step 4 (the commit).
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <memory>
 
 #include "shardpoint/checkpoint.h"
@@ -344,13 +345,30 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
     SP_RETURN_IF_ERROR(held.Settle(comm, &gathered, write_dir_out));
   }
   std::string previous;  // an overwrite's previous checkpoint, removed after the commit
+  std::string open;      // rank 0, an object store: aborting a crashed save's uploads failed
   Totals totals;
   if (rank == 0 && gathered.ok()) {
     Status committed = Guarded("save: committing '" + dir + "'", [&]() -> Status {
       SP_ASSIGN_OR_RETURN(std::string top, AssembleManifest(all, planned.cached, options.plan_cache,
                                                             state, storage, write_dir, &totals));
       all.clear();
-      return CommitManifestBytes(storage, dir, write_dir, top, &previous);
+      // An object store: every file of this save is complete now (the ranks
+      // agreed on their completes, and the manifest's shards are written),
+      // so an upload still open under `dir` is a crashed earlier save's
+      // (its parts kept and billed, invisible to listings). The listing
+      // that finds them goes beside the commit's PUT, not after it: no
+      // round trip more. It can abort only uploads that would never be part
+      // of a checkpoint (a racing writer's: its save fails, as it would at
+      // its own commit).
+      std::future<std::string> aborting;
+      if (internal_io::FindAbandonedWrites(storage) != nullptr) {
+        aborting = std::async(std::launch::async, [storage, &dir] {
+          return internal_io::AbortAbandonedWritesUnder(storage, dir);
+        });
+      }
+      Status s = CommitManifestBytes(storage, dir, write_dir, top, &previous);
+      if (aborting.valid()) open = aborting.get();
+      return s;
     });
     // Named like every agreed error: "rank 0: ..."
     if (!committed.ok()) gathered = Status(committed.code(), "rank 0: " + committed.message());
@@ -369,13 +387,7 @@ Result<SaveStats> SaveCollective(const State& state, const std::string& dir, Com
   stats.plan_bytes_sent = traffic.sent;
   stats.plan_bytes_received = traffic.received;
   if (rank == 0 && !previous.empty()) stats.cleanup_error = RemovePrevious(storage, previous, dir);
-  if (rank == 0) {
-    // An object store: every file of this save was completed before its
-    // manifest, so an upload still open under `dir` is a crashed earlier
-    // save's (its parts kept and billed, invisible to listings).
-    const std::string open = internal_io::AbortAbandonedWritesUnder(storage, dir);
-    if (!open.empty()) stats.cleanup_error = open;
-  }
+  if (!open.empty()) stats.cleanup_error = open;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }

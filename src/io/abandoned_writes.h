@@ -5,8 +5,8 @@
 // before that (a crashed save) leaves the upload open, its parts kept and
 // billed, invisible to listings and to RemoveAll. AbortAbandonedWrites(dir)
 // aborts every such upload under `dir`. The caller guarantees that none of
-// its own job's writes under `dir` is still open: after a commit (every file
-// of the save was completed before the manifest) or under the manager's lock
+// its own job's writes under `dir` is still open: at a commit (every file of
+// the save is complete before the manifest's PUT) or under the manager's lock
 // before any save. A racing writer's upload is aborted too; its save fails,
 // as it would at its own commit.
 //

@@ -163,7 +163,7 @@ TEST_F(S3CheckpointCheck, EmptyTensorAndDefaultStorageDispatch) {
   std::vector<float> none(1, 0.f);
   State s = OneTensor(&none, {0, 4});
   auto comm = MakeSingleComm();
-  // An upload a crashed save left open under it: aborted after the commit,
+  // An upload a crashed save left open under it: aborted at the commit,
   // through the dispatch too.
   std::string bucket, key;
   ASSERT_TRUE(internal_objstore::ParseS3Path(dir, &bucket, &key).ok());
@@ -215,7 +215,7 @@ TEST_F(S3CheckpointCheck, SmallLoadIsOneGetForTheManifestAndOnePerDataFile) {
 
 // A save's requests besides its data: one LIST of the directory (a
 // manifest there? data a crashed save left?), the manifest's conditional
-// PUT and, after it, one listing of the uploads a crashed save left open.
+// PUT and, beside it, one listing of the uploads a crashed save left open.
 // Before: 11 (HEAD + LIST for each of dir, dir.old, dir.partial and the
 // manifest, a LIST and a DELETE of data/, a DELETE of manifest.tmp).
 TEST_F(S3CheckpointCheck, SmallSaveIsOneListingOnePutPerFileAndTheManifest) {
