@@ -40,14 +40,24 @@ struct ObjectStoreOptions {
   // (a private CA). Empty: AWS_CA_BUNDLE, the profile's ca_bundle, else the
   // system's store. An untrusted certificate is FailedPrecondition.
   std::string ca_bundle;
+  // Throughput (docs/object-store.md, Tuning); 0 keeps the default.
+  // Bytes per uploaded part: 5 MiB to 5 GiB, at most 10000 parts per file
+  // (default 16 MiB). Memory per file being written: up to about
+  // (6 + 32 MiB / part_size) parts.
+  uint64_t part_size = 0;
+  // Parts of one file uploading at once (default 4).
+  int parts_in_flight = 0;
+  // Open connections and requests in flight per storage (default 16).
+  int max_connections = 0;
 };
 
 // A Storage that sends "s3://" paths to an object store set up from
 // `options` (fields left empty are filled as DefaultStorage fills them) and
 // every other path to POSIX files, as DefaultStorage does. Owns its
 // connections; must outlive every call given it. InvalidArgument naming the
-// field for a bad `addressing` or an endpoint that is not http(s)://, or when
-// no credentials are found; secrets are never put in a message.
+// field for a bad `addressing`, an endpoint that is not http(s)://, a part
+// size outside [5 MiB, 5 GiB] or a negative count, or when no credentials
+// are found; secrets are never put in a message.
 Result<std::unique_ptr<Storage>> MakeObjectStoreStorage(const ObjectStoreOptions& options);
 
 }  // namespace shardpoint

@@ -25,7 +25,12 @@ _KEYS = {
     "aws_secret_access_key": "secret_access_key",
     "aws_session_token": "session_token",
     "ca_bundle": "ca_bundle",  # an https endpoint's CA file (botocore's AWS_CA_BUNDLE)
+    # Throughput, boto3's TransferConfig / botocore Config names (integers):
+    "multipart_chunksize": "part_size",  # bytes per uploaded part, 5 MiB to 5 GiB
+    "max_concurrency": "parts_in_flight",  # parts of one file uploading at once
+    "max_pool_connections": "max_connections",  # connections, requests in flight
 }
+_INTS = {"multipart_chunksize", "max_concurrency", "max_pool_connections"}
 
 _storages: dict[tuple, Any] = {}
 _lock = threading.Lock()
@@ -43,10 +48,16 @@ def storage_for(options: Mapping[str, Any] | None) -> Any:
     if unknown:
         raise _C.InvalidArgumentError(f"storage_options: unknown key(s) {unknown}; known: "
                                       f"{sorted(_KEYS)}")
-    key = tuple(sorted((k, str(v)) for k, v in options.items() if v is not None))
+    for k in _INTS & set(options):
+        v = options[k]
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise _C.InvalidArgumentError(
+                f"storage_options[{k!r}] must be a positive int, got {v!r}")
+    given = {k: v for k, v in options.items() if v is not None}
+    key = tuple(sorted((k, str(v)) for k, v in given.items()))
     with _lock:
         storage = _storages.get(key)
         if storage is None:
-            storage = _C.object_store_storage(**{_KEYS[k]: v for k, v in key})
+            storage = _C.object_store_storage(**{_KEYS[k]: v for k, v in given.items()})
             _storages[key] = storage
     return storage

@@ -144,6 +144,39 @@ def test_storage_options_are_checked():
         sp.metadata("s3://b/p", storage_options={"addressing_style": "sideways",
                                                  "aws_access_key_id": "k",
                                                  "aws_secret_access_key": "s"})
+    for bad in ({"multipart_chunksize": 0}, {"max_concurrency": "4"},
+                {"max_pool_connections": True}, {"multipart_chunksize": 2.5e7}):
+        key = next(iter(bad))
+        with pytest.raises(sp.InvalidArgumentError, match=f"'{key}'.*positive int"):
+            sp.metadata("s3://b/p", storage_options=bad)
+    with pytest.raises(sp.InvalidArgumentError, match="part size 1048576 bytes"):
+        sp.metadata("s3://b/p", storage_options={"multipart_chunksize": 1 << 20,
+                                                 "aws_access_key_id": "k",
+                                                 "aws_secret_access_key": "s"})
+
+
+@needs_server
+def test_part_size_and_concurrency_options_shape_the_upload(opts, url):
+    import boto3
+    # A 12 MiB file: one PUT at the default 16 MiB parts, 3 parts at 5 MiB
+    # (a multipart object's ETag ends in "-<parts>").
+    g = _g(3 * 1024, 1024, 2)
+    client = boto3.client("s3", endpoint_url=opts["endpoint_url"], region_name=opts["region_name"],
+                          aws_access_key_id=opts["aws_access_key_id"],
+                          aws_secret_access_key=opts["aws_secret_access_key"])
+    bucket = url[len("s3://"):].split("/", 1)[0]
+    for name, extra, suffix in (("default", {}, None),
+                                ("small", {"multipart_chunksize": 5 << 20, "max_concurrency": 2,
+                                           "max_pool_connections": 3}, "-3")):
+        path = f"{url}/{name}"
+        o = dict(opts, **extra)
+        sp.save({"w": g}, path, storage_options=o)
+        back = {"w": np.zeros_like(g)}
+        sp.load(back, path, storage_options=o)
+        assert np.array_equal(back["w"], g)
+        key = path[len(f"s3://{bucket}/"):] + "/data/0.safetensors"
+        etag = client.head_object(Bucket=bucket, Key=key)["ETag"].strip('"')
+        assert (etag.endswith(suffix) if suffix else "-" not in etag), (name, etag)
 
 
 @needs_server

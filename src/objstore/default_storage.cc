@@ -183,6 +183,15 @@ Result<std::unique_ptr<Storage>> MakeObjectStoreStorage(const ObjectStoreOptions
   o.secret_access_key = options.secret_access_key;
   o.session_token = options.session_token;
   o.ca_bundle = options.ca_bundle;
+  if (options.parts_in_flight < 0 || options.max_connections < 0) {
+    return InvalidArgumentError("object store parts_in_flight " +
+                                std::to_string(options.parts_in_flight) + " and max_connections " +
+                                std::to_string(options.max_connections) +
+                                " must be >= 1 (0: the default)");
+  }
+  if (options.part_size != 0) o.part_size = options.part_size;
+  if (options.parts_in_flight != 0) o.parts_in_flight = options.parts_in_flight;
+  if (options.max_connections != 0) o.max_connections = options.max_connections;
   SP_ASSIGN_OR_RETURN(o, internal_objstore::ResolveS3Options(std::move(o)));
   SP_ASSIGN_OR_RETURN(std::unique_ptr<internal_objstore::S3Client> client,
                       internal_objstore::S3Client::Make(o));

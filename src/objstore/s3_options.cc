@@ -144,7 +144,7 @@ Result<S3Options> ResolveS3Options(S3Options o) {
   }
   if (o.part_size < (uint64_t{5} << 20) || o.part_size > (uint64_t{5} << 30)) {
     return InvalidArgumentError("S3 part size " + std::to_string(o.part_size) +
-                                " is outside [5 MiB, 5 GiB]");
+                                " bytes is outside [5 MiB, 5 GiB]");
   }
   if (o.max_connections < 1 || o.parts_in_flight < 1 || o.max_attempts < 1) {
     return InvalidArgumentError(

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "shardpoint/object_store.h"
+
 namespace shardpoint::internal_objstore {
 namespace {
 
@@ -162,6 +164,31 @@ TEST_F(S3OptionsTest, ReadBytesAndLeaseFromTheEnvironment) {
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("SHARDPOINT_S3_READ_BYTES='1.5'"), std::string::npos)
       << r.status().ToString();
+}
+
+// The public throughput options: taken where set, the defaults where 0, and
+// out-of-range values refused naming what is wrong.
+TEST_F(S3OptionsTest, PublicPartSizeAndConnectionsAreChecked) {
+  ObjectStoreOptions o;
+  o.access_key_id = "AK";
+  o.secret_access_key = "SK";
+  o.endpoint = "http://127.0.0.1:1";
+  o.part_size = uint64_t{5} << 20;
+  o.parts_in_flight = 2;
+  o.max_connections = 3;
+  EXPECT_TRUE(MakeObjectStoreStorage(o).ok());
+  o.part_size = uint64_t{1} << 20;
+  Result<std::unique_ptr<Storage>> small = MakeObjectStoreStorage(o);
+  EXPECT_EQ(small.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(small.status().message().find("part size 1048576 bytes is outside [5 MiB, 5 GiB]"),
+            std::string::npos)
+      << small.status().ToString();
+  o.part_size = 0;
+  o.parts_in_flight = -1;
+  Result<std::unique_ptr<Storage>> negative = MakeObjectStoreStorage(o);
+  EXPECT_EQ(negative.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(negative.status().message().find("parts_in_flight -1"), std::string::npos)
+      << negative.status().ToString();
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // fixture s3_server): convert a PyTorch DCP directory to an s3:// checkpoint
 // and back, export it to HF locally and on S3, diff across storages; the
 // object-store flags (--endpoint-url, --region, --addressing-style,
-// --profile) in place of the environment; what an object store refuses.
+// --profile; --part-size-mib, --max-connections) in place of the environment; what an object store
+// refuses.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -162,6 +163,14 @@ TEST_F(S3CliCheck, FlagsReplaceTheEnvironment) {
   r = Cli("inspect --addressing-style sideways " + ck, bare);
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_THAT(r.out, HasSubstr("--addressing-style"));
+  // The throughput flags: taken, and checked.
+  r = Cli("convert" + flags + "--part-size-mib 5 --max-connections 2 " + local_ + "/hf " + s3_ +
+              "/flags3",
+          bare);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  r = Cli("convert" + flags + "--part-size-mib 4 " + local_ + "/hf " + s3_ + "/flags4", bare);
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--part-size-mib"));
 }
 
 // --ca-bundle: the https port's certificate is signed by the fixture's

@@ -49,11 +49,18 @@ void StorageFlags::Add(CLI::App* cmd) {
                   "PEM file of the CA(s) an https endpoint's certificate must chain to "
                   "(default: AWS_CA_BUNDLE, the profile's ca_bundle, else the system's)")
       ->group(group);
+  cmd->add_option("--part-size-mib", part_size_mib, "MiB per uploaded part, 5 to 5120 (default 16)")
+      ->check(CLI::Range(5, 5120))
+      ->group(group);
+  cmd->add_option("--max-connections", max_connections,
+                  "open connections and requests in flight (default 16)")
+      ->check(CLI::PositiveNumber)
+      ->group(group);
 }
 
 Result<std::unique_ptr<Storage>> StorageFlags::Make() const {
   if (endpoint.empty() && region.empty() && profile.empty() && addressing.empty() &&
-      ca_bundle.empty()) {
+      ca_bundle.empty() && part_size_mib == 0 && max_connections == 0) {
     return std::unique_ptr<Storage>();
   }
   ObjectStoreOptions o;
@@ -62,6 +69,8 @@ Result<std::unique_ptr<Storage>> StorageFlags::Make() const {
   o.profile = profile;
   o.addressing = addressing;
   o.ca_bundle = ca_bundle;
+  o.part_size = part_size_mib << 20;
+  o.max_connections = max_connections;
   return MakeObjectStoreStorage(o);
 }
 

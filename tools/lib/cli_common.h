@@ -32,8 +32,11 @@ void AddIoThreads(CLI::App* cmd, int& threads, const std::string& what);
 // --endpoint-url, --region, --profile, --addressing-style, --ca-bundle: where s3:// paths
 // go and as whom (docs/object-store.md); what is not given comes from the AWS
 // environment and profiles. Secrets only through those, never on a command line.
+// --part-size-mib, --max-connections: throughput (0: the defaults).
 struct StorageFlags {
   std::string endpoint, region, profile, addressing, ca_bundle;
+  uint64_t part_size_mib = 0;
+  int max_connections = 0;
   void Add(CLI::App* cmd);
   // The storage for a call: nullptr (DefaultStorage()) when no flag was given.
   Result<std::unique_ptr<Storage>> Make() const;
