@@ -19,6 +19,11 @@ of random float32) with:
   * raw curl: one parallel `curl -Z` of single PUTs (also with Content-MD5, the
     check every part of shardpoint's save carries), and of 16 MiB ranged GETs.
 
+Between tools, everything the last one wrote is deleted and the gateway's
+garbage collector run at once (`radosgw-admin gc process --include-all`),
+so every tool meets an empty memstore OSD (8 GiB; before 2026-11-29's
+md5-lanes runs nothing was deleted, and two runs on one server filled it).
+
 For each: GB/s (wall, decimal GB), requests per GiB (counted in the gateway's
 log: every request any of them made), client CPU seconds per GiB (this
 process's CPU for in-process clients, children's for s3cmd and curl) and the
@@ -251,6 +256,24 @@ def shardpoint_runs(sp, env, opts, bucket, shards, ranks, gw, rows, model):
     del per
 
 
+def purge(env, bucket, server, prefix="bench/"):
+    """Deletes every object under `prefix` and has the gateway free their
+    data now (its garbage collector would wait 2 hours), outside any
+    measured window."""
+    import boto3
+    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"],
+                          aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+                          region_name=env["AWS_REGION"])
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if keys:
+            client.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+    subprocess.run(["radosgw-admin", "-c", os.path.join(server, "ceph.conf"), "gc", "process",
+                    "--include-all"], check=True, timeout=300, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+
+
 def boto3_runs(env, bucket, blobs, gw, rows, model):
     import boto3
     from boto3.s3.transfer import TransferConfig
@@ -411,11 +434,18 @@ def main():
                 f"{args.latency_ms:g} ms/request, {args.gbps:g} GB/s")
         print(head, flush=True)
         rows = []
+        # Each tool's objects are deleted before the next tool runs, so every
+        # tool meets the same (empty) memstore OSD, which is 8 GiB: a fuller
+        # one is slower, and two runs' objects filled it.
         shardpoint_runs(sp, env, opts, bucket, shards, ranks, gw, rows, model)
+        purge(env, bucket, server)
         boto3_runs(env, bucket, blobs, gw, rows, model)
+        purge(env, bucket, server)
         if shutil.which("s3cmd"):
             s3cmd_runs(env, bucket, files, tmp, gw, rows, model)
+            purge(env, bucket, server)
         curl_runs(env, bucket, files, gw, rows, model)
+        purge(env, bucket, server)
         load = os.getloadavg()
         tail = f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
         print(tail)
