@@ -19,6 +19,13 @@ std::string Digest(const EVP_MD* md, std::string_view data) {
   return std::string(reinterpret_cast<const char*>(out), n);
 }
 
+// MD5 through the shared engine: concurrent parts hashed together in lanes.
+std::string Md5(std::string_view data) {
+  unsigned char digest[16];
+  SharedMd5(data.data(), data.size(), digest);
+  return std::string(reinterpret_cast<const char*>(digest), 16);
+}
+
 }  // namespace
 
 std::string HexEncode(std::string_view bytes) {
@@ -69,14 +76,6 @@ std::string Base64Encode(std::string_view bytes) {
   }
   return s;
 }
-
-namespace {
-std::string Md5(std::string_view data) {
-  unsigned char digest[16];
-  SharedMd5(data.data(), data.size(), digest);
-  return std::string(reinterpret_cast<const char*>(digest), 16);
-}
-}  // namespace
 
 std::string Md5Base64(std::string_view data) { return Base64Encode(Md5(data)); }
 

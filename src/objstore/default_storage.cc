@@ -183,12 +183,7 @@ Result<std::unique_ptr<Storage>> MakeObjectStoreStorage(const ObjectStoreOptions
   o.secret_access_key = options.secret_access_key;
   o.session_token = options.session_token;
   o.ca_bundle = options.ca_bundle;
-  if (options.parts_in_flight < 0 || options.max_connections < 0) {
-    return InvalidArgumentError("object store parts_in_flight " +
-                                std::to_string(options.parts_in_flight) + " and max_connections " +
-                                std::to_string(options.max_connections) +
-                                " must be >= 1 (0: the default)");
-  }
+  // 0 keeps the default; anything else, negative too, is ResolveS3Options' to check.
   if (options.part_size != 0) o.part_size = options.part_size;
   if (options.parts_in_flight != 0) o.parts_in_flight = options.parts_in_flight;
   if (options.max_connections != 0) o.max_connections = options.max_connections;

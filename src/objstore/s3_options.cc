@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <utility>
 
 namespace shardpoint::internal_objstore {
 namespace {
@@ -146,9 +147,14 @@ Result<S3Options> ResolveS3Options(S3Options o) {
     return InvalidArgumentError("S3 part size " + std::to_string(o.part_size) +
                                 " bytes is outside [5 MiB, 5 GiB]");
   }
-  if (o.max_connections < 1 || o.parts_in_flight < 1 || o.max_attempts < 1) {
-    return InvalidArgumentError(
-        "S3 max_connections, parts_in_flight and max_attempts must be >= 1");
+  for (const auto& [name, value] :
+       {std::pair<const char*, int>{"max_connections", o.max_connections},
+        {"parts_in_flight", o.parts_in_flight},
+        {"max_attempts", o.max_attempts}}) {
+    if (value < 1) {
+      return InvalidArgumentError("S3 " + std::string(name) + " " + std::to_string(value) +
+                                  " must be >= 1");
+    }
   }
   return o;
 }
