@@ -10,6 +10,7 @@
 #include "src/geometry/convert.h"
 #include "src/geometry/view_range.h"
 #include "src/io/aligned_buffer.h"
+#include "src/io/memory_view.h"
 #include "src/io/path.h"
 #include "src/io/raw_buffer.h"
 #include "src/io/staging_memory.h"
@@ -304,15 +305,25 @@ Status RunTask(const Manifest& m, const ReadTask& t,
     return s.ok() ? s : s.WithContext(ChunkName(m, s0.tensor, s0.chunk));
   };
   // Reads file bytes [at, at + n) of chunk-relative bytes [a, ...) into
-  // their destination or staging; *mem: where byte `at` landed.
-  auto fetch = [&](uint64_t at, uint64_t a, uint64_t n, char** mem) -> Status {
+  // their destination or staging, or finds them where they lie in memory
+  // (a MemoryView file: no copy into staging); *mem: where byte `at` is.
+  const auto* view = dynamic_cast<const internal_io::MemoryView*>(file);
+  auto fetch = [&](uint64_t at, uint64_t a, uint64_t n, const char** mem) -> Status {
     if (in_place) {
-      *mem = in_place->p->dst.data + (a - in_place->begin);
-      return read(at, n, *mem);
+      char* dst = in_place->p->dst.data + (a - in_place->begin);
+      *mem = dst;
+      return read(at, n, dst);
+    }
+    if (const char* p = view ? view->View(at, n) : nullptr) {
+      stats->requests.fetch_add(1);
+      stats->bytes.fetch_add(n);
+      *mem = p;
+      return OkStatus();
     }
     if (!direct) {
-      *mem = staging.Resize(n);
-      return read(at, n, *mem);
+      char* buf = staging.Resize(n);
+      *mem = buf;
+      return read(at, n, buf);
     }
     SP_ASSIGN_OR_RETURN(const auto bounds, direct_staging.Bounds(at, n));
     const auto [lo, hi] = bounds;
@@ -328,7 +339,7 @@ Status RunTask(const Manifest& m, const ReadTask& t,
     ChecksumState sum;
     for (uint64_t a = s0.a; a < s0.b;) {
       const uint64_t n = std::min(slice, s0.b - a);
-      char* mem = nullptr;
+      const char* mem = nullptr;
       SP_RETURN_IF_ERROR(fetch(c.offset + a, a, n, &mem));
       if (options.verify_checksums) sum.Update(mem, n);
       scatter(s0, a, a + n, mem);
@@ -344,7 +355,7 @@ Status RunTask(const Manifest& m, const ReadTask& t,
     }
     return OkStatus();
   }
-  char* mem = nullptr;
+  const char* mem = nullptr;
   SP_RETURN_IF_ERROR(fetch(t.begin, s0.a, t.end - t.begin, &mem));
   for (const ReadSegment& seg : t.segs) {
     const char* at = mem + (seg.file_at - t.begin);

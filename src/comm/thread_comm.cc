@@ -1,5 +1,6 @@
 #include "src/comm/thread_comm.h"
 
+#include <cstring>
 #include <string>
 #include <thread>
 #include <utility>
@@ -106,6 +107,28 @@ class ThreadComm final : public Comm, public MemoryTransport, public ViewAllToAl
     }
     group_->Leave();
     return s;
+  }
+
+  // Each rank's list of pieces travels as the bytes of its string_views
+  // (the ranks share one address space), read back on the other side.
+  Status AllToAllPieces(
+      const std::vector<std::vector<std::string_view>>& send,
+      const std::function<Status(const std::vector<std::vector<std::string_view>>&)>& use)
+      override {
+    std::vector<std::string> lists(send.size());
+    for (size_t r = 0; r < send.size(); ++r) {
+      lists[r].assign(reinterpret_cast<const char*>(send[r].data()),
+                      send[r].size() * sizeof(std::string_view));
+    }
+    const std::vector<std::string_view> views(lists.begin(), lists.end());
+    return AllToAllViews(views, [&](const std::vector<std::string_view>& recv) {
+      std::vector<std::vector<std::string_view>> pieces(recv.size());
+      for (size_t r = 0; r < recv.size(); ++r) {
+        pieces[r].resize(recv[r].size() / sizeof(std::string_view));
+        std::memcpy(pieces[r].data(), recv[r].data(), pieces[r].size() * sizeof(std::string_view));
+      }
+      return use(pieces);
+    });
   }
 
  private:

@@ -114,6 +114,12 @@ class ViewAllToAll {
   virtual Status AllToAllViews(
       const std::vector<std::string_view>& send,
       const std::function<Status(const std::vector<std::string_view>&)>& use) = 0;
+  // The same with each payload in pieces, none gathered: send[r] holds the
+  // pieces to rank r in order, and use(recv) gets recv[r], rank r's pieces
+  // to this rank, views of r's memory under the same rules.
+  virtual Status AllToAllPieces(
+      const std::vector<std::vector<std::string_view>>& send,
+      const std::function<Status(const std::vector<std::vector<std::string_view>>&)>& use) = 0;
 };
 
 // The Comms of `group`, comms[i] being rank i. Destroying a Comm departs its

@@ -119,6 +119,44 @@ TEST(ThreadComm, AllToAllViewsReturnUsesStatusAndNameABadRank) {
   EXPECT_EQ(all[1].code(), StatusCode::kDataLoss) << all[1].ToString();
 }
 
+TEST(ThreadComm, AllToAllPiecesArriveInOrderAsViewsOfTheSendersMemory) {
+  // Rank r sends rank t the pieces "r", "->", t copies of "t" and one empty
+  // piece; each receiver sees every sender's pieces in order, at the
+  // sender's own addresses (no copy).
+  RunOk(3, [](Comm& comm) -> Status {
+    const int me = comm.rank();
+    std::vector<std::string> words(3);
+    std::vector<std::vector<std::string_view>> send(3);
+    const std::string from = std::to_string(me);
+    for (int to = 0; to < 3; ++to) {
+      words[to] = std::to_string(to);
+      send[to] = {from, "->"};
+      for (int k = 0; k < to; ++k) send[to].push_back(words[to]);
+      send[to].push_back(std::string_view());
+    }
+    std::vector<std::vector<std::string_view>> got;
+    SP_RETURN_IF_ERROR(dynamic_cast<ViewAllToAll&>(comm).AllToAllPieces(
+        send, [&](const std::vector<std::vector<std::string_view>>& recv) {
+          got = recv;
+          return OkStatus();
+        }));
+    EXPECT_EQ(got.size(), 3u);
+    for (int r = 0; r < 3 && r < static_cast<int>(got.size()); ++r) {
+      EXPECT_EQ(got[r].size(), static_cast<size_t>(me + 3)) << "from rank " << r;
+      if (got[r].size() != static_cast<size_t>(me + 3)) continue;
+      EXPECT_EQ(got[r][0], std::to_string(r));
+      EXPECT_EQ(got[r][1], "->");
+      for (int k = 0; k < me; ++k) EXPECT_EQ(got[r][2 + k], std::to_string(me));
+      EXPECT_TRUE(got[r].back().empty());
+    }
+    // Our pieces to ourselves are our own memory.
+    if (got.size() == 3 && !got[me].empty()) {
+      EXPECT_EQ(got[me][0].data(), from.data());
+    }
+    return OkStatus();
+  });
+}
+
 TEST(ThreadComm, GatherNonRootMayPassNull) {
   RunOk(3, [](Comm& comm) -> Status {
     std::vector<std::string> all;

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "src/base/stream_copy.h"
 #include "src/geometry/flat_range.h"
 
 namespace shardpoint::internal_geometry {
@@ -37,10 +38,14 @@ void GatherFlatRange(char* dst, const View& src, int64_t begin, int64_t end) {
   });
 }
 
+// Into a contiguous destination: one copy past the caches where it is large
+// (a loaded tensor is not read again soon; internal_base::StreamCopy).
 void ScatterFlatRange(const View& dst, int64_t begin, int64_t end, const char* src) {
   if (dst.IsContiguous()) {
-    if (end > begin)
-      std::memcpy(dst.data + begin * dst.elem_size, src, (end - begin) * dst.elem_size);
+    if (end > begin) {
+      internal_base::StreamCopy(dst.data + begin * dst.elem_size, src,
+                                (end - begin) * dst.elem_size);
+    }
     return;
   }
   ForEachPiece(dst, begin, end, [&](const View& piece, int64_t pos) {

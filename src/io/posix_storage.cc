@@ -24,6 +24,7 @@
 
 #include "shardpoint/storage.h"
 #include "src/io/errno_status.h"
+#include "src/io/file_map.h"
 #include "src/io/overwrite_open.h"
 #include "src/io/remove_tree.h"
 
@@ -375,7 +376,9 @@ std::string ParentDir(const std::string& path) {
   return end == std::string::npos ? "/" : path.substr(0, end + 1);
 }
 
-class PosixStorage : public Storage, public internal_io::OverwriteOpener {
+class PosixStorage : public Storage,
+                     public internal_io::OverwriteOpener,
+                     public internal_io::FileMapper {
  public:
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
                                                         const WriteFileOptions& options) override {
@@ -414,6 +417,13 @@ class PosixStorage : public Storage, public internal_io::OverwriteOpener {
   Result<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
     SP_ASSIGN_OR_RETURN(const int fd, OpenRegularForReading(path));
     return std::unique_ptr<ReadableFile>(new PosixReadableFile(path, fd));
+  }
+
+  Result<std::unique_ptr<internal_io::MappedFile>> MapFile(const std::string& path) override {
+    SP_ASSIGN_OR_RETURN(const int fd, OpenRegularForReading(path));
+    Result<std::unique_ptr<internal_io::MappedFile>> m = internal_io::MappedFile::Map(path, fd);
+    ::close(fd);  // the mapping keeps the file
+    return m;
   }
 
   // The buffered descriptor is checked first (a FIFO or directory is refused

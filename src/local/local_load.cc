@@ -13,14 +13,16 @@
 //      on that node) and all-gathers its needs;
 //   4. every rank computes the same transfers (recover_plan.h) for the
 //      units its node lacks, and runs them in rounds of one AllToAll while
-//      its own reads go on: a server reads each unit from its node's copy
-//      (or the persistent checkpoint) straight into its message and checks
-//      it there; a receiver checks it again where it arrives and places it
-//      from there into its tensors, in the round it arrives: between
-//      thread ranks in the sender's message itself (ViewAllToAll, no copy
-//      by the Comm), else in the Comm's receive buffer (send and receive
-//      buffers are reused by every round: a pass's memory is one round's
-//      messages). A unit that fails on either side marks that copy bad.
+//      its own reads go on: a server sends each unit from its node's copy
+//      in place where the node storage maps it (file_map.h; the receiver
+//      checks it), else reads it (or the persistent checkpoint's) into the
+//      round's buffer and checks it there; a receiver checks it where it
+//      arrives and places it from there into its tensors, in the round it
+//      arrives: between thread ranks in the sender's memory itself
+//      (ViewAllToAll's pieces, no copy by the Comm), else in the Comm's
+//      receive buffer (send and receive buffers are reused by every round:
+//      a pass's memory is one round's messages). A unit that fails on
+//      either side marks that copy bad.
 //      At the end of a pass (the first waits for the rank's own reads)
 //      the ranks all-gather the copies marked bad, those of the own reads
 //      included, and plan again for the units they failed, until none
@@ -51,12 +53,15 @@
 #include "src/comm/agreed.h"
 #include "src/comm/thread_comm.h"
 #include "src/format/checksum.h"
+#include "src/io/file_map.h"
 #include "src/io/path.h"
 #include "src/local/inventory.h"
 #include "src/local/node_storage.h"
 #include "src/local/overlay.h"
 #include "src/local/placement.h"
 #include "src/local/recover_plan.h"
+#include "src/local/recovery.h"
+#include "src/local/recovery_round.h"
 #include "src/local/topology.h"
 #include "src/local/units.h"
 #include "src/plan/load_plan.h"
@@ -71,14 +76,19 @@ using shardpoint::internal_format::kManifestName;
 using shardpoint::internal_format::Manifest;
 using shardpoint::internal_format::ObjectRecord;
 using shardpoint::internal_io::JoinPath;
+using shardpoint::internal_local::Arrive;
 using shardpoint::internal_local::Arrived;
 using shardpoint::internal_local::AssignServers;
 using shardpoint::internal_local::CommittedIterations;
 using shardpoint::internal_local::CopyState;
+using shardpoint::internal_local::ExchangeRound;
+using shardpoint::internal_local::FileCache;
 using shardpoint::internal_local::GatherTopology;
 using shardpoint::internal_local::InitialPending;
 using shardpoint::internal_local::IterDir;
 using shardpoint::internal_local::kPersistent;
+using shardpoint::internal_local::kPlaceBatchBytes;
+using shardpoint::internal_local::MappedUnit;
 using shardpoint::internal_local::NodeCopy;
 using shardpoint::internal_local::OverlayFiles;
 using shardpoint::internal_local::OverlayStorage;
@@ -86,7 +96,12 @@ using shardpoint::internal_local::PackRounds;
 using shardpoint::internal_local::Pending;
 using shardpoint::internal_local::Placer;
 using shardpoint::internal_local::ReadNodeCopy;
+using shardpoint::internal_local::ReadUnit;
+using shardpoint::internal_local::Receive;
+using shardpoint::internal_local::Recovery;
+using shardpoint::internal_local::Reserve;
 using shardpoint::internal_local::RootedStorage;
+using shardpoint::internal_local::Serve;
 using shardpoint::internal_local::Topology;
 using shardpoint::internal_local::Transfer;
 using shardpoint::internal_local::Unit;
@@ -133,65 +148,24 @@ std::string EncodeUnits(const std::vector<uint32_t>& a, const std::vector<uint32
   return std::move(w.str());
 }
 
-Status DecodeUnits(const std::string& bytes, int rank, size_t num_units, std::vector<uint32_t>* a,
-                   std::vector<uint32_t>* b) {
+// a: units (< num_units); b: files (< num_files).
+Status DecodeUnits(const std::string& bytes, int rank, size_t num_units, size_t num_files,
+                   std::vector<uint32_t>* a, std::vector<uint32_t>* b) {
   ByteReader r(bytes, "local tier needs from rank " + std::to_string(rank));
   for (std::vector<uint32_t>* v : {a, b}) {
+    const size_t bound = v == a ? num_units : num_files;
     uint64_t n = 0;
     SP_RETURN_IF_ERROR(r.Count(&n, 4));
     v->resize(n);
     SP_RETURN_IF_ERROR(r.Raw(v->data(), n * 4));
     for (uint32_t u : *v) {
-      if (u >= num_units)
-        return DataLossError("local tier: rank " + std::to_string(rank) + " names unit " +
-                             std::to_string(u) + " of " + std::to_string(num_units));
+      if (u >= bound)
+        return DataLossError("local tier: rank " + std::to_string(rank) + " names " +
+                             (v == a ? "unit " : "file ") + std::to_string(u) + " of " +
+                             std::to_string(bound));
     }
   }
   return r.ExpectEnd();
-}
-
-// The state of one recovery on this rank.
-struct Recovery {
-  Recovery(Comm& c, const Topology& top, Storage* n, Storage* p, std::string d, std::string pd)
-      : comm(c), t(top), node(n), persistent(p), dir(std::move(d)), persistent_dir(std::move(pd)) {}
-  Comm& comm;
-  const Topology& t;
-  Storage* node;  // this rank's node storage
-  Storage* persistent;
-  std::string dir;  // "/iter_..."
-  std::string persistent_dir;
-  std::string manifest_bytes;
-  Manifest m;
-  UnitTable ut;
-  CopyState copies;
-  std::vector<std::vector<uint32_t>> needs;  // per rank
-  OverlayFiles overlay;                      // the node's copy, and the object units received
-  std::unique_ptr<Manifest> persistent_manifest_checked;  // set once compared
-  LoadResult result;
-  Placer* placer = nullptr;  // set by step 3; used by the own reads' thread too
-  // Object units received (small): the pipeline reads them after the
-  // exchange through `overlay`.
-  std::deque<std::string> kept_objects;
-  Arrived arrived;   // units that reached this rank in the current round
-  std::string self;  // units this rank reads for itself in the round
-  // Write positions in the round's messages and in `self`: the buffers are
-  // sized for the round up front (Reserve) and written in place, so that
-  // bytes a round reuses are not zero-filled first (std::string::resize
-  // fills only what it grows).
-  std::vector<size_t> out_at;
-  size_t self_at = 0;
-};
-
-// Notes a verified unit that reached this rank: a tensor unit is placed
-// with the round's others; an object unit is kept for the pipeline.
-void Arrive(Recovery& x, uint32_t u, const char* bytes) {
-  const Unit& unit = x.ut.units[u];
-  if (x.placer->IsTensor(u)) {
-    x.arrived.emplace_back(u, bytes);
-    return;
-  }
-  const std::string& kept = x.kept_objects.emplace_back(bytes, unit.nbytes);
-  x.overlay.units[unit.file][unit.offset] = kept;
 }
 
 // Step 1. Per node: whether it committed, the files it holds.
@@ -251,39 +225,14 @@ std::vector<uint32_t> NeededUnits(const Manifest& m, const UnitTable& ut,
   return out;
 }
 
-// The files of one directory, opened on first use (one thread at a time).
-struct FileCache {
-  Storage* storage;
-  std::string dir;
-  std::map<uint32_t, std::unique_ptr<ReadableFile>> open;
-};
-
-// Reads unit u into dst (u.nbytes) and checks it against its checksum.
-Status ReadUnitInto(FileCache& files, const Manifest& m, const Unit& u, char* dst) {
-  std::unique_ptr<ReadableFile>& f = files.open[u.file];
-  if (!f) {
-    SP_ASSIGN_OR_RETURN(f, files.storage->NewReadableFile(JoinPath(files.dir, m.files[u.file])));
-  }
-  SP_RETURN_IF_ERROR(f->ReadAt(u.offset, u.nbytes, dst));
-  if (Checksum64(dst, u.nbytes) != u.checksum) {
-    return DataLossError(UnitName(m, u) + ": checksum mismatch");
-  }
-  return OkStatus();
-}
-
-// The same into *bytes, reused from unit to unit (fresh memory costs a
-// page fault per page).
-Status ReadUnit(FileCache& files, const Manifest& m, const Unit& u, std::string* bytes) {
-  bytes->resize(u.nbytes);
-  return ReadUnitInto(files, m, u, bytes->data());
-}
-
 // Step 3's own-node part: the units this rank needs that its node holds,
 // read from the node's copy on a thread of their own (OwnReads) while the
-// peer rounds of pass 0 run on the rank's thread. The tensor units are
-// placed as they are read (once, every block verified); should that fail,
-// unit by unit, to tell the bad ones. Object units are only checked (the
-// pipeline reads them again).
+// peer rounds of pass 0 run on the rank's thread. Where the copy is
+// mapped, each tensor unit is checked in place and placed from there, a
+// few MiB at a time (still in the cache when copied out). Otherwise the
+// tensor units are placed as they are read (once, every block verified);
+// should that fail, unit by unit, to tell the bad ones. Object units are
+// only checked (the pipeline reads them again).
 struct OwnOutcome {
   Status status;              // an error other than a bad copy (an exception)
   std::vector<uint32_t> bad;  // units whose node copy failed (read errors included: no copy)
@@ -301,14 +250,43 @@ OwnOutcome ReadOwn(const Recovery& x, internal_checkpoint::DataFiles* files,
     FileCache local{x.node, x.dir, {}};
     std::string scratch;
     for (uint32_t u : object_units) {
-      if (ReadUnit(local, m, ut.units[u], &scratch).ok()) {
-        out.bytes_local += ut.units[u].nbytes;
+      const Unit& unit = ut.units[u];
+      const Result<const char*> at = MappedUnit(x, unit);
+      const bool good = !at.ok() ? false
+                        : *at    ? Checksum64(*at, unit.nbytes) == unit.checksum
+                                 : ReadUnit(local, m, unit, &scratch).ok();
+      if (good) {
+        out.bytes_local += unit.nbytes;
       } else {
         out.bad.push_back(u);
       }
     }
-    const bool all_ok = placer->FromFiles(files, tensor_units).ok();
+    std::vector<uint32_t> unmapped;
+    Arrived batch;
+    uint64_t batch_bytes = 0;
+    auto place = [&]() -> Status {
+      SP_RETURN_IF_ERROR(placer->FromMemory(batch));
+      out.bytes_local += batch_bytes;
+      batch.clear();
+      batch_bytes = 0;
+      return OkStatus();
+    };
     for (uint32_t u : tensor_units) {
+      const Unit& unit = ut.units[u];
+      const Result<const char*> at = MappedUnit(x, unit);
+      if (at.ok() && *at == nullptr) {
+        unmapped.push_back(u);
+      } else if (!at.ok() || Checksum64(*at, unit.nbytes) != unit.checksum) {
+        out.bad.push_back(u);
+      } else {
+        batch.emplace_back(u, *at);
+        batch_bytes += unit.nbytes;
+        if (batch_bytes >= kPlaceBatchBytes) SP_RETURN_IF_ERROR(place());
+      }
+    }
+    SP_RETURN_IF_ERROR(place());
+    const bool all_ok = placer->FromFiles(files, unmapped).ok();
+    for (uint32_t u : unmapped) {
       if (all_ok || placer->FromFiles(files, {u}).ok()) {
         out.bytes_local += ut.units[u].nbytes;
       } else {
@@ -351,173 +329,6 @@ class OwnReads {
   OwnOutcome outcome_;
   std::thread thread_;
 };
-
-// A message of the exchange: u32 unit, u32 source, u8 ok, then the unit's
-// bytes when ok.
-constexpr size_t kHeader = 9;
-
-// Copies n bytes to the message to rank r at its write position.
-void Put(Recovery& x, std::vector<std::string>* send, int r, const void* data, size_t n) {
-  std::memcpy((*send)[r].data() + x.out_at[r], data, n);
-  x.out_at[r] += n;
-}
-
-void PutHeader(Recovery& x, std::vector<std::string>* send, int r, uint32_t unit, int source,
-               bool ok) {
-  char h[kHeader];
-  const uint32_t src = static_cast<uint32_t>(source);
-  std::memcpy(h, &unit, 4);
-  std::memcpy(h + 4, &src, 4);
-  h[8] = ok ? 1 : 0;
-  Put(x, send, r, h, kHeader);
-}
-
-// Reads transfer tr's unit (checked) where it is first wanted: straight
-// into the message to its first receiver other than this rank, else into
-// x.self (reserved for the round). Returns the read's status; *bytes points
-// at the unit when it is ok.
-Status ReadForTransfer(Recovery& x, const Transfer& tr, FileCache& files,
-                       std::vector<std::string>* send, const char** bytes) {
-  const Unit& unit = x.ut.units[tr.unit];
-  const int me = x.comm.rank();
-  const auto other =
-      std::find_if(tr.receivers.begin(), tr.receivers.end(), [&](int r) { return r != me; });
-  if (other == tr.receivers.end()) {       // this rank is the only receiver
-    char* at = x.self.data() + x.self_at;  // sized for the round (Reserve)
-    Status read = ReadUnitInto(files, x.m, unit, at);
-    if (read.ok()) {
-      x.self_at += unit.nbytes;
-      Arrive(x, tr.unit, at);
-    }
-    *bytes = at;
-    return read;
-  }
-  std::string& buf = (*send)[*other];
-  const size_t header = x.out_at[*other];
-  PutHeader(x, send, *other, tr.unit, tr.source, true);
-  char* at = buf.data() + x.out_at[*other];  // sized for the round (Reserve)
-  Status read = ReadUnitInto(files, x.m, unit, at);
-  if (!read.ok()) {
-    buf[header + 8] = 0;
-    return read;
-  }
-  x.out_at[*other] += unit.nbytes;
-  *bytes = at;
-  return read;
-}
-
-// Step 4, one transfer served by this rank: appends its messages to `send`,
-// keeps what this rank itself receives, notes a bad copy. The unit is read
-// once, into the first receiver's message; the others copy it from there.
-Status Serve(Recovery& x, const Transfer& tr, FileCache& node_files, FileCache& pers_files,
-             std::vector<std::string>* send, std::vector<std::pair<int, uint32_t>>* newly_bad) {
-  const Unit& unit = x.ut.units[tr.unit];
-  const bool persistent = tr.source == kPersistent;
-  if (persistent && !x.persistent_manifest_checked) {
-    SP_ASSIGN_OR_RETURN(std::string theirs, ReadManifestBytes(x.persistent, x.persistent_dir));
-    if (theirs != x.manifest_bytes) {
-      return FailedPreconditionError("local load: the persistent checkpoint '" + x.persistent_dir +
-                                     "' is not the local checkpoint '" + x.dir +
-                                     "' (their manifests differ)");
-    }
-    x.persistent_manifest_checked = std::make_unique<Manifest>();
-  }
-  const char* bytes = nullptr;
-  const Status read = ReadForTransfer(x, tr, persistent ? pers_files : node_files, send, &bytes);
-  if (read.ok() && persistent) x.result.bytes_persistent += unit.nbytes;
-  if (!read.ok()) newly_bad->emplace_back(tr.source, tr.unit);
-  const int me = x.comm.rank();
-  const auto first =
-      std::find_if(tr.receivers.begin(), tr.receivers.end(), [&](int r) { return r != me; });
-  for (auto r = tr.receivers.begin(); r != tr.receivers.end(); ++r) {
-    if (r == first) continue;  // its message holds the read
-    if (*r == me) {
-      if (read.ok() && first != tr.receivers.end()) Arrive(x, tr.unit, bytes);
-      continue;
-    }
-    PutHeader(x, send, *r, tr.unit, tr.source, read.ok());
-    if (read.ok()) Put(x, send, *r, bytes, unit.nbytes);
-  }
-  return OkStatus();
-}
-
-// Step 4, what this rank received in a round: each unit checked in the
-// receive buffer (reused by every round), then placed from there.
-Status Receive(Recovery& x, const std::vector<std::string_view>& recv,
-               std::vector<std::pair<int, uint32_t>>* newly_bad) {
-  for (size_t s = 0; s < recv.size(); ++s) {
-    const std::string_view in = recv[s];
-    for (size_t at = 0; at < in.size();) {
-      if (in.size() - at < kHeader) {
-        return DataLossError("local tier units from rank " + std::to_string(s) + ": truncated");
-      }
-      uint32_t u = 0, source = 0;
-      std::memcpy(&u, in.data() + at, 4);
-      std::memcpy(&source, in.data() + at + 4, 4);
-      const bool ok = in[at + 8] != 0;
-      at += kHeader;
-      if (u >= x.ut.units.size()) return DataLossError("local tier: unit out of range");
-      const Unit& unit = x.ut.units[u];
-      const int src = static_cast<int>(source);
-      if (!ok) continue;  // the server marked the copy bad itself
-      if (in.size() - at < unit.nbytes) return DataLossError("local tier: truncated unit");
-      const char* bytes = in.data() + at;
-      at += unit.nbytes;
-      if (Checksum64(bytes, unit.nbytes) != unit.checksum) {
-        newly_bad->emplace_back(src, u);
-        continue;
-      }
-      x.result.bytes_received += unit.nbytes;
-      if (src != kPersistent) x.result.bytes_peer += unit.nbytes;
-      Arrive(x, u, bytes);
-    }
-  }
-  return OkStatus();
-}
-
-// One round's AllToAll; `take` runs on what this rank received. Thread
-// ranks (the thread comms' ViewAllToAll) read it in place, in the senders'
-// messages, valid only while `take` runs: the lost bytes are not copied by
-// the Comm. Other Comms copy into *recv, reused by every round.
-Status ExchangeRound(Comm& comm, const std::vector<std::string>& send,
-                     std::vector<std::string>* recv,
-                     const std::function<void(const std::vector<std::string_view>&)>& take) {
-  if (auto* views = dynamic_cast<internal_comm::ViewAllToAll*>(&comm)) {
-    const std::vector<std::string_view> out(send.begin(), send.end());
-    return views->AllToAllViews(out, [&](const std::vector<std::string_view>& in) {
-      take(in);
-      return OkStatus();
-    });
-  }
-  SP_RETURN_IF_ERROR(comm.AllToAll(send, recv));
-  take(std::vector<std::string_view>(recv->begin(), recv->end()));
-  return OkStatus();
-}
-
-// The bytes this rank sends each other rank in one round, and reads for
-// itself: the buffers sized before the round, so they never reallocate
-// within it (`arrived` points into them).
-void Reserve(Recovery& x, const std::vector<Transfer>& transfers, const std::vector<size_t>& round,
-             std::vector<std::string>* send) {
-  std::vector<size_t> bytes(send->size(), 0);
-  for (size_t i : round) {
-    if (transfers[i].server != x.comm.rank()) continue;
-    for (int r : transfers[i].receivers) bytes[r] += kHeader + x.ut.units[transfers[i].unit].nbytes;
-  }
-  // Sized, not cleared: what a buffer had from the last round is written
-  // over; only growth is zero-filled. Seal() cuts them to what was written.
-  for (size_t r = 0; r < bytes.size(); ++r) (*send)[r].resize(bytes[r]);
-  x.out_at.assign(bytes.size(), 0);
-  if (x.self.size() < bytes[x.comm.rank()]) x.self.resize(bytes[x.comm.rank()]);
-  x.self_at = 0;
-  x.arrived.clear();
-}
-
-// After this rank served its part of a round: each message cut to what was
-// written into it (a failed read writes only its header).
-void Seal(Recovery& x, std::vector<std::string>* send) {
-  for (size_t r = 0; r < send->size(); ++r) (*send)[r].resize(x.out_at[r]);
-}
 
 Status LostError(const Recovery& x, const std::vector<uint32_t>& lost, bool persistent) {
   std::string what = UnitName(x.m, x.ut.units[lost.front()]);
@@ -589,18 +400,23 @@ Status RunPasses(Recovery& x, const LocalTierOptions& o, OwnReads& own) {
     std::vector<std::pair<int, uint32_t>> newly_bad;
     Status s;
     std::vector<std::string> send(x.comm.size()), recv;  // buffers reused by every round
-    for (const std::vector<size_t>& round : PackRounds(x.ut, transfers, o.round_bytes)) {
-      Reserve(x, transfers, round, &send);
+    // Between thread ranks a unit its server maps is sent where it lies: it
+    // holds no round memory, and all such go in one round (no round_bytes).
+    const bool views = dynamic_cast<internal_comm::ViewAllToAll*>(&x.comm) != nullptr;
+    auto unbuffered = [&](const Transfer& tr) {
+      return views && tr.source != kPersistent && x.maps_of[tr.server][x.ut.units[tr.unit].file];
+    };
+    for (const std::vector<size_t>& round :
+         PackRounds(x.ut, transfers, o.round_bytes, unbuffered)) {
+      Reserve(x, transfers, round);
       for (size_t i : round) {
         if (transfers[i].server != me || !s.ok()) continue;
-        s = Guarded("local load: serving " + UnitName(x.m, x.ut.units[transfers[i].unit]), [&] {
-          return Serve(x, transfers[i], node_files, pers_files, &send, &newly_bad);
-        });
+        s = Guarded("local load: serving " + UnitName(x.m, x.ut.units[transfers[i].unit]),
+                    [&] { return Serve(x, transfers[i], node_files, pers_files, &newly_bad); });
       }
-      Seal(x, &send);
       // Received units are checked and placed while the round's messages
-      // are readable (`arrived` points into them and into x.self).
-      SP_RETURN_IF_ERROR(ExchangeRound(x.comm, send, &recv, [&](const auto& in) {
+      // are readable (`arrived` points into them, x.reads and the mappings).
+      SP_RETURN_IF_ERROR(ExchangeRound(x, &send, &recv, [&](const auto& in) {
         if (s.ok())
           s = Guarded("local load: receiving", [&] { return Receive(x, in, &newly_bad); });
         if (s.ok())
@@ -643,7 +459,22 @@ Status RunPasses(Recovery& x, const LocalTierOptions& o, OwnReads& own) {
   return OkStatus();
 }
 
-// Steps 1 and 2: the copies and the manifest.
+// The files this rank's node holds, mapped where its storage maps them; a
+// file that does not map is read through ReadAt (which reports its error).
+void MapNodeCopy(Recovery& x) {
+  x.maps.resize(x.m.files.size());
+  auto* mapper = dynamic_cast<internal_io::FileMapper*>(x.node);
+  if (mapper == nullptr) return;
+  const std::vector<char>& held = x.copies.node_holds[x.t.node_of(x.comm.rank())];
+  for (size_t f = 0; f < x.m.files.size(); ++f) {
+    if (!held[f]) continue;
+    Result<std::unique_ptr<internal_io::MappedFile>> m =
+        mapper->MapFile(JoinPath(x.dir, x.m.files[f]));
+    if (m.ok()) x.maps[f] = std::move(*m);
+  }
+}
+
+// Steps 1 and 2: the copies and the manifest; the node's copy mapped.
 Status FindCopies(Recovery& x, int64_t iteration) {
   SP_ASSIGN_OR_RETURN(std::vector<NodeCopy> copies, GatherCopies(x.comm, x.t, x.node, x.dir));
   int root = -1;
@@ -674,10 +505,12 @@ Status FindCopies(Recovery& x, int64_t iteration) {
       x.copies.node_holds[n][f] = std::find(held.begin(), held.end(), x.m.files[f]) != held.end();
     }
   }
+  MapNodeCopy(x);
   return OkStatus();
 }
 
-// Step 3's exchange: every rank's needs. Before it, this rank's reads of
+// Step 3's exchange: every rank's needs, and the files its node copy maps.
+// Before it, this rank's reads of
 // its node's copy start (*own): their bad units are known only when they
 // end, and travel in pass 0's agreement (RunPasses).
 Status GatherNeeds(Recovery& x, const internal_plan::LoadPlan& plan, const State& state,
@@ -697,14 +530,19 @@ Status GatherNeeds(Recovery& x, const internal_plan::LoadPlan& plan, const State
     });
     return OkStatus();
   });
+  std::vector<uint32_t> mapped;
+  for (size_t f = 0; f < x.maps.size(); ++f) {
+    if (x.maps[f]) mapped.push_back(static_cast<uint32_t>(f));
+  }
   std::vector<std::string> all;
   SP_RETURN_IF_ERROR(
-      internal_comm::AllGatherAgreed(x.comm, s, s.ok() ? EncodeUnits(needs, {}) : "", &all));
+      internal_comm::AllGatherAgreed(x.comm, s, s.ok() ? EncodeUnits(needs, mapped) : "", &all));
   x.needs.resize(all.size());
+  x.maps_of.assign(all.size(), std::vector<char>(x.m.files.size(), 0));
   for (size_t r = 0; r < all.size(); ++r) {
-    std::vector<uint32_t> none;
-    SP_RETURN_IF_ERROR(
-        DecodeUnits(all[r], static_cast<int>(r), x.ut.units.size(), &x.needs[r], &none));
+    SP_RETURN_IF_ERROR(DecodeUnits(all[r], static_cast<int>(r), x.ut.units.size(), x.m.files.size(),
+                                   &x.needs[r], &mapped));
+    for (uint32_t f : mapped) x.maps_of[r][f] = 1;
   }
   return OkStatus();
 }

@@ -121,6 +121,13 @@ Result<std::unique_ptr<WritableFile>> RootedStorage::NewWritableFile(
 Result<std::unique_ptr<ReadableFile>> RootedStorage::NewReadableFile(const std::string& path) {
   return base()->NewReadableFile(Map(path));
 }
+
+Result<std::unique_ptr<internal_io::MappedFile>> RootedStorage::MapFile(const std::string& path) {
+  auto* mapper = dynamic_cast<internal_io::FileMapper*>(base());
+  if (mapper == nullptr)
+    return FailedPreconditionError("map " + Map(path) + ": storage cannot map");
+  return mapper->MapFile(Map(path));
+}
 Status RootedStorage::CreateDirs(const std::string& path) { return base()->CreateDirs(Map(path)); }
 Status RootedStorage::SyncDir(const std::string&) { return OkStatus(); }
 Status RootedStorage::Rename(const std::string& from, const std::string& to) {

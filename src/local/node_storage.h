@@ -14,6 +14,8 @@
 // first a spare file renamed into place (one of the same name where there is
 // one), opened without truncation (internal_io::OverwriteOpener of the base)
 // and truncated on Close to the bytes written: its tmpfs pages are reused.
+// MapFile maps a node file where the base is a FileMapper itself (the
+// default storage): the recovery reads its node's copy in place.
 // Thread-safe as its base.
 #pragma once
 
@@ -24,11 +26,14 @@
 #include <vector>
 
 #include "shardpoint/storage.h"
+#include "src/io/file_map.h"
 #include "src/io/node_local.h"
 
 namespace shardpoint::internal_local {
 
-class RootedStorage : public StorageWrapper, public internal_io::NodeLocal {
+class RootedStorage : public StorageWrapper,
+                      public internal_io::NodeLocal,
+                      public internal_io::FileMapper {
  public:
   RootedStorage(Storage* base, std::string root);
   const std::string& root() const { return root_; }
@@ -48,6 +53,9 @@ class RootedStorage : public StorageWrapper, public internal_io::NodeLocal {
   Result<bool> IsDirectory(const std::string& path) override;
   Result<std::vector<std::string>> ListDir(const std::string& path) override;
   Result<std::unique_ptr<FileLock>> LockFile(const std::string& path) override;
+  // Maps where the base storage itself maps (not through a wrapper of it);
+  // FailedPrecondition otherwise.
+  Result<std::unique_ptr<internal_io::MappedFile>> MapFile(const std::string& path) override;
 
   // From now on, files created directly under `data_dir` take spares from
   // `spare_dir` (both node paths) where the base storage can overwrite.

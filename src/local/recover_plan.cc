@@ -54,12 +54,19 @@ std::vector<Transfer> AssignServers(const UnitTable& ut, const Topology& t, cons
   return out;
 }
 
-std::vector<std::vector<size_t>> PackRounds(const UnitTable& ut,
-                                            const std::vector<Transfer>& transfers,
-                                            uint64_t round_bytes) {
+std::vector<std::vector<size_t>> PackRounds(
+    const UnitTable& ut, const std::vector<Transfer>& transfers, uint64_t round_bytes,
+    const std::function<bool(const Transfer&)>& unbuffered) {
   std::map<int, std::vector<size_t>> per_server;
-  for (size_t i = 0; i < transfers.size(); ++i) per_server[transfers[i].server].push_back(i);
   std::vector<std::vector<size_t>> rounds;
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    if (unbuffered && unbuffered(transfers[i])) {
+      if (rounds.empty()) rounds.resize(1);
+      rounds[0].push_back(i);
+    } else {
+      per_server[transfers[i].server].push_back(i);
+    }
+  }
   for (const auto& [server, list] : per_server) {
     size_t k = 0;
     uint64_t bytes = 0;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -51,9 +52,11 @@ std::vector<Transfer> AssignServers(const UnitTable& ut, const Topology& t, cons
                                     std::vector<uint32_t>* lost);
 
 // Rounds: round k holds, per server, its transfers while their bytes stay
-// within `round_bytes` (at least one). Indices into `transfers`.
-std::vector<std::vector<size_t>> PackRounds(const UnitTable& ut,
-                                            const std::vector<Transfer>& transfers,
-                                            uint64_t round_bytes);
+// within `round_bytes` (at least one). Indices into `transfers`. A transfer
+// `unbuffered` says holds no memory for its round (its bytes are sent where
+// they lie) goes in round 0 and counts for nothing.
+std::vector<std::vector<size_t>> PackRounds(
+    const UnitTable& ut, const std::vector<Transfer>& transfers, uint64_t round_bytes,
+    const std::function<bool(const Transfer&)>& unbuffered = nullptr);
 
 }  // namespace shardpoint::internal_local

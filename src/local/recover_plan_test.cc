@@ -73,5 +73,25 @@ TEST(RecoverPlan, RoundsBoundEachServersBytes) {
   EXPECT_EQ(rounds[1], (std::vector<size_t>{2}));
 }
 
+TEST(RecoverPlan, UnbufferedTransfersGoInRoundZeroAndCountForNothing) {
+  Fixture f;
+  std::vector<Transfer> x(5);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i].unit = static_cast<uint32_t>(i % 4);
+    x[i].server = i < 3 ? 2 : 0;
+    x[i].receivers = {1};
+  }
+  // Server 2's transfers hold no memory: all in round 0, with server 0's
+  // packed by bytes as before.
+  std::vector<std::vector<size_t>> rounds =
+      PackRounds(f.ut, x, 250, [](const Transfer& t) { return t.server == 2; });
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_EQ(rounds[0], (std::vector<size_t>{0, 1, 2, 3, 4}));
+  rounds = PackRounds(f.ut, x, 1, [](const Transfer& t) { return t.server == 2; });
+  ASSERT_EQ(rounds.size(), 2u);
+  EXPECT_EQ(rounds[0], (std::vector<size_t>{0, 1, 2, 3}));
+  EXPECT_EQ(rounds[1], (std::vector<size_t>{4}));
+}
+
 }  // namespace
 }  // namespace shardpoint::internal_local

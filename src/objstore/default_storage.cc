@@ -13,6 +13,7 @@
 
 #include "shardpoint/object_store.h"
 #include "shardpoint/storage.h"
+#include "src/io/file_map.h"
 #include "src/io/overwrite_open.h"
 #include "src/objstore/s3_storage.h"
 
@@ -27,6 +28,7 @@ class DispatchStorage : public Storage,
                         public internal_io::PreferredReadSize,
                         public internal_io::WholeFileRead,
                         public internal_io::OverwriteOpener,
+                        public internal_io::FileMapper,
                         public internal_io::HeldCompletes,
                         public internal_io::AbandonedWrites {
  public:
@@ -135,6 +137,15 @@ class DispatchStorage : public Storage,
       return FailedPreconditionError("open " + path + " to write over it: not a POSIX file");
     }
     return posix->OpenForOverwrite(path);
+  }
+
+  // POSIX paths only: an object is not memory to map.
+  Result<std::unique_ptr<internal_io::MappedFile>> MapFile(const std::string& path) override {
+    auto* posix = dynamic_cast<internal_io::FileMapper*>(PosixFileStorage());
+    if (IsS3(path) || posix == nullptr) {
+      return FailedPreconditionError("map " + path + ": not a POSIX file");
+    }
+    return posix->MapFile(path);
   }
 
  private:

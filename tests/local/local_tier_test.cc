@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -109,7 +110,8 @@ class GatedStorage : public StorageWrapper {
 };
 
 // A thread rank's Comm that counts the bytes a rank hands to the copying
-// AllToAll and to the zero-copy AllToAllViews (where counters are given),
+// AllToAll and to the zero-copy AllToAllViews and AllToAllPieces (where
+// counters are given),
 // and tells a gate when the rank finished a round; it forwards both.
 class CountingComm : public testing::ForwardingComm, public internal_comm::ViewAllToAll {
  public:
@@ -131,6 +133,19 @@ class CountingComm : public testing::ForwardingComm, public internal_comm::ViewA
       if (viewed_) *viewed_ += s.size();
     }
     Status st = dynamic_cast<internal_comm::ViewAllToAll&>(inner()).AllToAllViews(send, use);
+    if (gate_) gate_->RoundDone(rank());
+    return st;
+  }
+  Status AllToAllPieces(
+      const std::vector<std::vector<std::string_view>>& send,
+      const std::function<Status(const std::vector<std::vector<std::string_view>>&)>& use)
+      override {
+    for (const std::vector<std::string_view>& pieces : send) {
+      for (std::string_view s : pieces) {
+        if (viewed_) *viewed_ += s.size();
+      }
+    }
+    Status st = dynamic_cast<internal_comm::ViewAllToAll&>(inner()).AllToAllPieces(send, use);
     if (gate_) gate_->RoundDone(rank());
     return st;
   }
@@ -440,6 +455,27 @@ TEST_F(LocalTierTest, AFlippedByteInTheOwnCopyFoundAlongsideThePeerRoundsComesFr
   }
   EXPECT_EQ(intact[4].bytes_local - rs[4].bytes_local, unit);  // rank 4 reads its own file
   EXPECT_GE(moved, unit);
+}
+
+// The recovery maps its node's copy (file_map.h) and reads it in place: a
+// copy cut short (node 2's copy of rank 4's file ends 5 bytes into its first
+// unit) is a bad copy of every unit past its end, served from the other
+// copy, never read beyond the file's end (that would be SIGBUS).
+TEST_F(LocalTierTest, AnOwnCopyCutShortIsABadCopyOfTheUnitsPastItsEnd) {
+  SaveBoth(13, /*persistent=*/false);
+  ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(1)).ok());
+  const std::vector<LoadResult> intact = LoadAndCheck(13, ParallelConfig{2, 2, 2, true}, 2, "");
+  ASSERT_EQ(intact.size(), 8u);
+  const std::string file = NodeRoot(2) + "/iter_0000013/data/4.safetensors";
+  const uint64_t at = FirstChunkOffset(NodeRoot(2) + "/iter_0000013", "data/4.safetensors");
+  std::filesystem::resize_file(file, at + 5);
+  const std::vector<LoadResult> rs = LoadAndCheck(13, ParallelConfig{2, 2, 2, true}, 2, "");
+  ASSERT_EQ(rs.size(), 8u);
+  EXPECT_LT(rs[4].bytes_local, intact[4].bytes_local);
+  EXPECT_GT(rs[4].bytes_peer, intact[4].bytes_peer);
+  EXPECT_EQ(Sum(rs, &LoadResult::bytes_persistent), 0u);
+  EXPECT_EQ(Sum(rs, &LoadResult::bytes_local) + Sum(rs, &LoadResult::bytes_peer),
+            Sum(intact, &LoadResult::bytes_local) + Sum(intact, &LoadResult::bytes_peer));
 }
 
 TEST_F(LocalTierTest, CorruptedReplicaOfALostNodeFallsBackToPersistentForThatBlockOnly) {
