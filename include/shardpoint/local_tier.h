@@ -32,8 +32,9 @@
 
 namespace shardpoint {
 
-// Resources: `storage` is the node-local storage (default POSIX); pool and
-// log as for Save and Load.
+// Resources: `storage` is the node-local storage (default POSIX, whose files
+// a recovery maps and reads in place; a storage of the caller's is read with
+// ReadAt); pool and log as for Save and Load.
 struct LocalTierOptions : Resources {
   // This node's local root, the same path on every node. Default
   // "/dev/shm/shardpoint" (memory). A job keeps its own root.
@@ -49,7 +50,9 @@ struct LocalTierOptions : Resources {
   // AllToAll per round). Default 1 MiB: the round buffers are faulted in
   // once and reused, and every fresh page costs a fault (a recovery of
   // 0.2 GiB on 4 ranks: 1,500 faults and 0.36 CPU s at 1 MiB, 14,000 and
-  // 0.58 at 8 MiB; docs/local-tier.md, Measured).
+  // 0.58 at 8 MiB; docs/local-tier.md, Measured). Between thread ranks a
+  // recovery sends units of a mapped node copy where they lie: those take
+  // no round memory and go in one round.
   uint64_t round_bytes = uint64_t{1} << 20;
   // Staging buffer of the local writes (SaveOptions::staging_bytes).
   size_t staging_bytes = size_t{8} << 20;

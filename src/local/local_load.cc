@@ -10,10 +10,11 @@
 //      (units.h) its plan needs, starts reading those its node holds on a
 //      thread of its own (once, straight into the destination tensors,
 //      every block verified; a unit that fails its checksum there is bad
-//      on that node) and all-gathers its needs;
+//      on that node) and all-gathers its needs, and which files its node's
+//      copy maps (file_map.h: to serve them in place);
 //   4. every rank computes the same transfers (recover_plan.h) for the
 //      units its node lacks, and runs them in rounds of one AllToAll while
-//      its own reads go on: a server sends each unit from its node's copy
+//      its own reads go on (recovery_round.h): a server sends each unit from its node's copy
 //      in place where the node storage maps it (file_map.h; the receiver
 //      checks it), else reads it (or the persistent checkpoint's) into the
 //      round's buffer and checks it there; a receiver checks it where it
@@ -87,8 +88,6 @@ using shardpoint::internal_local::GatherTopology;
 using shardpoint::internal_local::InitialPending;
 using shardpoint::internal_local::IterDir;
 using shardpoint::internal_local::kPersistent;
-using shardpoint::internal_local::kPlaceBatchBytes;
-using shardpoint::internal_local::MappedUnit;
 using shardpoint::internal_local::NodeCopy;
 using shardpoint::internal_local::OverlayFiles;
 using shardpoint::internal_local::OverlayStorage;
@@ -227,12 +226,12 @@ std::vector<uint32_t> NeededUnits(const Manifest& m, const UnitTable& ut,
 
 // Step 3's own-node part: the units this rank needs that its node holds,
 // read from the node's copy on a thread of their own (OwnReads) while the
-// peer rounds of pass 0 run on the rank's thread. Where the copy is
-// mapped, each tensor unit is checked in place and placed from there, a
-// few MiB at a time (still in the cache when copied out). Otherwise the
-// tensor units are placed as they are read (once, every block verified);
-// should that fail, unit by unit, to tell the bad ones. Object units are
-// only checked (the pipeline reads them again).
+// peer rounds of pass 0 run on the rank's thread. The tensor units are
+// placed as they are read (once, every block verified); should that fail,
+// unit by unit, to tell the bad ones. Object units are only checked (the
+// pipeline reads them again). (Read, not mapped: here a read() straight
+// into the tensors costs what a mapping's faults and copy do, and less
+// once the kernel has aged the file's pages; docs/local-tier.md.)
 struct OwnOutcome {
   Status status;              // an error other than a bad copy (an exception)
   std::vector<uint32_t> bad;  // units whose node copy failed (read errors included: no copy)
@@ -250,43 +249,14 @@ OwnOutcome ReadOwn(const Recovery& x, internal_checkpoint::DataFiles* files,
     FileCache local{x.node, x.dir, {}};
     std::string scratch;
     for (uint32_t u : object_units) {
-      const Unit& unit = ut.units[u];
-      const Result<const char*> at = MappedUnit(x, unit);
-      const bool good = !at.ok() ? false
-                        : *at    ? Checksum64(*at, unit.nbytes) == unit.checksum
-                                 : ReadUnit(local, m, unit, &scratch).ok();
-      if (good) {
-        out.bytes_local += unit.nbytes;
+      if (ReadUnit(local, m, ut.units[u], &scratch).ok()) {
+        out.bytes_local += ut.units[u].nbytes;
       } else {
         out.bad.push_back(u);
       }
     }
-    std::vector<uint32_t> unmapped;
-    Arrived batch;
-    uint64_t batch_bytes = 0;
-    auto place = [&]() -> Status {
-      SP_RETURN_IF_ERROR(placer->FromMemory(batch));
-      out.bytes_local += batch_bytes;
-      batch.clear();
-      batch_bytes = 0;
-      return OkStatus();
-    };
+    const bool all_ok = placer->FromFiles(files, tensor_units).ok();
     for (uint32_t u : tensor_units) {
-      const Unit& unit = ut.units[u];
-      const Result<const char*> at = MappedUnit(x, unit);
-      if (at.ok() && *at == nullptr) {
-        unmapped.push_back(u);
-      } else if (!at.ok() || Checksum64(*at, unit.nbytes) != unit.checksum) {
-        out.bad.push_back(u);
-      } else {
-        batch.emplace_back(u, *at);
-        batch_bytes += unit.nbytes;
-        if (batch_bytes >= kPlaceBatchBytes) SP_RETURN_IF_ERROR(place());
-      }
-    }
-    SP_RETURN_IF_ERROR(place());
-    const bool all_ok = placer->FromFiles(files, unmapped).ok();
-    for (uint32_t u : unmapped) {
       if (all_ok || placer->FromFiles(files, {u}).ok()) {
         out.bytes_local += ut.units[u].nbytes;
       } else {

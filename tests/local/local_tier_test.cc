@@ -457,10 +457,10 @@ TEST_F(LocalTierTest, AFlippedByteInTheOwnCopyFoundAlongsideThePeerRoundsComesFr
   EXPECT_GE(moved, unit);
 }
 
-// The recovery maps its node's copy (file_map.h) and reads it in place: a
-// copy cut short (node 2's copy of rank 4's file ends 5 bytes into its first
-// unit) is a bad copy of every unit past its end, served from the other
-// copy, never read beyond the file's end (that would be SIGBUS).
+// A node's own copy cut short (node 2's copy of rank 4's file ends 5 bytes
+// into its first unit) is a bad copy of every unit past its end: those come
+// from the other copy, and the objects past the end too (the overlay the
+// pipeline reads them through reaches past the short file).
 TEST_F(LocalTierTest, AnOwnCopyCutShortIsABadCopyOfTheUnitsPastItsEnd) {
   SaveBoth(13, /*persistent=*/false);
   ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(1)).ok());
@@ -476,6 +476,34 @@ TEST_F(LocalTierTest, AnOwnCopyCutShortIsABadCopyOfTheUnitsPastItsEnd) {
   EXPECT_EQ(Sum(rs, &LoadResult::bytes_persistent), 0u);
   EXPECT_EQ(Sum(rs, &LoadResult::bytes_local) + Sum(rs, &LoadResult::bytes_peer),
             Sum(intact, &LoadResult::bytes_local) + Sum(intact, &LoadResult::bytes_peer));
+}
+
+// A server sends units from its mapping of its node's copy (file_map.h):
+// node 2's replica of lost node 1's rank 2 file, cut short one unit in, is
+// a bad copy of exactly the units past the cut (checked against the file's
+// size before reading: past a mapping's end is SIGBUS), which come from the
+// persistent checkpoint; bit for bit.
+TEST_F(LocalTierTest, AReplicaCutShortSendsNothingPastItsEndAndThoseUnitsComeFromPersistent) {
+  SaveBoth(6, /*persistent=*/true);
+  ASSERT_TRUE(DefaultStorage()->RemoveAll(NodeRoot(1)).ok());
+  const std::string dir = NodeRoot(2) + "/iter_0000006";
+  const uint64_t at = FirstChunkOffset(dir, "data/2.safetensors");
+  auto m = internal_source::ReadManifest(DefaultStorage(), Persistent(6));
+  ASSERT_TRUE(m.ok());
+  const internal_local::UnitTable ut = internal_local::UnitsOf(*m);
+  uint64_t cut = 0, past = 0;
+  for (const internal_local::Unit& u : ut.units) {
+    if (m->files[u.file] == "data/2.safetensors" && u.offset == at) cut = at + u.nbytes + 5;
+  }
+  ASSERT_GT(cut, 0u);
+  for (const internal_local::Unit& u : ut.units) {
+    if (m->files[u.file] == "data/2.safetensors" && u.offset + u.nbytes > cut) past += u.nbytes;
+  }
+  ASSERT_GT(past, 0u);
+  std::filesystem::resize_file(dir + "/data/2.safetensors", cut);
+  std::vector<LoadResult> rs = LoadAndCheck(6, ParallelConfig{2, 2, 2, true}, 2, Persistent(6));
+  ASSERT_EQ(rs.size(), 8u);
+  EXPECT_EQ(Sum(rs, &LoadResult::bytes_persistent), past);
 }
 
 TEST_F(LocalTierTest, CorruptedReplicaOfALostNodeFallsBackToPersistentForThatBlockOnly) {
