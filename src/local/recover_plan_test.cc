@@ -59,14 +59,21 @@ TEST(RecoverPlan, BadCopyGoesToAnotherThenPersistentThenLost) {
   EXPECT_EQ(lost, std::vector<uint32_t>{0});
 }
 
-TEST(RecoverPlan, RoundsBoundEachServersBytes) {
-  Fixture f;
+// Five transfers to rank 1 of units 0-3, 0: the first three served by
+// rank 2, the last two by rank 0.
+std::vector<Transfer> FiveTransfers() {
   std::vector<Transfer> x(5);
   for (size_t i = 0; i < x.size(); ++i) {
     x[i].unit = static_cast<uint32_t>(i % 4);
     x[i].server = i < 3 ? 2 : 0;
     x[i].receivers = {1};
   }
+  return x;
+}
+
+TEST(RecoverPlan, RoundsBoundEachServersBytes) {
+  Fixture f;
+  const std::vector<Transfer> x = FiveTransfers();
   std::vector<std::vector<size_t>> rounds = PackRounds(f.ut, x, 250);
   ASSERT_EQ(rounds.size(), 2u);
   EXPECT_EQ(rounds[0], (std::vector<size_t>{3, 4, 0, 1}));
@@ -75,12 +82,7 @@ TEST(RecoverPlan, RoundsBoundEachServersBytes) {
 
 TEST(RecoverPlan, UnbufferedTransfersGoInRoundZeroAndCountForNothing) {
   Fixture f;
-  std::vector<Transfer> x(5);
-  for (size_t i = 0; i < x.size(); ++i) {
-    x[i].unit = static_cast<uint32_t>(i % 4);
-    x[i].server = i < 3 ? 2 : 0;
-    x[i].receivers = {1};
-  }
+  const std::vector<Transfer> x = FiveTransfers();
   // Server 2's transfers hold no memory: all in round 0, with server 0's
   // packed by bytes as before.
   std::vector<std::vector<size_t>> rounds =
