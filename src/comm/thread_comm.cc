@@ -117,6 +117,7 @@ class ThreadComm final : public Comm, public MemoryTransport, public ViewAllToAl
       override {
     std::vector<std::string> lists(send.size());
     for (size_t r = 0; r < send.size(); ++r) {
+      if (send[r].empty()) continue;  // no pieces: data() may be null
       lists[r].assign(reinterpret_cast<const char*>(send[r].data()),
                       send[r].size() * sizeof(std::string_view));
     }
@@ -125,6 +126,7 @@ class ThreadComm final : public Comm, public MemoryTransport, public ViewAllToAl
       std::vector<std::vector<std::string_view>> pieces(recv.size());
       for (size_t r = 0; r < recv.size(); ++r) {
         pieces[r].resize(recv[r].size() / sizeof(std::string_view));
+        if (pieces[r].empty()) continue;  // data() may be null
         std::memcpy(pieces[r].data(), recv[r].data(), pieces[r].size() * sizeof(std::string_view));
       }
       return use(pieces);
