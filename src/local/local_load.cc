@@ -100,6 +100,7 @@ using shardpoint::internal_local::Receive;
 using shardpoint::internal_local::Recovery;
 using shardpoint::internal_local::Reserve;
 using shardpoint::internal_local::RootedStorage;
+using shardpoint::internal_local::SentFromMapping;
 using shardpoint::internal_local::Serve;
 using shardpoint::internal_local::Topology;
 using shardpoint::internal_local::Transfer;
@@ -373,9 +374,7 @@ Status RunPasses(Recovery& x, const LocalTierOptions& o, OwnReads& own) {
     // Between thread ranks a unit its server maps is sent where it lies: it
     // holds no round memory, and all such go in one round (no round_bytes).
     const bool views = dynamic_cast<internal_comm::ViewAllToAll*>(&x.comm) != nullptr;
-    auto unbuffered = [&](const Transfer& tr) {
-      return views && tr.source != kPersistent && x.maps_of[tr.server][x.ut.units[tr.unit].file];
-    };
+    auto unbuffered = [&](const Transfer& tr) { return views && SentFromMapping(x, tr); };
     for (const std::vector<size_t>& round :
          PackRounds(x.ut, transfers, o.round_bytes, unbuffered)) {
       Reserve(x, transfers, round);

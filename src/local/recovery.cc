@@ -8,19 +8,6 @@ namespace shardpoint::internal_local {
 using internal_format::Checksum64;
 using internal_format::Manifest;
 
-// Unit u of the node's copy in place where the copy is mapped (unchecked,
-// its pages mapped: Prefault); null where it is not; DataLoss where the
-// mapped file ends before the unit does (reading there would raise SIGBUS).
-Result<const char*> MappedUnit(const Recovery& x, const Unit& u) {
-  if (u.file >= x.maps.size() || !x.maps[u.file]) return static_cast<const char*>(nullptr);
-  const internal_io::MappedFile& f = *x.maps[u.file];
-  if (u.offset > f.size() || u.nbytes > f.size() - u.offset) {
-    return DataLossError(UnitName(x.m, u) + ": the file ends at byte " + std::to_string(f.size()));
-  }
-  f.Prefault(u.offset, u.nbytes);
-  return f.bytes().data() + u.offset;
-}
-
 // Notes a verified unit that reached this rank: a tensor unit is placed
 // with the round's others; an object unit is kept for the pipeline.
 void Arrive(Recovery& x, uint32_t u, const char* bytes) {

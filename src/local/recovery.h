@@ -90,15 +90,6 @@ struct FileCache {
   std::map<uint32_t, std::unique_ptr<ReadableFile>> open;
 };
 
-// Units placed from memory per call: a batch is still in the
-// cache (1 MiB L2, 32 MiB L3 here) when it is copied out.
-constexpr uint64_t kPlaceBatchBytes = uint64_t{4} << 20;
-
-// Unit u of the node's copy in place where the copy is mapped (unchecked,
-// its pages mapped: Prefault); null where it is not; DataLoss where the
-// mapped file ends before the unit does (reading there would raise SIGBUS).
-Result<const char*> MappedUnit(const Recovery& x, const Unit& u);
-
 // Notes a verified unit that reached this rank: a tensor unit is placed
 // with the round's others; an object unit is kept for the pipeline.
 void Arrive(Recovery& x, uint32_t u, const char* bytes);

@@ -42,6 +42,10 @@ Status ExchangeRound(
     Recovery& x, std::vector<std::string>* send, std::vector<std::string>* recv,
     const std::function<void(const std::vector<std::vector<std::string_view>>&)>& take);
 
+// Whether transfer tr's server sends the unit from its mapping of its node's
+// file (the maps all-gathered with the needs): no round buffer holds it.
+bool SentFromMapping(const Recovery& x, const Transfer& tr);
+
 // Before this rank serves its part of a round: room for its headers and for
 // the units it reads (those not in a mapping), so that the round's views
 // never move; the messages emptied.
