@@ -132,23 +132,27 @@ class DispatchStorage : public Storage,
   }
   // POSIX paths only: an object has no bytes to write over.
   Result<std::unique_ptr<WritableFile>> OpenForOverwrite(const std::string& path) override {
-    auto* posix = dynamic_cast<internal_io::OverwriteOpener*>(PosixFileStorage());
-    if (IsS3(path) || posix == nullptr) {
-      return FailedPreconditionError("open " + path + " to write over it: not a POSIX file");
-    }
+    SP_ASSIGN_OR_RETURN(auto* posix, PosixFacet<internal_io::OverwriteOpener>(
+                                         path, "open " + path + " to write over it"));
     return posix->OpenForOverwrite(path);
   }
 
   // POSIX paths only: an object is not memory to map.
   Result<std::unique_ptr<internal_io::MappedFile>> MapFile(const std::string& path) override {
-    auto* posix = dynamic_cast<internal_io::FileMapper*>(PosixFileStorage());
-    if (IsS3(path) || posix == nullptr) {
-      return FailedPreconditionError("map " + path + ": not a POSIX file");
-    }
+    SP_ASSIGN_OR_RETURN(auto* posix, PosixFacet<internal_io::FileMapper>(path, "map " + path));
     return posix->MapFile(path);
   }
 
  private:
+  // The POSIX storage's facet T for `path`; FailedPrecondition "<what>: not
+  // a POSIX file" for an s3:// path.
+  template <class T>
+  static Result<T*> PosixFacet(const std::string& path, const std::string& what) {
+    auto* posix = dynamic_cast<T*>(PosixFileStorage());
+    if (IsS3(path) || posix == nullptr) return FailedPreconditionError(what + ": not a POSIX file");
+    return posix;
+  }
+
   Result<Storage*> For(const std::string& path) {
     if (!IsS3(path)) return PosixFileStorage();
     std::call_once(once_, [this] {
