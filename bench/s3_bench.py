@@ -256,15 +256,20 @@ def shardpoint_runs(sp, env, opts, bucket, shards, ranks, gw, rows, model):
     del per
 
 
+def boto3_client(env):
+    """A boto3 S3 client of the test server in `env`."""
+    import boto3
+    return boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"],
+                        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+                        region_name=env["AWS_REGION"])
+
+
 def purge(env, bucket, server, prefix="bench/"):
     """Deletes every object under `prefix` and has the gateway free their
     data now (its garbage collector would wait 2 hours), outside any
     measured window."""
-    import boto3
-    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"],
-                          aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                          aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-                          region_name=env["AWS_REGION"])
+    client = boto3_client(env)
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
         if keys:
@@ -275,12 +280,8 @@ def purge(env, bucket, server, prefix="bench/"):
 
 
 def boto3_runs(env, bucket, blobs, gw, rows, model):
-    import boto3
     from boto3.s3.transfer import TransferConfig
-    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"],
-                          aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                          aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-                          region_name=env["AWS_REGION"])
+    client = boto3_client(env)
     nbytes = sum(len(b) for b in blobs)
     best_up = best_down = None
     for conc in (4, 10, 16):
