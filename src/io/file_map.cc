@@ -38,10 +38,11 @@ std::map<Key, std::weak_ptr<const void>>* g_live = new std::map<Key, std::weak_p
 }  // namespace
 
 MappedFile::MappedFile(std::string path, std::shared_ptr<const Region> region)
-    : path_(std::move(path)),
-      region_(std::move(region)),
-      data_(region_->data),
-      size_(region_->size) {}
+    : path_(std::move(path)), region_(std::move(region)) {}
+
+std::string_view MappedFile::bytes() const { return {region_->data, region_->size}; }
+
+uint64_t MappedFile::size() const { return region_->size; }
 
 Result<std::unique_ptr<MappedFile>> MappedFile::Map(const std::string& path, int fd) {
   struct stat st;
@@ -75,12 +76,13 @@ Result<std::unique_ptr<MappedFile>> MappedFile::Map(const std::string& path, int
 
 void MappedFile::Prefault(uint64_t offset, uint64_t n) const {
 #ifdef MADV_POPULATE_READ
-  if (n == 0 || offset >= size_) return;
+  const uint64_t size = region_->size;
+  if (n == 0 || offset >= size) return;
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const uint64_t a = offset / page * page;
-  const uint64_t b = std::min(size_, offset + n);
+  const uint64_t b = std::min(size, offset + n);
   // Only a hint: an error (an old kernel's EINVAL) leaves the reads to fault.
-  (void)::madvise(const_cast<char*>(data_) + a, b - a, MADV_POPULATE_READ);
+  (void)::madvise(const_cast<char*>(region_->data) + a, b - a, MADV_POPULATE_READ);
 #else
   (void)offset;
   (void)n;

@@ -35,7 +35,7 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
 
   // The file's bytes as they were sized when mapped.
-  std::string_view bytes() const { return {data_, size_}; }
+  std::string_view bytes() const;
   // Maps the pages of bytes [offset, offset + n) (inside the file) in one
   // call (MADV_POPULATE_READ) before they are read. A read fault maps 16
   // pages at once while the kernel keeps a tmpfs file's pages active, one
@@ -44,7 +44,7 @@ class MappedFile {
   // faults do and never more than a read() here. Where the kernel lacks it,
   // the reads fault as before.
   void Prefault(uint64_t offset, uint64_t n) const;
-  uint64_t size() const { return size_; }
+  uint64_t size() const;
   const std::string& path() const { return path_; }
 
  private:
@@ -52,8 +52,6 @@ class MappedFile {
   MappedFile(std::string path, std::shared_ptr<const Region> region);
   std::string path_;
   std::shared_ptr<const Region> region_;
-  const char* data_;
-  uint64_t size_;
 };
 
 // A Storage that can map its files (the POSIX storage, for POSIX paths).
